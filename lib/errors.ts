@@ -1,0 +1,65 @@
+/**
+ * The one error type of the platform. Every failure that reaches a client is an ApiError,
+ * mapped once (in the gateway) to the spec's body `{ statusCode, message, error }`.
+ */
+import { Errors } from "moleculer";
+
+export const STATUS_NAMES: Record<number, string> = {
+	400: "Bad Request",
+	401: "Unauthorized",
+	403: "Forbidden",
+	404: "Not Found",
+	405: "Method Not Allowed",
+	409: "Conflict",
+	413: "Payload Too Large",
+	415: "Unsupported Media Type",
+	422: "Unprocessable Entity",
+	429: "Too Many Requests",
+	500: "Internal Server Error",
+	502: "Bad Gateway",
+	503: "Service Unavailable",
+	504: "Gateway Timeout",
+};
+
+export interface ErrorBody {
+	statusCode: number;
+	message: string;
+	error: string;
+}
+
+/** A MoleculerError so it crosses the transporter with its code intact. */
+export class ApiError extends Errors.MoleculerError {
+	constructor(statusCode: number, message: string) {
+		super(message, statusCode, STATUS_NAMES[statusCode] ?? "Error");
+		this.name = "ApiError";
+	}
+}
+
+export const badRequest = (message: string) => new ApiError(400, message);
+export const unauthorized = (message = "authorization token is required") => new ApiError(401, message);
+export const forbidden = (message = "access denied") => new ApiError(403, message);
+export const notFound = (message = "document not found") => new ApiError(404, message);
+export const conflict = (message: string) => new ApiError(409, message);
+
+/**
+ * Turns anything thrown anywhere into the spec's error body. Unknown failures become a generic 500
+ * body whose message reveals nothing of the internals; 4xx and 5xx codes set on purpose are kept.
+ */
+export function toErrorBody(err: unknown): ErrorBody {
+	const e = err as { code?: unknown; message?: unknown; type?: unknown; name?: unknown; status?: unknown };
+	let status = typeof e?.code === "number" ? e.code : typeof e?.status === "number" ? e.status : 500;
+	if (status < 400 || status > 599) status = 500;
+	let message = typeof e?.message === "string" && e.message ? e.message : STATUS_NAMES[status] ?? "Error";
+	// Moleculer's own errors that stand for bad input.
+	if (e?.name === "ValidationError" || e?.type === "VALIDATION_ERROR") status = 400;
+	if (e?.name === "ServiceNotFoundError" || e?.name === "ServiceNotAvailableError") {
+		status = 503;
+		message = "service unavailable";
+	}
+	if (e?.name === "RequestTimeoutError") {
+		status = 504;
+		message = "request timed out";
+	}
+	if (status === 500) message = "internal error";
+	return { statusCode: status, message, error: STATUS_NAMES[status] ?? "Error" };
+}

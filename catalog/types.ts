@@ -15,6 +15,8 @@ export interface FieldDef {
 	enum?: readonly string[];
 	/** Accepted on write, never returned, never in change events (pushes.keys, users.password, ...). */
 	writeOnly?: boolean;
+	/** Kept by the platform for its own use: never settable by a caller, never returned (hashes, internal keys). */
+	internal?: boolean;
 	/** Populatable relation: `service/collection` of the target. */
 	relation?: string;
 	/** Holds file ids (special/files) that are deliberately not populatable. */

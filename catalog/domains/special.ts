@@ -1,0 +1,39 @@
+import type { DomainDef } from "../types";
+
+export const special: DomainDef = {
+	name: "special",
+	restPort: 3090,
+	grpcPort: 5090,
+	description: "File metadata and aggregated statistics",
+	collections: [
+		{
+			name: "files",
+			description: "File metadata; the content is stored outside the document store",
+			fields: {
+				name: { type: "string", required: true, maxLength: 500 },
+				mimetype: { type: "string", maxLength: 200 },
+				size: { type: "integer", minimum: 0 },
+				storage: { type: "string", internal: true, description: "Internal storage key" },
+			},
+			specials: [
+				{ action: "upload", method: "POST", path: "upload", description: "Upload file content" },
+				{ action: "share", method: "POST", path: ":id/share", description: "Share a file" },
+			],
+		},
+		{
+			name: "stats",
+			description: "Aggregated create/update/delete counters",
+			fields: {
+				service: { type: "string" },
+				collection: { type: "string" },
+				period: { type: "string", enum: ["daily", "monthly", "yearly"] },
+				bucket: { type: "string" },
+				created: { type: "integer" },
+				updated: { type: "integer" },
+				deleted: { type: "integer" },
+				restored: { type: "integer" },
+			},
+			specials: [{ action: "collect", method: "POST", path: "collect", description: "Collect statistics" }],
+		},
+	],
+};

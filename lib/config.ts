@@ -1,0 +1,93 @@
+/** Every environment setting of the platform, read once. README.md lists them. */
+import { randomBytes } from "crypto";
+import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "fs";
+import path from "path";
+
+export interface PlatformConfig {
+	port: number;
+	host: string;
+	dataDir: string;
+	rootDomain: string;
+	rootClientId?: string;
+	rootClientSecret?: string;
+	rootUsername: string;
+	rootPassword?: string;
+	transporter?: string;
+	/** Services this node runs; undefined = all (one-process default). */
+	services?: string[];
+	mongoUri?: string;
+	redisUrl?: string;
+	databaseUrl?: string;
+	mqttUrl?: string;
+	trustProxy: boolean;
+	logLevel: string;
+	nodeId?: string;
+	/** Serve /status and /metrics on each domain's and worker's own spec port (off in the one-process default). */
+	servicePorts: boolean;
+}
+
+const env = (k: string): string | undefined => {
+	const v = process.env[k];
+	return v === undefined || v === "" ? undefined : v;
+};
+
+export function readConfig(): PlatformConfig {
+	const services = env("SERVICES");
+	return {
+		port: Number(env("PORT") ?? 3010),
+		host: env("HOST") ?? "127.0.0.1",
+		dataDir: path.resolve(env("DATA_DIR") ?? "./data"),
+		rootDomain: env("PLATFORM_ROOT_DOMAIN") ?? "root.local",
+		rootClientId: env("PLATFORM_ROOT_CLIENT_ID"),
+		rootClientSecret: env("PLATFORM_ROOT_CLIENT_SECRET"),
+		rootUsername: env("PLATFORM_ROOT_USERNAME") ?? "root",
+		rootPassword: env("PLATFORM_ROOT_PASSWORD"),
+		transporter: env("TRANSPORTER"),
+		services: services ? services.split(",").map((s) => s.trim()).filter(Boolean) : undefined,
+		mongoUri: env("MONGO_URI"),
+		redisUrl: env("REDIS_URL"),
+		databaseUrl: env("DATABASE_URL"),
+		mqttUrl: env("MQTT_URL"),
+		trustProxy: ["1", "true", "yes"].includes((env("TRUST_PROXY") ?? "").toLowerCase()),
+		logLevel: env("LOG_LEVEL") ?? "info",
+		nodeId: env("NODE_ID"),
+		servicePorts: ["1", "true", "yes"].includes((env("SERVICE_PORTS") ?? "").toLowerCase()),
+	};
+}
+
+export function ensureDir(dir: string): string {
+	if (!existsSync(dir)) mkdirSync(dir, { recursive: true });
+	return dir;
+}
+
+/** A JSON file readable by its owner only (bootstrap values, generated keys). */
+export function writePrivateJson(file: string, value: unknown): void {
+	ensureDir(path.dirname(file));
+	writeFileSync(file, JSON.stringify(value, null, 2), { mode: 0o600 });
+	chmodSync(file, 0o600);
+}
+
+export function readJson<T>(file: string): T | undefined {
+	return existsSync(file) ? (JSON.parse(readFileSync(file, "utf8")) as T) : undefined;
+}
+
+export interface Keys {
+	jwtSecret: string;
+	aesSecret: string;
+}
+
+/**
+ * JWT_SECRET and AES_SECRET: from the environment, else generated once and kept in DATA_DIR/keys.json (0600) so
+ * that restarts keep tokens and encrypted values valid. Nodes of one deployment must share them (set the env).
+ */
+export function loadKeys(cfg: PlatformConfig): Keys {
+	const file = path.join(cfg.dataDir, "keys.json");
+	const stored = readJson<Partial<Keys>>(file) ?? {};
+	const keys: Keys = {
+		jwtSecret: env("JWT_SECRET") ?? stored.jwtSecret ?? randomBytes(32).toString("base64url"),
+		aesSecret: env("AES_SECRET") ?? stored.aesSecret ?? randomBytes(32).toString("base64url"),
+	};
+	if (stored.jwtSecret !== keys.jwtSecret && !env("JWT_SECRET") || stored.aesSecret !== keys.aesSecret && !env("AES_SECRET"))
+		writePrivateJson(file, { jwtSecret: env("JWT_SECRET") ? stored.jwtSecret : keys.jwtSecret, aesSecret: env("AES_SECRET") ? stored.aesSecret : keys.aesSecret });
+	return keys;
+}

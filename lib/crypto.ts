@@ -1,0 +1,117 @@
+/**
+ * Small cryptographic primitives of the platform: the AES wire contract, the base64 "envelope" of it
+ * that clients send (x-api-key, TOTP secret), bcrypt secrets, digests, tokens and ObjectIds.
+ */
+import { createCipheriv, createDecipheriv, createHash, randomBytes, timingSafeEqual } from "crypto";
+import bcrypt from "bcryptjs";
+
+const IV_BYTES = 12;
+const TAG_BYTES = 16;
+// Unpadded base64url; GCM authenticates the bytes, this only keeps "does not parse" strict.
+const B64URL = /^[A-Za-z0-9_-]+$/;
+// Standard or url alphabet, optional padding: what clients may put around the wire form.
+const B64_ANY = /^[A-Za-z0-9+/_-]+={0,2}$/;
+
+/** AES-256-GCM per contract: `base64url(iv) + "." + base64url(ciphertext ‖ tag)`. */
+export class Aes {
+	private readonly key: Buffer;
+
+	constructor(secret: string) {
+		// Derived once: encrypt/decrypt sit on the request hot path.
+		this.key = createHash("sha256").update(secret, "utf8").digest();
+	}
+
+	encrypt(plain: string): string {
+		const iv = randomBytes(IV_BYTES);
+		const cipher = createCipheriv("aes-256-gcm", this.key, iv, { authTagLength: TAG_BYTES });
+		const body = Buffer.concat([cipher.update(plain, "utf8"), cipher.final(), cipher.getAuthTag()]);
+		return `${iv.toString("base64url")}.${body.toString("base64url")}`;
+	}
+
+	/** null for anything that is not a well-formed, authentic value under this key; never throws. */
+	decrypt(wire: string): string | null {
+		if (typeof wire !== "string") return null;
+		const parts = wire.split(".");
+		if (parts.length !== 2 || !B64URL.test(parts[0]) || !B64URL.test(parts[1])) return null;
+		const iv = Buffer.from(parts[0], "base64url");
+		const body = Buffer.from(parts[1], "base64url");
+		// Re-encoding rejects non-canonical spellings (stray trailing bits) of the same bytes.
+		if (iv.length !== IV_BYTES || body.length < TAG_BYTES) return null;
+		if (iv.toString("base64url") !== parts[0] || body.toString("base64url") !== parts[1]) return null;
+		try {
+			// authTagLength pins the tag at 16 bytes so a truncated tag cannot be accepted.
+			const decipher = createDecipheriv("aes-256-gcm", this.key, iv, { authTagLength: TAG_BYTES });
+			decipher.setAuthTag(body.subarray(body.length - TAG_BYTES));
+			const plain = Buffer.concat([decipher.update(body.subarray(0, body.length - TAG_BYTES)), decipher.final()]);
+			return plain.toString("utf8");
+		} catch {
+			return null;
+		}
+	}
+}
+
+/**
+ * Opens "base64 of the AES encryption": either the wire form itself (base64 has no '.') or standard /
+ * url base64 of the wire form's UTF-8 bytes. null when neither decrypts.
+ */
+export function decryptEnvelope(aes: Aes, value: string): string | null {
+	if (typeof value !== "string" || value.length === 0) return null;
+	if (value.includes(".")) return aes.decrypt(value);
+	if (!B64_ANY.test(value)) return null;
+	const wire = Buffer.from(value, "base64").toString("utf8");
+	return wire.includes(".") ? aes.decrypt(wire) : null;
+}
+
+/** What clients send: standard base64 of the wire form. */
+export function encryptEnvelope(aes: Aes, plain: string): string {
+	return Buffer.from(aes.encrypt(plain), "utf8").toString("base64");
+}
+
+const BCRYPT_COST = 10;
+
+export function hashSecret(plain: string): Promise<string> {
+	return bcrypt.hash(plain, BCRYPT_COST);
+}
+
+/** false on mismatch and on any malformed input; never throws (a bad stored hash must not 500). */
+export async function verifySecret(plain: string, hash: string): Promise<boolean> {
+	if (typeof plain !== "string" || typeof hash !== "string") return false;
+	try {
+		return await bcrypt.compare(plain, hash);
+	} catch {
+		return false;
+	}
+}
+
+export function sha256Hex(s: string): string {
+	return createHash("sha256").update(s, "utf8").digest("hex");
+}
+
+/** Constant-time equality; hashing first gives equal-length inputs so the length is not leaked either. */
+export function safeEqual(a: string, b: string): boolean {
+	const da = createHash("sha256").update(String(a), "utf8").digest();
+	const db = createHash("sha256").update(String(b), "utf8").digest();
+	return timingSafeEqual(da, db);
+}
+
+export function randomToken(bytes: number): string {
+	return randomBytes(bytes).toString("base64url");
+}
+
+// ObjectId layout: 4-byte seconds | 5-byte per-process random | 3-byte counter (random start, wraps at 2^24).
+const PROCESS_UNIQUE = randomBytes(5);
+let counter = randomBytes(3).readUIntBE(0, 3);
+
+export function objectId(): string {
+	const buf = Buffer.alloc(12);
+	buf.writeUInt32BE(Math.floor(Date.now() / 1000) >>> 0, 0);
+	PROCESS_UNIQUE.copy(buf, 4);
+	counter = (counter + 1) & 0xffffff;
+	buf.writeUIntBE(counter, 9, 3);
+	return buf.toString("hex");
+}
+
+/** 24 hex digits (either case, as MongoDB accepts). */
+export function isObjectId(s: unknown): boolean {
+	return typeof s === "string" && /^[0-9a-fA-F]{24}$/.test(s);
+}

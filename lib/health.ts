@@ -1,0 +1,56 @@
+/**
+ * Health in the spec's shape: `{ status: 'ok' | 'error', info: { <dependency>: { status: 'up' | 'down' } } }`.
+ * Dependencies are what this deployment actually uses; each domain service and worker reports its own and the
+ * gateway's /status merges them (one entry per dependency, plus one per service and worker).
+ */
+import type { ServiceBroker } from "moleculer";
+import { DOMAINS } from "../catalog";
+
+export type DependencyStatus = { status: "up" | "down"; message?: string };
+export interface Health {
+	status: "ok" | "error";
+	info: Record<string, DependencyStatus>;
+}
+
+/** The action every domain service and worker exposes (internal, not routed). */
+export const HEALTH_ACTION = "health";
+
+export function healthBody(checks: Record<string, boolean>): Health {
+	const info: Record<string, DependencyStatus> = {};
+	for (const [k, up] of Object.entries(checks)) info[k] = { status: up ? "up" : "down" };
+	return { status: Object.values(checks).every(Boolean) ? "ok" : "error", info };
+}
+
+async function withTimeout<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
+	let t: NodeJS.Timeout | undefined;
+	try {
+		return await Promise.race([p, new Promise<undefined>((resolve) => (t = setTimeout(() => resolve(undefined), ms)))]);
+	} finally {
+		clearTimeout(t);
+	}
+}
+
+/** Names of the services whose health the gateway reports: every catalog domain, plus workers that are up. */
+export function reportedServices(broker: ServiceBroker): string[] {
+	const names = new Set<string>(DOMAINS.map((d) => d.name));
+	for (const s of broker.registry.getServiceList({ onlyAvailable: true, skipInternal: true }) as Array<{ name: string; settings?: { worker?: boolean } }>)
+		if (s.settings?.worker) names.add(s.name);
+	return [...names];
+}
+
+export async function collectHealth(broker: ServiceBroker): Promise<Health> {
+	const info: Record<string, DependencyStatus> = {};
+	await Promise.all(
+		reportedServices(broker).map(async (name) => {
+			let h: Health | undefined;
+			try {
+				h = await withTimeout(broker.call(`${name}.${HEALTH_ACTION}`) as Promise<Health>, 2000);
+			} catch {
+				h = undefined;
+			}
+			info[`service:${name}`] = { status: h?.status === "ok" ? "up" : "down" };
+			for (const [dep, s] of Object.entries(h?.info ?? {})) if (!info[dep] || s.status === "down") info[dep] = s;
+		}),
+	);
+	return { status: Object.values(info).every((s) => s.status === "up") ? "ok" : "error", info };
+}

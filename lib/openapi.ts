@@ -1,0 +1,704 @@
+/**
+ * The OpenAPI 3.1 description served at `/api-json`. It is generated from the route table the gateway mounts
+ * (`allRoutes()`) and from the catalog, so the document cannot describe an endpoint or a field that the
+ * platform does not have, nor miss one that it has.
+ */
+import { PLATFORM_FIELDS, SETTABLE_FIELDS, type CollectionDef, type DomainDef, type FieldDef, type FieldFormat, type FieldType } from "../catalog";
+import { GRANT_TYPES } from "../catalog/domains/domain";
+import { STATUS_NAMES } from "./errors";
+import { allRoutes, type RouteDef } from "./routes";
+import { MAX_ARRAY } from "./validate";
+
+type Schema = Record<string, unknown>;
+
+// Read at run time rather than imported so the version is always the one of the package actually deployed.
+const pkg = require("../package.json") as { version: string };
+
+/**
+ * Same value as MAX_BULK of the collection mixin. Not imported from there because the mixin pulls in the store
+ * drivers, which a gateway-only node that just serves this document must not have to load (a unit test keeps
+ * the two equal).
+ */
+export const OPENAPI_MAX_BULK = 1000;
+
+const ref = (kind: "schemas" | "parameters" | "responses", name: string): Schema => ({ $ref: `#/components/${kind}/${name}` });
+const json = (schema: Schema) => ({ "application/json": { schema } });
+const pascal = (s: string) => s.split(/[^A-Za-z0-9]+/).filter(Boolean).map((p) => p[0].toUpperCase() + p.slice(1)).join("");
+
+/** `<Domain><Collection>`, e.g. `EssentialSagaStages`: unique because `service/collection` is. */
+export function schemaName(d: DomainDef, c: CollectionDef): string {
+	return pascal(d.name) + pascal(c.name);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Fields → JSON Schema
+
+const FORMAT_SCHEMA: Record<FieldFormat, Schema> = {
+	objectId: { pattern: "^[0-9a-f]{24}$" },
+	email: { format: "email" },
+	uri: { format: "uri" },
+	uuid: { format: "uuid" },
+	// The patterns below are those lib/validate.ts enforces, so a client that validates first gets the same answer.
+	e164: { pattern: "^\\+[1-9]\\d{6,14}$" },
+	semver: { pattern: "^(0|[1-9]\\d*)\\.(0|[1-9]\\d*)\\.(0|[1-9]\\d*)(?:-[0-9A-Za-z.-]+)?(?:\\+[0-9A-Za-z.-]+)?$" },
+	hex: { pattern: "^[0-9a-fA-F]+$" },
+	// No JSON Schema format expresses these two; the description carries the rule instead.
+	"ip-or-cidr": {},
+	cron: {},
+};
+
+const FORMAT_HINT: Partial<Record<FieldFormat, string>> = {
+	"ip-or-cidr": "IP address or CIDR range",
+	cron: "cron expression",
+	e164: "phone number in E.164 format",
+	semver: "SemVer version",
+	objectId: "24-hex object id",
+};
+
+/** Requests accept a date as ISO 8601 or Unix milliseconds; responses always carry the normalised ISO string. */
+type Mode = "doc" | "write";
+
+function scalar(type: FieldType, format: FieldFormat | undefined, values: readonly string[] | undefined, mode: Mode): Schema {
+	let s: Schema;
+	switch (type) {
+		case "date":
+			s = mode === "doc" ? { type: "string", format: "date-time" } : { type: ["string", "integer"], format: "date-time" };
+			break;
+		case "any":
+			s = {};
+			break;
+		case "object":
+			s = { type: "object" };
+			break;
+		case "array":
+			s = { type: "array" };
+			break;
+		default:
+			s = { type };
+	}
+	if (format && type === "string") Object.assign(s, FORMAT_SCHEMA[format]);
+	if (values) s.enum = [...values];
+	return s;
+}
+
+function describe(def: FieldDef, mode: Mode): string | undefined {
+	const parts = [def.description];
+	const hint = def.format && FORMAT_HINT[def.format];
+	if (hint && !def.description?.includes(hint)) parts.push(def.type === "array" ? `items: ${hint}` : hint);
+	if (def.type === "date" && mode === "write") parts.push("ISO 8601 or Unix milliseconds");
+	if (def.relation) parts.push(`populatable relation to ${def.relation}`);
+	if (def.fileRef) parts.push("id of a special/files document (not populatable)");
+	const text = parts.filter(Boolean).join("; ");
+	return text || undefined;
+}
+
+/** Adds `null` as an accepted value (a patch may clear a non-required field, so stored documents can hold null). */
+function orNull(s: Schema): Schema {
+	if (Array.isArray(s.anyOf)) return { ...s, anyOf: [...s.anyOf, { type: "null" }] };
+	if (s.type === undefined) return s; // `any` already admits null
+	const out: Schema = { ...s, type: [...(Array.isArray(s.type) ? s.type : [s.type]), "null"] };
+	if (Array.isArray(s.enum)) out.enum = [...s.enum, null];
+	return out;
+}
+
+interface FieldOpts {
+	mode: Mode;
+	nullable?: boolean;
+	readOnly?: boolean;
+	/** Drops writeOnly for a value that one response (a create) reveals once. */
+	reveal?: string;
+}
+
+function fieldSchema(name: string, def: FieldDef, refs: Map<string, string>, o: FieldOpts): Schema {
+	let s: Schema;
+	if (def.type === "array") {
+		let items = scalar(def.items ?? "any", def.format, def.enum, o.mode);
+		if (o.mode === "doc" && def.relation && refs.has(def.relation)) items = { anyOf: [items, ref("schemas", refs.get(def.relation)!)] };
+		s = { type: "array", items, maxItems: MAX_ARRAY };
+	} else {
+		s = scalar(def.type, def.format, def.enum, o.mode);
+		if (def.maxLength !== undefined) s.maxLength = def.maxLength;
+		if (def.minimum !== undefined) s.minimum = def.minimum;
+		// A populated relation replaces the id by the target document.
+		if (o.mode === "doc" && def.relation && refs.has(def.relation)) s = { anyOf: [s, ref("schemas", refs.get(def.relation)!)] };
+	}
+	if (o.nullable) s = orNull(s);
+	const description = o.reveal ?? describe(def, o.mode);
+	if (description) s.description = description;
+	if (o.readOnly) s.readOnly = true;
+	if (def.writeOnly && o.reveal === undefined) s.writeOnly = true;
+	return s;
+}
+
+/** Platform fields that stay null or absent until the matching change happens. */
+const NULLABLE_PLATFORM = new Set(["deleted_at", "deleted_by", "deleted_in", "restored_at", "restored_by", "restored_in"]);
+
+/**
+ * Write-only values that a create response reveals exactly once (the collection hooks add them to that response):
+ * described here because the catalog only says "never returned".
+ */
+const REVEALED_ON_CREATE: Record<string, Record<string, string>> = {
+	"auth/apts": { token: "The personal token itself, `APT-<suffix>`; returned only in the creation response, never again" },
+	"domain/clients": { secret: "client_secret; returned only in the creation response, and only when the platform generated it" },
+};
+
+function docSchema(d: DomainDef, c: CollectionDef, refs: Map<string, string>, reveal: Record<string, string> = {}): Schema {
+	const properties: Record<string, Schema> = {};
+	for (const [k, def] of Object.entries(PLATFORM_FIELDS))
+		properties[k] = fieldSchema(k, def, refs, { mode: "doc", readOnly: true, nullable: NULLABLE_PLATFORM.has(k) });
+	for (const [k, def] of Object.entries(SETTABLE_FIELDS)) properties[k] = fieldSchema(k, def, refs, { mode: "doc", nullable: true });
+	for (const [k, def] of Object.entries(c.fields))
+		properties[k] = fieldSchema(k, def, refs, { mode: "doc", nullable: !def.required, reveal: reveal[k] });
+	const required = ["id", ...Object.entries(c.fields).filter(([k, f]) => f.required && (!f.writeOnly || k in reveal)).map(([k]) => k)];
+	return {
+		type: "object",
+		description:
+			`${c.description} (${d.name}/${c.name}). A \`projection\` or a grant's field allowlist returns a subset of these fields; ` +
+			"`id` is always present. Write-only fields are never returned.",
+		required,
+		properties,
+	};
+}
+
+function bodyProperties(c: CollectionDef, patch: boolean, refs: Map<string, string>): Record<string, Schema> {
+	const properties: Record<string, Schema> = {};
+	for (const [k, def] of Object.entries(SETTABLE_FIELDS)) properties[k] = fieldSchema(k, def, refs, { mode: "write", nullable: patch });
+	for (const [k, def] of Object.entries(c.fields)) properties[k] = fieldSchema(k, def, refs, { mode: "write", nullable: patch && !def.required });
+	return properties;
+}
+
+function createSchema(d: DomainDef, c: CollectionDef, refs: Map<string, string>): Schema {
+	const s: Schema = {
+		type: "object",
+		description: `A new ${d.name}/${c.name} document. Platform-managed fields (id, owner, clients, created_*, ...) are refused with 400.`,
+		additionalProperties: false,
+		properties: bodyProperties(c, false, refs),
+	};
+	const required = Object.entries(c.fields).filter(([, f]) => f.required).map(([k]) => k);
+	if (required.length) s.required = required;
+	// Collection rules ("one of username, email or phone") become anyOf-of-required, so validators enforce them too.
+	const rules = (c.rules ?? []).map((r) => ({ anyOf: r.anyOf.map((f) => ({ required: [f] })), description: r.message }));
+	if (rules.length === 1) Object.assign(s, { anyOf: rules[0].anyOf });
+	else if (rules.length > 1) s.allOf = rules;
+	if (rules.length) s.description += ` Rules: ${(c.rules ?? []).map((r) => r.message).join("; ")}.`;
+	return s;
+}
+
+function patchSchema(d: DomainDef, c: CollectionDef, refs: Map<string, string>): Schema {
+	return {
+		type: "object",
+		description: `Fields of a ${d.name}/${c.name} document to change; omitted fields stay unchanged, null clears a non-required field.`,
+		additionalProperties: false,
+		minProperties: 1,
+		properties: bodyProperties(c, true, refs),
+	};
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Schemas of the spec's tables
+
+const str = (description?: string): Schema => (description ? { type: "string", description } : { type: "string" });
+const strList = (description?: string): Schema => ({ type: "array", items: { type: "string" }, ...(description ? { description } : {}) });
+
+const SPEC_SCHEMAS: Record<string, Schema> = {
+	Error: {
+		type: "object",
+		description: "Body of every error response.",
+		required: ["statusCode", "message", "error"],
+		properties: {
+			statusCode: { type: "integer", description: "HTTP status code" },
+			message: str("What went wrong; for invalid input it names the offending field"),
+			error: str("HTTP status name, e.g. `Bad Request`"),
+		},
+	},
+	TokenRequest: {
+		type: "object",
+		description: "Body of POST /auth/token.",
+		required: ["grant_type", "client_id"],
+		properties: {
+			grant_type: { type: "string", enum: [...GRANT_TYPES] },
+			client_id: str("Required on every grant"),
+			client_secret: str("Required for `client_credential`"),
+			app_id: str(),
+			username: str("Username, email or phone (password grant)"),
+			password: str("Password or one-time code (password grant)"),
+			refresh_token: str("For the `refresh_token` grant; single-use"),
+			code: str("For the `authorization_code` grant"),
+			response_type: str("Optional"),
+			state: str("Optional"),
+			strict: { type: "boolean", description: "If true the issued token carries `strict: true` and every request with it needs `x-api-key`" },
+			domain: str("Optional tenant domain"),
+			scopes: strList("Restrict the token to a subset of the allowed scopes (`{action}:{service}:{collection?}` or `whole`)"),
+			subjects: strList("Override ABAC subjects"),
+			coworkers: strList("Additional coworker client ids"),
+			source: str("Optional"),
+		},
+		// The per-grant requirements of the spec's "Grant types" table, so a validating client catches them early.
+		allOf: [
+			{ if: { properties: { grant_type: { const: "password" } }, required: ["grant_type"] }, then: { required: ["username", "password"] } },
+			{ if: { properties: { grant_type: { const: "refresh_token" } }, required: ["grant_type"] }, then: { required: ["refresh_token"] } },
+			{ if: { properties: { grant_type: { const: "client_credential" } }, required: ["grant_type"] }, then: { required: ["client_secret"] } },
+			{ if: { properties: { grant_type: { const: "authorization_code" } }, required: ["grant_type"] }, then: { required: ["code"] } },
+		],
+	},
+	TokenResponse: {
+		type: "object",
+		required: ["token_type", "access_token", "expires_in", "scope"],
+		properties: {
+			token_type: { type: "string", const: "Bearer" },
+			access_token: str("JWT for the Authorization header"),
+			refresh_token: str("Present when the grant supports session rotation; absent for `client_credential`"),
+			expires_in: { type: "integer", description: "Seconds until the access token expires" },
+			scope: str("Space-separated scopes actually granted (may be narrower than requested)"),
+			domain: str("Tenant domain of the session"),
+			subject: str("ABAC subject string embedded in the token"),
+			coworker: str("Space-separated coworker client ids, if any"),
+			session: str("Session record id, present only on some grants"),
+		},
+	},
+	TokenClaims: {
+		type: "object",
+		required: ["type", "strict", "cid", "scope", "domain", "subject", "session", "client_id"],
+		properties: {
+			type: { type: "string", enum: ["access", "refresh"], description: "Access tokens call APIs; refresh tokens cannot" },
+			strict: { type: "boolean", description: "Requires the `x-api-key` header" },
+			cid: str("Client id owning the session"),
+			aid: str("App id"),
+			uid: str("Authenticated user id"),
+			scope: str("Space-separated scopes"),
+			domain: str("Tenant domain"),
+			subject: str("Space-separated ABAC subjects"),
+			tz: str("Timezone name"),
+			lang: str("Language code"),
+			session: str("Session record id (used for logout and blacklisting)"),
+			client_id: str("OAuth client id (equals `cid` in most flows)"),
+			coworker: str("Space-separated coworker client ids"),
+			iat: { type: "integer", description: "Issued at (Unix seconds)" },
+			exp: { type: "integer", description: "Expires at (Unix seconds)" },
+		},
+	},
+	TotpCheck: {
+		type: "object",
+		description: "Body of POST /auth/check: checks a TOTP code (RFC 6238), not a JWT.",
+		required: ["secret", "token"],
+		properties: {
+			secret: str("TOTP hex secret, AES-encrypted then base64-encoded"),
+			token: { type: "string", pattern: "^[0-9]{6}$", description: "The 6-digit code" },
+			period: { type: "integer", minimum: 1, default: 30, description: "Seconds" },
+			window: { type: "integer", minimum: 0, default: 1, description: "Accepted drift, in periods, either direction" },
+		},
+	},
+	Policy: {
+		type: "object",
+		required: ["subject", "action", "object"],
+		properties: {
+			subject: str(),
+			action: str(),
+			object: str(),
+			field: { type: ["array", "null"], items: { type: "string" } },
+			filter: { type: ["array", "null"], items: { type: "string" } },
+			location: strList(),
+		},
+	},
+	CanRequest: {
+		type: "object",
+		description: "Body of POST /auth/can.",
+		required: ["action", "object"],
+		properties: {
+			action: str("`read`, `write`, `manage` or a special/custom action"),
+			object: str("`service:collection`"),
+			fields: strList("Optional field-level check"),
+			filter: { type: "object", description: "Optional filter context" },
+			subjects: strList("Override; default is the token's subject"),
+			strict: { type: "string", enum: ["obj"], description: "`obj`: exact object match, no `service:*` fallback" },
+			tz: str("Timezone for time-based grants"),
+			ip: str("IP for location-based grants"),
+		},
+	},
+	CanResponse: {
+		type: "object",
+		required: ["granted"],
+		properties: {
+			granted: { type: "boolean", description: "With `fields`, a partial result is false plus denied_fields and allowed_fields" },
+			policies: { type: "array", items: ref("schemas", "Policy"), description: "With header `x-can-with-policies`" },
+			denied_fields: strList(),
+			allowed_fields: strList(),
+		},
+	},
+	ApiToken: {
+		type: "object",
+		description:
+			"Plaintext of the `x-api-key` header. The header value is its JSON, AES-256-GCM encrypted: " +
+			"`base64url(iv) + \".\" + base64url(ciphertext ‖ tag)`.",
+		required: ["cid", "client_id", "expiration_date"],
+		properties: {
+			cid: str("Must equal the token's `cid`"),
+			client_id: str("Must equal the token's `client_id`"),
+			whitelist: strList("CIDR ranges or single IPs; empty or absent means no restriction"),
+			expiration_date: {
+				anyOf: [{ type: "string", format: "date-time" }, { type: "integer", description: "Unix milliseconds" }],
+				description: "Must be in the future",
+			},
+		},
+	},
+	GrantTime: {
+		type: "object",
+		required: ["cron_exp", "duration"],
+		properties: {
+			cron_exp: str("Opens the window"),
+			duration: { type: "number", minimum: 0, description: "Seconds the window stays open" },
+		},
+	},
+	Grant: {
+		type: "object",
+		description: "An attribute-based access grant (collection auth/grants).",
+		required: ["subject", "action", "object"],
+		properties: {
+			subject: str("`@role`, `uid@domain`, `aid@domain`, `cid@domain` or a group name"),
+			action: str("`read`, `write`, `manage` or a special/custom action"),
+			object: str("`service:collection` or `service:*`"),
+			field: strList("Field allowlist"),
+			filter: strList("Row-level filters: JSON texts in document-store query notation; `{{token.<claim>}}` is replaced by the caller's claim"),
+			location: strList("IP/CIDR allowlist"),
+			time: { type: "array", items: ref("schemas", "GrantTime"), description: "Access windows; several combine with OR" },
+		},
+	},
+	ChangeEvent: {
+		type: "object",
+		description: "Change event pushed to a client's CQRS webhook after each write.",
+		required: ["id", "ts_ms", "op", "topic", "source"],
+		properties: {
+			id: str("Document id"),
+			ts_ms: { type: "integer", description: "Timestamp in milliseconds" },
+			op: { type: "string", enum: ["c", "u", "d", "r"], description: "create, update, delete, restore" },
+			topic: str("`{db}.{collection}`"),
+			source: {
+				type: "object",
+				required: ["name", "db", "collection"],
+				properties: { name: str(), db: str(), collection: str() },
+			},
+			after: { type: "object", description: "State after the operation; absent on delete" },
+			before: { type: "object", description: "State before the operation; absent on create" },
+		},
+	},
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// Parameters and responses
+
+const qp = (name: string, description: string, schema: Schema = { type: "string" }): Schema => ({ name, in: "query", required: false, description, schema });
+const hp = (name: string, description: string): Schema => ({ name, in: "header", required: false, description, schema: { type: "string" } });
+
+const PARAMETERS: Record<string, Schema> = {
+	id: {
+		name: "id",
+		in: "path",
+		required: true,
+		description: "Document id (24-hex object id); on GET with `ref=true`, the document's `ref`",
+		schema: { type: "string" },
+	},
+	query: qp("query", "Filter as a JSON object string in document-store query notation (operators such as `$regex`, `$gte`, `$in`, `$or`); `{}` matches all. `$where`, `$function`, `$expr` and JavaScript answer 400."),
+	pagination: qp("pagination", "JSON object string `{ limit: number, skip: number, sort: { <field>: 1 or -1 } }`; `limit` default 10, at most 100; `skip` ≥ 0."),
+	projection: qp("projection", "JSON object string `{ <field>: 1 }` including only the listed fields (`{ <field>: 0 }` excludes them)."),
+	populate: qp("populate", "Expands relation fields: a JSON array of `{ path, select?, match? }` or a comma-separated list of paths. Only fields the collection declares as relations can be populated; paths without a read grant are dropped."),
+	zone: qp("zone", "Comma-separated list from `own`, `share`, `group`, `client`; default `own,share`. Zones combine by OR; an unknown zone answers 400. May also be sent as header `x-zone`."),
+	ref: qp("ref", "`true`: the path value is the document's `ref` instead of its id.", { type: "string", enum: ["true", "false"] }),
+	token: qp("token", "Alternative carrier of the bearer token (instead of `Authorization: Bearer <token>`; the `authorization` cookie works too)."),
+	xZone: hp("x-zone", "Same as the `zone` query parameter (the query parameter wins)."),
+	xExcludeSoftDelete: hp("x-exclude-soft-delete-query", "When present (any value), soft-deleted documents are not filtered out."),
+	xApiKey: hp("x-api-key", "Required when the token is strict: the encrypted ApiToken (see schema `ApiToken`)."),
+	xSagaSession: hp("x-saga-session", "Saga id: makes this write a staged part of that saga."),
+	xCanWithPolicies: hp("x-can-with-policies", "When present, the response includes the matching policies."),
+	xCanWithIdPolicies: hp("x-can-with-id-policies", "When present, the response includes id-level policies."),
+};
+
+const ERROR_RESPONSES: Record<number, { name: string; description: string; example: string }> = {
+	400: { name: "BadRequest", description: "Invalid body, query or parameter; the message names the field", example: "title is required" },
+	401: { name: "Unauthorized", description: "Missing, malformed, expired or revoked token", example: "authorization token is required" },
+	403: { name: "Forbidden", description: "Scope, grant, strict api-key, location or time check failed", example: "access denied" },
+	404: { name: "NotFound", description: "No such document, or one the caller may not see", example: "document not found" },
+	405: { name: "MethodNotAllowed", description: "The collection is written only by the platform", example: "touch/push-histories is written by the platform only" },
+	409: { name: "Conflict", description: "`ref` already exists in the collection", example: "ref already exists" },
+	413: { name: "PayloadTooLarge", description: "Request body too large", example: "request entity too large" },
+	429: { name: "TooManyRequests", description: "Too many failed logins from this IP; wait 15 minutes", example: "too many failed login attempts from this IP" },
+	502: { name: "BadGateway", description: "Query enforcement reached without the authentication or grant layer", example: "Bad Gateway" },
+};
+
+function responsesComponent(): Record<string, Schema> {
+	const out: Record<string, Schema> = {};
+	for (const [code, r] of Object.entries(ERROR_RESPONSES)) {
+		const statusCode = Number(code);
+		out[r.name] = {
+			description: r.description,
+			content: { "application/json": { schema: ref("schemas", "Error"), example: { statusCode, message: r.example, error: STATUS_NAMES[statusCode] } } },
+		};
+	}
+	return out;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Operations
+
+const envelope = {
+	data: (s: Schema): Schema => ({ type: "object", required: ["data"], properties: { data: s } }),
+	items: (s: Schema): Schema => ({ type: "object", required: ["items", "total"], properties: { items: { type: "array", items: s }, total: { type: "integer", minimum: 0 } } }),
+	total: (): Schema => ({ type: "object", required: ["total"], properties: { total: { type: "integer", minimum: 0 } } }),
+	result: (values: string[]): Schema => ({ type: "object", required: ["result"], properties: { result: { type: "string", enum: values } } }),
+};
+
+const CURSOR_FRAMES =
+	"Server-sent events (send `Accept: text/event-stream`). One frame per document: `id: <id>\\ndata: <json document>\\n\\n`; " +
+	"after the last one `event: end\\ndata: close\\n\\n`. A failure mid-stream sends `event: error\\ndata: <error body>\\n\\n` " +
+	"(the Error schema). Honours `query`, `pagination`, `projection` and `populate` like the list.";
+
+const ok = (description: string, schema: Schema) => ({ "200": { description, content: json(schema) } });
+
+interface OpParts {
+	description?: string;
+	parameters?: string[];
+	requestBody?: Schema;
+	responses: Record<string, Schema>;
+	errors: number[];
+}
+
+function collectionOp(r: RouteDef, d: DomainDef, c: CollectionDef): OpParts {
+	const name = schemaName(d, c);
+	const doc = ref("schemas", name);
+	const created = REVEALED_ON_CREATE[`${d.name}/${c.name}`] ? ref("schemas", `${name}Created`) : doc;
+	const body = (schema: Schema, description: string): Schema => ({ required: true, description, content: json(schema) });
+	const readParams = ["query", "pagination", "projection", "populate", "zone", "xZone", "xExcludeSoftDelete"];
+	const base = [400, 401, 403, 502];
+	const writeRefused = c.platformWritten ? [405] : [];
+	switch (r.op) {
+		case "count":
+			return { parameters: readParams, responses: ok("Number of matching documents", envelope.total()), errors: base };
+		case "list":
+			return { parameters: readParams, responses: ok("A page of documents and the total of matches", envelope.items(doc)), errors: base };
+		case "cursor":
+			return {
+				parameters: readParams,
+				responses: { "200": { description: CURSOR_FRAMES, content: { "text/event-stream": { schema: { type: "string", description: CURSOR_FRAMES } } } } },
+				errors: base,
+			};
+		case "get":
+			return { parameters: ["id", "ref", "projection", "populate", "zone", "xZone", "xExcludeSoftDelete"], responses: ok("The document", envelope.data(doc)), errors: [...base, 404] };
+		case "create":
+			return {
+				parameters: ["xSagaSession"],
+				requestBody: body(ref("schemas", `${name}Create`), "The new document, without platform-managed fields"),
+				responses: ok("The created document", envelope.data(created)),
+				errors: [...base, 409, 413, ...writeRefused],
+			};
+		case "bulkCreate":
+			return {
+				parameters: ["xSagaSession"],
+				requestBody: body(
+					{
+						type: "object",
+						required: ["items"],
+						additionalProperties: false,
+						properties: { items: { type: "array", items: ref("schemas", `${name}Create`), minItems: 1, maxItems: OPENAPI_MAX_BULK } },
+					},
+					`Up to ${OPENAPI_MAX_BULK} new documents, created together or not at all`,
+				),
+				responses: ok("The created documents", envelope.items(created)),
+				errors: [...base, 409, 413, ...writeRefused],
+			};
+		case "patch":
+			return {
+				parameters: ["id", "zone", "xZone", "xExcludeSoftDelete", "xSagaSession"],
+				requestBody: body(ref("schemas", `${name}Patch`), "Only the fields to change"),
+				responses: ok("The document with the updated fields", envelope.data(doc)),
+				errors: [...base, 404, 409, 413, ...writeRefused],
+			};
+		case "bulkPatch":
+			return {
+				description: "The filter comes from the query parameters, the fields to set from the body (`ref` cannot be set here: it is unique).",
+				parameters: ["query", "zone", "xZone", "xExcludeSoftDelete", "xSagaSession"],
+				requestBody: body(ref("schemas", `${name}Patch`), "Fields to set on every matching document"),
+				responses: ok("Number of updated documents", envelope.total()),
+				errors: [...base, 413, ...writeRefused],
+			};
+		case "remove":
+			return {
+				parameters: ["id", "zone", "xZone", "xExcludeSoftDelete", "xSagaSession"],
+				responses: ok("The soft-deleted document, `deleted_at` set", envelope.data(doc)),
+				errors: [...base, 404],
+			};
+		case "restore":
+			return {
+				parameters: ["id", "zone", "xZone", "xSagaSession"],
+				responses: ok("The restored document, `deleted_at` cleared", envelope.data(doc)),
+				errors: [...base, 404],
+			};
+		case "destroy":
+			return {
+				description: "Irreversible; applies to live and soft-deleted documents.",
+				parameters: ["id", "zone", "xZone", "xSagaSession"],
+				responses: ok("The document as it was before its permanent removal", envelope.data(doc)),
+				errors: [...base, 404],
+			};
+		default:
+			return genericOp(r);
+	}
+}
+
+const AUTH_OPS: Record<string, () => OpParts> = {
+	"auth.token": () => ({
+		description: "Grant types: `password` (username, password, client_id), `refresh_token` (refresh_token, client_id; the refresh token is single-use), `client_credential` (client_id, client_secret; no refresh token), `authorization_code` (code, client_id).",
+		requestBody: { required: true, content: json(ref("schemas", "TokenRequest")) },
+		responses: ok("Issued tokens", envelope.data(ref("schemas", "TokenResponse"))),
+		errors: [400, 401, 413, 429],
+	}),
+	"auth.verify": () => ({ responses: ok("Claims of the bearer token (JWT or APT)", envelope.data(ref("schemas", "TokenClaims"))), errors: [401, 403] }),
+	"auth.logout": () => ({
+		description: "Deletes the session and blacklists it: every JWT or APT of the session then answers 401. Repeating it answers OK.",
+		responses: ok("Session ended", envelope.result(["OK"])),
+		errors: [401, 403],
+	}),
+	"auth.check": () => ({
+		requestBody: { required: true, content: json(ref("schemas", "TotpCheck")) },
+		responses: ok("`OK` if the code matches within the window, otherwise `NOK`", envelope.result(["OK", "NOK"])),
+		errors: [400, 401, 403, 413],
+	}),
+	"auth.can": () => ({
+		parameters: ["xCanWithPolicies", "xCanWithIdPolicies"],
+		requestBody: { required: true, content: json(ref("schemas", "CanRequest")) },
+		responses: ok("Grant decision", envelope.data(ref("schemas", "CanResponse"))),
+		errors: [400, 401, 403, 413],
+	}),
+};
+
+/** A route the table may gain later (a special action) still gets a truthful, if less precise, description. */
+function genericOp(r: RouteDef): OpParts {
+	const hasBody = r.method === "POST" || r.method === "PUT" || r.method === "PATCH";
+	return {
+		requestBody: hasBody ? { required: false, content: json({ type: "object" }) } : undefined,
+		responses: ok("Result of the operation", {}),
+		errors: [400, 401, ...(r.public ? [] : [403]), ...(r.path.includes("/:") ? [404] : []), ...(hasBody ? [413] : [])],
+	};
+}
+
+function tagOf(r: RouteDef): string {
+	return r.domain && r.collection ? `${r.domain.name}/${r.collection.name}` : r.path.split("/")[1];
+}
+
+function operation(r: RouteDef): Schema {
+	const parts = r.op && r.domain && r.collection ? collectionOp(r, r.domain, r.collection) : (AUTH_OPS[r.action]?.() ?? genericOp(r));
+	const description = [
+		parts.description,
+		r.public ? "Public: no token needed." : r.scope ? `Needs scope \`${r.scope}\` and a matching grant.` : "Needs a valid bearer token.",
+		r.collection?.platformWritten && (r.op === "create" || r.op === "bulkCreate" || r.op === "patch" || r.op === "bulkPatch")
+			? "This collection is written only by the platform: the request answers 405."
+			: undefined,
+	].filter(Boolean).join(" ");
+
+	const pathParams = [...r.path.matchAll(/:([A-Za-z_]\w*)/g)].map((m) => m[1]);
+	const names = [...(parts.parameters ?? [])];
+	// A path parameter the operation does not name already (a future special route) still has to be declared.
+	const extra = pathParams.filter((p) => !names.includes(p)).map((p) => ({ name: p, in: "path", required: true, schema: { type: "string" } }));
+	if (!r.public) names.push("token", "xApiKey");
+
+	const responses: Record<string, Schema> = { ...parts.responses };
+	for (const code of [...new Set(parts.errors)].sort((a, b) => a - b)) responses[String(code)] = ref("responses", ERROR_RESPONSES[code].name);
+
+	const op: Schema = {
+		tags: [tagOf(r)],
+		summary: r.summary,
+		description,
+		operationId: r.action.replace(/\./g, "_"),
+	};
+	const params = [...names.map((n) => ref("parameters", n)), ...extra];
+	if (params.length) op.parameters = params;
+	if (parts.requestBody) op.requestBody = parts.requestBody;
+	op.responses = responses;
+	if (r.public) op.security = [];
+	return op;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The document
+
+function build(): Schema {
+	const routes = allRoutes();
+
+	const collections = new Map<string, { d: DomainDef; c: CollectionDef }>();
+	for (const r of routes) if (r.domain && r.collection) collections.set(`${r.domain.name}/${r.collection.name}`, { d: r.domain, c: r.collection });
+	const refs = new Map([...collections].map(([path, { d, c }]) => [path, schemaName(d, c)]));
+
+	const schemas: Record<string, Schema> = { ...SPEC_SCHEMAS };
+	for (const [path, { d, c }] of collections) {
+		const name = schemaName(d, c);
+		schemas[name] = docSchema(d, c, refs);
+		schemas[`${name}Create`] = createSchema(d, c, refs);
+		schemas[`${name}Patch`] = patchSchema(d, c, refs);
+		const reveal = REVEALED_ON_CREATE[path];
+		if (reveal) schemas[`${name}Created`] = { ...docSchema(d, c, refs, reveal), description: `The ${path} document as the create response returns it.` };
+	}
+
+	const paths: Record<string, Record<string, Schema>> = {};
+	const tags: Array<{ name: string; description: string }> = [];
+	for (const r of routes) {
+		const path = r.path.replace(/:([A-Za-z_]\w*)/g, "{$1}");
+		(paths[path] ??= {})[r.method.toLowerCase()] = operation(r);
+		const tag = tagOf(r);
+		if (!tags.some((t) => t.name === tag))
+			tags.push({ name: tag, description: r.collection ? r.collection.description : "Tokens: issue, verify, logout, TOTP check, grant evaluation" });
+	}
+
+	return {
+		openapi: "3.1.0",
+		info: {
+			title: "Platform Gateway",
+			version: pkg.version,
+			description:
+				"One uniform REST interface over the platform's domain services. Every collection offers the same 11 operations. " +
+				"Send `Authorization: Bearer <token>` (a JWT from POST /auth/token, or a personal token `APT-...`). " +
+				"Responses: `{ data }` for one document, `{ items, total }` for lists, `{ total }` for counts; errors are `{ statusCode, message, error }`.",
+		},
+		tags,
+		paths,
+		webhooks: {
+			change: {
+				post: {
+					summary: "Change event delivered to a client's CQRS webhook (context/configs key `CQRS`)",
+					operationId: "webhook_change",
+					requestBody: { required: true, content: json(ref("schemas", "ChangeEvent")) },
+					responses: { "200": { description: "Any 2xx acknowledges the event" } },
+				},
+			},
+		},
+		components: {
+			schemas,
+			parameters: PARAMETERS,
+			responses: responsesComponent(),
+			securitySchemes: {
+				bearer: {
+					type: "http",
+					scheme: "bearer",
+					bearerFormat: "JWT or APT",
+					description: "A JWT (`eyJ...`) or a personal token (`APT-...`); alternatively the `token` query parameter or the `authorization` cookie.",
+				},
+			},
+		},
+		security: [{ bearer: [] }],
+	};
+}
+
+function deepFreeze<T>(v: T): T {
+	if (v && typeof v === "object" && !Object.isFrozen(v)) {
+		Object.freeze(v);
+		for (const x of Object.values(v)) deepFreeze(x);
+	}
+	return v;
+}
+
+// Built once: the catalog and the route table are fixed for the life of the process. Frozen because every caller
+// shares it.
+let cached: Schema | undefined;
+
+export function openApiDocument(opts: { serverUrl?: string } = {}): object {
+	cached ??= deepFreeze(build());
+	const { openapi, info, ...rest } = cached;
+	return { openapi, info, servers: [{ url: opts.serverUrl ?? "/" }], ...rest };
+}

@@ -1,0 +1,281 @@
+/**
+ * Parsing and validation of the untrusted list/count/cursor query parameters before they reach
+ * NeDB (@seald-io/nedb) or MongoDB. Only the operator subset both stores understand passes; the
+ * output is a fresh object tree that never carries a forbidden key, and `$regex` strings are
+ * compiled to RegExp because NeDB only matches RegExp objects. Every failure is a 400.
+ */
+import { badRequest } from "./errors";
+
+export type Filter = Record<string, unknown>;
+export interface PopulateSpec { path: string; select?: string[]; match?: Filter }
+export interface Pagination { limit: number; skip: number; sort?: Record<string, 1 | -1> }
+
+export const MAX_DEPTH = 8, MAX_IN = 500, MAX_REGEX = 256;
+const MAX_LOGICAL = 50, MAX_LIMIT = 100, DEFAULT_LIMIT = 10, MAX_SKIP = 1_000_000, MAX_SORT = 5, MAX_FIELDS = 100, MAX_POPULATE = 10;
+
+const FIELD = /^[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*$/;
+const FORBIDDEN = new Set(["__proto__", "constructor", "prototype"]);
+// Server-side code execution on Mongo (and unknown to NeDB): refused by name so the client knows why.
+const BANNED = new Set(["$where", "$function", "$expr", "$accumulator"]);
+const COMPARISON = new Set(["$eq", "$lt", "$lte", "$gt", "$gte", "$ne"]);
+const KNOWN = new Set([...COMPARISON, "$in", "$nin", "$regex", "$options", "$exists", "$size", "$elemMatch", "$or", "$and", "$not"]);
+const ZONES = new Set(["own", "share", "group", "client"]);
+type Obj = Record<string, unknown>;
+
+// moleculer-web may hand over qs-built objects, which can have a null prototype.
+const isPlainObject = (v: unknown): v is Obj =>
+	typeof v === "object" && v !== null && [Object.prototype, null].includes(Object.getPrototypeOf(v));
+const isPrimitive = (v: unknown): boolean =>
+	v === null || typeof v === "string" || typeof v === "boolean" || (typeof v === "number" && Number.isFinite(v));
+const has = (o: Obj, k: string) => Object.prototype.hasOwnProperty.call(o, k);
+// An object of operators applied to one value, as opposed to a (sub-)query naming fields.
+const isOperatorExpr = (o: Obj): boolean =>
+	Object.keys(o).length > 0 && Object.keys(o).every((k) => k.startsWith("$") && k !== "$or" && k !== "$and");
+
+export function parseJsonParam(name: string, raw: unknown): unknown {
+	// `?query=` is what clients send for "no value"; treating it as absent beats a 400.
+	if (raw === undefined || (typeof raw === "string" && raw.trim() === "")) return undefined;
+	if (isPlainObject(raw) || Array.isArray(raw)) return raw;
+	if (typeof raw === "string") try { return JSON.parse(raw); } catch { /* same message as a non-string */ }
+	throw badRequest(`${name} must be valid JSON`);
+}
+
+/** Path segments are checked too: `a.__proto__.b` would pollute through dotted paths downstream. */
+export function checkField(name: string): string {
+	for (const seg of name.split(".")) if (FORBIDDEN.has(seg)) throw badRequest(`forbidden key ${seg}`);
+	if (!FIELD.test(name)) throw badRequest(`invalid field name ${name}`);
+	return name;
+}
+
+function checkDepth(name: string, v: unknown, depth: number): void {
+	if (typeof v !== "object" || v === null) return;
+	if (depth > MAX_DEPTH) throw badRequest(`${name} is too deeply nested`);
+	for (const child of Object.values(v)) checkDepth(name, child, depth + 1);
+}
+
+function checkOperator(op: string): string {
+	if (BANNED.has(op)) throw badRequest(`operator ${op} is not allowed`);
+	if (!KNOWN.has(op)) throw badRequest(`unknown operator ${op}`);
+	return op;
+}
+
+export const parseQuery = (raw: unknown): Filter => parseFilter("query", raw);
+
+function parseFilter(name: string, raw: unknown): Filter {
+	const v = parseJsonParam(name, raw);
+	if (v === undefined) return {};
+	if (!isPlainObject(v)) throw badRequest(`${name} must be a JSON object`);
+	// Measured on the raw tree (objects and arrays alike) so the validators never recurse unboundedly.
+	checkDepth(name, v, 1);
+	return subQuery(v);
+}
+
+function subQuery(q: Obj): Filter {
+	const out: Filter = {};
+	for (const key of Object.keys(q)) {
+		const val = q[key];
+		if (!key.startsWith("$")) out[checkField(key)] = fieldValue(key, val);
+		else if (checkOperator(key) === "$or" || key === "$and") {
+			if (!Array.isArray(val) || !val.length || !val.every(isPlainObject)) throw badRequest(`${key} must be a non-empty array of objects`);
+			if (val.length > MAX_LOGICAL) throw badRequest(`${key} accepts at most ${MAX_LOGICAL} entries`);
+			out[key] = val.map(subQuery);
+		} else if (key === "$not") {
+			// The negated sub-query is NeDB's form; Mongo only knows the field-level $not handled below.
+			if (!isPlainObject(val)) throw badRequest("$not must be an object");
+			out[key] = subQuery(val);
+		} else throw badRequest(`operator ${key} must be applied to a field`);
+	}
+	return out;
+}
+
+function fieldValue(field: string, val: unknown): unknown {
+	const keys = isPlainObject(val) ? Object.keys(val) : [];
+	const ops = keys.filter((k) => k.startsWith("$")).length;
+	if (ops === 0) return exactValue(field, val);
+	if (ops !== keys.length) throw badRequest(`${field} cannot mix operators and fields`);
+	return operators(val as Obj, true);
+}
+
+/** An exact match on a primitive, an array or a sub-document: no operator may hide inside. */
+function exactValue(path: string, val: unknown): unknown {
+	if (isPrimitive(val)) return val;
+	if (Array.isArray(val)) return val.map((e) => exactValue(path, e));
+	if (!isPlainObject(val)) throw badRequest(`${path} has an unsupported value`);
+	const out: Obj = {};
+	for (const key of Object.keys(val)) {
+		if (key.startsWith("$")) throw badRequest(`${key} is not allowed in sub-document ${path}`);
+		out[checkField(key)] = exactValue(`${path}.${key}`, val[key]);
+	}
+	return out;
+}
+
+/** `underField`: directly under a query field, where a lone `$eq` can become the plain value. */
+function operators(expr: Obj, underField: boolean): unknown {
+	const out: Obj = {};
+	const keys = Object.keys(expr);
+	for (const op of keys.map(checkOperator)) {
+		const v = (out[op] = expr[op]);
+		if (COMPARISON.has(op) && !isPrimitive(v)) throw badRequest(`${op} must be a string, number, boolean or null`);
+		if (op === "$exists" && typeof v !== "boolean") throw badRequest("$exists must be a boolean");
+		if (op === "$size" && !(Number.isInteger(v) && (v as number) >= 0)) throw badRequest("$size must be a non-negative integer");
+		if (op === "$in" || op === "$nin") {
+			if (!Array.isArray(v)) throw badRequest(`${op} must be an array`);
+			if (v.length > MAX_IN) throw badRequest(`${op} accepts at most ${MAX_IN} values`);
+			if (!v.every(isPrimitive)) throw badRequest(`${op} accepts only strings, numbers, booleans and null`);
+			out[op] = [...v];
+		} else if (op === "$elemMatch") {
+			if (!isPlainObject(v)) throw badRequest("$elemMatch must be an object");
+			out[op] = isOperatorExpr(v) ? operators(v, false) : subQuery(v);
+		} else if (op === "$not") {
+			if (typeof v === "string") out[op] = compileRegex("$not", v, undefined);
+			else if (isPlainObject(v) && isOperatorExpr(v)) out[op] = operators(v, false);
+			else throw badRequest("$not must be an object of operators or a regular expression string");
+		} else if (op === "$or" || op === "$and") throw badRequest(`operator ${op} must be used at query level`);
+	}
+	if (has(expr, "$options") && !has(expr, "$regex")) throw badRequest("$options requires $regex");
+	// NeDB knows neither $options nor $eq: flags go into the RegExp, $eq becomes a value or a one-element $in.
+	if (has(expr, "$regex")) out.$regex = compileRegex("$regex", expr.$regex, expr.$options);
+	delete out.$options;
+	if (has(out, "$eq")) {
+		if (underField && keys.length === 1) return out.$eq;
+		if (has(out, "$in")) throw badRequest("$eq cannot be combined with $in");
+		out.$in = [out.$eq];
+		delete out.$eq;
+	}
+	return out;
+}
+
+function compileRegex(op: string, src: unknown, options: unknown): RegExp {
+	if (typeof src !== "string") throw badRequest(`${op} must be a string`);
+	if (src.length > MAX_REGEX) throw badRequest(`${op} is too long`);
+	// JS has no `x` (extended) flag; silently dropping it would change what the pattern means.
+	const flags = options === undefined ? "" : options;
+	if (typeof flags !== "string" || !/^[ims]*$/.test(flags)) throw badRequest("$options may only contain i, m and s");
+	let re: RegExp;
+	try { re = new RegExp(src, [...new Set(flags)].join("")); } catch { throw badRequest(`${op} is not a valid regular expression`); }
+	if (hasNestedQuantifier(src)) throw badRequest(`${op} is not allowed`);
+	return re;
+}
+
+// A cheap ReDoS guard against the usual cause of catastrophic backtracking, a repeated group whose body ends
+// in a quantifier: (a+)+, (.*)*, (\w+\s?)+. Escapes and classes are blanked: they cannot close a group.
+const hasNestedQuantifier = (src: string): boolean =>
+	/[*+?}]\)+(?:[*+]|\{\d)/.test(src.replace(/\\./gs, "e").replace(/\[[^\]]*\]/g, "c"));
+
+/** Every field path a validated filter names, so authorization can refuse filters on hidden fields. */
+export const referencedFields = (filter: Filter): string[] => [...collectQuery(filter, "", new Set())];
+
+function collectQuery(q: Obj, prefix: string, out: Set<string>): Set<string> {
+	for (const key of Object.keys(q)) {
+		if (!key.startsWith("$")) collectValue(prefix + key, q[key], out);
+		// $or/$and hold arrays of sub-queries, query-level $not a single one.
+		else for (const e of [q[key]].flat()) if (isPlainObject(e)) collectQuery(e, prefix, out);
+	}
+	return out;
+}
+
+function collectValue(path: string, v: unknown, out: Set<string>): void {
+	out.add(path);
+	if (Array.isArray(v)) for (const e of v) collectValue(path, e, out);
+	if (!isPlainObject(v)) return;
+	if (!isOperatorExpr(v)) return void collectQuery(v, `${path}.`, out);
+	for (const sub of [v.$elemMatch, v.$not].filter(isPlainObject)) {
+		if (isOperatorExpr(sub)) collectValue(path, sub, out);
+		else collectQuery(sub, `${path}.`, out);
+	}
+}
+
+function intParam(name: string, v: unknown, fallback: number, min: number, max: number): number {
+	if (v === undefined) return fallback;
+	// qs-built objects (`pagination[limit]=5`) carry numbers as strings.
+	const n = typeof v === "string" && /^-?\d+$/.test(v) ? Number(v) : v;
+	if (typeof n !== "number" || !Number.isInteger(n)) throw badRequest(`${name} must be an integer`);
+	if (n < min) throw badRequest(`${name} must be at least ${min}`);
+	if (n > max) throw badRequest(`${name} must be at most ${max}`);
+	return n;
+}
+
+export function parsePagination(raw: unknown): Pagination {
+	const v = parseJsonParam("pagination", raw);
+	if (v === undefined) return { limit: DEFAULT_LIMIT, skip: 0 };
+	if (!isPlainObject(v)) throw badRequest("pagination must be a JSON object");
+	for (const key of Object.keys(v)) if (!["limit", "skip", "sort"].includes(key)) throw badRequest(`pagination.${key} is not allowed`);
+	const limit = intParam("pagination.limit", v.limit, DEFAULT_LIMIT, 1, MAX_LIMIT);
+	const result: Pagination = { limit, skip: intParam("pagination.skip", v.skip, 0, 0, MAX_SKIP) };
+	if (v.sort === undefined) return result;
+	if (!isPlainObject(v.sort)) throw badRequest("pagination.sort must be a JSON object");
+	const keys = Object.keys(v.sort);
+	if (keys.length > MAX_SORT) throw badRequest(`pagination.sort accepts at most ${MAX_SORT} fields`);
+	const sort: Record<string, 1 | -1> = {};
+	for (const key of keys) {
+		const d = v.sort[checkField(key)];
+		const dir = typeof d === "string" ? d.toLowerCase() : d;
+		if (dir === 1 || dir === "1" || dir === "asc") sort[key] = 1;
+		else if (dir === -1 || dir === "-1" || dir === "desc") sort[key] = -1;
+		else throw badRequest(`pagination.sort.${key} must be 1, -1, "asc" or "desc"`);
+	}
+	if (keys.length > 0) result.sort = sort;
+	return result;
+}
+
+export function parseProjection(raw: unknown): Record<string, 0 | 1> | undefined {
+	const v = parseJsonParam("projection", raw);
+	if (v === undefined) return undefined;
+	if (!isPlainObject(v)) throw badRequest("projection must be a JSON object");
+	const keys = Object.keys(v);
+	if (keys.length > MAX_FIELDS) throw badRequest(`projection accepts at most ${MAX_FIELDS} fields`);
+	const out: Record<string, 0 | 1> = {};
+	let mode: 0 | 1 | undefined;
+	for (const key of keys) {
+		const x = v[checkField(key)];
+		const flag = x === 1 || x === true ? 1 : x === 0 || x === false ? 0 : undefined;
+		if (flag === undefined) throw badRequest(`projection.${key} must be 0 or 1`);
+		// Both stores let _id be dropped from an inclusion or kept in an exclusion.
+		if (key !== "_id" && (mode ??= flag) !== flag) throw badRequest("projection cannot mix inclusion and exclusion");
+		out[key] = flag;
+	}
+	return keys.length > 0 ? out : undefined;
+}
+
+export function parsePopulate(raw: unknown): PopulateSpec[] {
+	const s = typeof raw === "string" ? raw.trim() : undefined;
+	let v = s !== undefined && !s.startsWith("[") && !s.startsWith("{") ? s.split(",") : parseJsonParam("populate", raw);
+	if (v === undefined) return [];
+	if (isPlainObject(v)) v = [v];
+	if (!Array.isArray(v)) throw badRequest("populate must be a JSON array, a JSON object or a comma-separated list of paths");
+	const entries = v.filter((e) => !(typeof e === "string" && e.trim() === ""));
+	if (entries.length > MAX_POPULATE) throw badRequest(`populate accepts at most ${MAX_POPULATE} paths`);
+	const specs = entries.map(populateSpec);
+	const dup = specs.find((p, i) => specs.findIndex((q) => q.path === p.path) !== i);
+	if (dup) throw badRequest(`populate path ${dup.path} is repeated`);
+	return specs;
+}
+
+function populateSpec(e: unknown): PopulateSpec {
+	if (typeof e === "string") return { path: checkField(e.trim()) };
+	if (!isPlainObject(e)) throw badRequest("populate entries must be paths or {path, select, match} objects");
+	for (const key of Object.keys(e)) if (!["path", "select", "match"].includes(key)) throw badRequest(`populate.${key} is not allowed`);
+	if (typeof e.path !== "string") throw badRequest("populate.path must be a string");
+	const spec: PopulateSpec = { path: checkField(e.path) };
+	if (e.select !== undefined) {
+		const sel = typeof e.select === "string" ? e.select.split(/[\s,]+/).filter(Boolean) : e.select;
+		if (!Array.isArray(sel) || !sel.every((f) => typeof f === "string"))
+			throw badRequest("populate.select must be an array or a space/comma-separated list of field names");
+		if (sel.length > MAX_FIELDS) throw badRequest(`populate.select accepts at most ${MAX_FIELDS} fields`);
+		if (sel.length > 0) spec.select = [...new Set(sel.map(checkField))];
+	}
+	if (e.match !== undefined) spec.match = parseFilter("populate.match", e.match);
+	return spec;
+}
+
+export function parseZones(raw: unknown): string[] {
+	// Repeated parameters (`zones=own&zones=share`) arrive as an array.
+	const list: unknown = raw === undefined ? [] : typeof raw === "string" ? [raw] : raw;
+	if (!Array.isArray(list) || !list.every((z) => typeof z === "string")) throw badRequest("zones must be a comma-separated string");
+	const zones: string[] = [];
+	for (const zone of list.flatMap((z: string) => z.split(",")).map((z) => z.trim()).filter(Boolean)) {
+		if (!ZONES.has(zone)) throw badRequest(`unknown zone ${zone}`);
+		if (!zones.includes(zone)) zones.push(zone);
+	}
+	return zones.length > 0 ? zones : ["own", "share"];
+}

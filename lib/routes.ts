@@ -1,0 +1,67 @@
+/**
+ * The HTTP surface derived from the catalog: one table that the gateway mounts and the OpenAPI document
+ * describes, so the two cannot drift apart.
+ */
+import { DOMAINS, STANDARD_OPS, type CollectionDef, type DomainDef, type StandardOp } from "../catalog";
+
+export type Method = "GET" | "POST" | "PUT" | "PATCH" | "DELETE";
+
+export interface RouteDef {
+	method: Method;
+	/** Express-style path, e.g. `/identity/users/:id`. */
+	path: string;
+	/** Moleculer action, e.g. `identity.users.get`. */
+	action: string;
+	/** Scope needed, e.g. `read:identity:users`; undefined for public or token-only routes. */
+	scope?: string;
+	public?: boolean;
+	op?: StandardOp;
+	domain?: DomainDef;
+	collection?: CollectionDef;
+	summary: string;
+	/** The SSE cursor is produced on the gateway node itself. */
+	stream?: boolean;
+}
+
+/** Order matters: fixed segments (`count`, `cursor`, `bulk`) before `:id`. */
+const PATTERN: Array<{ op: StandardOp; method: Method; suffix: string; summary: string }> = [
+	{ op: "count", method: "GET", suffix: "/count", summary: "Count documents" },
+	{ op: "cursor", method: "GET", suffix: "/cursor", summary: "Stream documents as server-sent events" },
+	{ op: "bulkCreate", method: "POST", suffix: "/bulk", summary: "Create many documents" },
+	{ op: "bulkPatch", method: "PATCH", suffix: "/bulk", summary: "Update every document matching the query" },
+	{ op: "create", method: "POST", suffix: "", summary: "Create a document" },
+	{ op: "list", method: "GET", suffix: "", summary: "List documents" },
+	{ op: "restore", method: "PUT", suffix: "/:id/restore", summary: "Restore a soft-deleted document" },
+	{ op: "destroy", method: "DELETE", suffix: "/:id/destroy", summary: "Remove a document permanently" },
+	{ op: "get", method: "GET", suffix: "/:id", summary: "Get a document" },
+	{ op: "patch", method: "PATCH", suffix: "/:id", summary: "Update fields of a document" },
+	{ op: "remove", method: "DELETE", suffix: "/:id", summary: "Soft-delete a document" },
+];
+
+/** Endpoints of the `/auth` root (spec: Authentication endpoints). */
+export const AUTH_ROUTES: RouteDef[] = [
+	{ method: "POST", path: "/auth/token", action: "auth.token", public: true, summary: "Issue tokens (password, refresh_token, client_credential, authorization_code)" },
+	{ method: "GET", path: "/auth/verify", action: "auth.verify", summary: "Claims of the bearer token" },
+	{ method: "GET", path: "/auth/logout", action: "auth.logout", summary: "End the token's session" },
+	{ method: "POST", path: "/auth/check", action: "auth.check", summary: "Check a TOTP code" },
+	{ method: "POST", path: "/auth/can", action: "auth.can", summary: "Evaluate grants for an action on an object" },
+];
+
+export function collectionRoutes(d: DomainDef, c: CollectionDef): RouteDef[] {
+	const base = `/${d.name}/${c.name}`;
+	return PATTERN.map((p) => ({
+		method: p.method,
+		path: base + p.suffix,
+		action: `${d.name}.${c.name}.${p.op}`,
+		scope: `${STANDARD_OPS[p.op]}:${d.name}:${c.name}`,
+		op: p.op,
+		domain: d,
+		collection: c,
+		summary: p.summary,
+		stream: p.op === "cursor",
+	}));
+}
+
+export function allRoutes(): RouteDef[] {
+	return [...AUTH_ROUTES, ...DOMAINS.flatMap((d) => d.collections.flatMap((c) => collectionRoutes(d, c)))];
+}

@@ -1,0 +1,140 @@
+/**
+ * Body validation from the catalog: types, formats, enums, required fields, platform-managed fields and
+ * collection rules. Every failure is a 400 whose message names the field.
+ */
+import { PLATFORM_FIELDS, SETTABLE_FIELDS, type CollectionDef, type FieldDef, type FieldType } from "../catalog";
+import { badRequest } from "./errors";
+import { isIpOrCidr } from "./cidr";
+
+const FORBIDDEN_KEYS = new Set(["__proto__", "constructor", "prototype"]);
+export const MAX_ARRAY = 1000;
+
+const FORMATS: Record<string, (v: string) => boolean> = {
+	email: (v) => /^[^\s@]+@[^\s@]+\.[^\s@]+$/.test(v) && v.length <= 320,
+	e164: (v) => /^\+[1-9]\d{6,14}$/.test(v),
+	semver: (v) => /^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$/.test(v),
+	uri: (v) => {
+		try {
+			const u = new URL(v);
+			return u.protocol === "https:" || u.protocol === "http:";
+		} catch {
+			return false;
+		}
+	},
+	uuid: (v) => /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(v),
+	hex: (v) => /^[0-9a-f]+$/i.test(v),
+	objectId: (v) => /^[0-9a-f]{24}$/i.test(v),
+	"ip-or-cidr": (v) => isIpOrCidr(v),
+	cron: (v) => v.trim().split(/\s+/).length >= 5,
+};
+
+const FORMAT_NAMES: Record<string, string> = {
+	email: "an email address",
+	e164: "a phone number in E.164 format",
+	semver: "a SemVer version",
+	uri: "an http(s) URL",
+	uuid: "a UUID",
+	hex: "a hex string",
+	objectId: "a 24-hex object id",
+	"ip-or-cidr": "an IP or CIDR range",
+	cron: "a cron expression",
+};
+
+export function isPlainObject(v: unknown): v is Record<string, unknown> {
+	if (v === null || typeof v !== "object" || Array.isArray(v)) return false;
+	const proto = Object.getPrototypeOf(v);
+	return proto === Object.prototype || proto === null;
+}
+
+function checkType(name: string, type: FieldType, v: unknown): void {
+	const ok =
+		type === "any" ||
+		(type === "string" && typeof v === "string") ||
+		(type === "number" && typeof v === "number" && Number.isFinite(v)) ||
+		(type === "integer" && Number.isInteger(v)) ||
+		(type === "boolean" && typeof v === "boolean") ||
+		(type === "object" && isPlainObject(v)) ||
+		(type === "array" && Array.isArray(v)) ||
+		(type === "date" && (typeof v === "string" || typeof v === "number") && !Number.isNaN(new Date(v as string).getTime()));
+	if (!ok) throw badRequest(`${name} must be ${type === "integer" || type === "array" || type === "object" ? "an" : "a"} ${type === "date" ? "date (ISO 8601 or Unix milliseconds)" : type}`);
+}
+
+function checkScalar(name: string, def: Pick<FieldDef, "format" | "enum" | "maxLength" | "minimum">, v: unknown): void {
+	if (typeof v === "string") {
+		if (def.maxLength !== undefined && v.length > def.maxLength) throw badRequest(`${name} must be at most ${def.maxLength} characters`);
+		if (def.format && !FORMATS[def.format](v)) throw badRequest(`${name} must be ${FORMAT_NAMES[def.format]}`);
+	}
+	if (def.enum && !def.enum.includes(v as string)) throw badRequest(`${name} must be one of ${def.enum.join(", ")}`);
+	if (def.minimum !== undefined && typeof v === "number" && v < def.minimum) throw badRequest(`${name} must be at least ${def.minimum}`);
+}
+
+/** Rejects keys that could reach Object.prototype, deep in free-form objects too. */
+function checkKeys(name: string, v: unknown, depth = 0): void {
+	if (depth > 16) throw badRequest(`${name} is too deeply nested`);
+	if (Array.isArray(v)) v.forEach((x, i) => checkKeys(`${name}[${i}]`, x, depth + 1));
+	else if (v && typeof v === "object")
+		for (const k of Object.keys(v)) {
+			if (FORBIDDEN_KEYS.has(k) || k.startsWith("$")) throw badRequest(`${name}.${k} is not an allowed key`);
+			checkKeys(`${name}.${k}`, (v as Record<string, unknown>)[k], depth + 1);
+		}
+}
+
+export function validateValue(name: string, def: FieldDef, v: unknown): unknown {
+	checkType(name, def.type, v);
+	if (def.type === "array") {
+		const arr = v as unknown[];
+		if (arr.length > MAX_ARRAY) throw badRequest(`${name} accepts at most ${MAX_ARRAY} items`);
+		arr.forEach((x, i) => {
+			if (def.items) checkType(`${name}[${i}]`, def.items, x);
+			checkScalar(`${name}[${i}]`, { format: def.format, enum: def.enum }, x);
+		});
+		checkKeys(name, v);
+		return arr;
+	}
+	if (def.type === "object" || def.type === "any") checkKeys(name, v);
+	checkScalar(name, def, v);
+	if (def.type === "date") return new Date(v as string | number).toISOString();
+	return v;
+}
+
+export type WriteMode = "create" | "patch";
+
+export function fieldDef(col: CollectionDef, name: string): FieldDef | undefined {
+	return Object.prototype.hasOwnProperty.call(col.fields, name)
+		? col.fields[name]
+		: Object.prototype.hasOwnProperty.call(SETTABLE_FIELDS, name)
+			? SETTABLE_FIELDS[name]
+			: undefined;
+}
+
+/**
+ * Validates a create or patch body and returns the clean values to store (dates normalised).
+ * `prefix` names items of a bulk body (`items[3].`).
+ */
+export function validateBody(col: CollectionDef, body: unknown, mode: WriteMode, prefix = ""): Record<string, unknown> {
+	if (!isPlainObject(body)) throw badRequest(`${prefix || "body"} must be a JSON object`);
+	const out: Record<string, unknown> = {};
+	for (const key of Object.keys(body)) {
+		const name = prefix + key;
+		if (Object.prototype.hasOwnProperty.call(PLATFORM_FIELDS, key) || col.fields[key]?.internal) throw badRequest(`${name} is set by the platform`);
+		const def = FORBIDDEN_KEYS.has(key) ? undefined : fieldDef(col, key);
+		if (!def) throw badRequest(`${name} is not a field of ${col.name}`);
+		const v = body[key];
+		if (v === null || v === undefined) {
+			if (mode === "create" || def.required) throw badRequest(`${name} must not be null`);
+			out[key] = null;
+			continue;
+		}
+		out[key] = validateValue(name, def, v);
+	}
+	if (mode === "create") {
+		for (const [key, def] of Object.entries(col.fields)) if (def.required && !def.internal && out[key] === undefined) throw badRequest(`${prefix}${key} is required`);
+		checkRules(col, out);
+	} else if (Object.keys(out).length === 0) throw badRequest(`${prefix || "body"} must change at least one field`);
+	return out;
+}
+
+/** Collection rules such as "an email needs html or text", on the document as it will be stored. */
+export function checkRules(col: CollectionDef, doc: Record<string, unknown>): void {
+	for (const rule of col.rules ?? []) if (!rule.anyOf.some((f) => doc[f] !== undefined && doc[f] !== null && doc[f] !== "")) throw badRequest(rule.message);
+}

@@ -1,0 +1,174 @@
+/**
+ * The authority layer: one Moleculer middleware around every collection action (and every special action that
+ * declares `authority`). In the spec's order: scope, grant, then query enforcement, producing the access plan the
+ * collection engine executes. Nothing reads or writes collection data without passing here.
+ */
+import type { Middleware } from "moleculer";
+import type { CollectionActionMeta, CollectionParams, Ctx } from "../mixins/collection.mixin";
+import { findCollection, type CollectionDef } from "../catalog";
+import { ApiError, forbidden, notFound, unauthorized } from "../lib/errors";
+import { fieldsAllowed, type Decision, type GrantIndex } from "../lib/grants";
+import type { AccessPlan } from "../lib/plan";
+import {
+	parseJsonParam,
+	parsePagination,
+	parsePopulate,
+	parseProjection,
+	parseQuery,
+	parseZones,
+	referencedFields,
+	type Filter,
+	type PopulateSpec,
+} from "../lib/query-safety";
+import { hasParsedScope, parseScopes, type ParsedScopes } from "../lib/scopes";
+import type { TokenClaims } from "../lib/types";
+import { reduceGroupsInQuery, zoneFilter } from "../lib/zones";
+import { grantCache } from "./grant-cache";
+
+const OBJECT_ID = /^[0-9a-f]{24}$/i;
+const READ_OPS = new Set(["list", "count", "cursor", "get"]);
+const BY_ID_OPS = new Set(["get", "patch", "remove", "restore", "destroy"]);
+const WRITE_BODY_OPS = new Set(["create", "bulkCreate", "patch", "bulkPatch"]);
+
+/** Parsed scopes per scope string: tokens repeat, parsing need not. */
+const scopeCache = new Map<string, ParsedScopes>();
+function scopesOf(scope: string): ParsedScopes {
+	let p = scopeCache.get(scope);
+	if (!p) {
+		if (scopeCache.size > 10_000) scopeCache.clear();
+		scopeCache.set(scope, (p = parseScopes(scope)));
+	}
+	return p;
+}
+
+export function subjectsOf(token: TokenClaims): string[] {
+	return token.subject ? token.subject.split(" ").filter(Boolean) : [];
+}
+
+/** Layer 1: the token's scope must cover `{level}:{service}:{collection}`; 403 before any grant lookup. */
+export function checkScope(token: TokenClaims, action: string, service: string, collection: string): void {
+	const required = `${action}:${service}:${collection}`;
+	if (!hasParsedScope(scopesOf(token.scope ?? ""), required)) throw forbidden(`token scope does not cover ${required}`);
+}
+
+/** Layer 2: a grant for the action on `service:collection` (or `service:*`); 403 otherwise. */
+export function checkGrant(index: GrantIndex, token: TokenClaims, action: string, object: string, ip?: string): Decision {
+	const d = index.decide({ subjects: subjectsOf(token), action, object, ip, tz: token.tz, token });
+	if (!d.granted) {
+		if (d.reason === "location") throw forbidden(`request ip is outside the grant location`);
+		if (d.reason === "time") throw forbidden(`request is outside the grant time window`);
+		throw forbidden(`no grant for ${action} on ${object}`);
+	}
+	return d;
+}
+
+function refuseHidden(referenced: string[], allowed: string[] | null, what: string): void {
+	const hidden = fieldsAllowed(referenced, allowed);
+	if (hidden.length) throw forbidden(`${what} ${hidden[0]} is not allowed`);
+}
+
+function and(parts: Array<Filter | null | undefined>): Filter {
+	const list = parts.filter((p): p is Filter => !!p && Object.keys(p).length > 0);
+	return list.length === 0 ? {} : list.length === 1 ? list[0] : { $and: list };
+}
+
+/** Layer 3: query enforcement. Returns the plan; every referenced field must be readable. */
+export function enforce(
+	ctx: Ctx,
+	index: GrantIndex,
+	col: CollectionDef,
+	meta: CollectionActionMeta,
+	decision: Decision,
+	token: TokenClaims,
+): AccessPlan {
+	const q = (ctx.params.query ?? {}) as Record<string, unknown>;
+	const headers = ctx.meta.headers ?? {};
+	const allowed = decision.fields;
+	const isRead = READ_OPS.has(meta.op) || meta.op === "bulkPatch";
+
+	const userQuery = isRead ? reduceGroupsInQuery(parseQuery(parseJsonParam("query", q.query) ?? {}), token.groups ?? []) : {};
+	const pagination = meta.op === "list" || meta.op === "cursor" ? parsePagination(parseJsonParam("pagination", q.pagination)) : undefined;
+	const projection = meta.op === "list" || meta.op === "cursor" || meta.op === "get" ? parseProjection(parseJsonParam("projection", q.projection)) : undefined;
+	let populate: PopulateSpec[] = meta.op === "list" || meta.op === "cursor" || meta.op === "get" ? parsePopulate(parseJsonParam("populate", q.populate)) : [];
+
+	refuseHidden(referencedFields(userQuery), allowed, "query field");
+	if (pagination?.sort) refuseHidden(Object.keys(pagination.sort), allowed, "sort field");
+	if (projection) refuseHidden(Object.keys(projection), allowed, "projection field");
+	if (populate.length) {
+		for (const p of populate) if (!col.fields[p.path]?.relation) throw new ApiError(400, `${p.path} cannot be populated`);
+		refuseHidden(populate.map((p) => p.path), allowed, "populate path");
+		// Paths whose target the caller holds no read grant for are dropped silently; the nested call re-checks all.
+		populate = populate.filter((p) => {
+			const [svc, target] = col.fields[p.path].relation!.split("/");
+			return (
+				hasParsedScope(scopesOf(token.scope ?? ""), `read:${svc}:${target}`) &&
+				index.decide({ subjects: subjectsOf(token), action: "read", object: `${svc}:${target}`, ip: ctx.meta.ip, tz: token.tz, token }).granted
+			);
+		});
+	}
+	if (WRITE_BODY_OPS.has(meta.op)) {
+		const body = ctx.params.body as Record<string, unknown> | undefined;
+		const items = meta.op === "bulkCreate" && Array.isArray(body?.items) ? (body!.items as unknown[]) : [body];
+		for (const it of items) if (it && typeof it === "object") refuseHidden(Object.keys(it), allowed, "field");
+	}
+
+	// The soft-delete condition, unless the header; restore and destroy address soft-deleted documents too.
+	const softDelete = meta.op === "restore" || meta.op === "destroy" || headers["x-exclude-soft-delete-query"] !== undefined ? null : { deleted_at: null };
+	const zones = zoneFilter(parseZones(q.zone ?? headers["x-zone"]), token);
+
+	let idCond: Filter | null = null;
+	if (BY_ID_OPS.has(meta.op)) {
+		const id = ctx.params.params?.id;
+		const byRef = meta.op === "get" && (q.ref === "true" || q.ref === true);
+		if (typeof id !== "string" || (!byRef && !OBJECT_ID.test(id))) throw notFound();
+		idCond = byRef ? { ref: id } : { id: id.toLowerCase() };
+	}
+
+	// Response fields: the grant's allowlist narrowed by an inclusion projection, minus an exclusion projection.
+	let fields = allowed;
+	if (projection) {
+		const keys = Object.keys(projection);
+		if (Object.values(projection)[0] === 1) fields = keys.filter((k) => !allowed || allowed.includes(k) || allowed.includes(k.split(".")[0]));
+		else fields = (allowed ?? [...Object.keys(col.fields), ...COMMON_OUTPUT]).filter((f) => !keys.includes(f));
+	}
+
+	return {
+		filter: and([softDelete, zones, decision.rowFilter, userQuery, idCond]),
+		fields,
+		sort: pagination?.sort,
+		skip: pagination?.skip ?? 0,
+		limit: pagination?.limit ?? 10,
+		populate,
+		token,
+	};
+}
+
+const COMMON_OUTPUT = [
+	"ref", "owner", "shares", "groups", "clients", "identity", "relations", "description", "version", "tags", "props", "rand", "timestamp",
+	"created_at", "created_by", "created_in", "updated_at", "updated_by", "updated_in", "deleted_at", "deleted_by", "deleted_in",
+	"restored_at", "restored_by", "restored_in",
+];
+
+export const AuthorityMiddleware = {
+	name: "Authority",
+	localAction(handler: (ctx: Ctx) => Promise<unknown>, action: { collection?: CollectionActionMeta }) {
+		const meta = action.collection;
+		if (!meta) return handler;
+		const ref = findCollection(meta.service, meta.collection);
+		if (!ref) return handler;
+		const object = `${meta.service}:${meta.collection}`;
+		return async function authority(ctx: Ctx) {
+			const token = ctx.meta.token;
+			// Reached without the gateway's authentication: the layers cannot apply.
+			if (!token) throw new ApiError(502, "authorization layers were not applied");
+			if (token.type !== "access") throw unauthorized();
+			checkScope(token, meta.level, meta.service, meta.collection);
+			const index = await grantCache.get(ctx);
+			const decision = checkGrant(index, token, meta.level, object, ctx.meta.ip);
+			ctx.locals.plan = enforce(ctx, index, ref.collection, meta, decision, token);
+			return handler(ctx);
+		};
+	},
+} as unknown as Middleware;
+
+export type { CollectionParams };

@@ -1,0 +1,382 @@
+/**
+ * The collection engine: the spec's 11-endpoint pattern for every collection of one domain, built from the catalog.
+ * It executes the access plan the authority middleware attached (ctx.locals.plan) and never decides access itself.
+ * Every write appends change events to the durable outbox.
+ */
+import type { Context, ServiceSchema } from "moleculer";
+import { DEFAULT_VERSION, STANDARD_OPS, type CollectionDef, type DomainDef, type StandardOp } from "../catalog";
+import { changeEvent, type ChangeOp } from "../lib/change-event";
+import { readConfig } from "../lib/config";
+import { objectId, randomToken } from "../lib/crypto";
+import { ApiError, badRequest, conflict, notFound } from "../lib/errors";
+import { requirePlan, type AccessPlan } from "../lib/plan";
+import { present } from "../lib/present";
+import { identityOf, type RequestMeta, type TokenClaims, type Doc } from "../lib/types";
+import { checkRules, isPlainObject, validateBody } from "../lib/validate";
+import { sharedOutbox, type ChangeActor, type Outbox } from "./outbox";
+import { createStore, isDuplicateKeyError, type DocumentStore, type StoredDoc } from "./stores";
+import { AUTHORITY_CHANGED, grantCache } from "../middlewares/grant-cache";
+import { healthBody, HEALTH_ACTION } from "../lib/health";
+import { sharedKeyValue } from "../lib/kv";
+
+export const MAX_BULK = 1000;
+const BATCH = 200;
+
+/** Params of every collection action: moleculer-web with `mergeParams: false`, or a broker call of the same shape. */
+export interface CollectionParams {
+	body?: unknown;
+	query?: Record<string, unknown>;
+	params?: { id?: string };
+	/** Set by the gateway's cursor loop only (never reachable from HTTP, whose values live under `query`). */
+	page?: { offset: number; size: number };
+}
+
+export type Ctx = Context<CollectionParams, RequestMeta>;
+
+/** Behaviour of one collection beyond the pattern (hashing, generated values, side effects). */
+export interface CollectionHooks {
+	/** May change the document before insert; fields it returns are added to the create response only (once). */
+	beforeCreate?(ctx: Ctx, doc: StoredDoc): Promise<Record<string, unknown> | void> | Record<string, unknown> | void;
+	beforePatch?(ctx: Ctx, set: Record<string, unknown>, before: StoredDoc | null): Promise<void> | void;
+	afterWrite?(ctx: Ctx, op: ChangeOp, before: StoredDoc | null, after: StoredDoc | null): Promise<void> | void;
+}
+
+/** Metadata the authority middleware reads on every collection action. */
+export interface CollectionActionMeta {
+	service: string;
+	collection: string;
+	op: StandardOp;
+	level: (typeof STANDARD_OPS)[StandardOp];
+}
+
+export type Change = { op: ChangeOp; before: StoredDoc | null; after: StoredDoc | null };
+
+/**
+ * A platform-made document (sessions at login, seeded records, wallets): same common fields as a caller's create,
+ * stamped with the given identity.
+ */
+export function platformDoc(fields: Record<string, unknown>, by: { owner: string; cid: string; aid?: string; coworkers?: string[] }): StoredDoc {
+	const now = new Date().toISOString();
+	const stampOf = (k: string) => ({ [`${k}_at`]: now, [`${k}_by`]: by.owner, [`${k}_in`]: by.aid ?? by.cid });
+	return {
+		_id: objectId(),
+		shares: [],
+		groups: [],
+		version: DEFAULT_VERSION,
+		...fields,
+		owner: by.owner,
+		clients: [...new Set([by.cid, ...(by.coworkers ?? [])])],
+		...stampOf("created"),
+		...stampOf("updated"),
+		deleted_at: null,
+		rand: randomToken(12),
+		timestamp: String(Date.now()),
+	};
+}
+
+export function actionName(collection: string, op: string): string {
+	return `${collection}.${op}`;
+}
+
+function actorOf(ctx: Ctx): ChangeActor {
+	const t = ctx.meta.token;
+	return { uid: t?.uid, aid: t?.aid, cid: t?.cid, session: t?.session, ip: ctx.meta.ip };
+}
+
+/** `id`/`created_by`-style stamps for one kind of change. */
+function stamp(kind: "created" | "updated" | "deleted" | "restored", token: TokenClaims, now: string): Record<string, unknown> {
+	return { [`${kind}_at`]: now, [`${kind}_by`]: identityOf(token), [`${kind}_in`]: token.aid ?? token.cid };
+}
+
+function clientsOf(token: TokenClaims): string[] {
+	const list = [token.cid, ...(token.coworker ? token.coworker.split(" ") : [])].filter(Boolean);
+	return [...new Set(list)];
+}
+
+export function collectionMixin(domain: DomainDef, hooks: Record<string, CollectionHooks> = {}): Partial<ServiceSchema> {
+	const stores = new Map<string, DocumentStore>();
+	const recorders = new Map<string, (ctx: Ctx, changes: Change[]) => Promise<void>>();
+	let outbox: Outbox;
+
+	function engine(col: CollectionDef) {
+		const h = hooks[col.name] ?? {};
+		const store = () => stores.get(col.name)!;
+
+		function out(doc: StoredDoc, plan: AccessPlan): Doc {
+			return present(col, doc, plan.fields);
+		}
+
+		async function record(ctx: Ctx, changes: Change[]) {
+			const ts = Date.now();
+			await outbox.append(
+				changes.map(({ op, before, after }) => {
+					const doc = (after ?? before)!;
+					return {
+						event: changeEvent(op, domain, col, before, after, ts),
+						clients: (doc.clients as string[]) ?? [],
+						owner: doc.owner as string | undefined,
+						shares: (doc.shares as string[]) ?? [],
+						actor: actorOf(ctx),
+					};
+				}),
+			);
+			if (h.afterWrite) for (const c of changes) await h.afterWrite(ctx, c.op, c.before, c.after);
+		}
+
+		function writable(op: string) {
+			if (col.platformWritten) throw new ApiError(405, `${domain.name}/${col.name} is written by the platform only`);
+			return op;
+		}
+
+		async function build(ctx: Ctx, plan: AccessPlan, body: unknown, prefix = ""): Promise<{ doc: StoredDoc; extra: Record<string, unknown> }> {
+			const clean = validateBody(col, body, "create", prefix);
+			const now = new Date().toISOString();
+			const t = plan.token;
+			const doc: StoredDoc = {
+				_id: objectId(),
+				shares: [],
+				groups: [],
+				...clean,
+				version: (clean.version as string) ?? DEFAULT_VERSION,
+				owner: identityOf(t),
+				clients: clientsOf(t),
+				...stamp("created", t, now),
+				...stamp("updated", t, now),
+				deleted_at: null,
+				rand: randomToken(12),
+				timestamp: String(Date.now()),
+			};
+			const extra = (await h.beforeCreate?.(ctx, doc)) ?? {};
+			return { doc, extra };
+		}
+
+		async function insert<T>(fn: () => Promise<T>): Promise<T> {
+			try {
+				return await fn();
+			} catch (err) {
+				if (isDuplicateKeyError(err)) throw conflict("ref already exists");
+				throw err;
+			}
+		}
+
+		/** The one document a by-id operation addresses, inside the caller's view; 404 otherwise. */
+		async function target(plan: AccessPlan): Promise<StoredDoc> {
+			const doc = await store().findOne(plan.filter);
+			if (!doc) throw notFound();
+			return doc;
+		}
+
+		async function populate(ctx: Ctx, plan: AccessPlan, docs: Doc[]): Promise<Doc[]> {
+			for (const spec of plan.populate) {
+				const rel = col.fields[spec.path]?.relation;
+				if (!rel) continue;
+				const [svc, target] = rel.split("/");
+				const ids = [...new Set(docs.flatMap((d) => ([] as unknown[]).concat(d[spec.path] ?? [])).filter((x): x is string => typeof x === "string"))];
+				const found = new Map<string, Doc>();
+				for (let i = 0; i < ids.length; i += 100) {
+					const chunk = ids.slice(i, i + 100);
+					const query = { ...(spec.match ? jsonQuery(spec.match) : {}), id: { $in: chunk } };
+					const res = await ctx.call<{ items: Doc[] }, CollectionParams>(`${svc}.${actionName(target, "list")}`, {
+						query: { query, pagination: { limit: 100 }, ...(spec.select ? { projection: Object.fromEntries(spec.select.map((f) => [f, 1])) } : {}) },
+					});
+					for (const d of res.items) found.set(d.id, d);
+				}
+				for (const d of docs) {
+					const v = d[spec.path];
+					if (Array.isArray(v)) d[spec.path] = v.map((id) => found.get(id as string)).filter(Boolean);
+					else if (typeof v === "string") d[spec.path] = found.get(v) ?? null;
+				}
+			}
+			return docs;
+		}
+
+		async function read(ctx: Ctx, plan: AccessPlan, skip: number, limit: number): Promise<Doc[]> {
+			const docs = await store().find({ query: plan.filter, sort: plan.sort ?? { _id: 1 }, skip, limit, projection: plan.projection });
+			return populate(ctx, plan, docs.map((d) => out(d, plan)));
+		}
+
+		recorders.set(col.name, record);
+		const handlers: Record<StandardOp, (ctx: Ctx) => Promise<unknown>> = {
+			async count(ctx) {
+				const plan = requirePlan(ctx.locals);
+				return { total: await store().count(plan.filter) };
+			},
+			async list(ctx) {
+				const plan = requirePlan(ctx.locals);
+				const [items, total] = await Promise.all([read(ctx, plan, plan.skip, plan.limit), store().count(plan.filter)]);
+				return { items, total };
+			},
+			async cursor(ctx) {
+				const plan = requirePlan(ctx.locals);
+				const page = ctx.params.page ?? { offset: 0, size: plan.limit };
+				return { items: await read(ctx, plan, plan.skip + page.offset, Math.min(page.size, 500)) };
+			},
+			async get(ctx) {
+				const plan = requirePlan(ctx.locals);
+				const [doc] = await populate(ctx, plan, [out(await target(plan), plan)]);
+				return { data: doc };
+			},
+			async create(ctx) {
+				const plan = requirePlan(ctx.locals);
+				writable("create");
+				const { doc, extra } = await build(ctx, plan, ctx.params.body);
+				await insert(() => store().insert(doc));
+				await record(ctx, [{ op: "c", before: null, after: doc }]);
+				return { data: { ...out(doc, plan), ...extra } };
+			},
+			async bulkCreate(ctx) {
+				const plan = requirePlan(ctx.locals);
+				writable("bulk");
+				const body = ctx.params.body;
+				if (!isPlainObject(body) || !Array.isArray(body.items)) throw badRequest("items must be an array");
+				if (Object.keys(body).some((k) => k !== "items")) throw badRequest(`${Object.keys(body).find((k) => k !== "items")} is not allowed in a bulk body`);
+				if (body.items.length === 0) throw badRequest("items must not be empty");
+				if (body.items.length > MAX_BULK) throw badRequest(`items accepts at most ${MAX_BULK} documents`);
+				const built: Array<{ doc: StoredDoc; extra: Record<string, unknown> }> = [];
+				for (let i = 0; i < body.items.length; i++) built.push(await build(ctx, plan, body.items[i], `items[${i}].`));
+				const refs = built.map((b) => b.doc.ref).filter((r) => r !== undefined);
+				if (new Set(refs).size !== refs.length) throw conflict("ref already exists");
+				await insert(() => store().insertMany(built.map((b) => b.doc)));
+				await record(ctx, built.map((b) => ({ op: "c" as const, before: null, after: b.doc })));
+				return { items: built.map((b) => ({ ...out(b.doc, plan), ...b.extra })), total: built.length };
+			},
+			async patch(ctx) {
+				const plan = requirePlan(ctx.locals);
+				writable("patch");
+				const clean = validateBody(col, ctx.params.body, "patch");
+				const before = await target(plan);
+				const set = { ...clean, ...stamp("updated", plan.token, new Date().toISOString()) };
+				await h.beforePatch?.(ctx, set, before);
+				checkRules(col, { ...before, ...set });
+				const after = await insert(() => store().setOne(before._id, set));
+				if (!after) throw notFound();
+				await record(ctx, [{ op: "u", before, after }]);
+				return { data: out(after, plan) };
+			},
+			async bulkPatch(ctx) {
+				const plan = requirePlan(ctx.locals);
+				writable("patch");
+				const clean = validateBody(col, ctx.params.body, "patch");
+				if ("ref" in clean) throw badRequest("ref cannot be set by a bulk patch (it is unique)");
+				const set = { ...clean, ...stamp("updated", plan.token, new Date().toISOString()) };
+				await h.beforePatch?.(ctx, set, null);
+				let total = 0;
+				let last = "";
+				// Keyset batches over the plan's filter: bounded memory, and each changed document gets its own event.
+				for (;;) {
+					const query = last ? { $and: [plan.filter, { _id: { $gt: last } }] } : plan.filter;
+					const batch = await store().find({ query, sort: { _id: 1 }, limit: BATCH });
+					if (!batch.length) break;
+					for (const b of batch) checkRules(col, { ...b, ...set });
+					await store().setMany(batch.map((b) => b._id), set);
+					await record(ctx, batch.map((before) => ({ op: "u" as const, before, after: { ...before, ...set } })));
+					total += batch.length;
+					last = batch[batch.length - 1]._id;
+					if (batch.length < BATCH) break;
+				}
+				return { total };
+			},
+			async remove(ctx) {
+				const plan = requirePlan(ctx.locals);
+				const before = await target(plan);
+				const after = await store().setOne(before._id, stamp("deleted", plan.token, new Date().toISOString()));
+				if (!after) throw notFound();
+				await record(ctx, [{ op: "d", before, after: null }]);
+				return { data: out(after, plan) };
+			},
+			async restore(ctx) {
+				const plan = requirePlan(ctx.locals);
+				const before = await store().findOne({ $and: [plan.filter, { deleted_at: { $ne: null } }] });
+				if (!before) throw notFound();
+				const now = new Date().toISOString();
+				const after = await store().setOne(before._id, { deleted_at: null, deleted_by: null, deleted_in: null, ...stamp("restored", plan.token, now) });
+				if (!after) throw notFound();
+				await record(ctx, [{ op: "r", before, after }]);
+				return { data: out(after, plan) };
+			},
+			async destroy(ctx) {
+				const plan = requirePlan(ctx.locals);
+				const before = await target(plan);
+				await store().removeMany({ id: before._id });
+				await record(ctx, [{ op: "d", before, after: null }]);
+				return { data: out(before, plan) };
+			},
+		};
+		return handlers;
+	}
+
+	const actions: ServiceSchema["actions"] = {};
+	for (const col of domain.collections) {
+		const handlers = engine(col);
+		for (const op of Object.keys(STANDARD_OPS) as StandardOp[]) {
+			const meta: CollectionActionMeta = { service: domain.name, collection: col.name, op, level: STANDARD_OPS[op] };
+			actions[actionName(col.name, op)] = { collection: meta, handler: handlers[op] } as any;
+		}
+	}
+
+	actions[HEALTH_ACTION] = {
+		visibility: "public",
+		async handler() {
+			const pings = await Promise.all([...stores.values()].map((s) => s.ping().catch(() => false)));
+			return healthBody({
+				"document store": stores.size > 0 && pings.every(Boolean),
+				"event stream": await outbox.ping().catch(() => false),
+				cache: await sharedKeyValue(readConfig().redisUrl).ping(),
+			});
+		},
+	};
+
+	return {
+		name: domain.name,
+		settings: { domain: domain.name, restPort: domain.restPort, grpcPort: domain.grpcPort },
+		actions,
+		events: {
+			// A grant or role change anywhere: this node's grant index reloads on next use.
+			[AUTHORITY_CHANGED]() {
+				grantCache.invalidate();
+			},
+		},
+		methods: {
+			/** Direct store access for the domain's own hooks and internal actions (never for client-driven reads). */
+			collectionStore(name: string): DocumentStore {
+				const s = stores.get(name);
+				if (!s) throw new Error(`no collection ${name} in ${domain.name}`);
+				return s;
+			},
+			/** Change events for a platform-made write (internal actions and hooks write through this too). */
+			recordChanges(ctx: Ctx, name: string, changes: Change[]): Promise<void> {
+				return recorders.get(name)!(ctx, changes);
+			},
+		},
+		async started() {
+			const cfg = readConfig();
+			outbox = sharedOutbox(cfg);
+			await outbox.connect();
+			for (const col of domain.collections) {
+				const s = createStore(cfg, `${domain.name}/${col.name}`, Object.keys(col.fields).filter((f) => col.fields[f].relation));
+				await s.connect();
+				stores.set(col.name, s);
+			}
+		},
+		async stopped() {
+			for (const s of stores.values()) await s.disconnect();
+			stores.clear();
+			await outbox?.disconnect();
+		},
+	};
+}
+
+/** Turns compiled RegExp values of a validated filter back into JSON form, for a nested call that re-validates. */
+function jsonQuery(v: unknown): any {
+	if (v instanceof RegExp) return { $regex: v.source, ...(v.flags ? { $options: v.flags } : {}) };
+	if (Array.isArray(v)) return v.map(jsonQuery);
+	if (v && typeof v === "object") {
+		const o: Record<string, unknown> = {};
+		for (const [k, x] of Object.entries(v)) {
+			if (x instanceof RegExp && k === "$regex") Object.assign(o, jsonQuery(x));
+			else o[k] = jsonQuery(x);
+		}
+		return o;
+	}
+	return v;
+}

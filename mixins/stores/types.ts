@@ -1,0 +1,52 @@
+/** One document-store interface; NeDB (embedded) and MongoDB adapters both pass test/integration/store-conformance. */
+
+export type Filter = Record<string, unknown>;
+export type StoredDoc = Record<string, unknown> & { _id: string };
+
+export interface FindOptions {
+	query: Filter;
+	sort?: Record<string, 1 | -1>;
+	skip?: number;
+	limit?: number;
+	projection?: Record<string, 0 | 1>;
+}
+
+export interface DocumentStore {
+	readonly kind: "nedb" | "mongo";
+	connect(): Promise<void>;
+	disconnect(): Promise<void>;
+	find(opts: FindOptions): Promise<StoredDoc[]>;
+	findOne(query: Filter): Promise<StoredDoc | null>;
+	count(query: Filter): Promise<number>;
+	insert(doc: StoredDoc): Promise<StoredDoc>;
+	insertMany(docs: StoredDoc[]): Promise<StoredDoc[]>;
+	/** `$set` on the documents with these ids; returns how many changed. */
+	setMany(ids: string[], set: Record<string, unknown>): Promise<number>;
+	/** `$set` on one document; returns it as stored afterwards, or null. */
+	setOne(id: string, set: Record<string, unknown>): Promise<StoredDoc | null>;
+	removeMany(query: Filter): Promise<number>;
+	ping(): Promise<boolean>;
+}
+
+/** A store query names `id`; both stores key documents by `_id`. Renames it at any depth of $and/$or/$nor/$not. */
+export function toStoreQuery(q: Filter): Filter {
+	const out: Filter = {};
+	for (const [k, v] of Object.entries(q)) {
+		if ((k === "$and" || k === "$or") && Array.isArray(v)) out[k] = v.map((x) => toStoreQuery(x as Filter));
+		else out[k === "id" ? "_id" : k] = v;
+	}
+	return out;
+}
+
+export function renameIdKeys<T extends Record<string, unknown>>(o: T | undefined): T | undefined {
+	if (!o) return o;
+	const out: Record<string, unknown> = {};
+	for (const [k, v] of Object.entries(o)) out[k === "id" ? "_id" : k] = v;
+	return out as T;
+}
+
+/** Unique-index violations surface from both stores under different names; the engine maps them to 409. */
+export function isDuplicateKeyError(err: unknown): boolean {
+	const e = err as { errorType?: string; code?: number };
+	return e?.errorType === "uniqueViolated" || e?.code === 11000;
+}

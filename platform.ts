@@ -1,0 +1,39 @@
+/** Builds and starts a node of the platform: every service (default) or the subset named by SERVICES. */
+import { ServiceBroker } from "moleculer";
+import brokerOptions from "./moleculer.config";
+import { ensureDir, readConfig, type PlatformConfig } from "./lib/config";
+import { closeSharedKeyValues } from "./lib/kv";
+import { serviceCatalog } from "./services";
+
+export interface Platform {
+	broker: ServiceBroker;
+	cfg: PlatformConfig;
+	/** Base URL of the gateway when this node runs it. */
+	url?: string;
+	stop(): Promise<void>;
+}
+
+export async function startPlatform(overrides: Partial<PlatformConfig> = {}): Promise<Platform> {
+	const cfg = { ...readConfig(), ...overrides };
+	ensureDir(cfg.dataDir);
+	const broker = new ServiceBroker(brokerOptions(cfg));
+	const all = serviceCatalog(cfg);
+	const names = cfg.services ?? Object.keys(all);
+	for (const n of names) {
+		if (!all[n]) throw new Error(`unknown service ${n}; known: ${Object.keys(all).join(", ")}`);
+		broker.createService(all[n]);
+	}
+	await broker.start();
+	const api = broker.getLocalService("api") as unknown as { server?: import("http").Server } | undefined;
+	const addr = api?.server?.address();
+	const url = addr && typeof addr === "object" ? `http://${cfg.host}:${addr.port}` : undefined;
+	return {
+		broker,
+		cfg,
+		url,
+		async stop() {
+			await broker.stop();
+			await closeSharedKeyValues();
+		},
+	};
+}

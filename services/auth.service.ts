@@ -1,0 +1,316 @@
+/**
+ * auth: tokens (POST /auth/token), verify, logout, TOTP check, /auth/can, personal tokens (apts) and grants.
+ * Seeds the root client, user and grants on the first start (CONTRACTS.md), printing generated values once.
+ */
+import path from "path";
+import type { Context, ServiceSchema } from "moleculer";
+import { auth } from "../catalog/domains/auth";
+import { DOMAINS } from "../catalog";
+import { collectionMixin, platformDoc, type Ctx } from "../mixins/collection.mixin";
+import type { StoredDoc } from "../mixins/stores";
+import { Aes, decryptEnvelope, objectId, randomToken, sha256Hex } from "../lib/crypto";
+import { loadKeys, readConfig, readJson, writePrivateJson } from "../lib/config";
+import { ApiError, badRequest, forbidden } from "../lib/errors";
+import { expandRbac, validateGrant, type Grant, GrantIndex } from "../lib/grants";
+import { sharedKeyValue, type KeyValue } from "../lib/kv";
+import { checkTotp, TOTP_LIMITS } from "../lib/totp";
+import { APT_DEFAULT_TTL_MS, JwtKeys, publicClaims } from "../lib/tokens";
+import type { TokenClaims } from "../lib/types";
+import { isPlainObject } from "../lib/validate";
+import { AUTHORITY_CHANGED } from "../middlewares/grant-cache";
+import { subjectsOf } from "../middlewares/authority";
+import { hasParsedScope, parseScopes, scopeSatisfies } from "../lib/scopes";
+import { aptKey, blacklistKey, BLACKLIST_TTL_MS, type AptRecord } from "./auth/authenticate";
+import { parseTokenRequest, TokenIssuer } from "./auth/token-grants";
+import type { ClientInfo } from "./domain.service";
+
+export const SESSION_REVOKED = "auth.session.revoked";
+export const APT_REVOKED = "auth.apt.revoked";
+
+interface AuthThis {
+	kv: KeyValue;
+	aes: Aes;
+	jwt: JwtKeys;
+	issuer: TokenIssuer;
+	collectionStore(name: string): any;
+	recordChanges(ctx: Ctx, name: string, changes: unknown[]): Promise<void>;
+	broker: any;
+	logger: any;
+}
+
+/** Caches the APT record (encrypted) under `auth:apt:<suffix>` until it expires. */
+async function cacheApt(self: AuthThis, suffix: string, rec: AptRecord) {
+	await self.kv.set(aptKey(suffix), self.aes.encrypt(JSON.stringify(rec)), Math.max(1, rec.expires_at - Date.now()));
+}
+
+function aptRecord(doc: StoredDoc): AptRecord {
+	return { id: doc._id, claims: doc.claims as TokenClaims, expires_at: doc.expires_at as number };
+}
+
+function callerDomains(ctx: Ctx): Promise<string[]> {
+	return (ctx.call("domain.clients.authenticate", { id: ctx.meta.token!.cid }) as Promise<ClientInfo | null>).then((c) => c?.domains ?? []);
+}
+
+const AuthService: ServiceSchema = {
+	name: "auth",
+	dependencies: ["domain", "identity", "context"],
+	mixins: [
+		collectionMixin(auth, {
+			apts: {
+				async beforeCreate(ctx: Ctx, doc: StoredDoc) {
+					const self = ctx.service as unknown as AuthThis;
+					const t = ctx.meta.token!;
+					if (ctx.meta.tokenKind !== "jwt") throw forbidden("an APT is created with a JWT");
+					const now = Date.now();
+					const expires = doc.expires_at === undefined ? now + APT_DEFAULT_TTL_MS : (doc.expires_at as number);
+					if (!Number.isFinite(expires) || expires <= now) throw badRequest("expires_at must be in the future");
+					const held = t.scope.split(" ").filter(Boolean);
+					const scopes = (doc.scopes as string[] | undefined) ?? held;
+					for (const s of scopes) if (!held.some((h) => scopeSatisfies(h, s))) throw forbidden(`scope ${s} is not held by the caller`);
+					const mine = subjectsOf(t);
+					const subjects = (doc.subjects as string[] | undefined) ?? mine;
+					for (const s of subjects) if (!mine.includes(s)) throw forbidden(`subject ${s} is not held by the caller`);
+					const coworkers = (doc.coworkers as string[] | undefined) ?? [];
+					const suffix = randomToken(32);
+					const session = (await ctx.call("identity.sessions.open", {
+						uid: t.uid, aid: t.aid, cid: t.cid, domain: t.domain, ip: ctx.meta.ip,
+						agent: `apt:${String(doc.name).slice(0, 200)}`, expiration: new Date(expires).toISOString(),
+					})) as { id: string };
+					const claims: TokenClaims = {
+						type: "access", strict: doc.strict === true, cid: t.cid, ...(t.aid ? { aid: t.aid } : {}), ...(t.uid ? { uid: t.uid } : {}),
+						scope: scopes.join(" "), domain: t.domain, subject: subjects.join(" "), tz: t.tz ?? "UTC", lang: t.lang ?? "en",
+						session: session.id, client_id: t.client_id,
+						...(t.coworker || coworkers.length ? { coworker: [...new Set([...(t.coworker?.split(" ") ?? []), ...coworkers])].join(" ") } : {}),
+						...(t.groups?.length ? { groups: t.groups } : {}),
+					};
+					Object.assign(doc, { scopes, subjects, strict: doc.strict === true, expires_at: expires, coworkers, token: sha256Hex(suffix), claims, session: session.id });
+					doc.clients = [...new Set([...(doc.clients as string[]), ...coworkers])];
+					await cacheApt(self, suffix, aptRecord(doc));
+					return { token: `APT-${suffix}` };
+				},
+				beforePatch(ctx: Ctx, set: Record<string, unknown>) {
+					// The claims were fixed at creation; only labels and metadata may change.
+					for (const k of ["scopes", "subjects", "strict", "expires_at", "coworkers"]) if (k in set) throw badRequest(`${k} cannot be changed; create a new APT`);
+				},
+				async afterWrite(ctx: Ctx, op, before, after) {
+					// Soft delete or destroy revokes at once on every node: the cache entry goes, the session is blacklisted.
+					if (op === "d" && before) {
+						const self = ctx.service as unknown as AuthThis;
+						await self.kv.set(blacklistKey(before.session as string), "1", BLACKLIST_TTL_MS);
+						ctx.broadcast(SESSION_REVOKED, { session: before.session });
+						ctx.broadcast(APT_REVOKED, { hash: before.token });
+					}
+					if (op === "r" && after) {
+						const self = ctx.service as unknown as AuthThis;
+						await self.kv.del(blacklistKey(after.session as string));
+						ctx.broadcast(AUTHORITY_CHANGED, {});
+					}
+				},
+			},
+			grants: {
+				async beforeCreate(ctx: Ctx, doc: StoredDoc) {
+					validateGrant(doc, await callerDomains(ctx));
+				},
+				async beforePatch(ctx: Ctx, set: Record<string, unknown>, before: StoredDoc | null) {
+					// A bulk patch has no single `before`: the changed fields are checked against a neutral base.
+					const base = before ?? { subject: "group.example", action: "read", object: "x:x" };
+					validateGrant(pickGrant({ ...base, ...set }), await callerDomains(ctx));
+				},
+				afterWrite(ctx: Ctx) {
+					ctx.broadcast(AUTHORITY_CHANGED, {});
+				},
+			},
+		}),
+	],
+
+	created(this: any) {
+		const cfg = readConfig();
+		const keys = loadKeys(cfg);
+		this.cfg = cfg;
+		this.kv = sharedKeyValue(cfg.redisUrl);
+		this.aes = new Aes(keys.aesSecret);
+		this.jwt = new JwtKeys(keys.jwtSecret);
+		this.issuer = new TokenIssuer({ jwt: this.jwt, kv: this.kv });
+	},
+
+	async started(this: any) {
+		await this.seedRoot();
+	},
+
+	actions: {
+		token: {
+			async handler(this: any, ctx: Ctx) {
+				const body = ctx.params.body;
+				const r = parseTokenRequest(body);
+				return this.issuer.handle(ctx, r, ctx.meta.ip ?? "unknown");
+			},
+		},
+		verify: {
+			handler(this: any, ctx: Ctx) {
+				return { data: publicClaims(requireToken(ctx)) };
+			},
+		},
+		logout: {
+			async handler(this: any, ctx: Ctx) {
+				const t = requireToken(ctx);
+				await this.kv.set(blacklistKey(t.session), "1", BLACKLIST_TTL_MS);
+				await ctx.call("identity.sessions.close", { id: t.session });
+				ctx.broadcast(SESSION_REVOKED, { session: t.session });
+				return { result: "OK" };
+			},
+		},
+		check: {
+			handler(this: any, ctx: Ctx) {
+				requireToken(ctx);
+				const b = ctx.params.body;
+				if (!isPlainObject(b)) throw badRequest("body must be a JSON object");
+				for (const k of Object.keys(b)) if (!["secret", "token", "period", "window"].includes(k)) throw badRequest(`${k} is not a field of a TOTP check`);
+				if (typeof b.secret !== "string" || !b.secret || b.secret.length > 4096) throw badRequest("secret is required");
+				if (typeof b.token !== "string" || !b.token) throw badRequest("token is required");
+				const period = b.period ?? 30;
+				const window = b.window ?? 1;
+				if (!Number.isInteger(period) || (period as number) < 1 || (period as number) > TOTP_LIMITS.maxPeriod) throw badRequest(`period must be an integer from 1 to ${TOTP_LIMITS.maxPeriod}`);
+				if (!Number.isInteger(window) || (window as number) < 0 || (window as number) > TOTP_LIMITS.maxWindow) throw badRequest(`window must be an integer from 0 to ${TOTP_LIMITS.maxWindow}`);
+				const hex = decryptEnvelope(this.aes, b.secret);
+				if (hex === null) throw badRequest("secret is malformed");
+				return { result: checkTotp(hex.trim(), b.token, { period: period as number, window: window as number }) ? "OK" : "NOK" };
+			},
+		},
+		can: {
+			async handler(this: any, ctx: Ctx) {
+				return this.can(ctx);
+			},
+		},
+		/** Cache-miss path of APT authentication: the stored (hashed) APT, re-cached. */
+		"apts.resolve": {
+			visibility: "public",
+			async handler(this: any, ctx: Context<{ suffix: string }>) {
+				const suffix = ctx.params.suffix;
+				const doc: StoredDoc | null = await this.collectionStore("apts").findOne({ token: sha256Hex(suffix), deleted_at: null });
+				if (!doc || (doc.expires_at as number) <= Date.now()) return null;
+				const rec = aptRecord(doc);
+				await cacheApt(this, suffix, rec);
+				return rec;
+			},
+		},
+		/** Every live grant plus the RBAC expansion (roles of a domain only from the client that registers it). */
+		"grants.snapshot": {
+			visibility: "public",
+			async handler(this: any, ctx: Context) {
+				const docs: StoredDoc[] = await this.collectionStore("grants").find({ query: { deleted_at: null } });
+				const grants: Grant[] = docs.map((d) => ({ ...pickGrant(d), id: d._id }));
+				const rbac = (await ctx.call("context.configs.rbac")) as Array<{ eid: string; value: unknown }>;
+				for (const r of rbac) {
+					const client = (await ctx.call("domain.clients.authenticate", { id: r.eid })) as ClientInfo | null;
+					if (!client || !Array.isArray(r.value)) continue;
+					grants.push(...expandRbac(r.value.filter((e) => isPlainObject(e) && client.domains.includes(e.domain as string))));
+				}
+				return { grants };
+			},
+		},
+	},
+
+	methods: {
+		/** POST /auth/can (spec: Authorization). */
+		async can(this: any, ctx: Ctx) {
+			const t = requireToken(ctx);
+			const b = ctx.params.body;
+			if (!isPlainObject(b)) throw badRequest("body must be a JSON object");
+			const allowed = ["action", "object", "fields", "filter", "subjects", "strict", "tz", "ip"];
+			for (const k of Object.keys(b)) if (!allowed.includes(k)) throw badRequest(`${k} is not a field of a can request`);
+			if (typeof b.action !== "string" || !b.action) throw badRequest("action is required");
+			if (typeof b.object !== "string" || !b.object) throw badRequest("object is required");
+			if (!/^[a-z][a-z0-9-]*:([a-z][a-z0-9-]*|\*)$/.test(b.object)) throw badRequest("object must be service:collection");
+			if (b.fields !== undefined && (!Array.isArray(b.fields) || b.fields.some((f) => typeof f !== "string"))) throw badRequest("fields must be an array of strings");
+			if (b.subjects !== undefined && (!Array.isArray(b.subjects) || b.subjects.some((f) => typeof f !== "string"))) throw badRequest("subjects must be an array of strings");
+			if (b.filter !== undefined && !isPlainObject(b.filter)) throw badRequest("filter must be an object");
+			if (b.strict !== undefined && b.strict !== "obj") throw badRequest("strict must be obj");
+			if (b.tz !== undefined && typeof b.tz !== "string") throw badRequest("tz must be a string");
+			if (b.ip !== undefined && typeof b.ip !== "string") throw badRequest("ip must be a string");
+			const mine = subjectsOf(t);
+			let subjects = mine;
+			if (b.subjects) {
+				// Asking for other subjects reveals their grants: only a grants reader may do it.
+				const foreign = (b.subjects as string[]).some((s) => !mine.includes(s));
+				if (foreign && !hasParsedScope(parseScopes(t.scope), "read:auth:grants")) throw forbidden("subjects outside the token need read:auth:grants");
+				subjects = b.subjects as string[];
+			}
+			const snapshot = (await ctx.call("auth.grants.snapshot")) as { grants: Grant[] };
+			const index = new GrantIndex(snapshot.grants);
+			const d = index.decide({ subjects, action: b.action, object: b.object, strictObj: b.strict === "obj", ip: (b.ip as string) ?? ctx.meta.ip, tz: (b.tz as string) ?? t.tz, token: t });
+			const data: Record<string, unknown> = { granted: d.granted };
+			const headers = ctx.meta.headers ?? {};
+			if (headers["x-can-with-policies"] !== undefined) data.policies = d.policies.map(policyOf);
+			if (headers["x-can-with-id-policies"] !== undefined) {
+				const idForms = new Set([t.uid, t.aid, t.cid].filter(Boolean).map((x) => `${x}@${t.domain}`));
+				data.policies = [...((data.policies as unknown[]) ?? []), ...index.forSubjects(subjects).filter((g) => idForms.has(g.subject) && !d.policies.includes(g)).map(policyOf)];
+			}
+			if (d.granted && Array.isArray(b.fields) && d.fields !== null) {
+				const denied = (b.fields as string[]).filter((f) => f !== "id" && !d.fields!.some((a) => a === f || f.startsWith(`${a}.`)));
+				if (denied.length) {
+					data.granted = false;
+					data.denied_fields = denied;
+					data.allowed_fields = (b.fields as string[]).filter((f) => !denied.includes(f));
+				}
+			}
+			return { data };
+		},
+
+		/** CONTRACTS.md "Start-up and the first credentials": once, on an empty store. */
+		async seedRoot(this: any) {
+			const cfg = this.cfg;
+			const file = path.join(cfg.dataDir, "bootstrap.json");
+			const existing = readJson<Record<string, string>>(file);
+			if (existing) return;
+			const values = {
+				client_id: cfg.rootClientId ?? objectId(),
+				client_secret: cfg.rootClientSecret ?? randomToken(24),
+				domain: cfg.rootDomain,
+				user_id: objectId(),
+				username: cfg.rootUsername,
+				password: cfg.rootPassword ?? randomToken(18),
+			};
+			if (!/^[0-9a-f]{24}$/.test(values.client_id)) throw new Error("PLATFORM_ROOT_CLIENT_ID must be a 24-hex id");
+			const ctx = { meta: {}, service: this, call: this.broker.call.bind(this.broker), broadcast: this.broker.broadcast.bind(this.broker), emit: this.broker.emit.bind(this.broker) } as any;
+			await this.broker.call("domain.clients.seedRoot", { id: values.client_id, secret: values.client_secret, domain: values.domain, uid: values.user_id });
+			await this.broker.call("identity.users.seedRoot", { id: values.user_id, username: values.username, password: values.password, cid: values.client_id });
+			// The root user may do everything, through the ordinary grant check: manage every service, every special action.
+			const subject = `${values.user_id}@${values.domain}`;
+			const specs: Array<{ action: string; object: string }> = DOMAINS.map((d) => ({ action: "manage", object: `${d.name}:*` }));
+			for (const d of DOMAINS) for (const c of d.collections) for (const s of c.specials ?? []) specs.push({ action: s.action, object: `${d.name}:${c.name}` });
+			const seen = new Set<string>();
+			const docs = specs
+				.filter((s) => !seen.has(`${s.action} ${s.object}`) && seen.add(`${s.action} ${s.object}`))
+				.map((s) => platformDoc({ subject, ...s }, { owner: values.user_id, cid: values.client_id }));
+			await this.collectionStore("grants").insertMany(docs);
+			await this.recordChanges(ctx, "grants", docs.map((after: StoredDoc) => ({ op: "c", before: null, after })));
+			writePrivateJson(file, values);
+			this.broker.broadcast(AUTHORITY_CHANGED, {});
+			const generated = (k: string, envName: string) => (process.env[envName] ? "(from environment)" : (values as Record<string, string>)[k]);
+			// Printed once, on the first start only; afterwards read DATA_DIR/bootstrap.json.
+			process.stdout.write(
+				`\nPlatform seeded. Root credentials (also in ${file}, mode 0600):\n` +
+					`  client_id:     ${values.client_id}\n  client_secret: ${generated("client_secret", "PLATFORM_ROOT_CLIENT_SECRET")}\n` +
+					`  domain:        ${values.domain}\n  username:      ${values.username}\n  password:      ${generated("password", "PLATFORM_ROOT_PASSWORD")}\n\n`,
+			);
+		},
+	},
+};
+
+function requireToken(ctx: Ctx): TokenClaims {
+	const t = ctx.meta.token;
+	if (!t) throw new ApiError(502, "authorization layers were not applied");
+	return t;
+}
+
+function pickGrant(d: Record<string, unknown>): Grant {
+	const g: Grant = { subject: d.subject as string, action: d.action as string, object: d.object as string };
+	for (const k of ["field", "filter", "location", "time"] as const) if (d[k] !== undefined && d[k] !== null) (g as any)[k] = d[k];
+	return g;
+}
+
+function policyOf(g: Grant) {
+	return { subject: g.subject, action: g.action, object: g.object, field: g.field ?? null, filter: g.filter ?? null, ...(g.location ? { location: g.location } : {}) };
+}
+
+export default AuthService;

@@ -1,0 +1,191 @@
+/**
+ * Request authentication in the spec's order: bearer (header, `token` query parameter, `authorization` cookie),
+ * APT lookup or JWT verification, session blacklist, strict `x-api-key` check, token type. Hot path: verified
+ * tokens, APT records and blacklist answers are kept in memory and dropped on the broadcasts that revoke them.
+ */
+import type { IncomingMessage } from "http";
+import type { ServiceBroker } from "moleculer";
+import { Aes, decryptEnvelope, sha256Hex } from "../../lib/crypto";
+import { IpAllowList, normalizeIp } from "../../lib/cidr";
+import { ApiError, forbidden, unauthorized } from "../../lib/errors";
+import type { KeyValue } from "../../lib/kv";
+import type { JwtKeys } from "../../lib/tokens";
+import type { TokenClaims } from "../../lib/types";
+
+export const aptKey = (suffix: string) => `auth:apt:${suffix}`;
+export const blacklistKey = (session: string) => `auth:blacklist:${session}`;
+/** Long enough to outlive every token of a session (APTs included). */
+export const BLACKLIST_TTL_MS = 400 * 24 * 3600 * 1000;
+const LOCAL_TTL_MS = 30_000;
+const MAX_LOCAL = 10_000;
+
+/** The APT record as cached (AES-encrypted) under `auth:apt:<suffix>`. */
+export interface AptRecord {
+	id: string;
+	claims: TokenClaims;
+	expires_at: number;
+}
+
+export interface Authenticated {
+	token: TokenClaims;
+	kind: "jwt" | "apt";
+}
+
+interface ReqLike {
+	headers: IncomingMessage["headers"];
+	query?: Record<string, unknown>;
+	socket?: { remoteAddress?: string };
+}
+
+function bounded<K, V>(m: Map<K, V>): Map<K, V> {
+	if (m.size >= MAX_LOCAL) m.delete(m.keys().next().value as K);
+	return m;
+}
+
+export function bearerOf(req: ReqLike): string | undefined {
+	const h = req.headers.authorization;
+	if (typeof h === "string" && h.trim()) {
+		const m = /^Bearer\s+(\S+)\s*$/i.exec(h.trim());
+		return m ? m[1] : undefined;
+	}
+	const q = req.query?.token;
+	if (typeof q === "string" && q) return q;
+	const cookie = req.headers.cookie;
+	if (typeof cookie === "string") {
+		for (const part of cookie.split(";")) {
+			const i = part.indexOf("=");
+			if (i > 0 && part.slice(0, i).trim().toLowerCase() === "authorization") {
+				let v = part.slice(i + 1).trim();
+				try {
+					v = decodeURIComponent(v);
+				} catch {
+					return undefined;
+				}
+				return v.replace(/^Bearer\s+/i, "") || undefined;
+			}
+		}
+	}
+	return undefined;
+}
+
+export function callerIp(req: ReqLike, trustProxy: boolean): string {
+	if (trustProxy) {
+		const fwd = req.headers["x-forwarded-for"];
+		const first = (Array.isArray(fwd) ? fwd[0] : fwd)?.split(",")[0]?.trim();
+		if (first) return normalizeIp(first);
+	}
+	return normalizeIp(req.socket?.remoteAddress ?? "");
+}
+
+export class Authenticator {
+	private jwtCache = new Map<string, TokenClaims>();
+	private aptCache = new Map<string, { rec: AptRecord; hash: string; at: number }>();
+	private sessionChecked = new Map<string, number>();
+	private revoked = new Set<string>();
+
+	constructor(
+		private readonly deps: { jwt: JwtKeys; aes: Aes; kv: KeyValue; broker: ServiceBroker; trustProxy: boolean },
+	) {}
+
+	/** Broadcast handlers: a revoked session or APT stops working on this node at once. */
+	sessionRevoked(session: string): void {
+		if (this.revoked.size >= MAX_LOCAL) this.revoked.clear();
+		this.revoked.add(session);
+		this.sessionChecked.delete(session);
+		for (const [k, c] of this.jwtCache) if (c.session === session) this.jwtCache.delete(k);
+		for (const [k, a] of this.aptCache) if (a.rec.claims.session === session) this.aptCache.delete(k);
+	}
+
+	aptRevoked(hash: string): void {
+		for (const [k, a] of this.aptCache) if (a.hash === hash) this.aptCache.delete(k);
+	}
+
+	async authenticate(req: ReqLike, opts: { allowRevoked?: boolean } = {}): Promise<Authenticated> {
+		const bearer = bearerOf(req);
+		if (!bearer) throw unauthorized();
+		const now = Date.now();
+		let token: TokenClaims;
+		let kind: "jwt" | "apt";
+		if (bearer.startsWith("APT-")) {
+			kind = "apt";
+			const rec = await this.resolveApt(bearer.slice(4), now);
+			if (!rec || rec.expires_at <= now) throw unauthorized();
+			token = rec.claims;
+		} else {
+			kind = "jwt";
+			const cached = this.jwtCache.get(bearer);
+			if (cached && (cached.exp ?? 0) * 1000 > now) token = cached;
+			else {
+				const v = this.deps.jwt.verify(bearer);
+				if (!v) throw unauthorized();
+				token = v;
+				bounded(this.jwtCache).set(bearer, v);
+			}
+		}
+		if (!opts.allowRevoked && token.session && (await this.isRevoked(token.session, now))) throw new ApiError(401, "session is revoked");
+		if (token.strict) this.checkApiKey(req, token, now);
+		if (token.type !== "access") throw unauthorized("refresh tokens cannot call APIs");
+		return { token, kind };
+	}
+
+	private async resolveApt(suffix: string, now: number): Promise<AptRecord | null> {
+		if (!/^[A-Za-z0-9_-]{16,200}$/.test(suffix)) return null;
+		const local = this.aptCache.get(suffix);
+		if (local && now - local.at < LOCAL_TTL_MS) return local.rec;
+		let rec: AptRecord | null = null;
+		const enc = await this.deps.kv.get(aptKey(suffix));
+		if (enc) {
+			const plain = this.deps.aes.decrypt(enc);
+			rec = plain ? (JSON.parse(plain) as AptRecord) : null;
+		} else {
+			// The cache may have been lost: the document store keeps every APT (hashed), so nothing is lost with it.
+			rec = (await this.deps.broker.call("auth.apts.resolve", { suffix })) as AptRecord | null;
+		}
+		if (rec) bounded(this.aptCache).set(suffix, { rec, hash: sha256Hex(suffix), at: now });
+		return rec;
+	}
+
+	private async isRevoked(session: string, now: number): Promise<boolean> {
+		if (this.revoked.has(session)) return true;
+		const at = this.sessionChecked.get(session);
+		if (at && now - at < LOCAL_TTL_MS) return false;
+		const hit = await this.deps.kv.get(blacklistKey(session));
+		if (hit) {
+			this.revoked.add(session);
+			return true;
+		}
+		bounded(this.sessionChecked).set(session, now);
+		return false;
+	}
+
+	/** The spec's strict sequence, steps 1-7, with its exact messages. */
+	private checkApiKey(req: ReqLike, token: TokenClaims, now: number): void {
+		const raw = req.headers["x-api-key"];
+		const header = Array.isArray(raw) ? raw[0] : raw;
+		if (!header) throw forbidden("strict token must have valid api-key");
+		const plain = decryptEnvelope(this.deps.aes, header);
+		let key: { cid?: unknown; client_id?: unknown; whitelist?: unknown; expiration_date?: unknown } | null = null;
+		try {
+			key = plain ? JSON.parse(plain) : null;
+		} catch {
+			key = null;
+		}
+		if (!key || typeof key !== "object") throw forbidden("api-key is not valid");
+		if (key.cid !== token.cid || key.client_id !== token.client_id) throw forbidden("api-key is not valid");
+		const exp = typeof key.expiration_date === "number" ? key.expiration_date : typeof key.expiration_date === "string" ? Date.parse(key.expiration_date) : NaN;
+		if (!Number.isFinite(exp) || exp <= now) throw forbidden("api-key is not valid");
+		if (key.whitelist !== undefined && key.whitelist !== null) {
+			if (!Array.isArray(key.whitelist) || key.whitelist.some((e) => typeof e !== "string")) throw forbidden("api-key is not valid");
+			if (key.whitelist.length) {
+				let list: IpAllowList;
+				try {
+					list = new IpAllowList(key.whitelist as string[]);
+				} catch {
+					throw forbidden("api-key is not valid");
+				}
+				if (!list.has(callerIp(req, this.deps.trustProxy))) throw forbidden("ip whitelist validation failed");
+			}
+		}
+		if (token.type !== "access") throw forbidden("api-key is not valid");
+	}
+}

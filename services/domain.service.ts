@@ -1,0 +1,107 @@
+/**
+ * domain: OAuth apps and clients. A client secret is generated when not given, returned once in the create
+ * response, stored hashed, and checked here so the hash never leaves.
+ */
+import type { ServiceSchema } from "moleculer";
+import { domain, GRANT_TYPES } from "../catalog/domains/domain";
+import { collectionMixin, platformDoc, type Ctx } from "../mixins/collection.mixin";
+import type { StoredDoc } from "../mixins/stores";
+import { hashSecret, randomToken, verifySecret } from "../lib/crypto";
+
+/** What the auth service needs of a client to issue tokens. */
+export interface ClientInfo {
+	id: string;
+	name: string;
+	scopes: string[];
+	domains: string[];
+	grant_types: string[];
+	coworkers: string[];
+	access_token_ttl?: number;
+	refresh_token_ttl?: number;
+	status: string;
+}
+
+function info(c: StoredDoc): ClientInfo {
+	return {
+		id: c._id,
+		name: c.name as string,
+		scopes: (c.scopes as string[]) ?? [],
+		domains: (c.domains as string[]) ?? [],
+		grant_types: (c.grant_types as string[]) ?? [...GRANT_TYPES],
+		coworkers: (c.coworkers as string[]) ?? [],
+		access_token_ttl: c.access_token_ttl as number | undefined,
+		refresh_token_ttl: c.refresh_token_ttl as number | undefined,
+		status: (c.status as string) ?? "ACTIVE",
+	};
+}
+
+const DomainService: ServiceSchema = {
+	name: "domain",
+	mixins: [
+		collectionMixin(domain, {
+			clients: {
+				async beforeCreate(ctx: Ctx, doc: StoredDoc) {
+					const secret = typeof doc.secret === "string" ? doc.secret : randomToken(32);
+					doc.secret = await hashSecret(secret);
+					doc.grant_types ??= [...GRANT_TYPES];
+					doc.scopes ??= [];
+					doc.coworkers ??= [];
+					doc.status ??= "ACTIVE";
+					// The only time the secret is shown.
+					return { secret };
+				},
+				async beforePatch(ctx: Ctx, set: Record<string, unknown>) {
+					if (typeof set.secret === "string") set.secret = await hashSecret(set.secret);
+				},
+			},
+			apps: {
+				beforeCreate(ctx: Ctx, doc: StoredDoc) {
+					doc.status ??= "ACTIVE";
+					doc.scopes ??= [];
+				},
+			},
+		}),
+	],
+	actions: {
+		/** The client, when it exists, is live and (if a secret is given) the secret matches; else null. */
+		"clients.authenticate": {
+			visibility: "public",
+			async handler(this: any, ctx: any): Promise<ClientInfo | null> {
+				const { id, secret } = ctx.params;
+				if (typeof id !== "string" || !/^[0-9a-f]{24}$/i.test(id)) return null;
+				const c = await this.collectionStore("clients").findOne({ id: id.toLowerCase(), deleted_at: null });
+				if (!c || c.status === "INACTIVE") return null;
+				if (secret !== undefined && !(typeof secret === "string" && (await verifySecret(secret, c.secret as string)))) return null;
+				return info(c);
+			},
+		},
+		"apps.lookup": {
+			visibility: "public",
+			async handler(this: any, ctx: any) {
+				const { id } = ctx.params;
+				if (typeof id !== "string" || !/^[0-9a-f]{24}$/i.test(id)) return null;
+				const a = await this.collectionStore("apps").findOne({ id: id.toLowerCase(), deleted_at: null });
+				return a && a.status !== "INACTIVE" ? { id: a._id, client: a.client, scopes: (a.scopes as string[]) ?? [] } : null;
+			},
+		},
+		/** First start only: the root client with the given id, secret, scopes and domain. */
+		"clients.seedRoot": {
+			visibility: "public",
+			async handler(this: any, ctx: any) {
+				const { id, secret, domain: rootDomain, uid } = ctx.params;
+				const store = this.collectionStore("clients");
+				if (await store.findOne({ id })) return { created: false };
+				const doc = platformDoc(
+					{ name: "root", secret: await hashSecret(secret), scopes: ["whole"], domains: [rootDomain], grant_types: [...GRANT_TYPES], coworkers: [], status: "ACTIVE" },
+					{ owner: uid, cid: id },
+				);
+				doc._id = id;
+				await store.insert(doc);
+				await this.recordChanges(ctx, "clients", [{ op: "c", before: null, after: doc }]);
+				return { created: true };
+			},
+		},
+	},
+};
+
+export default DomainService;

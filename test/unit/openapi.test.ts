@@ -1,0 +1,193 @@
+/** The OpenAPI document must describe exactly the route table, with the spec's envelopes and no dangling refs. */
+import { COLLECTIONS, STANDARD_OPS } from "../../catalog";
+import { OPENAPI_MAX_BULK, openApiDocument, schemaName } from "../../lib/openapi";
+import { allRoutes } from "../../lib/routes";
+import { MAX_BULK } from "../../mixins/collection.mixin";
+
+type Obj = Record<string, any>;
+const doc = openApiDocument() as Obj;
+const toOpenApiPath = (p: string) => p.replace(/:([A-Za-z_]\w*)/g, "{$1}");
+const op = (path: string, method: string): Obj => doc.paths[path][method];
+const content = (o: Obj, code = "200"): Obj => o.responses[code].content["application/json"].schema;
+const resolve = (s: Obj): Obj => {
+	if (!s.$ref) return s;
+	const [, , kind, name] = s.$ref.split("/");
+	return doc.components[kind][name];
+};
+const paramNames = (o: Obj): string[] => (o.parameters ?? []).map((p: Obj) => resolve(p)).map((p: Obj) => `${p.in}:${p.name}`);
+
+describe("openApiDocument", () => {
+	it("is OpenAPI 3.1.0 with the package version and a server", () => {
+		expect(doc.openapi).toBe("3.1.0");
+		expect(doc.info.title).toBe("Platform Gateway");
+		expect(doc.info.version).toBe(require("../../package.json").version);
+		expect(doc.servers).toEqual([{ url: "/" }]);
+		expect((openApiDocument({ serverUrl: "http://localhost:3010" }) as Obj).servers).toEqual([{ url: "http://localhost:3010" }]);
+		// The server override must not leak into the cached document.
+		expect((openApiDocument() as Obj).servers).toEqual([{ url: "/" }]);
+	});
+
+	it("has every route of the table, and nothing else", () => {
+		const routes = allRoutes();
+		for (const r of routes) {
+			const path = toOpenApiPath(r.path);
+			expect(doc.paths[path]?.[r.method.toLowerCase()]).toBeDefined();
+			expect(op(path, r.method.toLowerCase()).operationId).toBe(r.action.replace(/\./g, "_"));
+		}
+		const count = Object.values(doc.paths as Obj).reduce((n, item: Obj) => n + Object.keys(item).length, 0);
+		expect(count).toBe(routes.length);
+	});
+
+	it("gives every collection its 11 operations with unique operationIds and the collection tag", () => {
+		const ids = new Set<string>();
+		for (const { domain: d, collection: c } of COLLECTIONS) {
+			const tag = `${d.name}/${c.name}`;
+			const ops = Object.values(doc.paths as Obj).flatMap((item: Obj) => Object.values(item)).filter((o: Obj) => o.tags.includes(tag));
+			expect(ops).toHaveLength(Object.keys(STANDARD_OPS).length);
+			expect(ops).toHaveLength(11);
+			for (const o of ops) ids.add(o.operationId);
+		}
+		const all = Object.values(doc.paths as Obj).flatMap((item: Obj) => Object.values(item)).map((o: Obj) => o.operationId);
+		expect(new Set(all).size).toBe(all.length);
+		expect(ids.size).toBe(COLLECTIONS.length * 11);
+		expect(op("/auth/token", "post").tags).toEqual(["auth"]);
+	});
+
+	it("uses the spec's envelopes", () => {
+		const base = "/content/notes";
+		const note = { $ref: "#/components/schemas/ContentNotes" };
+		expect(content(op(base, "get"))).toEqual({
+			type: "object",
+			required: ["items", "total"],
+			properties: { items: { type: "array", items: note }, total: { type: "integer", minimum: 0 } },
+		});
+		expect(content(op(`${base}/count`, "get"))).toEqual({ type: "object", required: ["total"], properties: { total: { type: "integer", minimum: 0 } } });
+		expect(content(op(`${base}/{id}`, "get"))).toEqual({ type: "object", required: ["data"], properties: { data: note } });
+		expect(content(op(base, "post")).properties.data).toEqual(note);
+		expect(content(op(`${base}/{id}`, "patch")).properties.data).toEqual(note);
+		expect(content(op(`${base}/bulk`, "patch")).required).toEqual(["total"]);
+		expect(op(`${base}/cursor`, "get").responses["200"].content["text/event-stream"].schema.type).toBe("string");
+		expect(op(`${base}/cursor`, "get").responses["200"].description).toContain("event: end");
+		expect(content(op("/auth/token", "post")).properties.data).toEqual({ $ref: "#/components/schemas/TokenResponse" });
+		expect(content(op("/auth/verify", "get")).properties.data).toEqual({ $ref: "#/components/schemas/TokenClaims" });
+	});
+
+	it("has request bodies for creates and patches", () => {
+		const body = (o: Obj) => o.requestBody.content["application/json"].schema;
+		expect(body(op("/content/notes", "post"))).toEqual({ $ref: "#/components/schemas/ContentNotesCreate" });
+		expect(body(op("/content/notes/{id}", "patch"))).toEqual({ $ref: "#/components/schemas/ContentNotesPatch" });
+		expect(body(op("/content/notes/bulk", "patch"))).toEqual({ $ref: "#/components/schemas/ContentNotesPatch" });
+		const bulk = body(op("/content/notes/bulk", "post"));
+		expect(bulk.required).toEqual(["items"]);
+		expect(bulk.properties.items.items).toEqual({ $ref: "#/components/schemas/ContentNotesCreate" });
+		expect(bulk.properties.items.maxItems).toBe(OPENAPI_MAX_BULK);
+		expect(OPENAPI_MAX_BULK).toBe(MAX_BULK);
+
+		const create = doc.components.schemas.ContentNotesCreate;
+		expect(create.additionalProperties).toBe(false);
+		expect(create.required).toEqual(["title"]);
+		expect(create.properties.id).toBeUndefined();
+		expect(create.properties.created_at).toBeUndefined();
+		expect(create.properties.ref).toBeDefined();
+		const patch = doc.components.schemas.ContentNotesPatch;
+		expect(patch.required).toBeUndefined();
+		expect(patch.minProperties).toBe(1);
+		expect(patch.additionalProperties).toBe(false);
+	});
+
+	it("declares the parameters of the standard pattern", () => {
+		for (const p of ["/content/notes", "/content/notes/count", "/content/notes/cursor"]) {
+			const names = paramNames(op(p, "get"));
+			for (const n of ["query:query", "query:pagination", "query:projection", "query:populate", "query:zone", "header:x-zone", "header:x-exclude-soft-delete-query", "query:token"])
+				expect(names).toContain(n);
+		}
+		const get = paramNames(op("/content/notes/{id}", "get"));
+		expect(get).toEqual(expect.arrayContaining(["path:id", "query:ref", "query:token"]));
+		expect(paramNames(op("/auth/verify", "get"))).toContain("query:token");
+		expect(paramNames(op("/auth/token", "post"))).not.toContain("query:token");
+		// Every path template variable is declared as a required path parameter.
+		for (const [path, item] of Object.entries(doc.paths as Obj))
+			for (const o of Object.values(item as Obj)) {
+				const vars = [...path.matchAll(/\{(\w+)\}/g)].map((m) => m[1]);
+				const declared = (o.parameters ?? []).map(resolve).filter((p: Obj) => p.in === "path");
+				expect(declared.map((p: Obj) => p.name).sort()).toEqual(vars.sort());
+				for (const p of declared) expect(p.required).toBe(true);
+			}
+	});
+
+	it("describes errors with the Error schema", () => {
+		expect(doc.components.schemas.Error).toEqual({
+			type: "object",
+			description: expect.any(String),
+			required: ["statusCode", "message", "error"],
+			properties: {
+				statusCode: expect.objectContaining({ type: "integer" }),
+				message: expect.objectContaining({ type: "string" }),
+				error: expect.objectContaining({ type: "string" }),
+			},
+		});
+		const get = op("/content/notes/{id}", "get");
+		for (const code of ["400", "401", "403", "404", "502"]) expect(resolve(get.responses[code]).content["application/json"].schema).toEqual({ $ref: "#/components/schemas/Error" });
+		const create = op("/content/notes", "post");
+		for (const code of ["409", "413"]) expect(create.responses[code]).toBeDefined();
+		expect(op("/auth/token", "post").responses["429"]).toBeDefined();
+		expect(op("/touch/push-histories", "post").responses["405"]).toBeDefined();
+	});
+
+	it("has a bearer scheme, global security, and a public /auth/token", () => {
+		expect(doc.components.securitySchemes.bearer).toMatchObject({ type: "http", scheme: "bearer", bearerFormat: "JWT or APT" });
+		expect(doc.security).toEqual([{ bearer: [] }]);
+		expect(op("/auth/token", "post").security).toEqual([]);
+		for (const r of allRoutes().filter((x) => !x.public)) expect(op(toOpenApiPath(r.path), r.method.toLowerCase()).security).toBeUndefined();
+	});
+
+	it("marks write-only fields in the document schemas and maps formats", () => {
+		const users = doc.components.schemas.IdentityUsers;
+		expect(users.properties.password.writeOnly).toBe(true);
+		expect(users.properties.username.writeOnly).toBeUndefined();
+		const pushes = doc.components.schemas.TouchPushes;
+		expect(pushes.properties.keys.writeOnly).toBe(true);
+		expect(pushes.required).not.toContain("keys");
+		expect(doc.components.schemas.TouchPushesCreate.required).toContain("keys");
+		expect(pushes.properties.id).toMatchObject({ type: "string", pattern: "^[0-9a-f]{24}$", readOnly: true });
+		expect(pushes.properties.created_at).toMatchObject({ type: "string", format: "date-time" });
+		expect(pushes.properties.endpoint).toMatchObject({ format: "uri" });
+		expect(doc.components.schemas.EssentialSagas.properties.job).toMatchObject({ format: "uuid" });
+		expect(users.properties.email.type).toContain("string");
+		expect(users.properties.email.format).toBe("email");
+		expect(users.properties.status.enum).toEqual(expect.arrayContaining(["ACTIVE", "INACTIVE"]));
+		expect(doc.components.schemas.IdentityUsersCreate.anyOf).toEqual([{ required: ["username"] }, { required: ["email"] }, { required: ["phone"] }]);
+		// Values revealed once by a create response.
+		expect(doc.components.schemas.AuthAptsCreated.properties.token.writeOnly).toBeUndefined();
+		expect(content(op("/auth/apts", "post")).properties.data).toEqual({ $ref: "#/components/schemas/AuthAptsCreated" });
+		for (const { domain: d, collection: c } of COLLECTIONS)
+			for (const suffix of ["", "Create", "Patch"]) expect(doc.components.schemas[schemaName(d, c) + suffix]).toBeDefined();
+	});
+
+	it("has the spec's auth schemas", () => {
+		for (const n of ["TokenRequest", "TokenResponse", "TokenClaims", "CanRequest", "CanResponse", "TotpCheck", "ApiToken", "Grant"]) expect(doc.components.schemas[n]).toBeDefined();
+		expect(doc.components.schemas.TokenRequest.required).toEqual(["grant_type", "client_id"]);
+		expect(doc.components.schemas.TokenRequest.properties.grant_type.enum).toEqual(["password", "refresh_token", "client_credential", "authorization_code"]);
+	});
+
+	it("is JSON-serializable and every $ref resolves", () => {
+		const text = JSON.stringify(doc);
+		expect(JSON.parse(text)).toEqual(doc);
+		const missing: string[] = [];
+		let refs = 0;
+		const walk = (v: unknown, at: string) => {
+			if (Array.isArray(v)) v.forEach((x, i) => walk(x, `${at}/${i}`));
+			else if (v && typeof v === "object")
+				for (const [k, x] of Object.entries(v)) {
+					if (k === "$ref") {
+						refs++;
+						const target = String(x).startsWith("#/") ? String(x).slice(2).split("/").reduce((o: any, key) => o?.[key], doc) : undefined;
+						if (target === undefined) missing.push(`${at}: ${String(x)}`);
+					} else walk(x, `${at}/${k}`);
+				}
+		};
+		walk(doc, "#");
+		expect(missing).toEqual([]);
+		expect(refs).toBeGreaterThan(100);
+	});
+});

@@ -1,9 +1,10 @@
 /** Builds and starts a node of the platform: every service (default) or the subset named by SERVICES. */
 import { ServiceBroker } from "moleculer";
 import brokerOptions from "./moleculer.config";
-import { ensureDir, readConfig, type PlatformConfig } from "./lib/config";
+import { bindConfig, ensureDir, readConfig, type PlatformConfig } from "./lib/config";
 import { closeSharedKeyValues } from "./lib/kv";
 import { serviceCatalog } from "./services";
+import { grantCache } from "./middlewares/grant-cache";
 
 export interface Platform {
 	broker: ServiceBroker;
@@ -16,7 +17,10 @@ export interface Platform {
 export async function startPlatform(overrides: Partial<PlatformConfig> = {}): Promise<Platform> {
 	const cfg = { ...readConfig(), ...overrides };
 	ensureDir(cfg.dataDir);
+	// The grant index is per process; a new platform in the same process (tests) must not see the last one's.
+	grantCache.invalidate();
 	const broker = new ServiceBroker(brokerOptions(cfg));
+	bindConfig(broker, cfg);
 	const all = serviceCatalog(cfg);
 	const names = cfg.services ?? Object.keys(all);
 	for (const n of names) {

@@ -91,3 +91,14 @@ export function loadKeys(cfg: PlatformConfig): Keys {
 		writePrivateJson(file, { jwtSecret: env("JWT_SECRET") ? stored.jwtSecret : keys.jwtSecret, aesSecret: env("AES_SECRET") ? stored.aesSecret : keys.aesSecret });
 	return keys;
 }
+
+const byBroker = new WeakMap<object, PlatformConfig>();
+
+/** The configuration a node was started with (tests start several in one process, each with its own). */
+export function bindConfig(broker: object, cfg: PlatformConfig): void {
+	byBroker.set(broker, cfg);
+}
+
+export function configOf(broker: object): PlatformConfig {
+	return byBroker.get(broker) ?? readConfig();
+}

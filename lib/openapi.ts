@@ -109,7 +109,7 @@ interface FieldOpts {
 	reveal?: string;
 }
 
-function fieldSchema(name: string, def: FieldDef, refs: Map<string, string>, o: FieldOpts): Schema {
+function fieldSchema(def: FieldDef, refs: Map<string, string>, o: FieldOpts): Schema {
 	let s: Schema;
 	if (def.type === "array") {
 		let items = scalar(def.items ?? "any", def.format, def.enum, o.mode);
@@ -145,10 +145,10 @@ const REVEALED_ON_CREATE: Record<string, Record<string, string>> = {
 function docSchema(d: DomainDef, c: CollectionDef, refs: Map<string, string>, reveal: Record<string, string> = {}): Schema {
 	const properties: Record<string, Schema> = {};
 	for (const [k, def] of Object.entries(PLATFORM_FIELDS))
-		properties[k] = fieldSchema(k, def, refs, { mode: "doc", readOnly: true, nullable: NULLABLE_PLATFORM.has(k) });
-	for (const [k, def] of Object.entries(SETTABLE_FIELDS)) properties[k] = fieldSchema(k, def, refs, { mode: "doc", nullable: true });
+		properties[k] = fieldSchema(def, refs, { mode: "doc", readOnly: true, nullable: NULLABLE_PLATFORM.has(k) });
+	for (const [k, def] of Object.entries(SETTABLE_FIELDS)) properties[k] = fieldSchema(def, refs, { mode: "doc", nullable: true });
 	for (const [k, def] of Object.entries(c.fields))
-		properties[k] = fieldSchema(k, def, refs, { mode: "doc", nullable: !def.required, reveal: reveal[k] });
+		properties[k] = fieldSchema(def, refs, { mode: "doc", nullable: !def.required, reveal: reveal[k] });
 	const required = ["id", ...Object.entries(c.fields).filter(([k, f]) => f.required && (!f.writeOnly || k in reveal)).map(([k]) => k)];
 	return {
 		type: "object",
@@ -162,8 +162,8 @@ function docSchema(d: DomainDef, c: CollectionDef, refs: Map<string, string>, re
 
 function bodyProperties(c: CollectionDef, patch: boolean, refs: Map<string, string>): Record<string, Schema> {
 	const properties: Record<string, Schema> = {};
-	for (const [k, def] of Object.entries(SETTABLE_FIELDS)) properties[k] = fieldSchema(k, def, refs, { mode: "write", nullable: patch });
-	for (const [k, def] of Object.entries(c.fields)) properties[k] = fieldSchema(k, def, refs, { mode: "write", nullable: patch && !def.required });
+	for (const [k, def] of Object.entries(SETTABLE_FIELDS)) properties[k] = fieldSchema(def, refs, { mode: "write", nullable: patch });
+	for (const [k, def] of Object.entries(c.fields)) properties[k] = fieldSchema(def, refs, { mode: "write", nullable: patch && !def.required });
 	return properties;
 }
 
@@ -459,6 +459,8 @@ interface OpParts {
 	requestBody?: Schema;
 	responses: Record<string, Schema>;
 	errors: number[];
+	/** An error whose meaning on this route differs from the shared response's (401 on /auth/token). */
+	errorOverrides?: Record<number, Schema>;
 }
 
 function collectionOp(r: RouteDef, d: DomainDef, c: CollectionDef): OpParts {
@@ -549,6 +551,12 @@ const AUTH_OPS: Record<string, () => OpParts> = {
 		requestBody: { required: true, content: json(ref("schemas", "TokenRequest")) },
 		responses: ok("Issued tokens", envelope.data(ref("schemas", "TokenResponse"))),
 		errors: [400, 401, 413, 429],
+		errorOverrides: {
+			401: {
+				description: "Wrong credentials, or an unknown, expired or already used refresh token",
+				content: { "application/json": { schema: ref("schemas", "Error"), example: { statusCode: 401, message: "username or password is invalid", error: STATUS_NAMES[401] } } },
+			},
+		},
 	}),
 	"auth.verify": () => ({ responses: ok("Claims of the bearer token (JWT or APT)", envelope.data(ref("schemas", "TokenClaims"))), errors: [401, 403] }),
 	"auth.logout": () => ({
@@ -600,7 +608,7 @@ function operation(r: RouteDef): Schema {
 	if (!r.public) names.push("token", "xApiKey");
 
 	const responses: Record<string, Schema> = { ...parts.responses };
-	for (const code of [...new Set(parts.errors)].sort((a, b) => a - b)) responses[String(code)] = ref("responses", ERROR_RESPONSES[code].name);
+	for (const code of [...new Set(parts.errors)].sort((a, b) => a - b)) responses[String(code)] = parts.errorOverrides?.[code] ?? ref("responses", ERROR_RESPONSES[code].name);
 
 	const op: Schema = {
 		tags: [tagOf(r)],

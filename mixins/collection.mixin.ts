@@ -6,7 +6,7 @@
 import type { Context, ServiceSchema } from "moleculer";
 import { DEFAULT_VERSION, STANDARD_OPS, type CollectionDef, type DomainDef, type StandardOp } from "../catalog";
 import { changeEvent, type ChangeOp } from "../lib/change-event";
-import { readConfig } from "../lib/config";
+import { configOf } from "../lib/config";
 import { objectId, randomToken } from "../lib/crypto";
 import { ApiError, badRequest, conflict, notFound } from "../lib/errors";
 import { requirePlan, type AccessPlan } from "../lib/plan";
@@ -316,12 +316,12 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 
 	actions[HEALTH_ACTION] = {
 		visibility: "public",
-		async handler() {
+		async handler(this: any) {
 			const pings = await Promise.all([...stores.values()].map((s) => s.ping().catch(() => false)));
 			return healthBody({
 				"document store": stores.size > 0 && pings.every(Boolean),
 				"event stream": await outbox.ping().catch(() => false),
-				cache: await sharedKeyValue(readConfig().redisUrl).ping(),
+				cache: await sharedKeyValue(configOf(this.broker).redisUrl).ping(),
 			});
 		},
 	};
@@ -348,8 +348,8 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 				return recorders.get(name)!(ctx, changes);
 			},
 		},
-		async started() {
-			const cfg = readConfig();
+		async started(this: any) {
+			const cfg = configOf(this.broker);
 			outbox = sharedOutbox(cfg);
 			await outbox.connect();
 			for (const col of domain.collections) {

@@ -9,7 +9,7 @@ import { DOMAINS } from "../catalog";
 import { collectionMixin, platformDoc, type Ctx } from "../mixins/collection.mixin";
 import type { StoredDoc } from "../mixins/stores";
 import { Aes, decryptEnvelope, objectId, randomToken, sha256Hex } from "../lib/crypto";
-import { loadKeys, readConfig, readJson, writePrivateJson } from "../lib/config";
+import { configOf, loadKeys, readJson, writePrivateJson } from "../lib/config";
 import { ApiError, badRequest, forbidden } from "../lib/errors";
 import { expandRbac, validateGrant, type Grant, GrantIndex } from "../lib/grants";
 import { sharedKeyValue, type KeyValue } from "../lib/kv";
@@ -124,7 +124,7 @@ const AuthService: ServiceSchema = {
 	],
 
 	created(this: any) {
-		const cfg = readConfig();
+		const cfg = configOf(this.broker);
 		const keys = loadKeys(cfg);
 		this.cfg = cfg;
 		this.kv = sharedKeyValue(cfg.redisUrl);

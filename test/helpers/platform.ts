@@ -1,0 +1,125 @@
+/** Boots a whole platform in-process on a fresh DATA_DIR and a free port, with HTTP helpers for tests. */
+import { mkdtempSync, readFileSync, rmSync } from "fs";
+import os from "os";
+import path from "path";
+import { startPlatform, type Platform } from "../../platform";
+import type { PlatformConfig } from "../../lib/config";
+
+export interface HttpResult<T = any> {
+	status: number;
+	body: T;
+	headers: Headers;
+	text: string;
+}
+
+export interface TestPlatform extends Platform {
+	url: string;
+	dataDir: string;
+	root: { client_id: string; client_secret: string; domain: string; user_id: string; username: string; password: string };
+	http<T = any>(method: string, p: string, opts?: { token?: string; body?: unknown; raw?: string; headers?: Record<string, string> }): Promise<HttpResult<T>>;
+	/** A root access token (password grant). */
+	rootToken(): Promise<string>;
+	/** Stops and starts again on the same DATA_DIR (restart persistence). */
+	restart(): Promise<void>;
+	cleanup(): Promise<void>;
+}
+
+export function tempDir(prefix = "platform-test-"): string {
+	return mkdtempSync(path.join(os.tmpdir(), prefix));
+}
+
+export async function bootPlatform(overrides: Partial<PlatformConfig> = {}): Promise<TestPlatform> {
+	const dataDir = overrides.dataDir ?? tempDir();
+	const cfg: Partial<PlatformConfig> = { port: 0, host: "127.0.0.1", logLevel: "warn", dataDir, ...overrides };
+	let p = await startPlatform(cfg);
+	const root = JSON.parse(readFileSync(path.join(dataDir, "bootstrap.json"), "utf8"));
+	const tp: TestPlatform = {
+		...p,
+		url: p.url!,
+		dataDir,
+		root,
+		async http(method, pth, opts = {}) {
+			const headers: Record<string, string> = { ...(opts.headers ?? {}) };
+			if (opts.token) headers.authorization = `Bearer ${opts.token}`;
+			let body: string | undefined = opts.raw;
+			if (opts.body !== undefined) {
+				body = JSON.stringify(opts.body);
+				headers["content-type"] = "application/json";
+			}
+			if (opts.raw !== undefined) headers["content-type"] ??= "application/json";
+			const res = await fetch(tp.url + pth, { method, headers, body });
+			const text = await res.text();
+			let parsed: any = text;
+			try {
+				parsed = JSON.parse(text);
+			} catch {
+				/* non-JSON body (SSE, HTML, metrics) */
+			}
+			return { status: res.status, body: parsed, headers: res.headers, text };
+		},
+		async rootToken() {
+			const r = await tp.http("POST", "/auth/token", {
+				body: { grant_type: "password", client_id: root.client_id, username: root.username, password: root.password },
+			});
+			if (r.status !== 200) throw new Error(`root login failed: ${r.status} ${r.text}`);
+			return r.body.data.access_token as string;
+		},
+		async restart() {
+			await p.stop();
+			p = await startPlatform({ ...cfg, port: Number(new URL(tp.url).port) });
+			tp.broker = p.broker;
+			tp.stop = p.stop;
+		},
+		async cleanup() {
+			await p.stop();
+			rmSync(dataDir, { recursive: true, force: true });
+		},
+	};
+	return tp;
+}
+
+/** Reads an SSE body into frames `{ event?, id?, data }`. */
+export function parseSse(text: string): Array<{ event?: string; id?: string; data: string }> {
+	return text
+		.split("\n\n")
+		.filter((f) => f.trim() && !f.startsWith(":"))
+		.map((f) => {
+			const frame: { event?: string; id?: string; data: string } = { data: "" };
+			for (const line of f.split("\n")) {
+				const i = line.indexOf(": ");
+				const k = line.slice(0, i);
+				const v = line.slice(i + 2);
+				if (k === "event") frame.event = v;
+				else if (k === "id") frame.id = v;
+				else if (k === "data") frame.data = v;
+			}
+			return frame;
+		});
+}
+
+/** True when a TCP server answers on 127.0.0.1:port. Tests that need it skip (or fail under REQUIRE_SERVERS=1). */
+export async function serverAnswers(port: number, timeoutMs = 1000): Promise<boolean> {
+	const net = await import("net");
+	return new Promise((resolve) => {
+		const s = net.connect({ host: "127.0.0.1", port });
+		const done = (ok: boolean) => {
+			s.destroy();
+			resolve(ok);
+		};
+		s.setTimeout(timeoutMs, () => done(false));
+		s.once("connect", () => done(true));
+		s.once("error", () => done(false));
+	});
+}
+
+/**
+ * For suites that need a real server: returns true when it answers; otherwise prints a visible skip message,
+ * or throws when REQUIRE_SERVERS=1 (CI) so that a missing server fails instead of silently skipping.
+ */
+export async function requireServer(name: string, port: number): Promise<boolean> {
+	if (await serverAnswers(port)) return true;
+	const msg = `${name} is not answering on 127.0.0.1:${port}`;
+	if (process.env.REQUIRE_SERVERS === "1") throw new Error(`${msg} (REQUIRE_SERVERS=1)`);
+	console.warn(`SKIPPED: ${msg}; its tests are skipped`);
+	return false;
+}

@@ -22,14 +22,39 @@ export interface PlatformConfig {
 	trustProxy: boolean;
 	logLevel: string;
 	nodeId?: string;
-	/** Serve /status and /metrics on each domain's and worker's own spec port (off in the one-process default). */
-	servicePorts: boolean;
+	/** Moleculer namespace: nodes on one transporter see each other only within the same namespace. */
+	namespace: string;
+	/** Prefix of every key this node writes to Redis (several deployments or test runs on one Redis). */
+	redisPrefix?: string;
+	/**
+	 * Serve /status and /metrics on each domain's and worker's own spec port. Undefined = automatic: on when the
+	 * node runs without the gateway (SERVICES without `api`), off in the one-process default.
+	 */
+	servicePorts?: boolean;
+	/** Added to every spec port of the ops listeners (tests, or several nodes on one host). */
+	opsPortOffset: number;
 }
 
 const env = (k: string): string | undefined => {
 	const v = process.env[k];
 	return v === undefined || v === "" ? undefined : v;
 };
+
+/** `1/true/yes` → true, `0/false/no` → false, unset → undefined (the setting's automatic behaviour). */
+function flag(name: string): boolean | undefined {
+	const v = env(name);
+	if (v === undefined) return undefined;
+	const l = v.toLowerCase();
+	if (["1", "true", "yes"].includes(l)) return true;
+	if (["0", "false", "no"].includes(l)) return false;
+	throw new Error(`${name} must be 1/0, true/false or yes/no, got ${v}`);
+}
+
+function portOffset(v: string | undefined): number {
+	const n = Number(v ?? 0);
+	if (!Number.isInteger(n) || n < 0 || n > 60000) throw new Error(`OPS_PORT_OFFSET must be an integer from 0 to 60000, got ${v}`);
+	return n;
+}
 
 export function readConfig(): PlatformConfig {
 	const services = env("SERVICES");
@@ -51,7 +76,10 @@ export function readConfig(): PlatformConfig {
 		trustProxy: ["1", "true", "yes"].includes((env("TRUST_PROXY") ?? "").toLowerCase()),
 		logLevel: env("LOG_LEVEL") ?? "info",
 		nodeId: env("NODE_ID"),
-		servicePorts: ["1", "true", "yes"].includes((env("SERVICE_PORTS") ?? "").toLowerCase()),
+		namespace: env("NAMESPACE") ?? "platform",
+		redisPrefix: env("REDIS_PREFIX"),
+		servicePorts: flag("SERVICE_PORTS"),
+		opsPortOffset: portOffset(env("OPS_PORT_OFFSET")),
 	};
 }
 

@@ -67,9 +67,26 @@ function refuseHidden(referenced: string[], allowed: string[] | null, what: stri
 	if (hidden.length) throw forbidden(`${what} ${hidden[0]} is not allowed`);
 }
 
-function and(parts: Array<Filter | null | undefined>): Filter {
-	const list = parts.filter((p): p is Filter => !!p && Object.keys(p).length > 0);
-	return list.length === 0 ? {} : list.length === 1 ? list[0] : { $and: list };
+/**
+ * AND of conditions, flattened into one object where keys do not collide: NeDB picks an index only from top-level
+ * equality keys (the last such key wins), so the most selective condition (id/ref) goes last and stays top-level.
+ * Colliding keys keep their meaning inside `$and`.
+ */
+export function and(parts: Array<Filter | null | undefined>): Filter {
+	const out: Filter = {};
+	const rest: Filter[] = [];
+	for (const p of parts) {
+		if (!p) continue;
+		for (const [k, v] of Object.entries(p)) {
+			if (k === "$and" && Array.isArray(v)) rest.push(...(v as Filter[]));
+			else if (Object.prototype.hasOwnProperty.call(out, k)) rest.push({ [k]: v });
+			else out[k] = v;
+		}
+	}
+	if (!rest.length) return out;
+	// Keep the id/ref condition last among the top-level keys.
+	const { id, ref, ...others } = out as Record<string, unknown>;
+	return { ...others, $and: rest, ...(ref !== undefined ? { ref } : {}), ...(id !== undefined ? { id } : {}) };
 }
 
 /** Layer 3: query enforcement. Returns the plan; every referenced field must be readable. */
@@ -89,7 +106,7 @@ export function enforce(
 	const userQuery = isRead ? reduceGroupsInQuery(parseQuery(parseJsonParam("query", q.query) ?? {}), token.groups ?? []) : {};
 	const pagination = meta.op === "list" || meta.op === "cursor" ? parsePagination(parseJsonParam("pagination", q.pagination)) : undefined;
 	const projection = meta.op === "list" || meta.op === "cursor" || meta.op === "get" ? parseProjection(parseJsonParam("projection", q.projection)) : undefined;
-	let populate: PopulateSpec[] = meta.op === "list" || meta.op === "cursor" || meta.op === "get" ? parsePopulate(parseJsonParam("populate", q.populate)) : [];
+	let populate: PopulateSpec[] = meta.op === "list" || meta.op === "cursor" || meta.op === "get" ? parsePopulate(q.populate) : [];
 
 	refuseHidden(referencedFields(userQuery), allowed, "query field");
 	if (pagination?.sort) refuseHidden(Object.keys(pagination.sort), allowed, "sort field");

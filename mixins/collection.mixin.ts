@@ -18,6 +18,7 @@ import { createStore, isDuplicateKeyError, type DocumentStore, type StoredDoc } 
 import { AUTHORITY_CHANGED, grantCache } from "../middlewares/grant-cache";
 import { healthBody, HEALTH_ACTION } from "../lib/health";
 import { sharedKeyValue } from "../lib/kv";
+import { opsPortMixin } from "./ops-port.mixin";
 
 export const MAX_BULK = 1000;
 const BATCH = 200;
@@ -321,13 +322,15 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 			return healthBody({
 				"document store": stores.size > 0 && pings.every(Boolean),
 				"event stream": await outbox.ping().catch(() => false),
-				cache: await sharedKeyValue(configOf(this.broker).redisUrl).ping(),
+				cache: await sharedKeyValue(configOf(this.broker).redisUrl, configOf(this.broker).redisPrefix).ping(),
 			});
 		},
 	};
 
 	return {
 		name: domain.name,
+		// GET /status and /metrics on the domain's spec port when the node runs without the gateway.
+		mixins: [opsPortMixin(domain.restPort)],
 		settings: { domain: domain.name, restPort: domain.restPort, grpcPort: domain.grpcPort },
 		actions,
 		events: {

@@ -82,6 +82,9 @@ const AuthService: ServiceSchema = {
 						session: session.id, client_id: t.client_id,
 						...(t.coworker || coworkers.length ? { coworker: [...new Set([...(t.coworker?.split(" ") ?? []), ...coworkers])].join(" ") } : {}),
 						...(t.groups?.length ? { groups: t.groups } : {}),
+						// Same claims as a JWT (GET /auth/verify): issued now, valid until expires_at.
+						iat: Math.floor(now / 1000),
+						exp: Math.floor(expires / 1000),
 					};
 					Object.assign(doc, { scopes, subjects, strict: doc.strict === true, expires_at: expires, coworkers, token: sha256Hex(suffix), claims, session: session.id });
 					doc.clients = [...new Set([...(doc.clients as string[]), ...coworkers])];
@@ -127,7 +130,7 @@ const AuthService: ServiceSchema = {
 		const cfg = configOf(this.broker);
 		const keys = loadKeys(cfg);
 		this.cfg = cfg;
-		this.kv = sharedKeyValue(cfg.redisUrl);
+		this.kv = sharedKeyValue(cfg.redisUrl, cfg.redisPrefix);
 		this.aes = new Aes(keys.aesSecret);
 		this.jwt = new JwtKeys(keys.jwtSecret);
 		this.issuer = new TokenIssuer({ jwt: this.jwt, kv: this.kv });

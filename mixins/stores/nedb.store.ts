@@ -10,6 +10,22 @@ import { renameIdKeys, toStoreQuery } from "./types";
 import { ensureDir } from "../../lib/config";
 import { badRequest } from "../../lib/errors";
 
+// NeDB's own matcher and comparator, so the fast path below keeps NeDB's query semantics exactly.
+// eslint-disable-next-line @typescript-eslint/no-var-requires
+const model = require("@seald-io/nedb/lib/model") as {
+	match(doc: unknown, query: unknown): boolean;
+	compareThings(a: unknown, b: unknown, compareStrings?: unknown): number;
+	getDotValue(doc: unknown, key: string): unknown;
+	deepCopy<T>(doc: T): T;
+};
+
+const MAX_CACHED = 500;
+
+/** A cache key for a validated query: RegExp values keep their source and flags. */
+function keyOf(v: unknown): string {
+	return JSON.stringify(v, (_k, x) => (x instanceof RegExp ? { $re: x.source, $f: x.flags } : x === undefined ? null : x));
+}
+
 type Datastore = {
 	ensureIndex(o: { fieldName: string; unique?: boolean; sparse?: boolean }): Promise<void>;
 	find(q: Filter, p?: Record<string, 0 | 1>): { sort(s: object): any; skip(n: number): any; limit(n: number): any; exec(cb: (e: Error | null, d: StoredDoc[]) => void): void };
@@ -41,6 +57,7 @@ function queryError(err: unknown): Error {
 
 export class NedbStore implements DocumentStore {
 	readonly kind = "nedb" as const;
+	private cache = new Map<string, unknown>();
 	private adapter: { connect(): Promise<void>; disconnect(): Promise<void>; db: Datastore; init(b: unknown, s: unknown): void };
 
 	/** `file` undefined keeps the store in memory (tests). */
@@ -69,7 +86,48 @@ export class NedbStore implements DocumentStore {
 		await this.adapter.disconnect();
 	}
 
+	/**
+	 * Reads without projection take one pass over NeDB's index-selected candidates: match, sort, and copy only the
+	 * page (NeDB's cursor deep-copies every match). The total of the same query is a by-product, cached for count.
+	 * Results are cached until the next write to this store: only this process writes an embedded store.
+	 */
 	find(o: FindOptions): Promise<StoredDoc[]> {
+		if (o.projection) return this.cursorFind(o);
+		const q = toStoreQuery(o.query);
+		const sort = o.sort ? renameIdKeys(o.sort)! : undefined;
+		const key = `f${keyOf([q, sort, o.skip ?? 0, o.limit ?? 0])}`;
+		const hit = this.cache.get(key) as StoredDoc[] | undefined;
+		if (hit) return Promise.resolve(hit.map((d) => model.deepCopy(d)));
+		let matches: StoredDoc[];
+		try {
+			matches = (this.db as any)._getRawCandidates(q).filter((d: StoredDoc) => model.match(d, q));
+		} catch (err) {
+			return Promise.reject(queryError(err));
+		}
+		this.remember(`c${keyOf(q)}`, matches.length);
+		if (sort) {
+			const criteria = Object.entries(sort);
+			const cs = (this.db as any).compareStrings;
+			matches.sort((a, b) => {
+				for (const [k, dir] of criteria) {
+					const c = dir * model.compareThings(model.getDotValue(a, k), model.getDotValue(b, k), cs);
+					if (c !== 0) return c;
+				}
+				return 0;
+			});
+		}
+		const start = o.skip ?? 0;
+		const page = matches.slice(start, o.limit ? start + o.limit : undefined).map((d) => model.deepCopy(d));
+		this.remember(key, page);
+		return Promise.resolve(page.map((d) => model.deepCopy(d)));
+	}
+
+	private remember(key: string, value: unknown): void {
+		if (this.cache.size >= MAX_CACHED) this.cache.clear();
+		this.cache.set(key, value);
+	}
+
+	private cursorFind(o: FindOptions): Promise<StoredDoc[]> {
 		let c = this.db.find(toStoreQuery(o.query), renameIdKeys(o.projection));
 		if (o.sort) c = c.sort(renameIdKeys(o.sort)!);
 		if (o.skip) c = c.skip(o.skip);
@@ -81,30 +139,52 @@ export class NedbStore implements DocumentStore {
 		return this.db.findOne(toStoreQuery(q)).catch((e) => Promise.reject(queryError(e)));
 	}
 
-	count(q: Filter): Promise<number> {
-		return this.db.count(toStoreQuery(q)).catch((e) => Promise.reject(queryError(e)));
+	count(query: Filter): Promise<number> {
+		const q = toStoreQuery(query);
+		const key = `c${keyOf(q)}`;
+		const hit = this.cache.get(key) as number | undefined;
+		if (hit !== undefined) return Promise.resolve(hit);
+		try {
+			let n = 0;
+			for (const d of (this.db as any)._getRawCandidates(q)) if (model.match(d, q)) n++;
+			this.remember(key, n);
+			return Promise.resolve(n);
+		} catch (err) {
+			return Promise.reject(queryError(err));
+		}
+	}
+
+	/** Every write drops the read cache before (reads racing the write) and after it. */
+	private async write<T>(fn: () => Promise<T>): Promise<T> {
+		this.cache.clear();
+		try {
+			return await fn();
+		} finally {
+			this.cache.clear();
+		}
 	}
 
 	insert(doc: StoredDoc): Promise<StoredDoc> {
-		return this.db.insert(doc);
+		return this.write(() => this.db.insert(doc));
 	}
 
 	insertMany(docs: StoredDoc[]): Promise<StoredDoc[]> {
-		return this.db.insert(docs);
+		return this.write(() => this.db.insert(docs));
 	}
 
-	async setMany(ids: string[], set: Record<string, unknown>): Promise<number> {
-		const [n] = await this.db.update({ _id: { $in: ids } }, { $set: set }, { multi: true });
-		return n;
+	setMany(ids: string[], set: Record<string, unknown>): Promise<number> {
+		return this.write(async () => (await this.db.update({ _id: { $in: ids } }, { $set: set }, { multi: true }))[0]);
 	}
 
-	async setOne(id: string, set: Record<string, unknown>): Promise<StoredDoc | null> {
-		const [n, doc] = await this.db.update({ _id: id }, { $set: set }, { returnUpdatedDocs: true });
-		return n ? (doc as StoredDoc) : null;
+	setOne(id: string, set: Record<string, unknown>): Promise<StoredDoc | null> {
+		return this.write(async () => {
+			const [n, doc] = await this.db.update({ _id: id }, { $set: set }, { returnUpdatedDocs: true });
+			return n ? (doc as StoredDoc) : null;
+		});
 	}
 
 	removeMany(q: Filter): Promise<number> {
-		return this.db.remove(toStoreQuery(q), { multi: true });
+		return this.write(() => this.db.remove(toStoreQuery(q), { multi: true }));
 	}
 
 	async ping(): Promise<boolean> {

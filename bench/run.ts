@@ -1,0 +1,170 @@
+/**
+ * `npm run bench`: load scenarios against 127.0.0.1 only, each bounded in time, results written to
+ * docs/benchmarks.md with the machine and date. Servers run in child processes so the load generator does not
+ * share their event loop.
+ */
+import { spawn, type ChildProcess } from "child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "fs";
+import os from "os";
+import path from "path";
+import autocannon from "autocannon";
+import { micro } from "./micro";
+
+const ROOT = path.resolve(__dirname, "..");
+const DURATION = Number(process.env.BENCH_DURATION ?? 10);
+const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
+const DOCS = 10_000;
+
+interface Row {
+	name: string;
+	rps: number;
+	p50: number;
+	p99: number;
+	ratio?: number;
+	note?: string;
+}
+
+function freePort(): Promise<number> {
+	return new Promise((resolve) => {
+		const s = require("net").createServer();
+		s.listen(0, "127.0.0.1", () => {
+			const p = s.address().port;
+			s.close(() => resolve(p));
+		});
+	});
+}
+
+async function waitFor(url: string, ms = 30_000): Promise<void> {
+	const until = Date.now() + ms;
+	while (Date.now() < until) {
+		try {
+			if ((await fetch(url)).status < 500) return;
+		} catch {
+			/* not yet */
+		}
+		await new Promise((r) => setTimeout(r, 200));
+	}
+	throw new Error(`${url} did not answer`);
+}
+
+function startNode(script: string, env: Record<string, string>): ChildProcess {
+	return spawn(path.join(ROOT, "node_modules/.bin/tsx"), [script], { cwd: ROOT, env: { ...process.env, LOG_LEVEL: "warn", ...env }, stdio: ["ignore", "ignore", "inherit"] });
+}
+
+async function load(name: string, opts: autocannon.Options, ceiling?: number, note?: string): Promise<Row> {
+	const r = await autocannon({ connections: CONNECTIONS, duration: DURATION, ...opts });
+	if (r.non2xx || r.errors) console.warn(`${name}: ${r.non2xx} non-2xx, ${r.errors} errors`);
+	const row: Row = { name, rps: Math.round(r.requests.average), p50: r.latency.p50, p99: r.latency.p99, note };
+	if (ceiling) row.ratio = row.rps / ceiling;
+	console.log(`${name}: ${row.rps} req/s p50 ${row.p50} ms p99 ${row.p99} ms${row.ratio ? ` (${(row.ratio * 100).toFixed(0)} % of ceiling)` : ""}`);
+	return row;
+}
+
+async function main() {
+	const dataDir = mkdtempSync(path.join(os.tmpdir(), "bench-"));
+	const port = await freePort();
+	const base = `http://127.0.0.1:${port}`;
+	const children: ChildProcess[] = [];
+	try {
+		children.push(startNode("start.ts", { PORT: String(port), DATA_DIR: dataDir }));
+		await waitFor(`${base}/status`);
+		const root = JSON.parse(readFileSync(path.join(dataDir, "bootstrap.json"), "utf8"));
+		const login = await fetch(`${base}/auth/token`, {
+			method: "POST",
+			headers: { "content-type": "application/json" },
+			body: JSON.stringify({ grant_type: "password", client_id: root.client_id, username: root.username, password: root.password }),
+		}).then((r) => r.json() as Promise<any>);
+		const token = login.data.access_token as string;
+		const auth = { authorization: `Bearer ${token}`, "content-type": "application/json" };
+		for (let i = 0; i < DOCS; i += 1000) {
+			const items = Array.from({ length: 1000 }, (_, j) => ({ title: `note ${i + j}`, content: "x".repeat(200), tags: [(i + j) % 2 ? "odd" : "even"], props: { n: i + j } }));
+			const r = await fetch(`${base}/content/notes/bulk`, { method: "POST", headers: auth, body: JSON.stringify({ items }) });
+			if (r.status !== 200) throw new Error(`seeding failed: ${r.status} ${await r.text()}`);
+		}
+		const one = await fetch(`${base}/content/notes?pagination=${encodeURIComponent(JSON.stringify({ limit: 1 }))}`, { headers: auth }).then((r) => r.json() as Promise<any>);
+		const doc = one.items[0];
+		const docFile = path.join(dataDir, "ceiling-doc.json");
+		writeFileSync(docFile, JSON.stringify(doc));
+
+		const cport = await freePort();
+		children.push(startNode("bench/ceiling.ts", { PORT: String(cport), CEILING_DOC: docFile }));
+		await waitFor(`http://127.0.0.1:${cport}/doc`);
+
+		const rows: Row[] = [];
+		const ceiling = await load("ceiling: bare moleculer-web route, fixed document", { url: `http://127.0.0.1:${cport}/doc` });
+		rows.push(ceiling);
+		rows.push(await load("get by id (full pipeline)", { url: `${base}/content/notes/${doc.id}`, headers: auth }, ceiling.rps));
+		const listQuery = `query=${encodeURIComponent(JSON.stringify({ tags: "odd" }))}&pagination=${encodeURIComponent(JSON.stringify({ limit: 20, sort: { created_at: -1 } }))}`;
+		rows.push(await load("list 20 of 10 000, filter + sort, repeated query (full pipeline)", { url: `${base}/content/notes?${listQuery}`, headers: auth }, ceiling.rps, "served by the store's read cache"));
+		const pag = encodeURIComponent(JSON.stringify({ limit: 20, sort: { created_at: -1 } }));
+		rows.push(
+			await load(
+				"list 20 of 10 000, filter + sort, a different query every request (full pipeline)",
+				{
+					url: `${base}/content/notes`,
+					headers: auth,
+					requests: [
+						{
+							setupRequest: (req: any) => ({
+								...req,
+								path: `/content/notes?query=${encodeURIComponent(JSON.stringify({ tags: "odd", "props.n": { $gte: Math.floor(Math.random() * DOCS) } }))}&pagination=${pag}`,
+							}),
+						},
+					],
+				},
+				ceiling.rps,
+				"cache miss: full candidate scan",
+			),
+		);
+		rows.push(
+			await load("create (full pipeline, outbox write)", { url: `${base}/content/notes`, method: "POST", headers: auth, body: JSON.stringify({ title: "bench", content: "x".repeat(200) }) }, ceiling.rps),
+		);
+		rows.push(
+			await load(
+				"login: password grant (bcrypt cost 10)",
+				{
+					url: `${base}/auth/token`,
+					method: "POST",
+					headers: { "content-type": "application/json", "x-forwarded-for": "bench" },
+					body: JSON.stringify({ grant_type: "password", client_id: root.client_id, username: root.username, password: root.password }),
+					connections: 10,
+				},
+				undefined,
+				"10 connections",
+			),
+		);
+		const microRows = await micro();
+		writeReport(rows, microRows);
+	} finally {
+		for (const c of children) c.kill("SIGTERM");
+		rmSync(dataDir, { recursive: true, force: true });
+	}
+}
+
+function writeReport(rows: Row[], microRows: Array<{ name: string; us: number; note?: string }>) {
+	const cpu = os.cpus();
+	const lines = [
+		"# Benchmarks",
+		"",
+		`Run by \`npm run bench\` on ${new Date().toISOString().slice(0, 10)}. Machine: ${cpu[0]?.model ?? "unknown CPU"}, ${cpu.length} cores, ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}, ${os.type()} ${os.release()}.`,
+		`Load: autocannon, ${CONNECTIONS} connections, ${DURATION} s per scenario, against 127.0.0.1; the platform (one process, embedded stores, ${DOCS.toLocaleString("en")} notes) and the ceiling run as separate processes with the same broker and metrics settings.`,
+		"",
+		"| Scenario | req/s | p50 ms | p99 ms | share of ceiling |",
+		"|---|---:|---:|---:|---:|",
+		...rows.map((r) => `| ${r.name}${r.note ? ` (${r.note})` : ""} | ${r.rps} | ${r.p50} | ${r.p99} | ${r.ratio ? `${(r.ratio * 100).toFixed(0)} %` : "-"} |`),
+		"",
+		"| Micro-benchmark (in process) | µs per operation | |",
+		"|---|---:|---|",
+		...microRows.map((m) => `| ${m.name} | ${m.us.toFixed(2)} | ${m.note ?? ""} |`),
+		"",
+		"The full pipeline is: bearer extraction, token verification (cached), blacklist, scope check, grant decision, query enforcement (soft delete, zones, field coverage), the NeDB store, the envelope.",
+		"",
+	];
+	writeFileSync(path.join(ROOT, "docs/benchmarks.md"), lines.join("\n"));
+	console.log("written docs/benchmarks.md");
+}
+
+main().catch((err) => {
+	console.error(err);
+	process.exit(1);
+});

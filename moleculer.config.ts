@@ -4,10 +4,11 @@ import type { BrokerOptions } from "moleculer";
 import type { PlatformConfig } from "./lib/config";
 import { AuthorityMiddleware } from "./middlewares/authority";
 import { TextPrometheusReporter } from "./lib/metrics";
+import { channelsMiddleware } from "./workers/channels.stream";
 
 export function brokerOptions(cfg: PlatformConfig): BrokerOptions {
 	return {
-		namespace: "platform",
+		namespace: cfg.namespace,
 		nodeID: cfg.nodeId ?? `${os.hostname()}-${process.pid}`,
 		// No transporter: every service in one process, calls stay local. NATS in production.
 		transporter: cfg.transporter ?? null,
@@ -17,10 +18,11 @@ export function brokerOptions(cfg: PlatformConfig): BrokerOptions {
 		metrics: {
 			enabled: true,
 			// Rendered by the gateway's /metrics (and each ops port), not by a listener of its own.
-			reporter: [new TextPrometheusReporter({ includes: ["moleculer.request.**", "moleculer.event.**", "moleculer.transit.**", "gateway.**", "process.**", "os.memory.**"] }) as any],
+			reporter: [new TextPrometheusReporter({ includes: ["moleculer.request.**", "moleculer.event.**", "moleculer.transit.**", "gateway.**", "publisher.**", "preserver.**", "process.**", "os.memory.**"] }) as any],
 		},
 		tracing: { enabled: false },
-		middlewares: [AuthorityMiddleware],
+		// The production event stream (EVENT_STREAM=nats|redis): @moleculer/channels, see workers/channels.stream.ts.
+		middlewares: [AuthorityMiddleware, ...(cfg.eventStream && cfg.eventStream !== "outbox" ? [channelsMiddleware(cfg)] : [])],
 	};
 }
 

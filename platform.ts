@@ -3,6 +3,9 @@ import { ServiceBroker } from "moleculer";
 import brokerOptions from "./moleculer.config";
 import { bindConfig, ensureDir, readConfig, type PlatformConfig } from "./lib/config";
 import { closeSharedKeyValues } from "./lib/kv";
+import { closeSharedStreams } from "./workers/stream";
+import { relayService } from "./workers/relay";
+import { DOMAINS } from "./catalog";
 import { serviceCatalog } from "./services";
 import { grantCache } from "./middlewares/grant-cache";
 
@@ -27,6 +30,8 @@ export async function startPlatform(overrides: Partial<PlatformConfig> = {}): Pr
 		if (!all[n]) throw new Error(`unknown service ${n}; known: ${Object.keys(all).join(", ")}`);
 		broker.createService(all[n]);
 	}
+	// The nodes that append to the outbox feed the production event stream (workers/relay.ts).
+	if (cfg.eventStream && cfg.eventStream !== "outbox" && names.some((n) => DOMAINS.some((d) => d.name === n))) broker.createService(relayService());
 	await broker.start();
 	const api = broker.getLocalService("api") as unknown as { server?: import("http").Server } | undefined;
 	const addr = api?.server?.address();
@@ -37,6 +42,7 @@ export async function startPlatform(overrides: Partial<PlatformConfig> = {}): Pr
 		url,
 		async stop() {
 			await broker.stop();
+			await closeSharedStreams(cfg);
 			await closeSharedKeyValues();
 		},
 	};

@@ -19,6 +19,10 @@ export interface PlatformConfig {
 	redisUrl?: string;
 	databaseUrl?: string;
 	mqttUrl?: string;
+	/** MQTT_TOPIC_ROOT: first level(s) of every MQTT topic the publisher writes (docs/mqtt.md); default `platform`. */
+	mqttTopicRoot: string;
+	/** MQTT_PORT: port of the embedded broker (no MQTT_URL); 0 = a free port, shared through `preserver.brokerUrl`. */
+	mqttPort: number;
 	trustProxy: boolean;
 	logLevel: string;
 	nodeId?: string;
@@ -33,6 +37,43 @@ export interface PlatformConfig {
 	servicePorts?: boolean;
 	/** Added to every spec port of the ops listeners (tests, or several nodes on one host). */
 	opsPortOffset: number;
+	/**
+	 * EVENT_STREAM: how change events reach the workers. `outbox` (default): workers read the persisted outbox
+	 * directly (one process or one node per worker kind). `nats` (JetStream) / `redis` (Streams): through
+	 * @moleculer/channels, fed by the relay on the domain nodes; instances of a worker share the load.
+	 */
+	eventStream: "outbox" | "nats" | "redis";
+	/** STREAM_URL: server of the production stream; default TRANSPORTER (nats) or REDIS_URL (redis). */
+	streamUrl?: string;
+	/** STREAM_ACK_WAIT_MS: an unacknowledged event is redelivered after this; default 10 s (NATS), 30 s (Redis). */
+	streamAckWaitMs?: number;
+	/** STREAM_RETENTION_HOURS: events older than this leave the NATS stream, acknowledged or not; default 168. */
+	streamRetentionHours?: number;
+	/** STREAM_MAX_MESSAGES: the stream keeps at most this many events (oldest go first); default 1,000,000. */
+	streamMaxMessages?: number;
+	/** STREAM_MAX_IN_FLIGHT: events of one group handled at once (NATS: whole group; Redis: per instance); default 1 (in order). */
+	streamMaxInFlight?: number;
+	/** STREAM_MAX_RETRIES: deliveries of an event before it moves to the dead-letter stream; default 10. */
+	streamMaxRetries?: number;
+	/** RELAY_SETTLE_MS: the relay publishes an outbox record once it is this old; default 0 (NeDB), 1000 (MongoDB). */
+	relaySettleMs?: number;
+	/** CLEANER_CRON: when the cleaner runs (node-cron syntax; default every 10 minutes). */
+	cleanerCron: string;
+	/** RETENTION_DAYS: days a soft-deleted document is kept before the cleaner removes it (default 30). */
+	retentionDays: number;
+	/**
+	 * RETENTION_<SERVICE>_<COLLECTION>_DAYS overrides, keyed `<SERVICE>_<COLLECTION>` (upper case, `-` as `_`).
+	 * Built in: IDENTITY_SESSIONS = 0 (a session record goes at the next pass after logout).
+	 */
+	retentionOverrides: Record<string, number>;
+	/** AUDIT_RETENTION_DAYS: days audit entries are kept (default 90). */
+	auditRetentionDays: number;
+	/** DELIVERY_RETENTION_DAYS: days finished webhook delivery records are kept (default 30). */
+	deliveryRetentionDays: number;
+	/** WEBHOOK_ALLOW_PRIVATE=1: the dispatcher may deliver to loopback, private and link-local addresses (tests, labs). */
+	webhookAllowPrivate: boolean;
+	/** WEBHOOK_RETRY_SCHEDULE: seconds before each delivery attempt (first is usually 0); its length is the attempt count. */
+	webhookRetrySchedule: number[];
 }
 
 const env = (k: string): string | undefined => {
@@ -56,6 +97,65 @@ function portOffset(v: string | undefined): number {
 	return n;
 }
 
+/** Immediately, 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h: eight attempts over about 28 hours. */
+export const DEFAULT_RETRY_SCHEDULE = [0, 5, 300, 1800, 7200, 18000, 36000, 36000];
+
+export function retrySchedule(v: string | undefined): number[] {
+	if (v === undefined) return [...DEFAULT_RETRY_SCHEDULE];
+	const list = v.split(",").map((x) => x.trim());
+	const nums = list.map(Number);
+	if (!list.length || list.some((x) => x === "") || nums.some((n) => !Number.isFinite(n) || n < 0))
+		throw new Error(`WEBHOOK_RETRY_SCHEDULE must be comma-separated non-negative seconds, got ${v}`);
+	return nums;
+}
+
+/** A retention in days: a non-negative number (fractions allowed). */
+function days(name: string, fallback: number): number {
+	const v = env(name);
+	if (v === undefined) return fallback;
+	const n = Number(v);
+	if (!Number.isFinite(n) || n < 0) throw new Error(`${name} must be a non-negative number of days, got ${v}`);
+	return n;
+}
+
+/** Per-collection retentions: the built-in ones, then every RETENTION_<SERVICE>_<COLLECTION>_DAYS of the environment. */
+function retentionOverrides(): Record<string, number> {
+	const out: Record<string, number> = { IDENTITY_SESSIONS: 0 };
+	for (const k of Object.keys(process.env)) {
+		const m = /^RETENTION_([A-Z0-9_]+)_DAYS$/.exec(k);
+		if (m && env(k) !== undefined) out[m[1]] = days(k, 0);
+	}
+	return out;
+}
+
+function topicRoot(v: string | undefined): string {
+	const root = v ?? "platform";
+	if (root.length > 200 || root.startsWith("$") || root.split("/").some((l) => !l || /[+#\u0000]/.test(l)))
+		throw new Error(`MQTT_TOPIC_ROOT must be literal topic levels (no wildcard, no empty level, no leading $), got ${v}`);
+	return root;
+}
+
+function eventStream(v: string | undefined): PlatformConfig["eventStream"] {
+	const k = (v ?? "outbox").toLowerCase();
+	if (k !== "outbox" && k !== "nats" && k !== "redis") throw new Error(`EVENT_STREAM must be outbox, nats or redis, got ${v}`);
+	return k;
+}
+
+/** An optional positive number (unset = the consumer's own default). */
+function positive(name: string): number | undefined {
+	const v = env(name);
+	if (v === undefined) return undefined;
+	const n = Number(v);
+	if (!Number.isFinite(n) || n <= 0) throw new Error(`${name} must be a positive number, got ${v}`);
+	return n;
+}
+
+function mqttPort(v: string | undefined): number {
+	const n = Number(v ?? 0);
+	if (!Number.isInteger(n) || n < 0 || n > 65535) throw new Error(`MQTT_PORT must be an integer from 0 to 65535, got ${v}`);
+	return n;
+}
+
 export function readConfig(): PlatformConfig {
 	const services = env("SERVICES");
 	return {
@@ -73,6 +173,8 @@ export function readConfig(): PlatformConfig {
 		redisUrl: env("REDIS_URL"),
 		databaseUrl: env("DATABASE_URL"),
 		mqttUrl: env("MQTT_URL"),
+		mqttTopicRoot: topicRoot(env("MQTT_TOPIC_ROOT")),
+		mqttPort: mqttPort(env("MQTT_PORT")),
 		trustProxy: ["1", "true", "yes"].includes((env("TRUST_PROXY") ?? "").toLowerCase()),
 		logLevel: env("LOG_LEVEL") ?? "info",
 		nodeId: env("NODE_ID"),
@@ -80,6 +182,21 @@ export function readConfig(): PlatformConfig {
 		redisPrefix: env("REDIS_PREFIX"),
 		servicePorts: flag("SERVICE_PORTS"),
 		opsPortOffset: portOffset(env("OPS_PORT_OFFSET")),
+		eventStream: eventStream(env("EVENT_STREAM")),
+		streamUrl: env("STREAM_URL"),
+		streamAckWaitMs: positive("STREAM_ACK_WAIT_MS"),
+		streamRetentionHours: positive("STREAM_RETENTION_HOURS"),
+		streamMaxMessages: positive("STREAM_MAX_MESSAGES"),
+		streamMaxInFlight: positive("STREAM_MAX_IN_FLIGHT"),
+		streamMaxRetries: positive("STREAM_MAX_RETRIES"),
+		relaySettleMs: env("RELAY_SETTLE_MS") === undefined ? undefined : Math.max(0, Number(env("RELAY_SETTLE_MS")) || 0),
+		cleanerCron: env("CLEANER_CRON") ?? "*/10 * * * *",
+		retentionDays: days("RETENTION_DAYS", 30),
+		retentionOverrides: retentionOverrides(),
+		auditRetentionDays: days("AUDIT_RETENTION_DAYS", 90),
+		deliveryRetentionDays: days("DELIVERY_RETENTION_DAYS", 30),
+		webhookAllowPrivate: flag("WEBHOOK_ALLOW_PRIVATE") ?? false,
+		webhookRetrySchedule: retrySchedule(env("WEBHOOK_RETRY_SCHEDULE")),
 	};
 }
 

@@ -90,10 +90,8 @@ const isEmailGroup = (s: string): boolean => {
 };
 
 /**
- * Checks a grant subject. Forms: `@role@domain`, `<uid|aid|cid>@domain` (24-hex), `<name>@domain`, a group
- * name (`team@example.com` or `eng.example.com`) optionally suffixed with `@domain`. Whenever the form has a
- * domain suffix it must be a registered domain. An email-like group whose domain is not registered is a
- * bare group name, unless its local part is a 24-hex id (then it is an id subject with a foreign domain).
+ * Checks a grant subject. Forms: `@role@domain`, `<uid|aid|cid>@domain` (24-hex), `<name>@domain`, or a group
+ * name (`team@example.com` or `eng.example.com`) suffixed with `@domain`; the domain must be registered.
  */
 function validateSubject(subject: unknown, domains: Set<string>): void {
 	if (typeof subject !== "string" || !subject) throw badRequest("subject: is required and must be a string");
@@ -110,12 +108,8 @@ function validateSubject(subject: unknown, domains: Set<string>): void {
 		return;
 	}
 	const at = subject.lastIndexOf("@");
-	if (at < 0) {
-		if (FQDN_RE.test(subject)) return; // bare FQDN group
-		throw badRequest(
-			`subject: '${subject}' must be @role@domain, <id or name>@domain, or a group name (email or FQDN)`,
-		);
-	}
+	// Every grant subject carries a registered domain (CONTRACTS.md): a bare group name could never match a token.
+	if (at < 0) throw badRequest(`subject: '${subject}' needs a domain suffix (<name>@domain, @role@domain or <group>@domain)`);
 	const local = subject.slice(0, at);
 	const domain = subject.slice(at + 1);
 	if (!local) throw badRequest(`subject: '${subject}' has an empty name before '@'`);
@@ -124,7 +118,6 @@ function validateSubject(subject: unknown, domains: Set<string>): void {
 		if (HEX24_RE.test(local) || NAME_RE.test(local) || isEmailGroup(local) || FQDN_RE.test(local)) return;
 		throw badRequest(`subject: invalid name '${local}' before @${domain}`);
 	}
-	if (!local.includes("@") && !HEX24_RE.test(local) && isEmailGroup(subject)) return; // bare email-like group
 	throw badRequest(`subject: domain '${domain}' is not registered for the client`);
 }
 
@@ -383,6 +376,7 @@ function claimOf(token: Record<string, unknown> | undefined, path: string): unkn
 }
 
 function cloneJson(v: unknown): unknown {
+	if (v instanceof RegExp) return new RegExp(v.source, v.flags);
 	if (Array.isArray(v)) return v.map(cloneJson);
 	if (typeof v === "object" && v !== null) {
 		const o: Record<string, unknown> = {};
@@ -426,9 +420,22 @@ function substitute(v: unknown, token: Record<string, unknown> | undefined): unk
 // ---------------------------------------------------------------------------------------------------------
 
 interface CompiledFilter {
-	/** Parsed entry; undefined when the stored text is not a JSON object (matches nothing). */
+	/**
+	 * The entry in the form user queries reach the store in (query-safety's `parseQuery`: `$regex` compiled, `$eq`
+	 * and `$options` folded, which NeDB needs); with token variables, the raw JSON, normalised after substitution.
+	 * Undefined when the stored text is not a valid JSON query (matches nothing).
+	 */
 	value: Record<string, unknown> | undefined;
 	vars: boolean;
+}
+
+/** parseQuery's form of a (substituted) filter entry; MISSING when it is not a valid query. */
+function normalizeFilter(v: unknown): Record<string, unknown> | typeof MISSING {
+	try {
+		return parseQuery(v);
+	} catch {
+		return MISSING;
+	}
 }
 
 interface CompiledGrant {
@@ -450,7 +457,9 @@ function compile(g: Grant): CompiledGrant {
 			try {
 				const v = typeof text === "string" ? JSON.parse(text) : undefined;
 				if (typeof v !== "object" || v === null || Array.isArray(v)) return { value: undefined, vars: false };
-				return { value: v as Record<string, unknown>, vars: hasVars(v) };
+				if (hasVars(v)) return { value: v as Record<string, unknown>, vars: true };
+				const parsed = normalizeFilter(v);
+				return { value: parsed === MISSING ? undefined : parsed, vars: false };
 			} catch {
 				return { value: undefined, vars: false };
 			}
@@ -529,14 +538,16 @@ export class GrantIndex {
 				applicable.push(c);
 			}
 		};
-		for (let i = 0; i < subjects.length; i++) {
-			const s = subjects[i];
-			if (subjects.indexOf(s) !== i) continue; // duplicate subject
-			const byObj = this.bySubject.get(s);
-			if (!byObj) continue;
-			consider(byObj.get(object), false);
-			if (useWildcard) consider(byObj.get(wildcard as string), true);
-		}
+		const pass = (obj: string, viaWildcard: boolean) => {
+			for (let i = 0; i < subjects.length; i++) {
+				const s = subjects[i];
+				if (subjects.indexOf(s) !== i) continue; // duplicate subject
+				consider(this.bySubject.get(s)?.get(obj), viaWildcard);
+			}
+		};
+		// The spec's order: the exact object first; `service:*` only as the retry when no exact grant applies.
+		pass(object, false);
+		if (applicable.length === 0 && useWildcard) pass(wildcard as string, true);
 
 		if (applicable.length === 0) {
 			return {
@@ -564,7 +575,8 @@ export class GrantIndex {
 			}
 			for (const f of c.filters) {
 				if (f.value === undefined) continue;
-				const v = f.vars ? substitute(f.value, token) : cloneJson(f.value);
+				let v = f.vars ? substitute(f.value, token) : cloneJson(f.value);
+				if (f.vars && v !== MISSING) v = normalizeFilter(v);
 				if (v !== MISSING) entries.push(v as Record<string, unknown>);
 			}
 		}

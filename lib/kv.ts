@@ -74,8 +74,9 @@ export class RedisKeyValue implements KeyValue {
 	readonly kind = "redis" as const;
 	readonly client: Redis;
 
-	constructor(url: string) {
-		this.client = new Redis(url, { lazyConnect: false, maxRetriesPerRequest: 2, enableOfflineQueue: true });
+	/** `prefix` (REDIS_PREFIX) is put before every key, so deployments or test runs sharing one Redis never meet. */
+	constructor(url: string, prefix?: string) {
+		this.client = new Redis(url, { lazyConnect: false, maxRetriesPerRequest: 2, enableOfflineQueue: true, ...(prefix ? { keyPrefix: prefix } : {}) });
 		// Connection errors surface through ping() and /status; ioredis keeps reconnecting.
 		this.client.on("error", () => undefined);
 	}
@@ -114,11 +115,11 @@ export class RedisKeyValue implements KeyValue {
 
 const shared = new Map<string, KeyValue>();
 
-/** One cache client per process and location. */
-export function sharedKeyValue(redisUrl?: string): KeyValue {
-	const key = redisUrl ?? "memory";
+/** One cache client per process, location and key prefix. */
+export function sharedKeyValue(redisUrl?: string, prefix?: string): KeyValue {
+	const key = redisUrl ? `${redisUrl} ${prefix ?? ""}` : "memory";
 	let kv = shared.get(key);
-	if (!kv) shared.set(key, (kv = redisUrl ? new RedisKeyValue(redisUrl) : new MemoryKeyValue()));
+	if (!kv) shared.set(key, (kv = redisUrl ? new RedisKeyValue(redisUrl, prefix) : new MemoryKeyValue()));
 	return kv;
 }
 

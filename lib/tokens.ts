@@ -31,8 +31,12 @@ export class JwtKeys {
 	}
 }
 
-/** Claims as GET /auth/verify shows them (spec table plus iat/exp), whatever extra the token carries. */
+/** The claims of the spec's table (GET /auth/verify) plus `iat` and `exp` (CONTRACTS.md). */
+const PUBLIC_CLAIMS = ["type", "strict", "cid", "aid", "uid", "scope", "domain", "subject", "tz", "lang", "session", "client_id", "coworker", "iat", "exp"] as const;
+
+/** Claims as GET /auth/verify shows them (spec table plus iat/exp), whatever extra the token carries (jti, groups, ...). */
 export function publicClaims(c: TokenClaims): TokenClaims {
-	const { jti, ...rest } = c as TokenClaims & { jti?: string };
-	return rest;
+	const out: Record<string, unknown> = {};
+	for (const k of PUBLIC_CLAIMS) if (c[k] !== undefined) out[k] = c[k];
+	return out as TokenClaims;
 }

@@ -10,7 +10,6 @@ import { ApiError, forbidden, notFound, unauthorized } from "../lib/errors";
 import { fieldsAllowed, type Decision, type GrantIndex } from "../lib/grants";
 import type { AccessPlan } from "../lib/plan";
 import {
-	parseJsonParam,
 	parsePagination,
 	parsePopulate,
 	parseProjection,
@@ -103,9 +102,10 @@ export function enforce(
 	const allowed = decision.fields;
 	const isRead = READ_OPS.has(meta.op) || meta.op === "bulkPatch";
 
-	const userQuery = isRead ? reduceGroupsInQuery(parseQuery(parseJsonParam("query", q.query) ?? {}), token.groups ?? []) : {};
-	const pagination = meta.op === "list" || meta.op === "cursor" ? parsePagination(parseJsonParam("pagination", q.pagination)) : undefined;
-	const projection = meta.op === "list" || meta.op === "cursor" || meta.op === "get" ? parseProjection(parseJsonParam("projection", q.projection)) : undefined;
+	// The parsers take the raw parameters (strings, or qs objects) and parse JSON themselves, once.
+	const userQuery = isRead ? reduceGroupsInQuery(parseQuery(q.query), token.groups ?? []) : {};
+	const pagination = meta.op === "list" || meta.op === "cursor" ? parsePagination(q.pagination) : undefined;
+	const projection = meta.op === "list" || meta.op === "cursor" || meta.op === "get" ? parseProjection(q.projection) : undefined;
 	let populate: PopulateSpec[] = meta.op === "list" || meta.op === "cursor" || meta.op === "get" ? parsePopulate(q.populate) : [];
 
 	refuseHidden(referencedFields(userQuery), allowed, "query field");
@@ -138,6 +138,8 @@ export function enforce(
 		const id = ctx.params.params?.id;
 		const byRef = meta.op === "get" && (q.ref === "true" || q.ref === true);
 		if (typeof id !== "string" || (!byRef && !OBJECT_ID.test(id))) throw notFound();
+		// A lookup by ref is a condition on the `ref` field: like any query field it must be readable.
+		if (byRef) refuseHidden(["ref"], allowed, "query field");
 		idCond = byRef ? { ref: id } : { id: id.toLowerCase() };
 	}
 

@@ -5,7 +5,7 @@
  */
 import type { Context, ServiceSchema } from "moleculer";
 import { DEFAULT_VERSION, STANDARD_OPS, type CollectionDef, type DomainDef, type StandardOp } from "../catalog";
-import { changeEvent, type ChangeOp } from "../lib/change-event";
+import { changeEvent, type ChangeEvent, type ChangeOp } from "../lib/change-event";
 import { configOf } from "../lib/config";
 import { objectId, randomToken } from "../lib/crypto";
 import { ApiError, badRequest, conflict, notFound } from "../lib/errors";
@@ -40,6 +40,8 @@ export interface CollectionHooks {
 	beforeCreate?(ctx: Ctx, doc: StoredDoc): Promise<Record<string, unknown> | void> | Record<string, unknown> | void;
 	beforePatch?(ctx: Ctx, set: Record<string, unknown>, before: StoredDoc | null): Promise<void> | void;
 	afterWrite?(ctx: Ctx, op: ChangeOp, before: StoredDoc | null, after: StoredDoc | null): Promise<void> | void;
+	/** Removes secrets nested in free-form fields from the `before`/`after` of change events (CQRS webhook credentials). */
+	redactEvent?(doc: Doc): Doc;
 }
 
 /** Metadata the authority middleware reads on every collection action. */
@@ -51,6 +53,15 @@ export interface CollectionActionMeta {
 }
 
 export type Change = { op: ChangeOp; before: StoredDoc | null; after: StoredDoc | null };
+
+/** Internal action of every collection, `{collection}.purge` (never routed): see `purge` below. */
+export const PURGE_ACTION = "purge";
+export interface PurgeParams {
+	/** ISO date: documents whose `deleted_at` is earlier are removed. */
+	before: string;
+	/** At most this many per call (default: all). */
+	limit?: number;
+}
 
 /**
  * A platform-made document (sessions at login, seeded records, wallets): same common fields as a caller's create,
@@ -107,13 +118,20 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 			return present(col, doc, plan.fields);
 		}
 
+		function redacted(ev: ChangeEvent): ChangeEvent {
+			if (!h.redactEvent) return ev;
+			if (ev.after) ev.after = h.redactEvent(ev.after);
+			if (ev.before) ev.before = h.redactEvent(ev.before);
+			return ev;
+		}
+
 		async function record(ctx: Ctx, changes: Change[]) {
 			const ts = Date.now();
 			await outbox.append(
 				changes.map(({ op, before, after }) => {
 					const doc = (after ?? before)!;
 					return {
-						event: changeEvent(op, domain, col, before, after, ts),
+						event: redacted(changeEvent(op, domain, col, before, after, ts)),
 						clients: (doc.clients as string[]) ?? [],
 						owner: doc.owner as string | undefined,
 						shares: (doc.shares as string[]) ?? [],
@@ -306,6 +324,34 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 		return handlers;
 	}
 
+	/**
+	 * The cleaner's retention purge: hard-deletes the documents soft-deleted before `before`, in keyset batches.
+	 * Each removal is conditional on the `deleted_at` that was read, so a document restored (or deleted again)
+	 * meanwhile stays. Every removed document gets a `d` change event like a destroy (its `before` carries the
+	 * `deleted_at`, which tells consumers it was already soft-deleted), and the collection's hooks run.
+	 */
+	async function purge(name: string, ctx: Ctx): Promise<{ purged: number }> {
+		const { before, limit } = ctx.params as unknown as PurgeParams;
+		if (typeof before !== "string" || Number.isNaN(Date.parse(before))) throw badRequest("before must be an ISO date");
+		const max = Number.isInteger(limit) && limit! > 0 ? limit! : Infinity;
+		const store = stores.get(name)!;
+		let purged = 0;
+		let last = "";
+		while (purged < max) {
+			const expired: Record<string, unknown> = { deleted_at: { $ne: null, $lt: before } };
+			const query = last ? { ...expired, _id: { $gt: last } } : expired;
+			const batch = await store.find({ query, sort: { _id: 1 }, limit: Math.min(BATCH, max - purged) });
+			if (!batch.length) break;
+			const removed: Change[] = [];
+			for (const doc of batch) if ((await store.removeMany({ id: doc._id, deleted_at: doc.deleted_at })) > 0) removed.push({ op: "d", before: doc, after: null });
+			if (removed.length) await recorders.get(name)!(ctx, removed);
+			purged += removed.length;
+			last = batch[batch.length - 1]._id;
+			if (batch.length < BATCH) break;
+		}
+		return { purged };
+	}
+
 	const actions: ServiceSchema["actions"] = {};
 	for (const col of domain.collections) {
 		const handlers = engine(col);
@@ -313,6 +359,10 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 			const meta: CollectionActionMeta = { service: domain.name, collection: col.name, op, level: STANDARD_OPS[op] };
 			actions[actionName(col.name, op)] = { collection: meta, handler: handlers[op] } as any;
 		}
+		actions[actionName(col.name, PURGE_ACTION)] = {
+			visibility: "public",
+			handler: (ctx: Context<PurgeParams, RequestMeta>) => purge(col.name, ctx as unknown as Ctx),
+		};
 	}
 
 	actions[HEALTH_ACTION] = {

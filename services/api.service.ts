@@ -4,7 +4,6 @@
  * `{ statusCode, message, error }`, streams cursors as server-sent events, and serves docs, health and metrics.
  */
 import type { IncomingMessage, ServerResponse } from "http";
-import { once } from "events";
 import type { Context, ServiceSchema } from "moleculer";
 import ApiGateway from "moleculer-web";
 import { Aes } from "../lib/crypto";
@@ -18,6 +17,7 @@ import { openApiDocument } from "../lib/openapi";
 import { docsAsset, docsHtml } from "../lib/docs-page";
 import { collectHealth } from "../lib/health";
 import { metricsText, observeHttp } from "../lib/metrics";
+import { emitAudit } from "../lib/audit";
 
 type Req = IncomingMessage & { $ctx: Context<any, any>; $params: any; $route?: any; $alias?: any; query?: Record<string, unknown>; $startedAt?: bigint };
 type Res = ServerResponse & { $route?: any };
@@ -25,6 +25,22 @@ type Res = ServerResponse & { $route?: any };
 /** Request headers the domain layers read; everything else stays at the gateway. */
 const FORWARDED_HEADERS = ["x-zone", "x-exclude-soft-delete-query", "x-saga-session", "x-can-with-policies", "x-can-with-id-policies", "user-agent"];
 const CURSOR_PAGE = 100;
+
+/**
+ * Resolves on the next `drain` or `close`, then removes both listeners (a race of two `events.once` would leave
+ * the loser attached on every wait: listeners pile up on a long stream).
+ */
+function drainOrClose(res: ServerResponse): Promise<void> {
+	return new Promise((resolve) => {
+		const done = () => {
+			res.off("drain", done);
+			res.off("close", done);
+			resolve();
+		};
+		res.on("drain", done);
+		res.on("close", done);
+	});
+}
 
 function sendJson(res: ServerResponse, status: number, body: unknown): void {
 	if (res.headersSent) {
@@ -66,7 +82,9 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 			this.prepareMeta(ctx, req);
 		},
 		onAfterCall(this: any, ctx: Context<any, any>, route: unknown, req: Req, res: Res, data: unknown) {
-			observeHttp(this.broker, req, res.statusCode || 200);
+			const status = (ctx.meta.$statusCode as number | undefined) ?? (res.statusCode || 200);
+			observeHttp(this.broker, req, status);
+			emitAudit(this.broker, req, status, data);
 			return data;
 		},
 		onError(this: any, req: Req, res: Res, err: unknown) {
@@ -124,7 +142,7 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 		this.authenticator = new Authenticator({
 			jwt: new JwtKeys(keys.jwtSecret),
 			aes: new Aes(keys.aesSecret),
-			kv: sharedKeyValue(cfg.redisUrl),
+			kv: sharedKeyValue(cfg.redisUrl, cfg.redisPrefix),
 			broker: this.broker,
 			trustProxy: cfg.trustProxy,
 		});
@@ -166,6 +184,7 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 			const body = toErrorBody(err);
 			if (body.statusCode >= 500) this.logger.error("request failed", req.method, req.url, err);
 			observeHttp(this.broker, req, body.statusCode);
+			emitAudit(this.broker, req, body.statusCode, undefined, () => callerIp(req, this.cfg.trustProxy));
 			sendJson(res, body.statusCode, body);
 		},
 		sendText(res: Res, status: number, body: string | Buffer, type: string) {
@@ -202,11 +221,12 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 			let page = await next();
 			res.writeHead(200, { "Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache", Connection: "keep-alive", "X-Accel-Buffering": "no" });
 			observeHttp(this.broker, req, 200);
+			emitAudit(this.broker, req, 200);
 			try {
 				for (;;) {
 					for (const doc of page.items) {
 						if (closed) return;
-						if (!res.write(`id: ${doc.id}\ndata: ${JSON.stringify(doc)}\n\n`)) await Promise.race([once(res, "drain"), once(res, "close")]);
+						if (!res.write(`id: ${doc.id}\ndata: ${JSON.stringify(doc)}\n\n`)) await drainOrClose(res);
 					}
 					offset += page.items.length;
 					remaining -= page.items.length;

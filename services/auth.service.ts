@@ -116,8 +116,9 @@ const AuthService: ServiceSchema = {
 				},
 				async beforePatch(ctx: Ctx, set: Record<string, unknown>, before: StoredDoc | null) {
 					// A bulk patch has no single `before`: the changed fields are checked against a neutral base.
-					const base = before ?? { subject: "group.example", action: "read", object: "x:x" };
-					validateGrant(pickGrant({ ...base, ...set }), await callerDomains(ctx));
+					const domains = await callerDomains(ctx);
+					const base = before ?? { subject: `x@${domains[0]}`, action: "read", object: "x:x" };
+					validateGrant(pickGrant({ ...base, ...set }), domains);
 				},
 				afterWrite(ctx: Ctx) {
 					ctx.broadcast(AUTHORITY_CHANGED, {});
@@ -182,6 +183,18 @@ const AuthService: ServiceSchema = {
 		can: {
 			async handler(this: any, ctx: Ctx) {
 				return this.can(ctx);
+			},
+		},
+		/**
+		 * What revoking an APT needs (its session, the hash its revocation broadcast names) and whether it is live: its
+		 * change events cannot carry them (internal fields). Null once destroyed. Internal (the watcher).
+		 */
+		"apts.revocation": {
+			visibility: "public",
+			params: { id: "string" },
+			async handler(this: any, ctx: Context<{ id: string }>) {
+				const doc: StoredDoc | null = await this.collectionStore("apts").findOne({ id: ctx.params.id });
+				return doc ? { session: doc.session as string, hash: doc.token as string, live: doc.deleted_at === null } : null;
 			},
 		},
 		/** Cache-miss path of APT authentication: the stored (hashed) APT, re-cached. */

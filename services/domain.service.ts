@@ -7,6 +7,7 @@ import { domain, GRANT_TYPES } from "../catalog/domains/domain";
 import { collectionMixin, platformDoc, type Ctx } from "../mixins/collection.mixin";
 import type { StoredDoc } from "../mixins/stores";
 import { hashSecret, randomToken, verifySecret } from "../lib/crypto";
+import { AUTHORITY_CHANGED } from "../middlewares/grant-cache";
 
 /** What the auth service needs of a client to issue tokens. */
 export interface ClientInfo {
@@ -52,6 +53,10 @@ const DomainService: ServiceSchema = {
 				},
 				async beforePatch(ctx: Ctx, set: Record<string, unknown>) {
 					if (typeof set.secret === "string") set.secret = await hashSecret(set.secret);
+				},
+				// A client's domains decide which RBAC roles apply: every node reloads its grant index.
+				afterWrite(ctx: Ctx) {
+					ctx.broadcast(AUTHORITY_CHANGED, {});
 				},
 			},
 			apps: {

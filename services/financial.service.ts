@@ -1,8 +1,67 @@
-/** financial: the standard collection pattern on every collection of the domain (catalog/domains/financial.ts). */
+/**
+ * financial: the standard collection pattern on every collection of the domain (catalog/domains/financial.ts), and
+ * the wallet every new user gets. Wallets come from the durable change stream (consumer group `financial.wallets`,
+ * reading identity/users creations) rather than from the fire-and-forget `identity.user.created` event: a wallet is
+ * never lost to a crash or a restart, and redelivery is harmless (one wallet per user, see `ensureWallet`).
+ */
 import type { ServiceSchema } from "moleculer";
 import { financial } from "../catalog/domains/financial";
-import { collectionMixin } from "../mixins/collection.mixin";
+import { collectionMixin, platformDoc, type Ctx } from "../mixins/collection.mixin";
+import type { OutboxRecord } from "../mixins/outbox";
+import { isDuplicateKeyError, type StoredDoc } from "../mixins/stores";
+import { configOf } from "../lib/config";
+import { sha256Hex } from "../lib/crypto";
+import { sharedStream, type Consumer } from "../workers/stream";
 
-const FinancialService: ServiceSchema = { name: "financial", mixins: [collectionMixin(financial)] };
+export const WALLET_GROUP = "financial.wallets";
+export const WALLET_CURRENCY = "USD";
+
+/**
+ * A wallet's id follows from its user's: two deliveries of one creation (two nodes, a replay) insert the same id,
+ * and the second is a duplicate-key no-op, so there is one wallet per user even under a race.
+ */
+export function walletIdOf(user: string): string {
+	return sha256Hex(`wallet:${user}`).slice(0, 24);
+}
+
+const FinancialService: ServiceSchema = {
+	name: "financial",
+	mixins: [collectionMixin(financial)],
+	methods: {
+		/** The user's wallet, created once: owner = the user, clients = the user document's clients. */
+		async ensureWallet(this: any, rec: OutboxRecord): Promise<StoredDoc | null> {
+			const ev = rec.event;
+			if (ev.topic !== "identity.users" || ev.op !== "c" || typeof ev.id !== "string") return null;
+			const user = ev.id;
+			const store = this.collectionStore("wallets");
+			const existing: StoredDoc | null = await store.findOne({ user });
+			if (existing) return existing;
+			const clients = [...new Set((rec.clients?.length ? rec.clients : ((ev.after?.clients as string[] | undefined) ?? [])).filter((c) => typeof c === "string" && c))];
+			const doc = platformDoc({ user, currency: WALLET_CURRENCY, balance: 0 }, { owner: user, cid: clients[0] ?? user });
+			doc._id = walletIdOf(user);
+			doc.clients = clients;
+			try {
+				await store.insert(doc);
+			} catch (err) {
+				if (isDuplicateKeyError(err)) return store.findOne({ user });
+				throw err;
+			}
+			// A platform-made write: change event like any other (webhooks, MQTT, stats), with no caller token.
+			const ctx = { meta: {}, service: this, call: this.broker.call.bind(this.broker), broadcast: this.broker.broadcast.bind(this.broker), emit: this.broker.emit.bind(this.broker) } as unknown as Ctx;
+			await this.recordChanges(ctx, "wallets", [{ op: "c", before: null, after: doc }]);
+			this.logger.debug(`wallet ${doc._id} created for user ${user}`);
+			return doc;
+		},
+	},
+	async started(this: any) {
+		// Runs after the collection mixin's `started` (mixins first): the stores are connected.
+		this.walletConsumer = (await sharedStream(configOf(this.broker)).consume(WALLET_GROUP, (rec) => this.ensureWallet(rec))) as Consumer;
+	},
+	async stopped(this: any) {
+		// Runs before the mixin's `stopped` (reverse order): the consumer ends while the stores are still open.
+		await (this.walletConsumer as Consumer | undefined)?.stop();
+		this.walletConsumer = undefined;
+	},
+};
 
 export default FinancialService;

@@ -16,6 +16,7 @@ import LogisticService from "./logistic.service";
 import ConjointService from "./conjoint.service";
 import CareerService from "./career.service";
 import ThingService from "./thing.service";
+import { workerCatalog } from "../workers";
 
 export function serviceCatalog(cfg: PlatformConfig): Record<string, ServiceSchema> {
 	return {
@@ -34,5 +35,6 @@ export function serviceCatalog(cfg: PlatformConfig): Record<string, ServiceSchem
 		conjoint: ConjointService,
 		career: CareerService,
 		thing: ThingService,
+		...workerCatalog(),
 	};
 }

@@ -32,6 +32,7 @@ export const special: DomainDef = {
 				updated: { type: "integer" },
 				deleted: { type: "integer" },
 				restored: { type: "integer" },
+				seqs: { type: "array", items: "integer", internal: true, description: "Stream positions of the latest change events counted (redelivery guard)" },
 			},
 			specials: [{ action: "collect", method: "POST", path: "collect", description: "Collect statistics" }],
 		},

@@ -6,7 +6,7 @@
 import MongooseAdapter from "moleculer-db-adapter-mongoose";
 import mongoose from "mongoose";
 import type { DocumentStore, FindOptions, Filter, StoredDoc } from "./types";
-import { renameIdKeys, toStoreQuery } from "./types";
+import { renameIdKeys, toStoreQuery, updateOf } from "./types";
 
 export class MongoStore implements DocumentStore {
 	readonly kind = "mongo" as const;
@@ -58,12 +58,12 @@ export class MongoStore implements DocumentStore {
 	}
 
 	async setMany(ids: string[], set: Record<string, unknown>): Promise<number> {
-		const r = await this.model.collection.updateMany({ _id: { $in: ids } } as any, { $set: set });
+		const r = await this.model.collection.updateMany({ _id: { $in: ids } } as any, updateOf(set));
 		return r.modifiedCount;
 	}
 
 	async setOne(id: string, set: Record<string, unknown>): Promise<StoredDoc | null> {
-		const r = await this.model.collection.findOneAndUpdate({ _id: id } as any, { $set: set }, { returnDocument: "after" });
+		const r = await this.model.collection.findOneAndUpdate({ _id: id } as any, updateOf(set), { returnDocument: "after" });
 		return ((r as any)?.value ?? null) as StoredDoc | null;
 	}
 

@@ -6,7 +6,7 @@
 import path from "path";
 import DbService from "moleculer-db";
 import type { DocumentStore, FindOptions, Filter, StoredDoc } from "./types";
-import { renameIdKeys, toStoreQuery } from "./types";
+import { renameIdKeys, toStoreQuery as renameIdsInQuery, updateOf } from "./types";
 import { ensureDir } from "../../lib/config";
 import { badRequest } from "../../lib/errors";
 
@@ -20,6 +20,39 @@ const model = require("@seald-io/nedb/lib/model") as {
 };
 
 const MAX_CACHED = 500;
+
+const isOperatorObject = (v: unknown): v is Record<string, unknown> =>
+	typeof v === "object" && v !== null && !Array.isArray(v) && !(v instanceof RegExp) && Object.keys(v).length > 0 && Object.keys(v).every((k) => k.startsWith("$"));
+
+/**
+ * NeDB applies every operator but `$size`/`$elemMatch` to each element of an array field; MongoDB, whose notation
+ * queries and grant row filters are written in, applies `$ne`, `$nin` and `$exists` to the field as a whole. So on
+ * NeDB `{tags: {$nin: ["secret"]}}` let `["secret", "x"]` through (some element differs) and `{tags: {$exists: true}}`
+ * missed `[]` (no element). Each becomes the negation of the opposite test, which NeDB evaluates with MongoDB's
+ * meaning on arrays, scalars and missing fields alike.
+ */
+function mongoNegations(q: Filter): Filter {
+	const out: Filter = {};
+	const negations: Filter[] = [];
+	for (const [k, v] of Object.entries(q)) {
+		if ((k === "$and" || k === "$or") && Array.isArray(v)) out[k] = v.map((x) => mongoNegations(x as Filter));
+		else if (k === "$not" && v && typeof v === "object" && !Array.isArray(v) && !(v instanceof RegExp)) out[k] = mongoNegations(v as Filter);
+		else if (!k.startsWith("$") && isOperatorObject(v) && ("$ne" in v || "$nin" in v || v.$exists === true)) {
+			const { $ne, $nin, ...rest } = v;
+			if (rest.$exists === true) delete rest.$exists;
+			if (Object.keys(rest).length) out[k] = rest;
+			if ("$ne" in v) negations.push({ $not: { [k]: $ne } });
+			if ("$nin" in v) negations.push({ $not: { [k]: { $in: $nin } } });
+			if (v.$exists === true) negations.push({ $not: { [k]: { $exists: false } } });
+		} else out[k] = v;
+	}
+	return negations.length ? { $and: [out, ...negations] } : out;
+}
+
+/** The store form of a platform query: `id` renamed to `_id`, negations with MongoDB's meaning. */
+function toStoreQuery(q: Filter): Filter {
+	return mongoNegations(renameIdsInQuery(q));
+}
 
 /** A cache key for a validated query: RegExp values keep their source and flags. */
 function keyOf(v: unknown): string {
@@ -136,7 +169,7 @@ export class NedbStore implements DocumentStore {
 	}
 
 	findOne(q: Filter): Promise<StoredDoc | null> {
-		return this.db.findOne(toStoreQuery(q)).catch((e) => Promise.reject(queryError(e)));
+		return this.find({ query: q, limit: 1 }).then((d) => d[0] ?? null);
 	}
 
 	count(query: Filter): Promise<number> {
@@ -173,12 +206,12 @@ export class NedbStore implements DocumentStore {
 	}
 
 	setMany(ids: string[], set: Record<string, unknown>): Promise<number> {
-		return this.write(async () => (await this.db.update({ _id: { $in: ids } }, { $set: set }, { multi: true }))[0]);
+		return this.write(async () => (await this.db.update({ _id: { $in: ids } }, updateOf(set), { multi: true }))[0]);
 	}
 
 	setOne(id: string, set: Record<string, unknown>): Promise<StoredDoc | null> {
 		return this.write(async () => {
-			const [n, doc] = await this.db.update({ _id: id }, { $set: set }, { returnUpdatedDocs: true });
+			const [n, doc] = await this.db.update({ _id: id }, updateOf(set), { returnUpdatedDocs: true });
 			return n ? (doc as StoredDoc) : null;
 		});
 	}

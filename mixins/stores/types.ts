@@ -28,11 +28,13 @@ export interface DocumentStore {
 	ping(): Promise<boolean>;
 }
 
-/** A store query names `id`; both stores key documents by `_id`. Renames it at any depth of $and/$or/$nor/$not. */
+/** A store query names `id`; both stores key documents by `_id`. Renames it at any depth of $and/$or/$not. */
 export function toStoreQuery(q: Filter): Filter {
 	const out: Filter = {};
 	for (const [k, v] of Object.entries(q)) {
 		if ((k === "$and" || k === "$or") && Array.isArray(v)) out[k] = v.map((x) => toStoreQuery(x as Filter));
+		// Query-level `$not` holds a sub-query (NeDB's form), whose `id` must be renamed too.
+		else if (k === "$not" && v && typeof v === "object" && !Array.isArray(v) && !(v instanceof RegExp)) out[k] = toStoreQuery(v as Filter);
 		else out[k === "id" ? "_id" : k] = v;
 	}
 	return out;
@@ -43,6 +45,16 @@ export function renameIdKeys<T extends Record<string, unknown>>(o: T | undefined
 	const out: Record<string, unknown> = {};
 	for (const [k, v] of Object.entries(o)) out[k === "id" ? "_id" : k] = v;
 	return out as T;
+}
+
+/**
+ * The store update for a `$set`. A `ref` set to null is removed instead: the unique sparse `ref` index indexes null
+ * like any other value (NeDB and MongoDB alike), so a stored null would let only one document clear its reference.
+ */
+export function updateOf(set: Record<string, unknown>): Record<string, unknown> {
+	if (set.ref !== null) return { $set: set };
+	const { ref: _cleared, ...rest } = set;
+	return { ...(Object.keys(rest).length ? { $set: rest } : {}), $unset: { ref: true } };
 }
 
 /** Unique-index violations surface from both stores under different names; the engine maps them to 409. */

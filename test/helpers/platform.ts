@@ -68,6 +68,7 @@ export async function bootPlatform(overrides: Partial<PlatformConfig> = {}): Pro
 			await p.stop();
 			p = await startPlatform({ ...cfg, port: Number(new URL(tp.url).port) });
 			tp.broker = p.broker;
+			tp.cfg = p.cfg;
 			tp.stop = p.stop;
 		},
 		async cleanup() {

@@ -1,0 +1,128 @@
+/**
+ * Outbound address guard (SSRF): a webhook URL may only reach public unicast addresses. Loopback, private
+ * (10/8, 172.16/12, 192.168/16, fc00::/7), link-local (169.254/16, fe80::/10), unspecified, carrier-grade NAT,
+ * documentation, benchmarking, multicast and reserved ranges are refused, also when written IPv4-mapped
+ * (`::ffff:10.0.0.1`), NAT64 (`64:ff9b::a00:1`) or 6to4 (`2002:0a00:0001::`). The host is resolved once; every
+ * address it resolves to must be public, and the caller connects to that address (pinned: no second lookup that a
+ * rebinding DNS could answer differently).
+ */
+import { BlockList, isIP } from "net";
+import { lookup } from "dns/promises";
+import { normalizeIp } from "./cidr";
+
+const blocked = new BlockList();
+for (const [net, prefix] of [
+	["0.0.0.0", 8], // "this network", unspecified
+	["10.0.0.0", 8], // private
+	["100.64.0.0", 10], // carrier-grade NAT
+	["127.0.0.0", 8], // loopback
+	["169.254.0.0", 16], // link-local (cloud metadata)
+	["172.16.0.0", 12], // private
+	["192.0.0.0", 24], // IETF protocol assignments
+	["192.0.2.0", 24], // documentation
+	["192.88.99.0", 24], // 6to4 relay anycast
+	["192.168.0.0", 16], // private
+	["198.18.0.0", 15], // benchmarking
+	["198.51.100.0", 24], // documentation
+	["203.0.113.0", 24], // documentation
+	["224.0.0.0", 4], // multicast
+	["240.0.0.0", 4], // reserved, broadcast
+] as const)
+	blocked.addSubnet(net, prefix, "ipv4");
+for (const [net, prefix] of [
+	["::", 128], // unspecified
+	["::1", 128], // loopback
+	["::", 96], // IPv4-compatible (deprecated)
+	["100::", 64], // discard
+	["64:ff9b:1::", 48], // local-use NAT64
+	["2001:db8::", 32], // documentation
+	["2001:10::", 28], // ORCHID
+	["fc00::", 7], // unique local (private)
+	["fe80::", 10], // link-local
+	["fec0::", 10], // site-local (deprecated)
+	["ff00::", 8], // multicast
+] as const)
+	blocked.addSubnet(net, prefix, "ipv6");
+
+/** The IPv4 address embedded in a NAT64 (64:ff9b::/96) or 6to4 (2002::/16) IPv6 address, if any. */
+function embeddedIpv4(ip6: string): string | undefined {
+	const groups = expandIpv6(ip6);
+	if (!groups) return undefined;
+	const v4 = (hi: number, lo: number) => `${hi >> 8}.${hi & 0xff}.${lo >> 8}.${lo & 0xff}`;
+	if (groups[0] === 0x64 && groups[1] === 0xff9b && groups.slice(2, 6).every((g) => g === 0)) return v4(groups[6], groups[7]);
+	if (groups[0] === 0x2002) return v4(groups[1], groups[2]);
+	return undefined;
+}
+
+function expandIpv6(ip: string): number[] | undefined {
+	let s = ip;
+	// A trailing dotted IPv4 (::ffff:1.2.3.4 style) becomes two groups.
+	const dotted = /(\d+\.\d+\.\d+\.\d+)$/.exec(s);
+	if (dotted) {
+		const [a, b, c, d] = dotted[1].split(".").map(Number);
+		s = s.slice(0, -dotted[1].length) + `${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
+	}
+	const halves = s.split("::");
+	if (halves.length > 2) return undefined;
+	const head = halves[0] ? halves[0].split(":") : [];
+	const tail = halves.length === 2 && halves[1] ? halves[1].split(":") : [];
+	const fill = halves.length === 2 ? 8 - head.length - tail.length : 0;
+	const all = [...head, ...Array(Math.max(fill, 0)).fill("0"), ...tail];
+	if (all.length !== 8) return undefined;
+	return all.map((g) => parseInt(g, 16));
+}
+
+/** True for a public unicast address; false for every non-public range above and for anything not an IP. */
+export function isPublicAddress(address: string): boolean {
+	const ip = normalizeIp(address);
+	const family = isIP(ip);
+	if (family === 4) return !blocked.check(ip, "ipv4");
+	if (family !== 6) return false;
+	if (blocked.check(ip, "ipv6")) return false;
+	const embedded = embeddedIpv4(ip);
+	return embedded ? isPublicAddress(embedded) : true;
+}
+
+export class AddressRefused extends Error {
+	constructor(message: string) {
+		super(message);
+		this.name = "AddressRefused";
+	}
+}
+
+export interface ResolvedTarget {
+	url: URL;
+	/** The address to connect to (pinned for the request). */
+	address: string;
+	family: 4 | 6;
+}
+
+export type Resolver = (host: string) => Promise<Array<{ address: string; family: number }>>;
+
+const systemResolver: Resolver = (host) => lookup(host, { all: true, verbatim: true });
+
+/**
+ * Parses and resolves a webhook URL: http(s) only, no credentials in it; every resolved address must be public
+ * unless `allowPrivate`. Throws AddressRefused (a permanent refusal) or the resolver's error (DNS failure: retryable).
+ */
+export async function resolveTarget(raw: unknown, allowPrivate: boolean, resolver: Resolver = systemResolver): Promise<ResolvedTarget> {
+	if (typeof raw !== "string" || !raw) throw new AddressRefused("webhook is not a URL");
+	let url: URL;
+	try {
+		url = new URL(raw);
+	} catch {
+		throw new AddressRefused("webhook is not a valid URL");
+	}
+	if (url.protocol !== "http:" && url.protocol !== "https:") throw new AddressRefused(`webhook scheme ${url.protocol} is not allowed (http or https)`);
+	if (url.username || url.password) throw new AddressRefused("webhook URL must not carry credentials (use value.authorization)");
+	const host = url.hostname.replace(/^\[(.*)\]$/, "$1");
+	const literal = isIP(host);
+	const addresses = literal ? [{ address: host, family: literal }] : await resolver(host);
+	if (!addresses.length) throw new Error(`${host} does not resolve`);
+	if (!allowPrivate) {
+		const bad = addresses.find((a) => !isPublicAddress(a.address));
+		if (bad) throw new AddressRefused(`webhook host ${host} resolves to a non-public address (${bad.address}); set WEBHOOK_ALLOW_PRIVATE=1 to allow`);
+	}
+	const first = addresses[0];
+	return { url, address: first.address, family: first.family === 6 ? 6 : 4 };
+}

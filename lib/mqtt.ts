@@ -1,0 +1,159 @@
+/**
+ * The MQTT side of change events (docs/mqtt.md): the topic scheme the publisher writes, and the rules the
+ * preserver applies to every MQTT client (EMQX-style HTTP hooks and the embedded aedes broker alike). Pure: no
+ * broker, no I/O; the grant index and the token come from the caller.
+ *
+ *   <root>/owner/<owner>/<service>/<collection>/<id>    the document's owner (uid, aid or cid)
+ *   <root>/share/<uid>/<service>/<collection>/<id>      each id in the document's `shares`
+ *   <root>/client/<cid>/<service>/<collection>/<id>     each client id in the document's `clients`
+ */
+import { createHmac } from "crypto";
+import { COLLECTIONS, type CollectionRef } from "../catalog";
+import type { GrantIndex } from "./grants";
+import { hasScope } from "./scopes";
+import type { TokenClaims } from "./types";
+import { identityOf } from "./types";
+
+export const DEFAULT_TOPIC_ROOT = "platform";
+export type TopicKind = "owner" | "share" | "client";
+const KINDS: readonly TopicKind[] = ["owner", "share", "client"];
+
+/** The publisher's own MQTT login (never a token identity: those are ids without `$`). */
+export const PUBLISHER_USERNAME = "$publisher";
+
+/** The publisher's password: derived from the deployment's JWT secret, so every node of a deployment agrees. */
+export function publisherPassword(jwtSecret: string): string {
+	return createHmac("sha256", jwtSecret).update("mqtt:publisher").digest("base64url");
+}
+
+/** MQTT_TOPIC_ROOT: one or more literal levels; no wildcard, no `$` start, no empty level. */
+export function validTopicRoot(root: string): boolean {
+	return root.length > 0 && root.length <= 200 && !root.startsWith("$") && root.split("/").every((l) => l.length > 0 && !/[+#\u0000]/.test(l));
+}
+
+/** One topic level taken from data (an id): not empty, no separator or wildcard, bounded. */
+export function safeLevel(v: unknown): v is string {
+	return typeof v === "string" && v.length > 0 && v.length <= 200 && !/[/+#\u0000]/.test(v);
+}
+
+export function changeTopic(root: string, kind: TopicKind, subject: string, service: string, collection: string, id: string): string {
+	return `${root}/${kind}/${subject}/${service}/${collection}/${id}`;
+}
+
+export interface ChangeTarget {
+	event: { id: string; source: { db: string; collection: string } };
+	owner?: string;
+	shares?: string[];
+	clients: string[];
+}
+
+/** Every topic one change goes to: the owner's, each share's, each client's (ids unusable as a level are skipped). */
+export function changeTopics(root: string, rec: ChangeTarget): string[] {
+	const { id, source } = rec.event;
+	if (![id, source?.db, source?.collection].every(safeLevel)) return [];
+	const out = new Set<string>();
+	const add = (kind: TopicKind, subject: unknown) => {
+		if (safeLevel(subject)) out.add(changeTopic(root, kind, subject, source.db, source.collection, id));
+	};
+	add("owner", rec.owner);
+	for (const s of rec.shares ?? []) add("share", s);
+	for (const c of rec.clients ?? []) add("client", c);
+	return [...out];
+}
+
+/** A topic filter (or name) split into levels; null when wildcards are misplaced (`#` not last, `+`/`#` inside a level). */
+export function filterLevels(filter: string): string[] | null {
+	if (typeof filter !== "string" || !filter.length || filter.length > 1024 || filter.includes("\u0000")) return null;
+	const levels = filter.split("/");
+	for (let i = 0; i < levels.length; i++) {
+		const l = levels[i];
+		if (l.includes("#") && (l !== "#" || i !== levels.length - 1)) return null;
+		if (l.includes("+") && l !== "+") return null;
+	}
+	return levels;
+}
+
+const wild = (l: string | undefined) => l === undefined || l === "+" || l === "#";
+
+/** Does one level of a filter match a literal value? `#` (or the filter ending before it) matches everything below. */
+function levelMatches(level: string | undefined, value: string, ended: boolean): boolean {
+	if (ended) return true;
+	return level === "+" || level === "#" || level === value;
+}
+
+export type AclDecision = { allow: true } | { allow: false; reason: string };
+const deny = (reason: string): AclDecision => ({ allow: false, reason });
+const ALLOW: AclDecision = { allow: true };
+
+export interface SubscribeCheck {
+	root: string;
+	token: TokenClaims;
+	filter: string;
+	/** The node's grant index (every grant plus the RBAC expansion). */
+	grants: GrantIndex;
+	ip?: string;
+}
+
+/**
+ * May this token subscribe to this filter? Only under its own identity's owner and share topics and its own
+ * client's topics, and only for collections it may read without restriction: scope `read:<service>:<collection>`
+ * and a read grant with no field allowlist and no row filter (an MQTT message carries the whole document, so a
+ * narrower grant is for the REST API only). A wildcard at the service or collection level is allowed only when
+ * every collection it can match passes. Shared subscriptions (`$share/...`) and anything else are refused.
+ */
+export function authorizeSubscribe(c: SubscribeCheck): AclDecision {
+	const levels = filterLevels(c.filter);
+	if (!levels) return deny("malformed topic filter");
+	const rootLevels = c.root.split("/");
+	for (let i = 0; i < rootLevels.length; i++) if (levels[i] !== rootLevels[i]) return deny("topic is outside the platform's topics");
+	const [kind, subject, service, collection] = levels.slice(rootLevels.length);
+	if (!KINDS.includes(kind as TopicKind)) return deny("unknown topic kind");
+	const mine = kind === "client" ? c.token.cid : identityOf(c.token);
+	if (!mine || subject !== mine) return deny(`${kind} topics are those of the token's own ${kind === "client" ? "client" : "identity"}`);
+	if (service === undefined) return deny("a subscription names a service and a collection");
+	// `#` at the service level also ends everything below it.
+	const serviceEnded = service === "#";
+	const collectionEnded = serviceEnded || collection === "#";
+	if (!serviceEnded && collection === undefined) return deny("a subscription names a service and a collection");
+	const candidates: CollectionRef[] = COLLECTIONS.filter(
+		(r) => levelMatches(service, r.domain.name, serviceEnded) && levelMatches(collection, r.collection.name, collectionEnded),
+	);
+	if (!candidates.length) return deny("no such collection");
+	for (const r of candidates) {
+		const why = readableWhole(c, r.domain.name, r.collection.name);
+		if (why) return deny(wild(service) || wild(collection) ? `${why} (the wildcard covers ${r.path})` : why);
+	}
+	return ALLOW;
+}
+
+/** Null when the token may read every document of the collection it can see (scope + unrestricted grant). */
+function readableWhole(c: SubscribeCheck, service: string, collection: string): string | null {
+	if (!hasScope(c.token.scope ?? "", `read:${service}:${collection}`)) return `token scope does not cover read:${service}:${collection}`;
+	const subjects = c.token.subject ? c.token.subject.split(" ").filter(Boolean) : [];
+	const d = c.grants.decide({ subjects, action: "read", object: `${service}:${collection}`, ip: c.ip, tz: c.token.tz, token: c.token });
+	if (!d.granted) return `no grant for read on ${service}:${collection}`;
+	if (d.fields !== null || d.rowFilter !== null) return `the read grant on ${service}:${collection} is restricted (fields or filter)`;
+	return null;
+}
+
+/** Publishing: only the platform's publisher, and only under the root; token holders never publish. */
+export function authorizePublish(root: string, publisher: boolean, topic: string): AclDecision {
+	const levels = filterLevels(topic);
+	if (!levels || levels.some((l) => l === "+" || l === "#")) return deny("malformed topic");
+	if (!publisher) return deny("clients do not publish");
+	return topic.startsWith(`${root}/`) ? ALLOW : deny("topic is outside the platform's topics");
+}
+
+/**
+ * The message body: the change event as the webhooks carry it (secret and write-only fields are already stripped by
+ * the outbox), minus the webhook credentials a CQRS configuration keeps in its free-form `value`.
+ */
+export function mqttPayload(event: { topic?: string; after?: Record<string, unknown>; before?: Record<string, unknown> } & Record<string, unknown>): string {
+	if (event.topic !== "context.configs") return JSON.stringify(event);
+	const scrub = (d: Record<string, unknown> | undefined) => {
+		if (!d || !d.value || typeof d.value !== "object" || Array.isArray(d.value)) return d;
+		const { secret: _s, authorization: _a, ...value } = d.value as Record<string, unknown>;
+		return { ...d, value };
+	};
+	return JSON.stringify({ ...event, ...(event.after ? { after: scrub(event.after) } : {}), ...(event.before ? { before: scrub(event.before) } : {}) });
+}

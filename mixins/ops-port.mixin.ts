@@ -1,0 +1,53 @@
+/**
+ * Gives a service its own ops port: `GET /status` (the service's own `health` action) and `GET /metrics` (this
+ * node's metrics) on its spec port plus OPS_PORT_OFFSET, bound to HOST. On when SERVICE_PORTS=1, or when the
+ * node runs without the gateway (SERVICES without `api`); off in the one-process default, where the gateway's
+ * /status reports every service. Domain services get it through the collection mixin; workers add it themselves.
+ */
+import type { Server } from "http";
+import type { ServiceSchema } from "moleculer";
+import { configOf, type PlatformConfig } from "../lib/config";
+import { HEALTH_ACTION, type Health } from "../lib/health";
+import { metricsText } from "../lib/metrics";
+import { startOpsServer, stopOpsServer } from "../lib/ops-server";
+
+/** Whether this node serves the per-service ops ports. */
+export function opsPortsEnabled(cfg: Pick<PlatformConfig, "servicePorts" | "services">): boolean {
+	return cfg.servicePorts ?? (cfg.services !== undefined && !cfg.services.includes("api"));
+}
+
+export function opsPort(specPort: number, cfg: Pick<PlatformConfig, "opsPortOffset">): number {
+	return specPort + (cfg.opsPortOffset ?? 0);
+}
+
+export function opsPortMixin(specPort: number): Partial<ServiceSchema> {
+	return {
+		async started(this: any) {
+			const cfg = configOf(this.broker);
+			if (!opsPortsEnabled(cfg)) return;
+			const port = opsPort(specPort, cfg);
+			const health = this.actions?.[HEALTH_ACTION] as undefined | (() => Promise<Health>);
+			try {
+				this.opsServer = (await startOpsServer({
+					host: cfg.host,
+					port,
+					status: health ? () => health() : async () => ({ status: "ok", info: {} }),
+					metrics: () => metricsText(this.broker),
+					// A service may serve more on its port (the preserver: MQTT hooks) through an `opsRoute` method.
+					extra: typeof this.opsRoute === "function" ? (req, res) => this.opsRoute(req, res) : undefined,
+				})) as Server;
+			} catch (err) {
+				const e = err as NodeJS.ErrnoException;
+				throw new Error(
+					`${this.name}: cannot serve /status and /metrics on ${cfg.host}:${port} (${e.code ?? e.message}); ` +
+						`free the port, shift it with OPS_PORT_OFFSET, or set SERVICE_PORTS=0`,
+				);
+			}
+			this.logger.info(`${this.name}: /status and /metrics on http://${cfg.host}:${port}`);
+		},
+		async stopped(this: any) {
+			await stopOpsServer(this.opsServer);
+			this.opsServer = undefined;
+		},
+	};
+}

@@ -1,0 +1,379 @@
+/**
+ * The production change stream on the local NATS JetStream (EVENT_STREAM=nats): consumer groups through
+ * @moleculer/channels, and the relay that feeds them from the outbox. Each test has its own namespace, hence its own
+ * stream (`<namespace>_platform_changes`); every stream created here is deleted at the end. Skips with a message
+ * when NATS is down (fails under REQUIRE_SERVERS=1).
+ */
+import { randomBytes } from "crypto";
+import { rmSync } from "fs";
+import { ServiceBroker, type ServiceSchema } from "moleculer";
+import { connect, nanos } from "nats";
+import { bindConfig, readConfig, type PlatformConfig } from "../../lib/config";
+import { sharedOutbox, type OutboxRecord } from "../../mixins/outbox";
+import { channelsMiddleware, channelsStreamFor, type ChannelsStream } from "../../workers/channels.stream";
+import { relayService, type Relay } from "../../workers/relay";
+import { bootPlatform, requireServer, tempDir, type TestPlatform } from "../helpers/platform";
+
+jest.setTimeout(90_000);
+
+const NATS_URL = "nats://127.0.0.1:4222";
+const RUN = randomBytes(4).toString("hex");
+const ACK_WAIT_MS = 2000;
+let up = false;
+let nsCount = 0;
+let nodeCount = 0;
+const namespaces: string[] = [];
+const nodes: StreamNode[] = [];
+
+interface StreamNode {
+	broker: ServiceBroker;
+	cfg: PlatformConfig;
+	stream: ChannelsStream;
+	stopped: boolean;
+	stop(): Promise<void>;
+}
+
+/** A namespace of its own: its own stream and groups. */
+function namespace(): string {
+	const ns = `st-${RUN}-${++nsCount}`;
+	namespaces.push(ns);
+	return ns;
+}
+
+/** A small broker with the channels middleware of EVENT_STREAM=nats (and optional services, e.g. the relay). */
+async function streamNode(ns: string, extra: Partial<PlatformConfig> = {}, services: ServiceSchema[] = []): Promise<StreamNode> {
+	const cfg: PlatformConfig = { ...readConfig(), eventStream: "nats", streamUrl: NATS_URL, namespace: ns, streamAckWaitMs: ACK_WAIT_MS, logLevel: "error", ...extra };
+	const broker = new ServiceBroker({
+		namespace: ns,
+		nodeID: `${ns}-node${++nodeCount}`,
+		transporter: null,
+		logger: { type: "Console", options: { level: "error" } },
+		metrics: { enabled: false },
+		middlewares: [channelsMiddleware(cfg)],
+	});
+	bindConfig(broker, cfg);
+	for (const s of services) broker.createService(s);
+	await broker.start();
+	const node: StreamNode = {
+		broker,
+		cfg,
+		stream: channelsStreamFor(cfg),
+		stopped: false,
+		async stop() {
+			if (node.stopped) return;
+			node.stopped = true;
+			await broker.stop();
+		},
+	};
+	nodes.push(node);
+	return node;
+}
+
+let seqBase = Date.now() * 1000;
+function record(topic = "content.notes"): OutboxRecord {
+	const id = randomBytes(12).toString("hex");
+	return {
+		seq: ++seqBase,
+		event: { id, ts_ms: Date.now(), op: "c", topic, source: { name: "platform", db: "content", collection: "notes" }, after: { id } as any },
+		clients: ["c1"],
+		actor: { uid: "u1" },
+	};
+}
+
+async function publish(node: StreamNode, count: number): Promise<number[]> {
+	const out: number[] = [];
+	for (let i = 0; i < count; i++) {
+		const rec = record();
+		await node.stream.publish(rec);
+		out.push(rec.seq);
+	}
+	return out;
+}
+
+async function until(check: () => boolean, what: string, ms = 20_000): Promise<void> {
+	const end = Date.now() + ms;
+	while (!check()) {
+		if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+		await new Promise((r) => setTimeout(r, 25));
+	}
+}
+
+const settle = (ms = 500) => new Promise((r) => setTimeout(r, ms));
+const sorted = (xs: number[]) => [...xs].sort((a, b) => a - b);
+
+beforeAll(async () => {
+	up = await requireServer("NATS", 4222);
+});
+
+afterAll(async () => {
+	for (const n of nodes) await n.stop().catch(() => undefined);
+	if (!up) return;
+	const nc = await connect({ servers: "127.0.0.1:4222" });
+	try {
+		const jsm = await nc.jetstreamManager();
+		for await (const name of jsm.streams.names()) if (namespaces.some((ns) => name.startsWith(`${ns}_`))) await jsm.streams.delete(name);
+	} finally {
+		await nc.close();
+	}
+});
+
+const live = (name: string, fn: () => Promise<void>) =>
+	test(name, async () => {
+		if (!up) return; // requireServer printed why
+		await fn();
+	});
+
+live("the stream is limited and groups start from the beginning with a short ack wait", async () => {
+	const ns = namespace();
+	const node = await streamNode(ns);
+	await node.stream.consume("limits", async () => undefined);
+	const nc = await connect({ servers: "127.0.0.1:4222" });
+	try {
+		const jsm = await nc.jetstreamManager();
+		const info = await jsm.streams.info(`${ns}_platform_changes`);
+		expect(info.config.subjects).toEqual([`${ns}.platform.changes`]);
+		expect(info.config.max_age).toBe(nanos(168 * 3600_000));
+		expect(info.config.max_msgs).toBe(1_000_000);
+		const group = await jsm.consumers.info(`${ns}_platform_changes`, "limits");
+		expect(group.config.deliver_policy).toBe("all");
+		expect(group.config.ack_policy).toBe("explicit");
+		expect(group.config.ack_wait).toBe(nanos(ACK_WAIT_MS));
+		expect(group.config.max_ack_pending).toBe(1); // one at a time, in order, unless raised
+	} finally {
+		await nc.close();
+	}
+	expect(await node.stream.ping()).toBe(true);
+});
+
+live("two instances of one group share the events: each is handled once overall", async () => {
+	const ns = namespace();
+	const pub = await streamNode(ns);
+	const a = await streamNode(ns);
+	const b = await streamNode(ns);
+	const gotA: number[] = [];
+	const gotB: number[] = [];
+	await a.stream.consume("dispatcher", async (rec) => void gotA.push(rec.seq));
+	await b.stream.consume("dispatcher", async (rec) => void gotB.push(rec.seq));
+	const seqs = await publish(pub, 40);
+	await until(() => gotA.length + gotB.length >= 40, "40 deliveries");
+	await settle();
+	expect(sorted([...gotA, ...gotB])).toEqual(seqs);
+	expect(gotA.length).toBeGreaterThan(0);
+	expect(gotB.length).toBeGreaterThan(0);
+});
+
+live("two groups each get every event", async () => {
+	const ns = namespace();
+	const pub = await streamNode(ns);
+	const node = await streamNode(ns);
+	const observer: number[] = [];
+	const logger: number[] = [];
+	await node.stream.consume("observer", async (rec) => void observer.push(rec.seq));
+	await node.stream.consume("logger", async (rec) => void logger.push(rec.seq));
+	const seqs = await publish(pub, 15);
+	await until(() => observer.length >= 15 && logger.length >= 15, "both groups");
+	await settle();
+	// One at a time per group (the default): in stream order.
+	expect(observer).toEqual(seqs);
+	expect(logger).toEqual(seqs);
+});
+
+live("a group created after events were published still gets them (deliver_policy all)", async () => {
+	const ns = namespace();
+	const pub = await streamNode(ns);
+	const early = await publish(pub, 5);
+	const node = await streamNode(ns);
+	const got: OutboxRecord[] = [];
+	await node.stream.consume("late-group", async (rec) => void got.push(rec));
+	await until(() => got.length >= 5, "the earlier events");
+	await settle();
+	expect(sorted(got.map((r) => r.seq))).toEqual(early);
+	// The message is the outbox record itself.
+	expect(got[0]).toMatchObject({ event: { op: "c", topic: "content.notes" }, clients: ["c1"], actor: { uid: "u1" } });
+});
+
+live("a handler that throws gets the event again (after a backoff) and it is acknowledged once handled", async () => {
+	const ns = namespace();
+	const pub = await streamNode(ns);
+	const node = await streamNode(ns);
+	const attempts = new Map<number, number>();
+	const handled: number[] = [];
+	const consumer = await node.stream.consume("flaky", async (rec) => {
+		const n = (attempts.get(rec.seq) ?? 0) + 1;
+		attempts.set(rec.seq, n);
+		if (n === 1) throw new Error("first attempt fails");
+		handled.push(rec.seq);
+	});
+	const seqs = await publish(pub, 4);
+	await until(() => handled.length >= 4, "every event handled on its second delivery");
+	await settle(ACK_WAIT_MS + 500);
+	expect(sorted(handled)).toEqual(seqs);
+	expect([...attempts.values()]).toEqual([2, 2, 2, 2]);
+	expect(consumer.position()).toBe(seqs[3]);
+});
+
+live("an event that keeps failing moves to the dead-letter stream after the retries", async () => {
+	const ns = namespace();
+	const node = await streamNode(ns, { streamMaxRetries: 2 });
+	let calls = 0;
+	await node.stream.consume("hopeless", async () => {
+		calls++;
+		throw new Error("always fails");
+	});
+	await publish(node, 1);
+	const nc = await connect({ servers: "127.0.0.1:4222" });
+	try {
+		const jsm = await nc.jetstreamManager();
+		let dead = 0;
+		for (let i = 0; i < 60 && dead < 1; i++) {
+			dead = await jsm.streams.info(`${ns}_platform_changes_failed`).then((s) => s.state.messages, () => 0);
+			if (dead < 1) await settle(250);
+		}
+		expect(dead).toBe(1);
+		expect(calls).toBe(2);
+	} finally {
+		await nc.close();
+	}
+});
+
+live("a consumer that crashes before acknowledging: its events go to the group's other instance", async () => {
+	const ns = namespace();
+	const pub = await streamNode(ns);
+	const a = await streamNode(ns);
+	const gotA: number[] = [];
+	let release!: () => void;
+	const gate = new Promise<void>((r) => (release = r));
+	// Instance A takes the events and never finishes them.
+	await a.stream.consume(
+		"crashy",
+		async (rec) => {
+			gotA.push(rec.seq);
+			await gate;
+		},
+		{ maxInFlight: 8 },
+	);
+	const first = await publish(pub, 3);
+	await until(() => gotA.length === 3, "A holding all three");
+
+	const b = await streamNode(ns);
+	const gotB: number[] = [];
+	await b.stream.consume("crashy", async (rec) => void gotB.push(rec.seq), { maxInFlight: 8 });
+	await settle(300);
+	expect(gotB).toEqual([]); // in progress at A: not handed out twice while A is alive
+
+	// The crash: A's connection goes away without an acknowledgement.
+	const started = Date.now();
+	await (a.broker as any).channelAdapter.connection.close();
+	await until(() => gotB.length >= 3, "A's events redelivered to B", ACK_WAIT_MS * 5);
+	expect(Date.now() - started).toBeLessThan(ACK_WAIT_MS * 4);
+	expect(sorted(gotB)).toEqual(first);
+
+	const more = await publish(pub, 2);
+	await until(() => gotB.length >= 5, "the later events at B");
+	expect(sorted(gotB)).toEqual([...first, ...more]);
+	release();
+	await settle(100);
+});
+
+live("a consumer that restarts continues where it stopped: nothing lost, nothing repeated", async () => {
+	const ns = namespace();
+	const pub = await streamNode(ns);
+	const c1 = await streamNode(ns);
+	const run1: number[] = [];
+	await c1.stream.consume("restarting", async (rec) => void run1.push(rec.seq));
+	const before = await publish(pub, 3);
+	await until(() => run1.length >= 3, "the first run");
+	await c1.stop();
+
+	const during = await publish(pub, 4);
+	const c2 = await streamNode(ns);
+	const run2: number[] = [];
+	await c2.stream.consume("restarting", async (rec) => void run2.push(rec.seq));
+	const after = await publish(pub, 2);
+	await until(() => run2.length >= 6, "the second run");
+	await settle();
+	expect(sorted(run1)).toEqual(before);
+	expect(sorted(run2)).toEqual([...during, ...after]);
+});
+
+describe("the relay", () => {
+	live("one relay per outbox publishes; when it stops another takes over from its position", async () => {
+		const ns = namespace();
+		const dataDir = tempDir("relay-test-");
+		try {
+			const outbox = sharedOutbox({ dataDir });
+			await outbox.connect();
+			const consumer = await streamNode(ns);
+			const got: OutboxRecord[] = [];
+			await consumer.stream.consume("relay-probe", async (rec) => void got.push(rec));
+			const r1 = await streamNode(ns, { dataDir }, [relayService()]);
+			const r2 = await streamNode(ns, { dataDir }, [relayService()]);
+			const relayOf = (n: StreamNode) => (n.broker.getLocalService("relay") as any).relay as Relay;
+			const append = async (n: number) =>
+				(await outbox.append(Array.from({ length: n }, () => { const { seq: _s, ...r } = record(); return r; }))).map((r) => r.seq);
+
+			const first = await append(5);
+			await until(() => got.length >= 5, "the first five");
+			await until(() => relayOf(r1).leader || relayOf(r2).leader, "a leader");
+			const [leader, other] = relayOf(r1).leader ? [r1, r2] : [r2, r1];
+			expect(relayOf(other).leader).toBe(false);
+			expect(relayOf(leader).published).toBe(5);
+			expect(relayOf(other).published).toBe(0);
+
+			await leader.stop();
+			const second = await append(5);
+			await until(() => got.length >= 10, "the next five, through the other relay");
+			await settle();
+			expect(relayOf(other).leader).toBe(true);
+			expect(relayOf(other).published).toBe(5);
+			// In seq order, each once.
+			expect(got.map((r) => r.seq)).toEqual([...first, ...second]);
+			await outbox.disconnect();
+		} finally {
+			rmSync(dataDir, { recursive: true, force: true });
+		}
+	});
+
+	describe("inside the platform", () => {
+		let p: TestPlatform | undefined;
+		afterAll(async () => {
+			await p?.cleanup();
+		});
+
+		live("writes reach a group through the relay, across a platform restart, in seq order", async () => {
+			const ns = namespace();
+			p = await bootPlatform({ eventStream: "nats", streamUrl: NATS_URL, namespace: ns, streamAckWaitMs: ACK_WAIT_MS });
+			const notes = (recs: OutboxRecord[]) => recs.filter((r) => r.event.topic === "content.notes");
+			const create = async (title: string) => {
+				const token = await p!.rootToken();
+				const r = await p!.http("POST", "/content/notes", { token, body: { title } });
+				expect(r.status).toBe(200);
+				return r.body.data.id as string;
+			};
+
+			const c1 = await streamNode(ns);
+			const run1: OutboxRecord[] = [];
+			await c1.stream.consume("relay-probe", async (rec) => void run1.push(rec));
+			const a = await create("a");
+			const b = await create("b");
+			await until(() => notes(run1).length >= 2, "the first two notes");
+			// The bootstrap's own writes (root user, client) came first: the group read the stream from its start.
+			expect(run1.length).toBeGreaterThan(2);
+			await c1.stop();
+
+			const down = await create("while the group is down");
+			await p.restart();
+			const after = await create("after the platform restart");
+			const c2 = await streamNode(ns);
+			const run2: OutboxRecord[] = [];
+			await c2.stream.consume("relay-probe", async (rec) => void run2.push(rec));
+			await until(() => notes(run2).length >= 2, "the notes written since");
+			await settle();
+			expect(notes(run1).map((r) => r.event.id)).toEqual([a, b]);
+			expect(notes(run2).map((r) => r.event.id)).toEqual([down, after]);
+			const seqs = [...run1, ...run2].map((r) => r.seq);
+			expect(seqs).toEqual(sorted(seqs));
+			expect(new Set(seqs).size).toBe(seqs.length);
+		});
+	});
+});

@@ -1,0 +1,162 @@
+/**
+ * Platform nodes as child processes (`tsx start.ts` with their own environment), for multi-node tests over a
+ * real transporter. Each child leads its own process group, so stopping it by its PID also ends the node
+ * process tsx starts beneath it.
+ */
+import { spawn, type ChildProcess } from "child_process";
+import { randomBytes } from "crypto";
+import { mkdtempSync, rmSync } from "fs";
+import os from "os";
+import path from "path";
+import Redis from "ioredis";
+import { DOMAINS } from "../../catalog";
+import type { HttpResult } from "./platform";
+
+const ROOT = path.resolve(__dirname, "../..");
+const TSX = path.join(ROOT, "node_modules/.bin/tsx");
+
+/** Every domain service: what a "domain node" runs beside the gateway node. */
+export const ALL_DOMAINS = DOMAINS.map((d) => d.name).join(",");
+
+/** Settings a test deployment shares: its own namespace, Redis prefix and keys, so parallel runs never meet. */
+export function testDeployment() {
+	const id = randomBytes(6).toString("hex");
+	return {
+		id,
+		namespace: `test-${id}`,
+		redisPrefix: `test:${id}:`,
+		jwtSecret: randomBytes(32).toString("base64url"),
+		aesSecret: randomBytes(32).toString("base64url"),
+	};
+}
+
+export interface ChildNode {
+	name: string;
+	pid: number;
+	dataDir: string;
+	child: ChildProcess;
+	/** Everything the node printed so far (shown when a test fails). */
+	output(): string;
+	exited: Promise<number | null>;
+}
+
+/** Environment settings a parent (jest, CI) may carry that must not leak into a test node. */
+const OWN_SETTINGS = [
+	"PORT", "HOST", "DATA_DIR", "SERVICES", "TRANSPORTER", "NAMESPACE", "NODE_ID", "REDIS_URL", "REDIS_PREFIX", "MONGO_URI",
+	"DATABASE_URL", "MQTT_URL", "SERVICE_PORTS", "OPS_PORT_OFFSET", "JWT_SECRET", "AES_SECRET", "TRUST_PROXY", "LOG_LEVEL",
+	"PLATFORM_ROOT_DOMAIN", "PLATFORM_ROOT_CLIENT_ID", "PLATFORM_ROOT_CLIENT_SECRET", "PLATFORM_ROOT_USERNAME", "PLATFORM_ROOT_PASSWORD",
+	"EVENT_STREAM", "STREAM_URL", "STREAM_ACK_WAIT_MS", "STREAM_RETENTION_HOURS", "STREAM_MAX_MESSAGES", "STREAM_MAX_IN_FLIGHT",
+	"STREAM_MAX_RETRIES", "RELAY_SETTLE_MS",
+];
+
+export function startNode(name: string, env: Record<string, string>): ChildNode {
+	const dataDir = mkdtempSync(path.join(os.tmpdir(), `node-${name}-`));
+	const base: NodeJS.ProcessEnv = { ...process.env };
+	for (const k of OWN_SETTINGS) delete base[k];
+	const child = spawn(TSX, ["start.ts"], {
+		cwd: ROOT,
+		env: { ...base, HOST: "127.0.0.1", LOG_LEVEL: "warn", DATA_DIR: dataDir, NODE_ID: `${name}-${randomBytes(3).toString("hex")}`, ...env },
+		stdio: ["ignore", "pipe", "pipe"],
+		detached: true,
+	});
+	let out = "";
+	const keep = (b: Buffer) => {
+		out += b.toString();
+		if (out.length > 200_000) out = out.slice(-100_000);
+	};
+	child.stdout!.on("data", keep);
+	child.stderr!.on("data", keep);
+	const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+	if (!child.pid) throw new Error(`could not start ${name}`);
+	return { name, pid: child.pid, dataDir, child, output: () => out, exited };
+}
+
+/**
+ * SIGTERM to the node's PID (tsx relays it once to the node process: a clean broker stop that tells the other
+ * nodes), SIGKILL to its process group after `graceMs` or once it has exited; removes its DATA_DIR.
+ */
+export async function stopNode(node: ChildNode | undefined, graceMs = 5000): Promise<void> {
+	if (!node) return;
+	const kill = (pid: number, sig: NodeJS.Signals) => {
+		try {
+			process.kill(pid, sig);
+		} catch {
+			/* already gone */
+		}
+	};
+	if (node.child.exitCode === null && node.child.signalCode === null) {
+		kill(node.pid, "SIGTERM");
+		const t = setTimeout(() => kill(-node.pid, "SIGKILL"), graceMs);
+		await node.exited;
+		clearTimeout(t);
+	}
+	// Whatever of the group is left (tsx's own child, if tsx went first) goes too.
+	kill(-node.pid, "SIGKILL");
+	rmSync(node.dataDir, { recursive: true, force: true });
+}
+
+/** Polls `url` until it answers `status` (default 200); fails with the nodes' output when they die or time out. */
+export async function waitForHttp(url: string, nodes: ChildNode[], opts: { status?: number; timeoutMs?: number } = {}): Promise<HttpResult> {
+	const want = opts.status ?? 200;
+	const deadline = Date.now() + (opts.timeoutMs ?? 45_000);
+	let last = "no answer";
+	while (Date.now() < deadline) {
+		for (const n of nodes)
+			if (n.child.exitCode !== null) throw new Error(`${n.name} exited with ${n.child.exitCode} while waiting for ${url}:\n${n.output()}`);
+		try {
+			const res = await fetch(url, { signal: AbortSignal.timeout(3000) });
+			const text = await res.text();
+			last = `${res.status} ${text.slice(0, 2000)}`;
+			if (res.status === want) {
+				let body: any = text;
+				try {
+					body = JSON.parse(text);
+				} catch {
+					/* text */
+				}
+				return { status: res.status, body, headers: res.headers, text };
+			}
+		} catch (err) {
+			last = String(err);
+		}
+		await new Promise((r) => setTimeout(r, 200));
+	}
+	throw new Error(`${url} did not answer ${want} in time; last: ${last}\n${nodes.map((n) => `--- ${n.name}:\n${n.output()}`).join("\n")}`);
+}
+
+/** A small HTTP client for a base URL, in the shape of the in-process helper's. */
+export function client(base: string) {
+	return async function http<T = any>(method: string, p: string, opts: { token?: string; body?: unknown; headers?: Record<string, string> } = {}): Promise<HttpResult<T>> {
+		const headers: Record<string, string> = { ...(opts.headers ?? {}) };
+		if (opts.token) headers.authorization = `Bearer ${opts.token}`;
+		let body: string | undefined;
+		if (opts.body !== undefined) {
+			body = JSON.stringify(opts.body);
+			headers["content-type"] = "application/json";
+		}
+		const res = await fetch(base + p, { method, headers, body });
+		const text = await res.text();
+		let parsed: any = text;
+		try {
+			parsed = JSON.parse(text);
+		} catch {
+			/* SSE or text */
+		}
+		return { status: res.status, body: parsed, headers: res.headers, text };
+	};
+}
+
+/** Deletes every key a test deployment wrote under its Redis prefix (blacklists live 400 days otherwise). */
+export async function dropRedisPrefix(url: string, prefix: string): Promise<void> {
+	const raw = new Redis(url, { maxRetriesPerRequest: 1 });
+	try {
+		let cursor = "0";
+		do {
+			const [next, keys] = await raw.scan(cursor, "MATCH", `${prefix}*`, "COUNT", 500);
+			cursor = next;
+			if (keys.length) await raw.del(...keys);
+		} while (cursor !== "0");
+	} finally {
+		raw.disconnect();
+	}
+}

@@ -1,0 +1,287 @@
+/**
+ * One conformance suite for every DocumentStore implementation: what the collection engine relies on must behave
+ * the same on the embedded store (NeDB, always) and on MongoDB (when MONGO_URI is set).
+ */
+import { rmSync } from "fs";
+import path from "path";
+import { isDuplicateKeyError, MongoStore, NedbStore, type DocumentStore, type StoredDoc } from "../../mixins/stores";
+import { tempDir } from "../helpers/platform";
+import { hexId, unique } from "../helpers/samples";
+
+interface Impl {
+	name: string;
+	make(): DocumentStore;
+	cleanup?(): void;
+}
+
+const dir = tempDir("store-conformance-");
+const impls: Impl[] = [{ name: "NedbStore", make: () => new NedbStore(path.join(dir, `conformance-${unique()}.db`), ["seq"]) }];
+const MONGO_URI = process.env.MONGO_URI;
+if (MONGO_URI) impls.push({ name: "MongoStore", make: () => new MongoStore(MONGO_URI, `conformance_${unique()}`, ["seq"]) });
+// Not a failure under REQUIRE_SERVERS=1: no MongoDB can run on this machine or in CI.
+else console.warn("SKIPPED: MongoDB conformance: MONGO_URI is not set (MongoDB cannot run on this machine)");
+
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+/** Ten documents shaped like the engine's: ids in creation order, deleted_at always present. */
+function fixtures(): StoredDoc[] {
+	return Array.from({ length: 10 }, (_, n) => ({
+		_id: hexId(n),
+		n,
+		group: n % 3,
+		name: `doc-${n}`,
+		title: n % 2 === 0 ? `Even ${n}` : `odd ${n}`,
+		tags: n % 2 === 0 ? ["even", "all"] : ["odd", "all"],
+		lines: [{ sku: `sku-${n}`, qty: n }],
+		props: { n, deep: { flag: n > 6 } },
+		...(n === 9 ? {} : { extra: `x${n}` }),
+		deleted_at: n >= 8 ? "2024-01-01T00:00:00.000Z" : null,
+	}));
+}
+
+const ns = (docs: StoredDoc[]) => docs.map((d) => d.n);
+
+for (const impl of impls) {
+	describe(impl.name, () => {
+		let store: DocumentStore;
+		let docs: StoredDoc[];
+
+		beforeAll(async () => {
+			store = impl.make();
+			await store.connect();
+		});
+		afterAll(async () => {
+			await store.removeMany({});
+			await store.disconnect();
+		});
+		beforeEach(async () => {
+			await store.removeMany({});
+			docs = fixtures();
+			expect(await store.insertMany(docs.map((d) => ({ ...d })))).toHaveLength(10);
+		});
+
+		test("ping", async () => {
+			expect(await store.ping()).toBe(true);
+		});
+
+		test("insert returns the document; find and findOne return it with `_id`, never `id`", async () => {
+			const doc = { _id: hexId(99), n: 99, name: "single", deleted_at: null };
+			expect(await store.insert({ ...doc })).toMatchObject(doc);
+			const found = await store.findOne({ id: doc._id });
+			expect(found).toEqual(doc);
+			expect(found).not.toHaveProperty("id");
+			expect(await store.findOne({ _id: doc._id })).toEqual(doc);
+			const [listed] = await store.find({ query: { id: doc._id } });
+			expect(listed).toEqual(doc);
+			expect(await store.findOne({ id: hexId(123) })).toBeNull();
+			expect(await store.count({})).toBe(11);
+		});
+
+		test("find with query, sort, skip and limit", async () => {
+			expect(ns(await store.find({ query: {} }))).toHaveLength(10);
+			expect(ns(await store.find({ query: { group: 1 }, sort: { n: 1 } }))).toEqual([1, 4, 7]);
+			expect(ns(await store.find({ query: {}, sort: { n: -1 }, skip: 2, limit: 3 }))).toEqual([7, 6, 5]);
+			expect(ns(await store.find({ query: { group: { $in: [0, 2] } }, sort: { group: 1, n: -1 } }))).toEqual([9, 6, 3, 0, 8, 5, 2]);
+			expect(ns(await store.find({ query: {}, sort: { id: 1 }, limit: 4 }))).toEqual([0, 1, 2, 3]);
+			expect(ns(await store.find({ query: {}, sort: { id: -1 }, limit: 2 }))).toEqual([9, 8]);
+			expect(ns(await store.find({ query: {}, sort: { "props.n": -1 }, skip: 9 }))).toEqual([0]);
+			expect(await store.find({ query: {}, sort: { n: 1 }, skip: 20 })).toEqual([]);
+		});
+
+		test("projection: inclusion keeps `_id`; `id` maps to `_id`; exclusion drops fields", async () => {
+			const [inc] = await store.find({ query: { n: 3 }, projection: { name: 1, "props.n": 1 } });
+			expect(inc).toEqual({ _id: docs[3]._id, name: "doc-3", props: { n: 3 } });
+			const [noId] = await store.find({ query: { n: 3 }, projection: { name: 1, id: 0 } });
+			expect(noId).toEqual({ name: "doc-3" });
+			const [exc] = await store.find({ query: { n: 3 }, projection: { lines: 0, props: 0, tags: 0 } });
+			expect(exc).toEqual({ _id: docs[3]._id, n: 3, group: 0, name: "doc-3", title: "odd 3", extra: "x3", deleted_at: null });
+		});
+
+		test("`id` maps to `_id` at the top level, in $in, and inside $or / $and", async () => {
+			const [a, b, c] = [docs[1]._id, docs[4]._id, docs[7]._id];
+			expect(ns(await store.find({ query: { id: a } }))).toEqual([1]);
+			expect(ns(await store.find({ query: { id: { $in: [a, b, c] } }, sort: { n: 1 } }))).toEqual([1, 4, 7]);
+			expect(ns(await store.find({ query: { id: { $nin: [a, b] }, group: 1 } }))).toEqual([7]);
+			expect(ns(await store.find({ query: { $or: [{ id: a }, { n: 5 }] }, sort: { n: 1 } }))).toEqual([1, 5]);
+			expect(ns(await store.find({ query: { $and: [{ id: { $in: [a, b, c] } }, { n: { $gt: 1 } }] }, sort: { n: 1 } }))).toEqual([4, 7]);
+			expect(ns(await store.find({ query: { $and: [{ $or: [{ id: a }, { id: c }] }, { group: 1 }] }, sort: { n: 1 } }))).toEqual([1, 7]);
+			expect(await store.count({ id: { $gt: docs[6]._id } })).toBe(3);
+		});
+
+		test("findOne and count with queries", async () => {
+			expect((await store.findOne({ name: "doc-4" }))?._id).toBe(docs[4]._id);
+			expect(await store.findOne({ name: "nope" })).toBeNull();
+			expect(await store.count({})).toBe(10);
+			expect(await store.count({ group: 0 })).toBe(4);
+			expect(await store.count({ n: { $gte: 3, $lt: 6 } })).toBe(3);
+			expect(await store.count({ name: "nope" })).toBe(0);
+		});
+
+		test("`{ deleted_at: null }` matches live documents only", async () => {
+			expect(ns(await store.find({ query: { deleted_at: null }, sort: { n: 1 } }))).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
+			expect(await store.count({ deleted_at: { $ne: null } })).toBe(2);
+			expect(await store.count({ $and: [{ deleted_at: null }, { group: 2 }] })).toBe(2);
+		});
+
+		test("operators: comparison, $in/$nin, $regex (RegExp), $or, $and, $exists, $elemMatch, $ne, $size, dotted paths", async () => {
+			const q = async (query: Record<string, unknown>) => ns(await store.find({ query, sort: { n: 1 } }));
+			expect(await q({ n: { $gt: 7 } })).toEqual([8, 9]);
+			expect(await q({ n: { $lte: 1 } })).toEqual([0, 1]);
+			expect(await q({ n: { $ne: 0 }, group: 0 })).toEqual([3, 6, 9]);
+			expect(await q({ tags: { $in: ["odd"] }, n: { $lt: 5 } })).toEqual([1, 3]);
+			expect(await q({ tags: "even", n: { $nin: [0, 2, 4] } })).toEqual([6, 8]);
+			expect(await q({ title: { $regex: /^even/i } })).toEqual([0, 2, 4, 6, 8]);
+			expect(await q({ title: { $regex: /^odd [13]$/ } })).toEqual([1, 3]);
+			expect(await q({ $or: [{ n: 0 }, { group: 2, tags: "odd" }] })).toEqual([0, 5]);
+			expect(await q({ $and: [{ tags: "all" }, { n: { $gte: 8 } }] })).toEqual([8, 9]);
+			expect(await q({ extra: { $exists: false } })).toEqual([9]);
+			expect(await q({ extra: { $exists: true }, n: { $gt: 6 } })).toEqual([7, 8]);
+			expect(await q({ lines: { $elemMatch: { sku: "sku-3", qty: { $gte: 3 } } } })).toEqual([3]);
+			expect(await q({ lines: { $elemMatch: { qty: { $gt: 8 } } } })).toEqual([9]);
+			expect(await q({ tags: { $size: 2 }, n: 0 })).toEqual([0]);
+			expect(await q({ "props.deep.flag": true })).toEqual([7, 8, 9]);
+			expect(await q({ "props.n": { $in: [2, 3] } })).toEqual([2, 3]);
+		});
+
+		test("setOne returns the document as stored afterwards, or null", async () => {
+			const after = await store.setOne(docs[2]._id, { name: "renamed", "props.n": 20, updated_at: "2024-02-02T00:00:00.000Z" });
+			expect(after).toEqual({ ...docs[2], name: "renamed", props: { n: 20, deep: { flag: false } }, updated_at: "2024-02-02T00:00:00.000Z" });
+			expect(await store.findOne({ id: docs[2]._id })).toEqual(after);
+			expect(await store.setOne(hexId(77), { name: "ghost" })).toBeNull();
+			expect(await store.count({ name: "ghost" })).toBe(0);
+			// Setting null keeps the key (a restore clears deleted_at this way).
+			const restored = await store.setOne(docs[8]._id, { deleted_at: null });
+			expect(restored?.deleted_at).toBeNull();
+			expect(await store.count({ deleted_at: null })).toBe(9);
+		});
+
+		test("setMany changes the listed documents and returns how many", async () => {
+			const ids = [docs[0]._id, docs[3]._id, docs[5]._id];
+			expect(await store.setMany(ids, { status: "bulk" })).toBe(3);
+			expect(ns(await store.find({ query: { status: "bulk" }, sort: { n: 1 } }))).toEqual([0, 3, 5]);
+			expect(await store.setMany([hexId(55)], { status: "none" })).toBe(0);
+			expect(await store.count({ status: "none" })).toBe(0);
+		});
+
+		test("removeMany removes what matches and returns how many", async () => {
+			expect(await store.removeMany({ group: 1 })).toBe(3);
+			expect(await store.count({})).toBe(7);
+			expect(await store.removeMany({ id: docs[0]._id })).toBe(1);
+			expect(await store.findOne({ id: docs[0]._id })).toBeNull();
+			expect(await store.removeMany({ name: "nope" })).toBe(0);
+			expect(await store.removeMany({})).toBe(6);
+			expect(await store.count({})).toBe(0);
+		});
+
+		test("the unique sparse `ref` index: many without a ref, one per ref value; violations are isDuplicateKeyError", async () => {
+			const fresh = (n: number, ref?: string): StoredDoc => ({ _id: hexId(200 + n), n: 200 + n, deleted_at: null, ...(ref !== undefined ? { ref } : {}) });
+			// The ten fixtures have no ref: the index is sparse.
+			await store.insert(fresh(1, "alpha"));
+			await store.insert(fresh(2));
+			const dup = await store.insert(fresh(3, "alpha")).then(
+				() => null,
+				(e) => e,
+			);
+			expect(dup).not.toBeNull();
+			expect(isDuplicateKeyError(dup)).toBe(true);
+			const dupMany = await store.insertMany([fresh(4, "beta"), fresh(5, "beta")]).then(
+				() => null,
+				(e) => e,
+			);
+			expect(isDuplicateKeyError(dupMany)).toBe(true);
+			const dupSet = await store.setOne(docs[0]._id, { ref: "alpha" }).then(
+				() => null,
+				(e) => e,
+			);
+			expect(isDuplicateKeyError(dupSet)).toBe(true);
+			expect(await store.count({ ref: "alpha" })).toBe(1);
+			expect((await store.findOne({ id: docs[0]._id }))?.ref).toBeUndefined();
+			// Same `_id` twice is a duplicate as well.
+			const dupId = await store.insert({ ...docs[1] }).then(
+				() => null,
+				(e) => e,
+			);
+			expect(isDuplicateKeyError(dupId)).toBe(true);
+			expect(isDuplicateKeyError(new Error("other"))).toBe(false);
+			expect(isDuplicateKeyError(undefined)).toBe(false);
+		});
+
+		test("setting `ref` to null clears it: any number of documents can drop their ref", async () => {
+			await store.setOne(docs[0]._id, { ref: "r0" });
+			await store.setOne(docs[1]._id, { ref: "r1" });
+			const cleared = await store.setOne(docs[0]._id, { ref: null, name: "no ref" });
+			expect(cleared).not.toHaveProperty("ref");
+			expect(cleared?.name).toBe("no ref");
+			expect(await store.setOne(docs[1]._id, { ref: null })).not.toHaveProperty("ref");
+			expect(await store.setOne(docs[2]._id, { ref: null })).not.toHaveProperty("ref");
+			expect(await store.setMany([docs[3]._id, docs[4]._id], { ref: null, status: "x" })).toBe(2);
+			expect(await store.count({ ref: { $exists: true } })).toBe(0);
+			// The freed value can be taken again.
+			expect((await store.setOne(docs[5]._id, { ref: "r0" }))?.ref).toBe("r0");
+		});
+
+		test("reads after a write see the write; returned documents are copies", async () => {
+			const query = { group: 1 };
+			expect(await store.count(query)).toBe(3);
+			const before = await store.find({ query, sort: { n: 1 } });
+			before[0].name = "mutated by the caller";
+			(before[0].tags as string[]).push("mutated");
+			expect((await store.find({ query, sort: { n: 1 } }))[0]).toEqual(docs[1]);
+			await store.insert({ _id: hexId(500), n: 500, group: 1, deleted_at: null });
+			expect(await store.count(query)).toBe(4);
+			expect(ns(await store.find({ query, sort: { n: 1 } }))).toEqual([1, 4, 7, 500]);
+			await store.setOne(docs[1]._id, { group: 2 });
+			expect(await store.count(query)).toBe(3);
+			expect((await store.findOne({ id: docs[1]._id }))?.group).toBe(2);
+			await store.setMany([docs[4]._id], { group: 2 });
+			expect(ns(await store.find({ query, sort: { n: 1 } }))).toEqual([7, 500]);
+			await store.removeMany({ n: 7 });
+			expect(await store.count(query)).toBe(1);
+			expect(await store.findOne({ n: 7 })).toBeNull();
+			await store.insertMany([{ _id: hexId(501), n: 501, group: 1, deleted_at: null }]);
+			expect(ns(await store.find({ query, sort: { n: 1 } }))).toEqual([500, 501]);
+		});
+	});
+}
+
+describe("NedbStore specifics", () => {
+	test("query-level $not (NeDB's form) maps `id` inside it", async () => {
+		const store = new NedbStore(path.join(dir, `not-${unique()}.db`));
+		await store.connect();
+		try {
+			const docs = fixtures();
+			await store.insertMany(docs);
+			expect(ns(await store.find({ query: { $not: { id: docs[0]._id }, n: { $lt: 3 } }, sort: { n: 1 } }))).toEqual([1, 2]);
+			expect(await store.count({ $not: { id: { $in: [docs[0]._id, docs[1]._id] } } })).toBe(8);
+		} finally {
+			await store.disconnect();
+		}
+	});
+
+	test("documents survive a reconnect on the same file", async () => {
+		const file = path.join(dir, `durable-${unique()}.db`);
+		const first = new NedbStore(file);
+		await first.connect();
+		const docs = fixtures();
+		await first.insertMany(docs);
+		await first.setOne(docs[1]._id, { name: "changed" });
+		await first.removeMany({ id: docs[2]._id });
+		await first.disconnect();
+		const second = new NedbStore(file);
+		await second.connect();
+		try {
+			expect(await second.count({})).toBe(9);
+			expect((await second.findOne({ id: docs[1]._id }))?.name).toBe("changed");
+			expect(await second.findOne({ id: docs[2]._id })).toBeNull();
+			// The unique index is rebuilt on load.
+			await second.insert({ _id: hexId(300), ref: "r", deleted_at: null });
+			const dup = await second.insert({ _id: hexId(301), ref: "r", deleted_at: null }).then(
+				() => null,
+				(e) => e,
+			);
+			expect(isDuplicateKeyError(dup)).toBe(true);
+		} finally {
+			await second.disconnect();
+		}
+	});
+});

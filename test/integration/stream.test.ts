@@ -1,0 +1,187 @@
+/**
+ * The embedded change stream (EVENT_STREAM=outbox): consumer groups reading the persisted outbox, at least once,
+ * each from its own durable position.
+ */
+import { rmSync } from "fs";
+import { randomBytes } from "crypto";
+import { sharedOutbox, type Outbox, type OutboxRecord } from "../../mixins/outbox";
+import { OutboxStream, sharedStream, type Consumer } from "../../workers/stream";
+import { bootPlatform, tempDir, type TestPlatform } from "../helpers/platform";
+
+jest.setTimeout(60_000);
+
+/** Resolves once `check` holds, polling; fails with `what` after `ms`. */
+async function until(check: () => boolean, what: string, ms = 15_000): Promise<void> {
+	const end = Date.now() + ms;
+	while (!check()) {
+		if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+		await new Promise((r) => setTimeout(r, 20));
+	}
+}
+
+function record(n: number): Omit<OutboxRecord, "seq"> {
+	const id = randomBytes(12).toString("hex");
+	return {
+		event: { id, ts_ms: Date.now(), op: "c", topic: "content.notes", source: { name: "platform", db: "content", collection: "notes" }, after: { id, n } as any },
+		clients: [],
+		actor: {},
+	};
+}
+
+describe("embedded stream over the outbox", () => {
+	let dataDir: string;
+	let cfg: { dataDir: string };
+	let outbox: Outbox;
+	let stream: OutboxStream;
+	const consumers: Consumer[] = [];
+
+	async function append(count: number): Promise<number[]> {
+		const out = await outbox.append(Array.from({ length: count }, (_, i) => record(i)));
+		return out.map((r) => r.seq);
+	}
+
+	/** A consumer that collects the seqs it handled. */
+	async function collect(s: OutboxStream, group: string, seen: number[], fail?: (rec: OutboxRecord) => boolean): Promise<Consumer> {
+		const c = await s.consume(group, async (rec) => {
+			if (fail?.(rec)) throw new Error(`fails on ${rec.seq}`);
+			seen.push(rec.seq);
+		});
+		consumers.push(c);
+		return c;
+	}
+
+	beforeEach(async () => {
+		dataDir = tempDir("stream-test-");
+		cfg = { dataDir };
+		outbox = sharedOutbox(cfg);
+		await outbox.connect();
+		stream = new OutboxStream(cfg);
+	});
+
+	afterEach(async () => {
+		for (const c of consumers.splice(0)) await c.stop();
+		await stream.close();
+		await outbox.disconnect();
+		rmSync(dataDir, { recursive: true, force: true });
+	});
+
+	test("a handler that throws gets the event again, and the position does not move past it", async () => {
+		const seqs = await append(3);
+		const seen: number[] = [];
+		const positionsAtFailure: number[] = [];
+		let failures = 0;
+		const c = await collect(stream, "retry", seen, (rec) => {
+			if (rec.seq !== seqs[1] || failures >= 2) return false;
+			failures++;
+			positionsAtFailure.push(c.position());
+			return true;
+		});
+		await until(() => seen.length === 3, "three events handled");
+		expect(failures).toBe(2);
+		// While the second event failed, the group stayed right after the first; nothing after it was handled.
+		expect(positionsAtFailure).toEqual([seqs[0], seqs[0]]);
+		expect(seen).toEqual(seqs);
+		expect(c.position()).toBe(seqs[2]);
+	});
+
+	test("a consumer stopped while an event keeps failing leaves the position before it; the next one gets it", async () => {
+		const seqs = await append(2);
+		const seen: number[] = [];
+		let calls = 0;
+		const first = await collect(stream, "stuck", seen, (rec) => rec.seq === seqs[1] && ++calls > 0);
+		await until(() => calls >= 1 && seen.length === 1, "the first event handled and the second failing");
+		await first.stop();
+		expect(first.position()).toBe(seqs[0]);
+		await stream.close();
+
+		stream = new OutboxStream(cfg);
+		const again: number[] = [];
+		await collect(stream, "stuck", again);
+		await until(() => again.length === 1, "the failed event delivered again");
+		expect(again).toEqual([seqs[1]]);
+	});
+
+	test("a group resumes from its saved position after stop and start: nothing lost, nothing skipped", async () => {
+		const before = await append(3);
+		const seen: number[] = [];
+		const c = await collect(stream, "resume", seen);
+		await until(() => seen.length === 3, "the first three");
+		await c.stop();
+		consumers.splice(consumers.indexOf(c), 1);
+		await stream.close();
+
+		// Written while the group is down.
+		const during = await append(3);
+		stream = new OutboxStream(cfg);
+		const later: number[] = [];
+		await collect(stream, "resume", later);
+		const after = await append(2);
+		await until(() => later.length === 5, "the five written since the stop");
+		await new Promise((r) => setTimeout(r, 600));
+		expect(seen).toEqual(before);
+		expect(later).toEqual([...during, ...after]);
+	});
+
+	test("a new group reads the outbox from its beginning", async () => {
+		const early = await append(4);
+		const first: number[] = [];
+		await collect(stream, "first", first);
+		await until(() => first.length === 4, "the first group");
+		const late: number[] = [];
+		await collect(stream, "late-comer", late);
+		await until(() => late.length === 4, "the new group");
+		expect(late).toEqual(early);
+	});
+
+	test("two groups each see every event, in order", async () => {
+		const a: number[] = [];
+		const b: number[] = [];
+		await collect(stream, "group-a", a);
+		await collect(stream, "group-b", b);
+		const seqs = [...(await append(5)), ...(await append(5))];
+		await until(() => a.length === 10 && b.length === 10, "both groups");
+		expect(a).toEqual(seqs);
+		expect(b).toEqual(seqs);
+	});
+});
+
+describe("embedded stream across a full platform restart", () => {
+	let p: TestPlatform;
+	beforeAll(async () => {
+		p = await bootPlatform();
+	});
+	afterAll(() => p.cleanup());
+
+	test("events written before, during and after a restart reach the group once each, in order", async () => {
+		const token = await p.rootToken();
+		const notes = (recs: OutboxRecord[]) => recs.filter((r) => r.event.topic === "content.notes");
+		const create = async (title: string) => {
+			const r = await p.http("POST", "/content/notes", { token, body: { title } });
+			expect(r.status).toBe(200);
+			return r.body.data.id as string;
+		};
+
+		const first: OutboxRecord[] = [];
+		let c = await sharedStream(p.cfg).consume("restart-probe", async (rec) => void first.push(rec));
+		const a = await create("a");
+		const b = await create("b");
+		await until(() => notes(first).length === 2, "the first two notes");
+		expect(notes(first).map((r) => [r.event.op, r.event.id])).toEqual([["c", a], ["c", b]]);
+		await c.stop();
+
+		const down = await create("written while the group is down");
+		await p.restart();
+		const token2 = await p.rootToken();
+		const after = await p.http("POST", "/content/notes", { token: token2, body: { title: "after the restart" } });
+		expect(after.status).toBe(200);
+
+		const second: OutboxRecord[] = [];
+		c = await sharedStream(p.cfg).consume("restart-probe", async (rec) => void second.push(rec));
+		await until(() => notes(second).length === 2, "the notes written since the stop");
+		await new Promise((r) => setTimeout(r, 600));
+		await c.stop();
+		expect(notes(second).map((r) => r.event.id)).toEqual([down, after.body.data.id]);
+		// Positions only grow: the second run starts after everything the first one handled.
+		expect(Math.min(...second.map((r) => r.seq))).toBeGreaterThan(Math.max(...first.map((r) => r.seq)));
+	});
+});

@@ -1,0 +1,122 @@
+/**
+ * The watcher (workers/watcher.worker.ts) keeps the caches of every node in sync from the change stream: revocations
+ * of sessions and APTs, grant and RBAC changes, client and CQRS configuration changes.
+ */
+import { randomBytes } from "crypto";
+import type { ServiceSchema } from "moleculer";
+import { bootPlatform, type TestPlatform } from "../helpers/platform";
+import { kvOf, sleep, tokenOf } from "../helpers/auth";
+import type { OutboxRecord } from "../../mixins/outbox";
+import { blacklistKey } from "../../services/auth/authenticate";
+
+async function until<T>(what: string, fn: () => Promise<T | undefined | null | false>, ms = 10_000): Promise<T> {
+	const end = Date.now() + ms;
+	for (;;) {
+		const v = await fn();
+		if (v) return v;
+		if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+		await sleep(50);
+	}
+}
+
+describe("watcher", () => {
+	let p: TestPlatform;
+	let root: string;
+	const seen: Array<{ event: string; params: any }> = [];
+	const count = (event: string) => seen.filter((s) => s.event === event).length;
+
+	beforeAll(async () => {
+		p = await bootPlatform();
+		root = await p.rootToken();
+		const on = (event: string) => (ctx: { params: unknown }) => void seen.push({ event, params: ctx.params });
+		const probe: ServiceSchema = {
+			name: `probe${randomBytes(3).toString("hex")}`,
+			events: {
+				"authority.changed": on("authority.changed"),
+				"auth.session.revoked": on("auth.session.revoked"),
+				"auth.apt.revoked": on("auth.apt.revoked"),
+				"domain.client.changed": on("domain.client.changed"),
+				"context.cqrs.changed": on("context.cqrs.changed"),
+			},
+		};
+		p.broker.createService(probe);
+		await p.broker.waitForServices([probe.name]);
+	}, 60_000);
+
+	afterAll(async () => {
+		await p?.cleanup();
+	});
+
+	const rootLogin = () => tokenOf(p.http, { grant_type: "password", client_id: p.root.client_id, username: p.root.username, password: p.root.password });
+	const watcher = () => p.broker.getLocalService("watcher") as any;
+	/** A change record as the stream delivers it. */
+	const rec = (event: Partial<OutboxRecord["event"]>): OutboxRecord => ({
+		seq: 1,
+		event: { id: "aaaaaaaaaaaaaaaaaaaaaaaa", ts_ms: Date.now(), op: "u", topic: "x.y", source: { name: "platform", db: "x", collection: "y" }, ...event },
+		clients: [],
+		actor: {},
+	});
+
+	test("a session deleted through the REST API is blacklisted and revoked: its token stops working", async () => {
+		const victim = await rootLogin();
+		expect((await p.http("GET", "/auth/verify", { token: victim.access_token })).status).toBe(200);
+		const del = await p.http("DELETE", `/identity/sessions/${victim.session}`, { token: root });
+		expect(del.status).toBe(200);
+		// Nothing on the write path revokes it: the watcher does, from the change event.
+		await until("the revocation", async () => (await p.http("GET", "/auth/verify", { token: victim.access_token })).status === 401);
+		expect(await kvOf(p).get(blacklistKey(victim.session))).toBe("1");
+		expect(seen.some((s) => s.event === "auth.session.revoked" && s.params.session === victim.session)).toBe(true);
+	});
+
+	test("a deleted APT: its session blacklisted, revocation broadcast again by the watcher", async () => {
+		const r = await p.http("POST", "/auth/apts", { token: root, body: { name: "watched" } });
+		expect(r.status).toBe(200);
+		const before = count("auth.apt.revoked");
+		expect((await p.http("DELETE", `/auth/apts/${r.body.data.id}`, { token: root })).status).toBe(200);
+		// Once by the auth service on the write path, once by the watcher.
+		await until("the watcher's broadcast", async () => count("auth.apt.revoked") >= before + 2);
+		expect((await p.http("GET", "/auth/verify", { token: r.body.data.token })).status).toBe(401);
+	});
+
+	test("a stale delete of an APT that is live again (restored since) does not revoke it", async () => {
+		const r = await p.http("POST", "/auth/apts", { token: root, body: { name: "restored" } });
+		expect(r.status).toBe(200);
+		const before = count("auth.session.revoked");
+		// The watcher sees the stale delete only now: the APT is live again, so it must not revoke it.
+		await watcher().handleChange(rec({ topic: "auth.apts", op: "d", id: r.body.data.id, source: { name: "platform", db: "auth", collection: "apts" } }));
+		expect(count("auth.session.revoked")).toBe(before);
+		expect((await p.http("GET", "/auth/verify", { token: r.body.data.token })).status).toBe(200);
+	});
+
+	test("a client change is broadcast as domain.client.changed", async () => {
+		const c = await p.http("POST", "/domain/clients", { token: root, body: { name: "watched client", domains: [p.root.domain] } });
+		expect(c.status).toBe(200);
+		const id = c.body.data.id;
+		await until("the broadcast", async () => seen.some((s) => s.event === "domain.client.changed" && s.params.id === id && s.params.op === "c"));
+		expect((await p.http("PATCH", `/domain/clients/${id}`, { token: root, body: { name: "renamed" } })).status).toBe(200);
+		await until("the broadcast", async () => seen.some((s) => s.event === "domain.client.changed" && s.params.id === id && s.params.op === "u"));
+	});
+
+	test("grant and RBAC changes broadcast authority.changed, one per burst", async () => {
+		await sleep(300);
+		const before = count("authority.changed");
+		const grants = rec({ topic: "auth.grants", source: { name: "platform", db: "auth", collection: "grants" } });
+		for (let i = 0; i < 20; i++) await watcher().handleChange(grants);
+		await sleep(300);
+		expect(count("authority.changed") - before).toBe(1);
+		const rbac = rec({ topic: "context.configs", op: "c", source: { name: "platform", db: "context", collection: "configs" }, after: { id: "a", key: "RBAC", eid: "e", value: [] } });
+		await watcher().handleChange(rbac);
+		await sleep(300);
+		expect(count("authority.changed") - before).toBe(2);
+		// Other configs and settings do not touch the grant index.
+		await watcher().handleChange(rec({ topic: "context.configs", op: "c", after: { id: "b", key: "APP", eid: "e", value: {} } }));
+		await watcher().handleChange(rec({ topic: "context.settings", op: "c", after: { id: "c", key: "RBAC" } }));
+		await sleep(300);
+		expect(count("authority.changed") - before).toBe(2);
+	});
+
+	test("CQRS configuration changes are broadcast with the client ids concerned", async () => {
+		await watcher().handleChange(rec({ topic: "context.configs", op: "u", before: { id: "a", key: "CQRS", eid: "c1", value: {} }, after: { id: "a", key: "CQRS", eid: "c2", value: {} } }));
+		expect(seen.filter((s) => s.event === "context.cqrs.changed").pop()?.params).toEqual({ eids: ["c1", "c2"] });
+	});
+});

@@ -1,0 +1,422 @@
+/**
+ * The production change stream (EVENT_STREAM=nats|redis): @moleculer/channels with its NATS JetStream or Redis
+ * Streams adapter, on the channel `<namespace>.platform.changes`, fed by the relay (workers/relay.ts) with the
+ * outbox records in seq order.
+ *
+ * Wiring. The channels middleware is added to the broker (moleculer.config.ts) only when EVENT_STREAM is not
+ * `outbox`; this class wraps it, keeps its adapter (`broker.channelAdapter`) and registers consumer groups
+ * dynamically with `adapter.subscribe(chan)`: the workers ask for their group at run time (worker base `started`),
+ * not through a `channels:` schema property, and the adapter API accepts such late subscriptions once connected
+ * (the middleware connects in its own `started` hook, after the services' ones, so earlier requests wait for it).
+ * The relay publishes with `adapter.publish`, which passes JetStream / XADD options through (`msgID`, `xaddMaxLen`).
+ *
+ * Contract: each consumer group (the worker's name) gets every event at least once, and the instances of a group
+ * share its events. The adapter acknowledges after the handler succeeded; a handler that throws gets the event
+ * again (NATS: after a backoff held here, then a NAK; Redis: claimed again after the ack wait), up to
+ * STREAM_MAX_RETRIES deliveries, after which the event moves to the dead-letter stream
+ * `<namespace>.platform.changes.failed` (never dropped silently). Consumers de-duplicate nothing: after a crash, a
+ * restart, a relay take-over or a retry an event may come twice, so handlers are idempotent (or key on `seq`).
+ *
+ * The pitfalls of the stock settings, and what is done about each:
+ * - NATS consumers start at `deliver_policy: new`: groups are created with `all`, so a group that did not exist when
+ *   events were published (a new worker kind, a first start) still reads everything the stream retains.
+ * - NATS streams keep acknowledged messages forever: the stream has a max age (STREAM_RETENTION_HOURS) and count
+ *   (STREAM_MAX_MESSAGES); Redis streams are capped with XADD MAXLEN ~ (count only).
+ * - `ack_wait` is 30 s (NATS) and Redis `minIdleTime` 1 h: both are STREAM_ACK_WAIT_MS (10 s / 30 s), so a crashed
+ *   consumer's events go to another instance within seconds; a NATS handler that runs longer keeps its event by
+ *   signalling progress (`working()`) every third of it. Redis has no such signal: a handler running longer than
+ *   the ack wait may see its event handled a second time elsewhere.
+ * - NATS `maxInFlight` is the whole group's `max_ack_pending`, Redis's a count per instance. STREAM_MAX_IN_FLIGHT
+ *   defaults to 1: one event of a group at a time, in stream order, as the embedded stream does, which the workers'
+ *   per-document order relies on (the dispatcher queues a document's deliveries in the order it sees them). The
+ *   instances of a group still share the events, taking turns; raise it (or pass `maxInFlight` to `consume`) for a
+ *   group that tolerates reordering. Existing NATS groups are updated to the configured value.
+ * - Redis: the stock unsubscribe deletes the consumer (XGROUP DELCONSUMER) and with it the events it failed and
+ *   still holds for a retry; here a stopping consumer is deleted only when it holds none.
+ * - The NATS adapter reads a URL only from `nats.url` (not the string form), and gives up reconnecting after 10
+ *   attempts by default: the servers are set explicitly, reconnecting forever.
+ */
+import type { Middleware, ServiceBroker } from "moleculer";
+import { Middleware as ChannelsMiddleware } from "@moleculer/channels";
+import { nanos } from "nats";
+import type { PlatformConfig } from "../lib/config";
+import type { OutboxRecord } from "../mixins/outbox";
+import type { ChangeHandler, ChangeStream, ConsumeOptions, Consumer } from "./stream";
+
+export const CHANGES_CHANNEL = "platform.changes";
+
+export interface ChannelsStreamOptions {
+	kind: "nats" | "redis";
+	url: string;
+	/** Channel name before the namespace prefix the adapter adds. */
+	channel: string;
+	ackWaitMs: number;
+	retentionHours: number;
+	maxMessages: number;
+	maxInFlight: number;
+	maxRetries: number;
+	deadLetter: boolean;
+}
+
+export function channelsStreamOptions(cfg: PlatformConfig): ChannelsStreamOptions {
+	const kind = cfg.eventStream;
+	if (kind !== "nats" && kind !== "redis") throw new Error(`no production event stream for EVENT_STREAM=${kind}`);
+	const url = cfg.streamUrl ?? (kind === "nats" ? cfg.transporter : cfg.redisUrl);
+	const ok = kind === "nats" ? /^nats:\/\//i.test(url ?? "") : /^rediss?:\/\//i.test(url ?? "");
+	if (!url || !ok)
+		throw new Error(`EVENT_STREAM=${kind} needs STREAM_URL or ${kind === "nats" ? "a nats:// TRANSPORTER" : "REDIS_URL"} (got ${url ?? "none"})`);
+	return {
+		kind,
+		url,
+		channel: CHANGES_CHANNEL,
+		ackWaitMs: cfg.streamAckWaitMs ?? (kind === "nats" ? 10_000 : 30_000),
+		retentionHours: cfg.streamRetentionHours ?? 168,
+		maxMessages: Math.round(cfg.streamMaxMessages ?? 1_000_000),
+		maxInFlight: Math.round(cfg.streamMaxInFlight ?? 1),
+		maxRetries: Math.round(cfg.streamMaxRetries ?? 10),
+		deadLetter: true,
+	};
+}
+
+/** `nats://user:pass@h1:4222,nats://h2:4222` → nats.js connection options (the adapter's own parsing drops credentials). */
+function natsConnection(url: string): Record<string, unknown> {
+	const urls = url.split(",").map((u) => new URL(u.trim()));
+	const first = urls[0];
+	const auth: Record<string, string> = {};
+	if (first.username && first.password) Object.assign(auth, { user: decodeURIComponent(first.username), pass: decodeURIComponent(first.password) });
+	else if (first.username) auth.token = decodeURIComponent(first.username);
+	return { servers: urls.map((u) => u.host), ...auth, name: "platform-event-stream", maxReconnectAttempts: -1, reconnectTimeWait: 1000 };
+}
+
+/** Backoff before a failed NATS delivery is released for the next one: 0.25 s doubling to 30 s. */
+function retryDelay(delivery: number): number {
+	return Math.min(30_000, 250 * 2 ** Math.max(0, delivery - 1));
+}
+
+interface Subscription {
+	group: string;
+	handler: ChangeHandler;
+	maxInFlight: number;
+	position: number;
+	stopped: boolean;
+	/** The adapter's channel object of the current subscription. */
+	chan?: any;
+	/** The subscribe loop (retries until it succeeds or the consumer stops). */
+	running?: Promise<void>;
+	wakers: Set<() => void>;
+}
+
+export class ChannelsStream implements ChangeStream {
+	readonly kind: "nats" | "redis";
+	private broker?: ServiceBroker;
+	private adapter?: any;
+	private connected = false;
+	private readyWaiters: Array<() => void> = [];
+	private subs = new Set<Subscription>();
+	private counter = 0;
+
+	constructor(readonly opts: ChannelsStreamOptions) {
+		this.kind = opts.kind;
+	}
+
+	/** The channel as published and consumed (`<namespace>.platform.changes`); known once a broker is attached. */
+	get subject(): string {
+		return this.adapter ? this.adapter.addPrefixTopic(this.opts.channel) : this.opts.channel;
+	}
+
+	/** The NATS stream holding the channel (the adapter's naming: dots become underscores). */
+	get streamName(): string {
+		return this.subject.split(".").join("_");
+	}
+
+	/** The channels middleware for the broker this stream runs on (moleculer.config.ts adds it). */
+	middleware(): Middleware {
+		const inner = ChannelsMiddleware({ adapter: this.adapterConfig(), context: false } as any);
+		// eslint-disable-next-line @typescript-eslint/no-this-alias
+		const self = this;
+		return {
+			...inner,
+			name: "Channels",
+			created(broker: ServiceBroker) {
+				inner.created(broker);
+				self.attach(broker, (broker as any).channelAdapter);
+			},
+			async started() {
+				await inner.started();
+				await self.onConnected();
+			},
+			async stopped() {
+				await self.close();
+				self.connected = false;
+				// A NATS connection already closed (lost) has nothing to drain: the adapter would only log an error.
+				if (self.kind === "nats" && self.adapter?.connection?.isClosed?.()) self.adapter.connected = false;
+				else await inner.stopped();
+			},
+		} as unknown as Middleware;
+	}
+
+	private adapterConfig() {
+		const o = this.opts;
+		const common = { maxInFlight: o.maxInFlight, maxRetries: o.maxRetries, deadLettering: { enabled: o.deadLetter, queueName: `${o.channel}.failed` } };
+		if (o.kind === "nats")
+			return {
+				type: "NATS",
+				options: {
+					...common,
+					nats: {
+						connectionOptions: natsConnection(o.url),
+						streamConfig: this.streamLimits(),
+						consumerOptions: { config: { deliver_policy: "all", ack_policy: "explicit", ack_wait: nanos(o.ackWaitMs), max_ack_pending: o.maxInFlight } },
+					},
+				},
+			};
+		return {
+			type: "Redis",
+			options: {
+				...common,
+				redis: { url: o.url, consumerOptions: { startID: "0", minIdleTime: o.ackWaitMs, claimInterval: 1000, processingAttemptsInterval: 1000, readTimeoutInterval: 0 } },
+			},
+		};
+	}
+
+	private streamLimits() {
+		return { max_age: nanos(this.opts.retentionHours * 3600_000), max_msgs: this.opts.maxMessages, discard: "old" };
+	}
+
+	private attach(broker: ServiceBroker, adapter: unknown): void {
+		this.broker = broker;
+		this.adapter = adapter;
+		this.connected = false;
+	}
+
+	private get logger() {
+		return this.broker?.getLogger("event-stream");
+	}
+
+	private async onConnected(): Promise<void> {
+		if (this.kind === "nats") await this.ensureStream();
+		this.connected = true;
+		for (const w of this.readyWaiters.splice(0)) w();
+		// Groups asked for before the adapter connected (the workers' `started` hooks run before the middleware's).
+		await Promise.all([...this.subs].filter((s) => !s.running).map((s) => this.startSubscription(s)));
+	}
+
+	/** True while the adapter is connected and not stopping. */
+	isConnected(): boolean {
+		return this.connected && !!this.adapter?.connected && !this.adapter?.stopping;
+	}
+
+	/** Resolves once connected (or at once when already connected). */
+	whenConnected(): Promise<void> {
+		if (this.isConnected()) return Promise.resolve();
+		return new Promise((resolve) => this.readyWaiters.push(resolve));
+	}
+
+	/**
+	 * The stream with its limits, before anything is published or consumed: the relay's first events must not find
+	 * no stream, and a stream created earlier without limits gets them.
+	 */
+	private async ensureStream(): Promise<void> {
+		const jsm = this.adapter.manager;
+		const config = { name: this.streamName, subjects: [this.subject], ...this.streamLimits() };
+		try {
+			await jsm.streams.add(config);
+		} catch {
+			const info = await jsm.streams.info(this.streamName);
+			await jsm.streams.update(this.streamName, { ...info.config, ...this.streamLimits() });
+		}
+	}
+
+	async consume(group: string, handler: ChangeHandler, opts: ConsumeOptions = {}): Promise<Consumer> {
+		if (!this.broker || !this.adapter)
+			throw new Error(`EVENT_STREAM=${this.kind}: the stream is not attached to a broker (the channels middleware of moleculer.config.ts)`);
+		const sub: Subscription = { group, handler, maxInFlight: Math.max(1, Math.round(opts.maxInFlight ?? this.opts.maxInFlight)), position: 0, stopped: false, wakers: new Set() };
+		this.subs.add(sub);
+		if (this.connected) await this.startSubscription(sub);
+		return { position: () => sub.position, stop: () => this.stopSubscription(sub) };
+	}
+
+	/** Subscribes, retrying in the background after a failure; resolves after the first attempt. */
+	private startSubscription(sub: Subscription): Promise<void> {
+		let first!: () => void;
+		const attempted = new Promise<void>((r) => (first = r));
+		sub.running = (async () => {
+			for (let attempt = 0; !sub.stopped; attempt++) {
+				try {
+					await this.subscribeOnce(sub);
+					first();
+					return;
+				} catch (err) {
+					this.logger?.warn(`event stream: subscribing group ${sub.group} failed (${(err as Error).message}); retrying`);
+					first();
+					await this.pause(sub, Math.min(30_000, 1000 * 2 ** attempt));
+				}
+			}
+			first();
+		})();
+		return attempted;
+	}
+
+	private async subscribeOnce(sub: Subscription): Promise<void> {
+		const a = this.adapter;
+		if (this.kind === "nats") await this.alignGroup(sub);
+		// A fresh channel object and id per attempt: a failed attempt leaves its id registered in the adapter.
+		const chan: any = {
+			id: a.addPrefixTopic(`${this.broker!.nodeID}.${sub.group}.${++this.counter}`),
+			name: this.subject,
+			group: sub.group,
+			context: false,
+			unsubscribing: false,
+			maxInFlight: sub.maxInFlight,
+			maxRetries: this.opts.maxRetries,
+			deadLettering: { enabled: this.opts.deadLetter, queueName: `${this.opts.channel}.failed` },
+			nats: {
+				streamConfig: this.streamLimits(),
+				consumerOptions: { config: { deliver_policy: "all", ack_policy: "explicit", ack_wait: nanos(this.opts.ackWaitMs), max_ack_pending: sub.maxInFlight } },
+			},
+			redis: { startID: "0", minIdleTime: this.opts.ackWaitMs, claimInterval: 1000 },
+		};
+		chan.handler = this.broker!.middlewares.wrapHandler("localChannel", this.handlerOf(sub) as any, chan);
+		sub.chan = chan;
+		await a.subscribe(chan);
+	}
+
+	/**
+	 * An existing NATS group keeps the settings it was created with (the client only attaches to it): bring the ack
+	 * wait and in-flight limit to the configured ones. Its start policy cannot change: a group created with
+	 * `deliver_policy: new` by something else is reported.
+	 */
+	private async alignGroup(sub: Subscription): Promise<void> {
+		const jsm = this.adapter.manager;
+		const durable = sub.group.split(".").join("_");
+		let info: any;
+		try {
+			info = await jsm.consumers.info(this.streamName, durable);
+		} catch (err) {
+			if (/not found|404/i.test(String((err as any)?.code ?? "") + (err as Error).message)) return;
+			throw err;
+		}
+		const want = { ack_wait: nanos(this.opts.ackWaitMs), max_ack_pending: sub.maxInFlight };
+		if (info.config.ack_wait !== want.ack_wait || info.config.max_ack_pending !== want.max_ack_pending)
+			await jsm.consumers.update(this.streamName, durable, want);
+		if (info.config.deliver_policy !== "all")
+			this.logger?.warn(`event stream: group ${sub.group} was created with deliver_policy ${info.config.deliver_policy}, not all`);
+	}
+
+	private handlerOf(sub: Subscription) {
+		return async (rec: OutboxRecord, raw: any) => {
+			let beat: NodeJS.Timeout | undefined;
+			if (this.kind === "nats" && typeof raw?.working === "function") {
+				beat = setInterval(() => {
+					try {
+						raw.working();
+					} catch {
+						clearInterval(beat);
+					}
+				}, Math.max(200, Math.floor(this.opts.ackWaitMs / 3)));
+			}
+			try {
+				await sub.handler(rec);
+				if (rec.seq > sub.position) sub.position = rec.seq;
+			} catch (err) {
+				this.logger?.warn(`event stream: group ${sub.group} failed on ${rec?.seq}: ${(err as Error)?.message ?? err}`);
+				// NATS redelivers a NAK at once: hold the event (still in progress) for a backoff first.
+				if (this.kind === "nats" && !sub.stopped) await this.pause(sub, retryDelay(Number(raw?.info?.deliveryCount ?? 1)));
+				throw err;
+			} finally {
+				if (beat) clearInterval(beat);
+			}
+		};
+	}
+
+	/** A sleep that the consumer's stop cuts short. */
+	private pause(sub: Subscription, ms: number): Promise<void> {
+		return new Promise((resolve) => {
+			const done = () => {
+				clearTimeout(t);
+				sub.wakers.delete(done);
+				resolve();
+			};
+			const t = setTimeout(done, ms);
+			sub.wakers.add(done);
+		});
+	}
+
+	private async stopSubscription(sub: Subscription): Promise<void> {
+		if (sub.stopped) return;
+		sub.stopped = true;
+		for (const w of [...sub.wakers]) w();
+		this.subs.delete(sub);
+		await sub.running;
+		// Waits for the handlers in progress; events delivered but not acknowledged go to the group's other instances.
+		if (sub.chan && this.adapter?.connected)
+			await this.unsubscribe(sub.chan).catch((err) => this.logger?.warn(`event stream: unsubscribing group ${sub.group} failed (${(err as Error).message})`));
+	}
+
+	private async unsubscribe(chan: any): Promise<void> {
+		if (this.kind === "nats") return this.adapter.unsubscribe(chan);
+		// Redis: the adapter's unsubscribe without its unconditional XGROUP DELCONSUMER (see the header).
+		const a = this.adapter;
+		if (chan.unsubscribing) return;
+		chan.unsubscribing = true;
+		a.clients.get(chan.id)?.disconnect();
+		await new Promise((r) => setTimeout(r, 100));
+		while (a.getNumberOfChannelActiveMessages(chan.id) > 0) await new Promise((r) => setTimeout(r, 100));
+		a.clients.delete(chan.id);
+		if (a.activeMessages.has(chan.id)) a.stopChannelActiveMessages(chan.id);
+		const pub = a.clients.get(a.pubName);
+		const summary = (await pub.xpending(chan.name, chan.group)) as [number, string, string, Array<[string, string]> | null];
+		const held = Number((summary[3] ?? []).find(([name]) => name === chan.id)?.[1] ?? 0);
+		if (!held) await pub.xgroup("DELCONSUMER", chan.name, chan.group, chan.id);
+	}
+
+	/**
+	 * Publishes one outbox record (the relay). JetStream de-duplicates a record published twice within its
+	 * duplicate window (2 min) by its message id; past that, and on Redis, a republished record is delivered twice.
+	 */
+	async publish(rec: OutboxRecord): Promise<void> {
+		const a = this.adapter;
+		if (!this.isConnected()) throw new Error("event stream not connected");
+		const opts = this.kind === "nats" ? { msgID: `${rec.seq}-${rec.event?.id ?? ""}` } : { xaddMaxLen: `~${this.opts.maxMessages}` };
+		await a.publish(this.subject, rec, opts);
+		// The adapter returns without publishing once it is stopping: that must not count as published.
+		if (a.stopping) throw new Error("event stream stopping: not published");
+	}
+
+	async ping(): Promise<boolean> {
+		if (!this.isConnected()) return false;
+		try {
+			if (this.kind === "nats") {
+				const nc = this.adapter.connection;
+				if (!nc || nc.isClosed()) return false;
+				await Promise.race([nc.flush(), new Promise((_, reject) => setTimeout(() => reject(new Error("timeout")), 2000).unref())]);
+				return true;
+			}
+			return (await this.adapter.clients.get(this.adapter.pubName).ping()) === "PONG";
+		} catch {
+			return false;
+		}
+	}
+
+	/** Stops every consumer still running (the broker's services normally stopped theirs already). */
+	async close(): Promise<void> {
+		await Promise.all([...this.subs].map((s) => this.stopSubscription(s)));
+	}
+}
+
+const byConfig = new WeakMap<object, ChannelsStream>();
+
+/**
+ * The production stream of a node, keyed by its configuration object (the one `brokerOptions(cfg)` and
+ * `bindConfig` share), so that several platforms in one process (tests) each keep their own broker's adapter.
+ */
+export function channelsStreamFor(cfg: PlatformConfig): ChannelsStream {
+	let s = byConfig.get(cfg);
+	if (!s) byConfig.set(cfg, (s = new ChannelsStream(channelsStreamOptions(cfg))));
+	return s;
+}
+
+/** The broker middleware of the production stream (moleculer.config.ts, when EVENT_STREAM is nats or redis). */
+export function channelsMiddleware(cfg: PlatformConfig): Middleware {
+	return channelsStreamFor(cfg).middleware();
+}

@@ -1,0 +1,199 @@
+/**
+ * cleaner (4070): purges what has expired, on a schedule (node-cron, CLEANER_CRON, every 10 minutes by default),
+ * one instance at a time (a lease on the platform cache, so several cleaner nodes never work together):
+ * - soft-deleted documents whose retention passed (RETENTION_DAYS, per collection
+ *   RETENTION_<SERVICE>_<COLLECTION>_DAYS; identity/sessions 0 = closed sessions go at the next pass), through each
+ *   collection's internal `purge` action (each removal is a `d` change event, see mixins/collection.mixin.ts);
+ * - finished webhook delivery records older than DELIVERY_RETENTION_DAYS (delivered, failed or disabled; never
+ *   pending ones) when the dispatcher's `deliveries` table exists (their attempts go with them);
+ * - audit entries older than AUDIT_RETENTION_DAYS.
+ * `cleaner.run` (internal) runs one pass now and answers what it removed, or `{ ran: false }` when another pass holds
+ * the lease.
+ */
+import cron, { type ScheduledTask } from "node-cron";
+import { DOMAINS } from "../catalog";
+import { configOf, type PlatformConfig } from "../lib/config";
+import { sharedKeyValue } from "../lib/kv";
+import { tryLease } from "../lib/lock";
+import { openRelational, releaseRelational, type Relational } from "../lib/relational";
+import { PURGE_ACTION, type PurgeParams } from "../mixins/collection.mixin";
+import { WORKER_PORTS } from "./index";
+import { workerService } from "./worker";
+import { cutoff, retentionDays } from "./cleaner/retention";
+
+export const LOCK_KEY = "cleaner:lock";
+/** The lease outlives a stalled holder by at most this long; a working pass renews it every third of it. */
+const LOCK_TTL_MS = 5 * 60 * 1000;
+/** Documents per purge call, rows per DELETE: bounded calls and short row locks. */
+const PURGE_LIMIT = 1000;
+const ROWS_LIMIT = 5000;
+
+export interface CleanerPass {
+	ran: boolean;
+	/** Why it did not run (`locked`: another pass holds the lease). */
+	reason?: string;
+	/** Hard-deleted documents per `service/collection` (only those with some). */
+	documents?: Record<string, number>;
+	deliveries?: number;
+	audit?: number;
+	/** What could not be cleaned this time (the next pass retries). */
+	errors?: string[];
+	ms?: number;
+}
+
+async function tableColumns(db: Relational, table: string): Promise<Set<string>> {
+	const { rows } = await db.query<{ column_name: string }>(
+		"select column_name from information_schema.columns where table_name = $1 and table_schema = (select n.nspname from pg_class c join pg_namespace n on n.oid = c.relnamespace where c.oid = to_regclass($1))",
+		[table],
+	);
+	return new Set(rows.map((r) => r.column_name));
+}
+
+/** Deletes `where` rows of `table` in chunks; the number deleted. */
+async function deleteChunked(db: Relational, table: string, where: string, params: unknown[]): Promise<number> {
+	let total = 0;
+	for (;;) {
+		const r = await db.query(`delete from ${table} where id in (select id from ${table} where ${where} limit ${ROWS_LIMIT})`, params);
+		total += r.rowCount ?? 0;
+		if ((r.rowCount ?? 0) < ROWS_LIMIT) return total;
+	}
+}
+
+export default workerService(
+	{
+		name: "cleaner",
+		port: WORKER_PORTS.cleaner,
+		async checks(this: any) {
+			const cfg = configOf(this.broker);
+			return { cache: await sharedKeyValue(cfg.redisUrl, cfg.redisPrefix).ping() };
+		},
+	},
+	{
+		actions: {
+			run: {
+				visibility: "public",
+				handler(this: any): Promise<CleanerPass> {
+					return this.runPass();
+				},
+			},
+		},
+		methods: {
+			/** One pass (tracked, so stopping waits for it before closing the store). */
+			runPass(this: any): Promise<CleanerPass> {
+				const pass: Promise<CleanerPass> = this.pass_();
+				const tracked = pass.catch(() => undefined);
+				this.passes = new Set([...(this.passes ?? []), tracked]);
+				void tracked.then(() => this.passes.delete(tracked));
+				return pass;
+			},
+
+			async pass_(this: any): Promise<CleanerPass> {
+				const cfg: PlatformConfig = configOf(this.broker);
+				const kv = sharedKeyValue(cfg.redisUrl, cfg.redisPrefix);
+				const lease = await tryLease(kv, LOCK_KEY, LOCK_TTL_MS);
+				if (!lease) return { ran: false, reason: "locked" };
+				const started = Date.now();
+				const renew = setInterval(() => void lease.renew().catch(() => undefined), LOCK_TTL_MS / 3);
+				renew.unref();
+				const errors: string[] = [];
+				try {
+					const documents = await this.purgeDocuments(cfg, errors);
+					const { deliveries, audit } = await this.purgeRelational(cfg, errors);
+					const pass: CleanerPass = { ran: true, documents, deliveries, audit, errors, ms: Date.now() - started };
+					const total = Object.values(documents).reduce((a: number, b) => a + (b as number), 0) + deliveries + audit;
+					if (total || errors.length) this.logger.info(`cleaner: ${total} removed in ${pass.ms} ms${errors.length ? `; ${errors.length} errors` : ""}`);
+					return pass;
+				} finally {
+					clearInterval(renew);
+					await lease.release().catch(() => undefined);
+				}
+			},
+
+			async purgeDocuments(this: any, cfg: PlatformConfig, errors: string[]): Promise<Record<string, number>> {
+				const out: Record<string, number> = {};
+				const now = Date.now();
+				for (const d of DOMAINS) {
+					for (const c of d.collections) {
+						const params: PurgeParams = { before: cutoff(retentionDays(cfg, d.name, c.name), now), limit: PURGE_LIMIT };
+						let n = 0;
+						try {
+							for (;;) {
+								const r = (await this.broker.call(`${d.name}.${c.name}.${PURGE_ACTION}`, params)) as { purged: number };
+								n += r.purged;
+								if (r.purged < PURGE_LIMIT) break;
+							}
+						} catch (err) {
+							// A domain no node of this deployment runs has nothing to purge here.
+							if ((err as Error)?.name !== "ServiceNotFoundError") errors.push(`${d.name}/${c.name}: ${(err as Error)?.message ?? err}`);
+						}
+						if (n) out[`${d.name}/${c.name}`] = n;
+					}
+				}
+				return out;
+			},
+
+			async purgeRelational(this: any, cfg: PlatformConfig, errors: string[]): Promise<{ deliveries: number; audit: number }> {
+				let db: Relational;
+				try {
+					db = await this.openStore();
+				} catch (err) {
+					errors.push(`relational store: ${(err as Error)?.message ?? err}`);
+					return { deliveries: 0, audit: 0 };
+				}
+				let deliveries = 0;
+				let audit = 0;
+				try {
+					const cols = await tableColumns(db, "deliveries");
+					if (["id", "status", "delivered_at", "updated_at"].every((c) => cols.has(c)))
+						deliveries = await deleteChunked(
+							db,
+							"deliveries",
+							"(status = 'delivered' and delivered_at < $1) or (status in ('failed', 'disabled') and updated_at < $1)",
+							[cutoff(cfg.deliveryRetentionDays)],
+						);
+				} catch (err) {
+					errors.push(`deliveries: ${(err as Error)?.message ?? err}`);
+				}
+				try {
+					const cols = await tableColumns(db, "audit_entries");
+					if (cols.has("id") && cols.has("at")) audit = await deleteChunked(db, "audit_entries", "at < $1", [cutoff(cfg.auditRetentionDays)]);
+				} catch (err) {
+					errors.push(`audit entries: ${(err as Error)?.message ?? err}`);
+				}
+				return { deliveries, audit };
+			},
+
+			/** The relational store, opened on the first pass that needs it (shared with the node's other workers). */
+			openStore(this: any): Promise<Relational> {
+				this.opening ??= openRelational(configOf(this.broker)).catch((err: unknown) => {
+					this.opening = undefined;
+					throw err;
+				});
+				return this.opening;
+			},
+		},
+		async started(this: any) {
+			const cfg: PlatformConfig = configOf(this.broker);
+			if (!cron.validate(cfg.cleanerCron)) throw new Error(`CLEANER_CRON is not a valid cron expression: ${cfg.cleanerCron}`);
+			this.task = cron.schedule(
+				cfg.cleanerCron,
+				async () => {
+					try {
+						await this.runPass();
+					} catch (err) {
+						this.logger.warn(`cleaner pass failed: ${(err as Error)?.message ?? err}`);
+					}
+				},
+				{ name: `cleaner-${this.broker.nodeID}`, noOverlap: true },
+			) as ScheduledTask;
+		},
+		async stopped(this: any) {
+			await (this.task as ScheduledTask | undefined)?.destroy();
+			this.task = undefined;
+			await Promise.all([...(this.passes ?? [])]);
+			const opening = this.opening;
+			this.opening = undefined;
+			if (opening && (await opening.then(() => true, () => false))) await releaseRelational(configOf(this.broker));
+		},
+	},
+);

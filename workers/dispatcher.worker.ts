@@ -1,0 +1,407 @@
+/**
+ * dispatcher (4010): routes change events to client webhooks through a durable retry queue.
+ *
+ * For each change event and each client id in its `clients`, the client's live CQRS config (context/configs,
+ * `key: CQRS`, `eid`: client id) gives the webhook; a `deliveries` row is queued in the relational store (idempotent
+ * per event and client, so stream redelivery adds nothing) and the stream moves on. The scheduler then posts the
+ * event (the spec's payload, exactly) with the config's `Authorization` and a Standard Webhooks signature when the
+ * config has a `secret`, retrying on the schedule WEBHOOK_RETRY_SCHEDULE with ±20 % jitter. 2xx = delivered; 410 =
+ * the config is disabled; the last failed attempt fails the delivery and disables the config; a webhook host that
+ * resolves to a non-public address is refused (no request) unless WEBHOOK_ALLOW_PRIVATE=1. Per client, the events of
+ * one document are delivered in order (only the oldest pending delivery of a (client, document) is eligible); events
+ * of different documents go in parallel. Pending deliveries survive restarts; several dispatchers share the queue.
+ *
+ * Operator actions (REPL, `npm run repl`): `call dispatcher.deliveries --status failed`, `call dispatcher.delivery
+ * --id 12`, `call dispatcher.replay --id 12` (or `--client_id <cid>` for all failed/disabled deliveries of a client).
+ * docs/webhooks.md has the receiver's side.
+ */
+import { Errors, type Context } from "moleculer";
+import { AddressRefused, resolveTarget } from "../lib/address-guard";
+import { configOf, type PlatformConfig } from "../lib/config";
+import { migrate, openRelational, releaseRelational, type Relational } from "../lib/relational";
+import type { OutboxRecord } from "../mixins/outbox";
+import { CQRS_CHANGED, type CqrsConfig } from "../services/context.service";
+import { Poster, type PostResult } from "./dispatcher/post";
+import { webhookHeaders, webhookId } from "./dispatcher/signature";
+import { DeliveryStore, MIGRATIONS, type AttemptRecord, type ClaimedDelivery, type DeliveryRow, type NewDelivery } from "./dispatcher/store";
+import type { Consumer } from "./stream";
+import { workerService } from "./worker";
+
+export const DISPATCHER_PORT = 4010;
+/** Deliveries in flight at once per dispatcher (different documents or clients). */
+const CONCURRENCY = 32;
+/** How often an idle scheduler looks for due retries (new events and finished deliveries wake it at once). */
+const POLL_MS = 200;
+/** Bound of one webhook request, connection to last byte. */
+export const REQUEST_TIMEOUT_MS = 10_000;
+/** A claimed delivery belongs to its dispatcher this long; a crashed dispatcher's deliveries are taken over after it. */
+const LEASE_SEC = 60;
+/** Safety net behind the CQRS_CHANGED broadcast and the stream's own config events. */
+const CONFIG_TTL_MS = 30_000;
+const JITTER = 0.2;
+
+/** Seconds before the next attempt after `attemptsDone` attempts, jittered ±20 %; undefined when none is left. */
+export function retryDelay(schedule: readonly number[], attemptsDone: number, random: () => number = Math.random): number | undefined {
+	if (attemptsDone >= schedule.length) return undefined;
+	return schedule[attemptsDone] * (1 + (random() * 2 - 1) * JITTER);
+}
+
+/** One id per change event (stream positions are unique per outbox; the document and op make it unique across nodes). */
+export function eventIdOf(rec: OutboxRecord): string {
+	return `${rec.seq}:${rec.event.id}:${rec.event.op}`;
+}
+
+const isOk = (status: number | null) => status !== null && status >= 200 && status < 300;
+const webhookOf = (c: CqrsConfig) => (typeof c.value.webhook === "string" ? c.value.webhook : null);
+const reasonOf = (c: CqrsConfig) => (typeof c.value.disabled_reason === "string" ? `: ${c.value.disabled_reason}` : "");
+
+interface State {
+	cfg: PlatformConfig;
+	owner: string;
+	cache: Map<string, { at: number; p: Promise<CqrsConfig | null> }>;
+	inflight: Map<string, AbortController>;
+	running: Set<Promise<void>>;
+	poster: Poster;
+	stopping: boolean;
+	openP?: Promise<Relational>;
+	readyP?: Promise<DeliveryStore>;
+	db?: Relational;
+	loop?: Promise<void>;
+	wakeUp?: () => void;
+	woken: boolean;
+	consumer?: Consumer;
+}
+
+type Svc = State & {
+	broker: Context["broker"];
+	logger: Context["broker"]["logger"];
+	ready(): Promise<DeliveryStore>;
+	configFor(eid: string): Promise<CqrsConfig | null>;
+	forget(eid: string): void;
+	wake(): void;
+	disable(config: CqrsConfig, reason: string): Promise<void>;
+	deliver(row: ClaimedDelivery, store: DeliveryStore, signal: AbortSignal): Promise<void>;
+	schedule(): Promise<void>;
+};
+
+async function onChange(this: Svc, rec: OutboxRecord): Promise<void> {
+	const store = await this.ready();
+	const ev = rec.event;
+	// A CQRS config change reaches this stream in order: events written after it are routed with the new config even
+	// when the CQRS_CHANGED broadcast has not arrived yet (another node).
+	if (ev.topic === "context.configs")
+		for (const d of [ev.before, ev.after]) if (d && d.key === "CQRS" && typeof d.eid === "string") this.forget(d.eid);
+	const clients = [...new Set((rec.clients ?? []).filter((c): c is string => typeof c === "string" && c.length > 0))];
+	if (!clients.length) return;
+	const body = JSON.stringify(ev);
+	const eventId = eventIdOf(rec);
+	const rows: NewDelivery[] = [];
+	for (const client of clients) {
+		const config = await this.configFor(client);
+		// No webhook registered (at the time of the change): nothing to deliver, nothing recorded. A new consumer group
+		// starts at the beginning of the outbox: history from before a registration is not pushed to it.
+		if (!config || ev.ts_ms < config.since) continue;
+		rows.push({
+			event_id: eventId,
+			seq: rec.seq,
+			client_id: client,
+			config_id: config.id,
+			url: webhookOf(config),
+			topic: ev.topic,
+			op: ev.op,
+			document_id: ev.id,
+			body,
+			// Recorded even while the config is disabled, so that an operator can replay it once it is fixed.
+			status: config.active ? "pending" : "disabled",
+			last_error: config.active ? null : `config ${config.id} is inactive${reasonOf(config)}`,
+		});
+	}
+	if (rows.length && (await store.enqueue(rows)) > 0) this.wake();
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export default workerService(
+	{
+		name: "dispatcher",
+		port: DISPATCHER_PORT,
+		onChange,
+		async checks(this: Svc) {
+			return { "relational store": this.db ? await this.db.ping() : false };
+		},
+	},
+	{
+		events: {
+			[CQRS_CHANGED]: {
+				context: true,
+				handler(this: Svc, ctx: Context<{ eids?: string[] }>) {
+					for (const eid of ctx.params?.eids ?? []) this.forget(eid);
+				},
+			},
+		},
+		actions: {
+			/**
+			 * Re-queues a failed or disabled delivery (`id`), or every failed/disabled delivery of a client (`client_id`),
+			 * with a fresh retry schedule; the client's CQRS config is re-enabled first if it was disabled. Internal: an
+			 * operator action (REPL), not routed by the gateway.
+			 */
+			replay: {
+				visibility: "public",
+				params: { id: { type: "any", optional: true }, client_id: { type: "string", optional: true } },
+				async handler(this: Svc, ctx: Context<{ id?: string | number; client_id?: string }>) {
+					const store = await this.ready();
+					const { id, client_id } = ctx.params;
+					if ((id === undefined) === (client_id === undefined)) throw new Errors.MoleculerClientError("give either id or client_id", 400, "BAD_REQUEST");
+					let eids: string[];
+					if (id !== undefined) {
+						if (!/^\d{1,18}$/.test(String(id))) throw new Errors.MoleculerClientError("id must be a delivery id", 400, "BAD_REQUEST");
+						const row = await store.get(String(id));
+						if (!row) throw new Errors.MoleculerClientError(`no delivery ${id}`, 404, "NOT_FOUND");
+						if (row.status !== "failed" && row.status !== "disabled")
+							throw new Errors.MoleculerClientError(`delivery ${id} is ${row.status}: only a failed or disabled delivery can be replayed`, 409, "CONFLICT");
+						eids = [row.client_id];
+					} else eids = [client_id!];
+					for (const eid of eids) {
+						this.forget(eid);
+						const config = await this.configFor(eid);
+						if (config && !config.active) {
+							await ctx.call("context.configs.cqrsActive", { id: config.id, active: true });
+							this.forget(eid);
+							this.logger.info(`dispatcher: CQRS config ${config.id} of client ${eid} re-enabled for a replay`);
+						}
+					}
+					const rows = await store.requeue(id !== undefined ? { id: String(id) } : { client_id });
+					this.wake();
+					return { requeued: rows.length, deliveries: rows };
+				},
+			},
+			/** Recorded deliveries, oldest event first: `status`, `client_id`, `document_id`, `limit` (≤ 1000). */
+			deliveries: {
+				visibility: "public",
+				params: {
+					status: { type: "enum", values: ["pending", "delivered", "failed", "disabled"], optional: true },
+					client_id: { type: "string", optional: true },
+					document_id: { type: "string", optional: true },
+					limit: { type: "number", integer: true, positive: true, optional: true, convert: true },
+				},
+				async handler(this: Svc, ctx: Context<{ status?: string; client_id?: string; document_id?: string; limit?: number }>): Promise<DeliveryRow[]> {
+					return (await this.ready()).list(ctx.params);
+				},
+			},
+			/** One delivery with its payload and every attempt. */
+			delivery: {
+				visibility: "public",
+				params: { id: { type: "any" } },
+				async handler(this: Svc, ctx: Context<{ id: string | number }>) {
+					const store = await this.ready();
+					if (!/^\d{1,18}$/.test(String(ctx.params.id))) throw new Errors.MoleculerClientError("id must be a delivery id", 400, "BAD_REQUEST");
+					const row = await store.get(String(ctx.params.id));
+					if (!row) throw new Errors.MoleculerClientError(`no delivery ${ctx.params.id}`, 404, "NOT_FOUND");
+					return { ...row, payload: await store.payload(row.id), attempts_list: await store.attempts(row.id) };
+				},
+			},
+			/** Count of deliveries per status. */
+			stats: {
+				visibility: "public",
+				async handler(this: Svc) {
+					return (await this.ready()).counts();
+				},
+			},
+		},
+		methods: {
+			ready(this: Svc): Promise<DeliveryStore> {
+				this.openP ??= openRelational(this.cfg).then(
+					(db) => (this.db = db),
+					(err) => {
+						this.openP = undefined;
+						throw err;
+					},
+				);
+				this.readyP ??= (async () => {
+					const db = await this.openP!;
+					await migrate(db, "dispatcher", MIGRATIONS);
+					const store = new DeliveryStore(db);
+					// Leases a previous run of this node held (killed mid-delivery) are given back at once.
+					await store.releaseOwned(this.owner);
+					return store;
+				})();
+				this.readyP.catch(() => (this.readyP = undefined));
+				return this.readyP;
+			},
+			/** The client's live CQRS config (cached; the value holds secrets: never log it). */
+			configFor(this: Svc, eid: string): Promise<CqrsConfig | null> {
+				const hit = this.cache.get(eid);
+				if (hit && Date.now() - hit.at < CONFIG_TTL_MS) return hit.p;
+				const p = this.broker.call("context.configs.cqrs", { eid }) as Promise<CqrsConfig | null>;
+				const entry = { at: Date.now(), p };
+				this.cache.set(eid, entry);
+				p.catch(() => this.cache.get(eid) === entry && this.cache.delete(eid));
+				return p;
+			},
+			forget(this: Svc, eid: string) {
+				this.cache.delete(eid);
+			},
+			wake(this: Svc) {
+				this.woken = true;
+				this.wakeUp?.();
+			},
+			async disable(this: Svc, config: CqrsConfig, reason: string) {
+				try {
+					await this.broker.call("context.configs.cqrsActive", { id: config.id, active: false, reason });
+					this.logger.warn(`dispatcher: CQRS config ${config.id} of client ${config.eid} disabled: ${reason}`);
+				} catch (err) {
+					this.logger.error(`dispatcher: could not disable CQRS config ${config.id} of client ${config.eid}: ${(err as Error).message}`);
+				}
+				this.forget(config.eid);
+			},
+			async deliver(this: Svc, row: ClaimedDelivery, store: DeliveryStore, signal: AbortSignal) {
+				const schedule = this.cfg.webhookRetrySchedule;
+				let config: CqrsConfig | null;
+				try {
+					config = await this.configFor(row.client_id);
+				} catch {
+					// The context service is unreachable: not the receiver's fault, no attempt counted.
+					await store.release(row.id, this.owner, 1);
+					return;
+				}
+				if (!config) {
+					await store.settle(row, this.owner, null, { status: "disabled", attempts: row.attempts, configId: null, lastError: "the client has no CQRS config any more" });
+					return;
+				}
+				if (!config.active) {
+					await store.settle(row, this.owner, null, { status: "disabled", attempts: row.attempts, configId: config.id, lastError: `config ${config.id} is inactive${reasonOf(config)}` });
+					return;
+				}
+				const url = webhookOf(config);
+				const failed = async (attempt: AttemptRecord) => {
+					const attempts = row.attempts + 1;
+					const delay = retryDelay(schedule, attempts);
+					if (delay !== undefined) {
+						await store.settle(row, this.owner, attempt, { status: "pending", attempts, nextInSec: delay, configId: config!.id, lastError: attempt.error });
+						return;
+					}
+					const error = `gave up after ${attempts} attempts: ${attempt.error}`;
+					await store.settle(row, this.owner, attempt, { status: "failed", attempts, configId: config!.id, lastError: error });
+					await this.disable(config!, `delivery ${row.id} failed: ${error}`);
+				};
+				let target;
+				try {
+					target = await resolveTarget(config.value.webhook, this.cfg.webhookAllowPrivate);
+				} catch (err) {
+					const message = (err as Error).message;
+					if (err instanceof AddressRefused) {
+						const error = `refused: ${message}`;
+						await store.settle(row, this.owner, { url, status: null, error, durationMs: 0 }, { status: "failed", attempts: row.attempts + 1, configId: config.id, lastError: error });
+						await this.disable(config, `webhook ${error}`);
+						return;
+					}
+					// A DNS failure is an ordinary failed attempt.
+					await failed({ url, status: null, error: `resolve: ${message}`, durationMs: 0 });
+					return;
+				}
+				const headers = webhookHeaders({ id: webhookId(row.event_id, row.client_id), body: row.body, authorization: config.value.authorization, secret: config.value.secret });
+				const res: PostResult = await this.poster.post(target, headers, row.body, signal);
+				if (res.aborted) {
+					await store.release(row.id, this.owner).catch(() => undefined);
+					return;
+				}
+				const attempt: AttemptRecord = { url, status: res.status, error: res.error ?? (isOk(res.status) ? null : `HTTP ${res.status}`), durationMs: res.durationMs };
+				if (isOk(res.status)) {
+					await store.settle(row, this.owner, attempt, { status: "delivered", attempts: row.attempts + 1, configId: config.id, lastError: null });
+				} else if (res.status === 410) {
+					await store.settle(row, this.owner, attempt, { status: "disabled", attempts: row.attempts + 1, configId: config.id, lastError: "webhook answered 410 Gone" });
+					await this.disable(config, `webhook answered 410 Gone (delivery ${row.id})`);
+				} else await failed(attempt);
+			},
+			/** Claims due deliveries up to the concurrency bound and runs them; sleeps until woken or the next poll. */
+			async schedule(this: Svc) {
+				while (!this.stopping) {
+					let store: DeliveryStore;
+					try {
+						store = await this.ready();
+					} catch (err) {
+						this.logger.warn(`dispatcher: relational store unavailable (${(err as Error).message}); retrying`);
+						await sleep(2000);
+						continue;
+					}
+					const free = CONCURRENCY - this.inflight.size;
+					let claimed: ClaimedDelivery[] = [];
+					this.woken = false;
+					if (free > 0) {
+						try {
+							claimed = await store.claim(this.owner, free, LEASE_SEC);
+						} catch (err) {
+							if (this.stopping) break;
+							this.logger.warn(`dispatcher: claiming deliveries failed: ${(err as Error).message}`);
+							await sleep(1000);
+							continue;
+						}
+					}
+					if (this.stopping) {
+						// Claimed while stopping: given back untouched.
+						await Promise.allSettled(claimed.map((row) => store.release(row.id, this.owner)));
+						break;
+					}
+					for (const row of claimed) {
+						const ac = new AbortController();
+						this.inflight.set(row.id, ac);
+						const run: Promise<void> = this.deliver(row, store, ac.signal)
+							.catch((err) => this.logger.error(`dispatcher: delivery ${row.id} could not be settled (${(err as Error).message}); it is retried after its lease`))
+							.finally(() => {
+								this.inflight.delete(row.id);
+								this.running.delete(run);
+								// A finished delivery may unblock the next event of its document.
+								this.wake();
+							});
+						this.running.add(run);
+					}
+					if (this.stopping) break;
+					if (free > 0 && claimed.length === free) continue;
+					if (this.woken) continue;
+					await new Promise<void>((resolve) => {
+						const t = setTimeout(done, POLL_MS);
+						const self = this;
+						function done() {
+							clearTimeout(t);
+							self.wakeUp = undefined;
+							resolve();
+						}
+						this.wakeUp = done;
+					});
+				}
+			},
+		},
+		created(this: any) {
+			this.cfg = configOf(this.broker);
+			this.owner = this.broker.nodeID;
+			this.cache = new Map();
+			this.inflight = new Map();
+			this.running = new Set();
+			this.poster = new Poster(REQUEST_TIMEOUT_MS);
+			this.stopping = false;
+			this.woken = false;
+		},
+		async started(this: any) {
+			try {
+				await this.ready();
+			} catch (err) {
+				// The scheduler keeps trying; /status reports the relational store down meanwhile.
+				this.logger.error(`dispatcher: relational store unavailable at start: ${(err as Error).message}`);
+			}
+			this.loop = this.schedule();
+		},
+		async stopped(this: any) {
+			this.stopping = true;
+			// No new events while the queue shuts down (the base stops the consumer again afterwards: harmless).
+			await this.consumer?.stop();
+			this.wake();
+			// In-flight requests are aborted: not counted as attempts, their leases released, retried after a restart.
+			for (const ac of this.inflight.values()) ac.abort();
+			await this.loop;
+			await Promise.allSettled([...this.running]);
+			this.poster.close();
+			await this.readyP?.catch(() => undefined);
+			if (this.openP && (await this.openP.then(() => true, () => false))) await releaseRelational(this.cfg);
+		},
+	},
+);

@@ -1,0 +1,248 @@
+/**
+ * The dispatcher's durable queue and its history, in the relational store: one `deliveries` row per (change event,
+ * client) and one `delivery_attempts` row per HTTP attempt. Pending rows are the retry queue (they survive restarts);
+ * a row is worked on by one dispatcher at a time (a lease: `locked_by`/`locked_until`, taken with SKIP LOCKED), and
+ * only the oldest pending row of a (client, document) is eligible, which keeps per-document order per client.
+ */
+import type { Migration, Relational } from "../../lib/relational";
+
+export const MIGRATIONS: Migration[] = [
+	{
+		version: 1,
+		// `payload` is `json`, not `jsonb`: it keeps the event's text exactly (key order, \u0000), so the body posted on
+		// every retry is byte-for-byte the change event; nothing queries inside it.
+		up: `
+			create table deliveries (
+				id bigserial primary key,
+				event_id text not null,
+				seq bigint not null,
+				client_id text not null,
+				config_id text,
+				url text,
+				topic text not null,
+				op text not null,
+				document_id text not null,
+				payload json not null,
+				status text not null default 'pending' check (status in ('pending', 'delivered', 'failed', 'disabled')),
+				attempts integer not null default 0,
+				next_at timestamptz not null default now(),
+				last_status integer,
+				last_error text,
+				locked_by text,
+				locked_until timestamptz,
+				created_at timestamptz not null default now(),
+				updated_at timestamptz not null default now(),
+				delivered_at timestamptz,
+				unique (event_id, client_id)
+			);
+			create index deliveries_due on deliveries (next_at) where status = 'pending';
+			create index deliveries_order on deliveries (client_id, topic, document_id, seq) where status = 'pending';
+			create index deliveries_status_created on deliveries (status, created_at);
+			create table delivery_attempts (
+				id bigserial primary key,
+				delivery_id bigint not null references deliveries (id) on delete cascade,
+				attempt integer not null,
+				url text,
+				status integer,
+				error text,
+				duration_ms integer,
+				at timestamptz not null default now()
+			);
+			create index delivery_attempts_delivery on delivery_attempts (delivery_id, attempt);
+		`,
+	},
+];
+
+export type DeliveryStatus = "pending" | "delivered" | "failed" | "disabled";
+
+export interface NewDelivery {
+	event_id: string;
+	seq: number;
+	client_id: string;
+	config_id: string | null;
+	url: string | null;
+	topic: string;
+	op: string;
+	document_id: string;
+	/** The change event as JSON text. */
+	body: string;
+	status: "pending" | "disabled";
+	last_error?: string | null;
+}
+
+export interface DeliveryRow {
+	id: string;
+	event_id: string;
+	seq: string;
+	client_id: string;
+	config_id: string | null;
+	url: string | null;
+	topic: string;
+	op: string;
+	document_id: string;
+	status: DeliveryStatus;
+	attempts: number;
+	next_at: Date;
+	last_status: number | null;
+	last_error: string | null;
+	created_at: Date;
+	delivered_at: Date | null;
+}
+
+/** A claimed row: its payload as the exact JSON text to post. */
+export interface ClaimedDelivery extends DeliveryRow {
+	body: string;
+}
+
+export interface AttemptRecord {
+	url: string | null;
+	status: number | null;
+	error: string | null;
+	durationMs: number;
+}
+
+const COLUMNS = "id, event_id, seq, client_id, config_id, url, topic, op, document_id, status, attempts, next_at, last_status, last_error, created_at, delivered_at";
+
+export class DeliveryStore {
+	constructor(private db: Relational) {}
+
+	/** Idempotent (the stream delivers at least once): a second insert of one (event, client) does nothing. */
+	async enqueue(rows: NewDelivery[]): Promise<number> {
+		let inserted = 0;
+		for (const r of rows) {
+			const res = await this.db.query(
+				`insert into deliveries (event_id, seq, client_id, config_id, url, topic, op, document_id, payload, status, last_error)
+				 values ($1, $2, $3, $4, $5, $6, $7, $8, $9::json, $10, $11) on conflict (event_id, client_id) do nothing`,
+				[r.event_id, r.seq, r.client_id, r.config_id, r.url, r.topic, r.op, r.document_id, r.body, r.status, r.last_error ?? null],
+			);
+			inserted += res.rowCount ?? 0;
+		}
+		return inserted;
+	}
+
+	/**
+	 * Takes up to `limit` due rows for `owner` for `leaseSec`: pending, due, not leased by a live worker, and the
+	 * oldest pending row of their (client, document), so a later event never overtakes an earlier one.
+	 */
+	async claim(owner: string, limit: number, leaseSec: number): Promise<ClaimedDelivery[]> {
+		const { rows } = await this.db.query<ClaimedDelivery>(
+			`update deliveries d set locked_by = $1, locked_until = now() + make_interval(secs => $3), updated_at = now()
+			 where d.id in (
+				select c.id from deliveries c
+				where c.status = 'pending' and c.next_at <= now() and (c.locked_until is null or c.locked_until < now())
+				  and not exists (
+					select 1 from deliveries e
+					where e.status = 'pending' and e.client_id = c.client_id and e.topic = c.topic
+					  and e.document_id = c.document_id and (e.seq < c.seq or (e.seq = c.seq and e.id < c.id))
+				  )
+				order by c.next_at, c.seq
+				limit $2
+				for update skip locked
+			 )
+			 returning ${COLUMNS.split(", ").map((c) => `d.${c}`).join(", ")}, d.payload::text as body`,
+			[owner, limit, leaseSec],
+		);
+		return rows;
+	}
+
+	/** Gives a leased row back without counting an attempt (stop, transient lookup failure). */
+	async release(id: string, owner: string, delaySec = 0): Promise<void> {
+		await this.db.query(
+			"update deliveries set locked_by = null, locked_until = null, next_at = greatest(next_at, now() + make_interval(secs => $3)), updated_at = now() where id = $1 and locked_by = $2",
+			[id, owner, delaySec],
+		);
+	}
+
+	/** Leases a previous run of this node left behind (crash, kill): free them at start. */
+	async releaseOwned(owner: string): Promise<number> {
+		const r = await this.db.query("update deliveries set locked_by = null, locked_until = null where locked_by = $1 and status = 'pending'", [owner]);
+		return r.rowCount ?? 0;
+	}
+
+	/**
+	 * Records an attempt and the row's new state in one statement. `next` undefined = the row is final (status not
+	 * pending); otherwise it is due again after `nextInSec`.
+	 */
+	async settle(
+		row: ClaimedDelivery,
+		owner: string,
+		attempt: AttemptRecord | null,
+		state: { status: DeliveryStatus; attempts: number; nextInSec?: number; configId?: string | null; lastError: string | null },
+	): Promise<void> {
+		const params = [
+			row.id,
+			owner,
+			state.status,
+			state.attempts,
+			state.nextInSec ?? 0,
+			attempt?.status ?? null,
+			state.lastError,
+			state.configId === undefined ? row.config_id : state.configId,
+			attempt?.url ?? row.url,
+		];
+		const update = `update deliveries set status = $3, attempts = $4, next_at = now() + make_interval(secs => $5),
+				last_status = coalesce($6, last_status), last_error = $7, config_id = $8, url = $9,
+				delivered_at = case when $3 = 'delivered' then now() else delivered_at end,
+				locked_by = null, locked_until = null, updated_at = now()
+			 where id = $1 and locked_by = $2`;
+		if (!attempt) {
+			await this.db.query(update, params);
+			return;
+		}
+		await this.db.query(
+			`with a as (insert into delivery_attempts (delivery_id, attempt, url, status, error, duration_ms) values ($1, $4, $9, $6, $10, $11))
+			 ${update}`,
+			[...params, attempt.error, Math.round(attempt.durationMs)],
+		);
+	}
+
+	async get(id: string): Promise<DeliveryRow | null> {
+		const { rows } = await this.db.query<DeliveryRow>(`select ${COLUMNS} from deliveries where id = $1`, [id]);
+		return rows[0] ?? null;
+	}
+
+	async payload(id: string): Promise<unknown> {
+		const { rows } = await this.db.query<{ payload: unknown }>("select payload from deliveries where id = $1", [id]);
+		return rows[0]?.payload;
+	}
+
+	async list(filter: { status?: string; client_id?: string; document_id?: string; limit?: number }): Promise<DeliveryRow[]> {
+		const where: string[] = [];
+		const params: unknown[] = [];
+		for (const k of ["status", "client_id", "document_id"] as const) {
+			if (filter[k] === undefined) continue;
+			params.push(filter[k]);
+			where.push(`${k} = $${params.length}`);
+		}
+		params.push(Math.min(Math.max(filter.limit ?? 100, 1), 1000));
+		const { rows } = await this.db.query<DeliveryRow>(
+			`select ${COLUMNS} from deliveries ${where.length ? `where ${where.join(" and ")}` : ""} order by seq, id limit $${params.length}`,
+			params,
+		);
+		return rows;
+	}
+
+	async attempts(deliveryId: string): Promise<Array<{ attempt: number; url: string | null; status: number | null; error: string | null; duration_ms: number; at: Date }>> {
+		const { rows } = await this.db.query<any>("select attempt, url, status, error, duration_ms, at from delivery_attempts where delivery_id = $1 order by attempt, id", [deliveryId]);
+		return rows;
+	}
+
+	/** Puts failed/disabled rows back in the queue with a fresh retry schedule (attempt history is kept). */
+	async requeue(where: { id?: string; client_id?: string }): Promise<DeliveryRow[]> {
+		const byId = where.id !== undefined;
+		const { rows } = await this.db.query<DeliveryRow>(
+			`update deliveries set status = 'pending', attempts = 0, next_at = now(), last_error = null, locked_by = null, locked_until = null, updated_at = now()
+			 where ${byId ? "id = $1" : "client_id = $1"} and status in ('failed', 'disabled')
+			 returning ${COLUMNS}`,
+			[byId ? where.id : where.client_id],
+		);
+		return rows;
+	}
+
+	async counts(): Promise<Record<DeliveryStatus, number>> {
+		const { rows } = await this.db.query<{ status: DeliveryStatus; n: string }>("select status, count(*) as n from deliveries group by status");
+		const out: Record<DeliveryStatus, number> = { pending: 0, delivered: 0, failed: 0, disabled: 0 };
+		for (const r of rows) out[r.status] = Number(r.n);
+		return out;
+	}
+}

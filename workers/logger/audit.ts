@@ -1,0 +1,166 @@
+/**
+ * Audit entries in the relational store: one row per gateway request (`kind = 'request'`, from `audit.request`
+ * events) and one per document change (`kind = 'change'`, from the change stream: the document ids of every write,
+ * bulk ones included). Rows are written in batches; `request_id`, and a change's stream position with its
+ * document, are unique, so an event or a change record delivered twice is stored once.
+ */
+import type { AuditRequest } from "../../lib/audit";
+import type { Migration, Relational } from "../../lib/relational";
+
+export const AUDIT_TABLE = "audit_entries";
+export interface AuditRow extends Partial<AuditRequest> {
+	kind: "request" | "change";
+	at: number;
+	seq?: number;
+	op?: string;
+}
+
+export const MIGRATIONS: Migration[] = [
+	{
+		version: 1,
+		up: `
+			create table ${AUDIT_TABLE} (
+				id bigserial primary key,
+				at timestamptz not null,
+				kind text not null check (kind in ('request', 'change')),
+				request_id text,
+				seq bigint,
+				uid text,
+				aid text,
+				cid text,
+				session text,
+				ip text,
+				method text,
+				path text,
+				action text,
+				service text,
+				collection text,
+				document_id text,
+				op text,
+				status integer,
+				duration_ms double precision
+			);
+			create unique index ${AUDIT_TABLE}_request_id on ${AUDIT_TABLE} (request_id) where request_id is not null;
+			create unique index ${AUDIT_TABLE}_change on ${AUDIT_TABLE} (seq, service, collection, document_id) where seq is not null;
+			create index ${AUDIT_TABLE}_at on ${AUDIT_TABLE} (at);
+			create index ${AUDIT_TABLE}_cid_at on ${AUDIT_TABLE} (cid, at);
+			create index ${AUDIT_TABLE}_uid_at on ${AUDIT_TABLE} (uid, at);
+			create index ${AUDIT_TABLE}_document on ${AUDIT_TABLE} (document_id) where document_id is not null;
+		`,
+	},
+];
+
+const COLUMNS = ["at", "kind", "request_id", "seq", "uid", "aid", "cid", "session", "ip", "method", "path", "action", "service", "collection", "document_id", "op", "status", "duration_ms"] as const;
+/** Rows per INSERT statement (parameters stay far below PostgreSQL's 65 535). */
+const CHUNK = 500;
+
+const str = (v: unknown, max = 2000): string | null => (typeof v === "string" && v !== "" ? v.slice(0, max) : null);
+const num = (v: unknown): number | null => (typeof v === "number" && Number.isFinite(v) ? v : null);
+
+function valuesOf(r: AuditRow): unknown[] {
+	return [
+		new Date(num(r.at) ?? Date.now()),
+		r.kind,
+		str(r.request_id, 200),
+		num(r.seq),
+		str(r.uid, 200),
+		str(r.aid, 200),
+		str(r.cid, 200),
+		str(r.session, 200),
+		str(r.ip, 100),
+		str(r.method, 16),
+		str(r.path),
+		str(r.action, 200),
+		str(r.service, 100),
+		str(r.collection, 100),
+		str(r.document_id, 200),
+		str(r.op, 4),
+		num(r.status) === null ? null : Math.trunc(r.status!),
+		num(r.duration_ms),
+	];
+}
+
+export async function insertRows(db: Relational, rows: AuditRow[]): Promise<number> {
+	let stored = 0;
+	for (let i = 0; i < rows.length; i += CHUNK) {
+		const chunk = rows.slice(i, i + CHUNK);
+		const params: unknown[] = [];
+		const tuples = chunk.map((r) => {
+			const vals = valuesOf(r);
+			const start = params.length;
+			params.push(...vals);
+			return `(${vals.map((_, j) => `$${start + j + 1}`).join(", ")})`;
+		});
+		const res = await db.query(`insert into ${AUDIT_TABLE} (${COLUMNS.join(", ")}) values ${tuples.join(", ")} on conflict do nothing`, params);
+		stored += res.rowCount ?? 0;
+	}
+	return stored;
+}
+
+/**
+ * Buffers rows and writes them together: after `flushMs`, or at once when `maxRows` are waiting. `add` with
+ * `durable` resolves only once its row is stored (change records: the stream moves on only then); request rows
+ * are fire-and-forget, so the audit path never slows a request.
+ */
+export class AuditWriter {
+	private rows: AuditRow[] = [];
+	private waiters: Array<{ resolve: () => void; reject: (e: unknown) => void }> = [];
+	private timer?: NodeJS.Timeout;
+	private flushing: Promise<void> = Promise.resolve();
+	private closed = false;
+
+	constructor(
+		private readonly db: () => Promise<Relational>,
+		private readonly opts: { flushMs: number; maxRows: number; maxBuffered: number; onError(err: unknown): void },
+	) {}
+
+	add(row: AuditRow, durable = false): Promise<void> {
+		if (this.closed) return Promise.reject(new Error("audit writer is closed"));
+		if (this.rows.length >= this.opts.maxBuffered) {
+			// The store is away for long: keep the newest entries, count the loss.
+			this.rows.shift();
+			this.opts.onError(new Error("audit buffer full: oldest entry dropped"));
+		}
+		this.rows.push(row);
+		const done = durable ? new Promise<void>((resolve, reject) => this.waiters.push({ resolve, reject })) : Promise.resolve();
+		if (durable || this.rows.length >= this.opts.maxRows) void this.flush();
+		else this.timer ??= setTimeout(() => void this.flush(), this.opts.flushMs);
+		return done;
+	}
+
+	/** Writes everything buffered so far (one flush at a time, in order). */
+	flush(): Promise<void> {
+		if (this.timer) clearTimeout(this.timer);
+		this.timer = undefined;
+		const run = this.flushing.then(async () => {
+			if (!this.rows.length) return;
+			const rows = this.rows;
+			const waiters = this.waiters;
+			this.rows = [];
+			this.waiters = [];
+			try {
+				await insertRows(await this.db(), rows);
+				for (const w of waiters) w.resolve();
+			} catch (err) {
+				// Durable rows are retried by the stream; request rows go back to the buffer for the next flush.
+				this.rows = [...rows.filter((r) => r.kind === "request"), ...this.rows].slice(-this.opts.maxBuffered);
+				for (const w of waiters) w.reject(err);
+				this.opts.onError(err);
+				if (this.rows.length && !this.closed) this.timer ??= setTimeout(() => void this.flush(), Math.max(this.opts.flushMs, 1000));
+			}
+		});
+		this.flushing = run.catch(() => undefined);
+		return run;
+	}
+
+	async close(): Promise<void> {
+		await this.flush().catch(() => undefined);
+		this.closed = true;
+		if (this.timer) clearTimeout(this.timer);
+		this.timer = undefined;
+	}
+
+	get pending(): number {
+		return this.rows.length;
+	}
+}

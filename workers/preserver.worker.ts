@@ -1,0 +1,383 @@
+/**
+ * preserver (4030): the MQTT broker's authentication and session-lifecycle hooks (docs/mqtt.md).
+ *
+ * - EMQX-style HTTP hooks on the preserver's own port (4030 + OPS_PORT_OFFSET, beside /status and /metrics, so on
+ *   whenever its ops port is: SERVICE_PORTS=1 or a node without the gateway): `POST /mqtt/auth`, `POST /mqtt/acl`,
+ *   `POST /mqtt/connected`, `POST /mqtt/disconnected`.
+ * - In the embedded default (no MQTT_URL) an aedes broker on MQTT_PORT (0 = a free port) wired to the same checks;
+ *   the publisher finds it through the `preserver.brokerUrl` action.
+ *
+ * Login: username = the token's identity (uid, else aid, else cid), password = a JWT or an APT, verified by the
+ * gateway's Authenticator (signature, APT record, session blacklist; strict tokens cannot carry an x-api-key here,
+ * so they are refused). Topics: lib/mqtt.ts. A revoked session or APT closes the embedded broker's connections
+ * of that token at once; with an external broker its ACL answers turn to deny.
+ */
+import net, { type AddressInfo } from "net";
+import type { IncomingMessage, ServerResponse } from "http";
+import type { Context } from "moleculer";
+import { Aedes, type Client as AedesClient } from "aedes";
+import { configOf, loadKeys, type PlatformConfig } from "../lib/config";
+import { Aes, safeEqual, sha256Hex } from "../lib/crypto";
+import { sharedKeyValue, type KeyValue } from "../lib/kv";
+import { authorizePublish, authorizeSubscribe, PUBLISHER_USERNAME, publisherPassword, type AclDecision } from "../lib/mqtt";
+import { JwtKeys } from "../lib/tokens";
+import { identityOf, type TokenClaims } from "../lib/types";
+import { AUTHORITY_CHANGED, grantCache } from "../middlewares/grant-cache";
+import { Authenticator, blacklistKey } from "../services/auth/authenticate";
+import { WORKER_PORTS } from "./index";
+import { workerService } from "./worker";
+
+/** Who an MQTT connection is: the platform's publisher, or a token holder. */
+export interface MqttPrincipal {
+	username: string;
+	publisher?: boolean;
+	identity?: string;
+	token?: TokenClaims;
+	/** sha256 of the APT suffix when the password was an APT (its revocation broadcast names this hash). */
+	aptHash?: string;
+}
+
+export interface MqttConnection {
+	clientid: string;
+	username: string;
+	via: "embedded" | "hooks";
+	peerhost?: string;
+	connected_at: string;
+}
+
+const MAX_BODY = 16 * 1024;
+const MAX_RECORDS = 100_000;
+const PUBLISHER_TTL_MS = 24 * 3600 * 1000;
+const PRINCIPAL = Symbol("mqttPrincipal");
+export const BROKER_URL_ACTION = "preserver.brokerUrl";
+const clientKey = (clientid: string) => `mqtt:client:${sha256Hex(clientid)}`;
+
+const AUTH_TOTAL = "preserver.mqtt.auth.total";
+const ACL_TOTAL = "preserver.mqtt.acl.total";
+const CLIENTS = "preserver.mqtt.clients";
+
+function registerMetrics(broker: any): void {
+	if (!broker.isMetricsEnabled()) return;
+	const m = broker.metrics;
+	if (!m.hasMetric(AUTH_TOTAL)) m.register({ type: "counter", name: AUTH_TOTAL, labelNames: ["result"], description: "MQTT logins by result" });
+	if (!m.hasMetric(ACL_TOTAL)) m.register({ type: "counter", name: ACL_TOTAL, labelNames: ["action", "result"], description: "MQTT topic checks by action and result" });
+	if (!m.hasMetric(CLIENTS)) m.register({ type: "gauge", name: CLIENTS, description: "MQTT connections the preserver knows of" });
+}
+
+function readBody(req: IncomingMessage): Promise<Record<string, unknown> | null> {
+	return new Promise((resolve) => {
+		let size = 0;
+		const chunks: Buffer[] = [];
+		req.on("data", (c: Buffer) => {
+			size += c.length;
+			if (size > MAX_BODY) {
+				resolve(null);
+				req.destroy();
+			} else chunks.push(c);
+		});
+		req.on("error", () => resolve(null));
+		req.on("end", () => {
+			const text = Buffer.concat(chunks).toString("utf8");
+			const type = String(req.headers["content-type"] ?? "");
+			try {
+				if (type.includes("application/x-www-form-urlencoded")) return resolve(Object.fromEntries(new URLSearchParams(text)));
+				const v = text ? JSON.parse(text) : {};
+				resolve(v && typeof v === "object" && !Array.isArray(v) ? v : null);
+			} catch {
+				resolve(null);
+			}
+		});
+	});
+}
+
+function reply(res: ServerResponse, status: number, body: unknown): void {
+	const text = JSON.stringify(body);
+	res.writeHead(status, { "Content-Type": "application/json; charset=utf-8", "Content-Length": Buffer.byteLength(text), "Cache-Control": "no-store" });
+	res.end(text);
+}
+
+const str = (v: unknown): string | undefined => (typeof v === "string" && v.length <= 4096 ? v : undefined);
+
+export default workerService(
+	{
+		name: "preserver",
+		port: WORKER_PORTS.preserver,
+		async checks(this: any) {
+			const checks: Record<string, boolean> = { cache: await this.kv.ping().catch(() => false) };
+			if (!this.cfg.mqttUrl) checks["mqtt broker"] = !!this.mqttServer?.listening && !this.aedes?.closed;
+			return checks;
+		},
+	},
+	{
+		actions: {
+			/** The embedded broker's address for the publisher; null when the platform uses MQTT_URL. */
+			brokerUrl: {
+				visibility: "public",
+				handler(this: any) {
+					return this.embeddedUrl ? { url: this.embeddedUrl } : null;
+				},
+			},
+			/** MQTT connections this preserver knows of (embedded clients, and those the connect hooks reported). */
+			clients: {
+				visibility: "public",
+				handler(this: any): MqttConnection[] {
+					return [...(this.connections as Map<string, MqttConnection>).values()];
+				},
+			},
+		},
+
+		events: {
+			"auth.session.revoked"(this: any, ctx: Context<{ session: string }>) {
+				const session = ctx.params.session;
+				this.authenticator.sessionRevoked(session);
+				this.rememberRevoked(session);
+				this.closeEmbedded((p: MqttPrincipal) => p.token?.session === session);
+			},
+			"auth.apt.revoked"(this: any, ctx: Context<{ hash: string }>) {
+				this.authenticator.aptRevoked(ctx.params.hash);
+				this.closeEmbedded((p: MqttPrincipal) => !!p.aptHash && p.aptHash === ctx.params.hash);
+			},
+			// This node's grant index reloads on next use (a preserver may run on a node without domain services).
+			[AUTHORITY_CHANGED]() {
+				grantCache.invalidate();
+			},
+		},
+
+		created(this: any) {
+			const cfg: PlatformConfig = configOf(this.broker);
+			const keys = loadKeys(cfg);
+			this.cfg = cfg;
+			this.kv = sharedKeyValue(cfg.redisUrl, cfg.redisPrefix) as KeyValue;
+			this.authenticator = new Authenticator({ jwt: new JwtKeys(keys.jwtSecret), aes: new Aes(keys.aesSecret), kv: this.kv, broker: this.broker, trustProxy: false });
+			this.publisherSecret = publisherPassword(keys.jwtSecret);
+			this.connections = new Map<string, MqttConnection>();
+			this.revoked = new Set<string>();
+			this.embeddedClients = new Map<string, AedesClient>();
+			registerMetrics(this.broker);
+		},
+
+		async started(this: any) {
+			if (!this.cfg.mqttUrl) await this.startEmbedded();
+		},
+
+		async stopped(this: any) {
+			await this.stopEmbedded();
+		},
+
+		methods: {
+			/** Login check shared by the HTTP hook and the embedded broker. */
+			async login(this: any, username: unknown, password: unknown): Promise<MqttPrincipal | null> {
+				const result = await this.verifyLogin(username, password);
+				if (this.broker.isMetricsEnabled()) this.broker.metrics.increment(AUTH_TOTAL, { result: result ? "allow" : "deny" });
+				return result;
+			},
+
+			async verifyLogin(this: any, username: unknown, password: unknown): Promise<MqttPrincipal | null> {
+				if (typeof username !== "string" || !username || typeof password !== "string" || !password || password.length > 8192) return null;
+				if (username === PUBLISHER_USERNAME) return safeEqual(password, this.publisherSecret) ? { username, publisher: true } : null;
+				try {
+					const { token } = await this.authenticator.authenticate({ headers: { authorization: `Bearer ${password}` } });
+					if (identityOf(token) !== username) return null;
+					return { username, identity: username, token, aptHash: password.startsWith("APT-") ? sha256Hex(password.slice(4)) : undefined };
+				} catch {
+					return null;
+				}
+			},
+
+			/** Still valid: not expired, session not revoked (this node's broadcasts, then the shared blacklist). */
+			async stillValid(this: any, p: MqttPrincipal): Promise<boolean> {
+				if (p.publisher) return true;
+				const t = p.token;
+				if (!t) return false;
+				if (t.exp && t.exp * 1000 <= Date.now()) return false;
+				if (t.session && (this.revoked.has(t.session) || (await this.kv.get(blacklistKey(t.session))))) return false;
+				return true;
+			},
+
+			async aclCheck(this: any, p: MqttPrincipal, action: unknown, topic: unknown, ip?: string): Promise<AclDecision> {
+				let d: AclDecision;
+				if (typeof topic !== "string" || (action !== "publish" && action !== "subscribe")) d = { allow: false, reason: "action must be publish or subscribe" };
+				else if (!(await this.stillValid(p))) d = { allow: false, reason: "the token is no longer valid" };
+				else if (action === "publish") d = authorizePublish(this.cfg.mqttTopicRoot, !!p.publisher, topic);
+				else if (p.publisher || !p.token) d = { allow: false, reason: "the publisher does not subscribe" };
+				else {
+					const grants = await grantCache.get({ call: (a: string, params: unknown) => this.broker.call(a, params) } as unknown as Context);
+					d = authorizeSubscribe({ root: this.cfg.mqttTopicRoot, token: p.token, filter: topic, grants, ip });
+				}
+				if (this.broker.isMetricsEnabled()) this.broker.metrics.increment(ACL_TOTAL, { action: String(action).slice(0, 16), result: d.allow ? "allow" : "deny" });
+				if (!d.allow) this.logger.debug(`mqtt ${String(action)} ${String(topic)} by ${p.username} denied: ${d.reason}`);
+				return d;
+			},
+
+			rememberRevoked(this: any, session: string) {
+				if (this.revoked.size >= MAX_RECORDS) this.revoked.clear();
+				this.revoked.add(session);
+			},
+
+			recordConnected(this: any, c: MqttConnection) {
+				if (this.connections.size >= MAX_RECORDS) this.connections.delete(this.connections.keys().next().value);
+				this.connections.set(c.clientid, c);
+				if (this.broker.isMetricsEnabled()) this.broker.metrics.set(CLIENTS, this.connections.size);
+				this.logger.info(`mqtt client ${c.clientid} connected (${c.username}, ${c.via}${c.peerhost ? `, ${c.peerhost}` : ""})`);
+			},
+
+			recordDisconnected(this: any, clientid: string, reason?: string) {
+				const c = this.connections.get(clientid);
+				this.connections.delete(clientid);
+				if (this.broker.isMetricsEnabled()) this.broker.metrics.set(CLIENTS, this.connections.size);
+				this.logger.info(`mqtt client ${clientid} disconnected${c ? ` (${c.username})` : ""}${reason ? `: ${reason}` : ""}`);
+			},
+
+			// ---------------------------------------------------------------------------------------------------
+			// EMQX-style HTTP hooks (served on the ops port through the ops-port mixin's `opsRoute`)
+			// ---------------------------------------------------------------------------------------------------
+
+			async opsRoute(this: any, req: IncomingMessage, res: ServerResponse): Promise<boolean> {
+				const path = (req.url ?? "/").split("?")[0];
+				if (!["/mqtt/auth", "/mqtt/acl", "/mqtt/connected", "/mqtt/disconnected"].includes(path)) return false;
+				if (req.method !== "POST") {
+					res.setHeader("Allow", "POST");
+					reply(res, 405, { statusCode: 405, message: `${req.method} is not allowed on ${path}`, error: "Method Not Allowed" });
+					return true;
+				}
+				const body = await readBody(req);
+				// A malformed auth or ACL request is a deny, never an error an external broker could treat as "ignore".
+				if (path === "/mqtt/auth") reply(res, 200, await this.hookAuth(body ?? {}));
+				else if (path === "/mqtt/acl") reply(res, 200, await this.hookAcl(body ?? {}));
+				else if (!body) reply(res, 400, { statusCode: 400, message: "body must be a JSON object", error: "Bad Request" });
+				else if (path === "/mqtt/connected") reply(res, 200, await this.hookConnected(body));
+				else reply(res, 200, await this.hookDisconnected(body));
+				return true;
+			},
+
+			/** `{clientid, username, password}` → `{result: allow|deny, is_superuser: false}`; remembers the principal. */
+			async hookAuth(this: any, b: Record<string, unknown>) {
+				const clientid = str(b.clientid);
+				const p: MqttPrincipal | null = clientid ? await this.login(b.username, b.password) : null;
+				if (!p) return { result: "deny", is_superuser: false };
+				// Kept as long as the token lives (a day for the publisher or a token without `exp`).
+				const exp = p.token?.exp;
+				const ttl = p.publisher || !exp ? PUBLISHER_TTL_MS : Math.max(1000, exp * 1000 - Date.now());
+				await this.kv.set(clientKey(clientid!), JSON.stringify(p), ttl);
+				return { result: "allow", is_superuser: false };
+			},
+
+			/** `{clientid, username, topic, action}` → `{result}`: the principal of that client's login, checked again. */
+			async hookAcl(this: any, b: Record<string, unknown>) {
+				const clientid = str(b.clientid);
+				const username = str(b.username);
+				const raw = clientid ? await this.kv.get(clientKey(clientid)) : null;
+				const p: MqttPrincipal | null = raw ? JSON.parse(raw) : null;
+				if (!p || !username || p.username !== username) return { result: "deny" };
+				const d: AclDecision = await this.aclCheck(p, b.action, b.topic, str(b.peerhost));
+				return { result: d.allow ? "allow" : "deny" };
+			},
+
+			async hookConnected(this: any, b: Record<string, unknown>) {
+				const clientid = str(b.clientid);
+				if (!clientid) return { result: "ignored" };
+				this.recordConnected({ clientid, username: str(b.username) ?? "", via: "hooks", peerhost: str(b.peerhost), connected_at: new Date().toISOString() });
+				return { result: "ok" };
+			},
+
+			async hookDisconnected(this: any, b: Record<string, unknown>) {
+				const clientid = str(b.clientid);
+				if (!clientid) return { result: "ignored" };
+				this.recordDisconnected(clientid, str(b.reason));
+				await this.kv.del(clientKey(clientid));
+				return { result: "ok" };
+			},
+
+			// ---------------------------------------------------------------------------------------------------
+			// Embedded broker (no MQTT_URL)
+			// ---------------------------------------------------------------------------------------------------
+
+			async startEmbedded(this: any) {
+				const aedes = await Aedes.createBroker({ id: `preserver-${this.broker.nodeID}`, connectTimeout: 10_000, drainTimeout: 30_000 });
+				aedes.authenticate = (client, username, password, done) => {
+					this.login(username, password?.toString("utf8")).then(
+						(p: MqttPrincipal | null) => {
+							if (!p) return done(Object.assign(new Error("not authorized"), { returnCode: 5 }) as any, false);
+							(client as any)[PRINCIPAL] = p;
+							done(null, true);
+						},
+						() => done(Object.assign(new Error("server unavailable"), { returnCode: 3 }) as any, false),
+					);
+				};
+				aedes.authorizeSubscribe = (client, sub, done) => {
+					const p: MqttPrincipal | undefined = (client as any)?.[PRINCIPAL];
+					if (!p) return done(null, null);
+					this.aclCheck(p, "subscribe", sub.topic, client.conn && (client.conn as net.Socket).remoteAddress).then(
+						(d: AclDecision) => done(null, d.allow ? sub : null),
+						() => done(null, null),
+					);
+				};
+				aedes.authorizePublish = (client, packet, done) => {
+					const p: MqttPrincipal | undefined = (client as any)?.[PRINCIPAL];
+					// `client` is null only for an orphaned will; wills of token holders are refused anyway.
+					if (!p) return done(new Error("publish denied"));
+					this.aclCheck(p, "publish", packet.topic).then(
+						(d: AclDecision) => done(d.allow ? null : new Error("publish denied")),
+						() => done(new Error("publish denied")),
+					);
+				};
+				aedes.authorizeForward = (client, packet) => {
+					const p: MqttPrincipal | undefined = (client as any)?.[PRINCIPAL];
+					const t = p?.token;
+					// Expired or revoked since it subscribed: nothing more is delivered, and the connection goes.
+					if (!p || p.publisher || !t || (t.exp && t.exp * 1000 <= Date.now()) || (t.session && this.revoked.has(t.session))) {
+						setImmediate(() => client.close());
+						return null;
+					}
+					return packet;
+				};
+				aedes.on("clientReady", (client) => {
+					this.embeddedClients.set(client.id, client);
+					const p: MqttPrincipal | undefined = (client as any)[PRINCIPAL];
+					this.recordConnected({ clientid: client.id, username: p?.username ?? "", via: "embedded", peerhost: (client.conn as net.Socket)?.remoteAddress, connected_at: new Date().toISOString() });
+				});
+				aedes.on("clientDisconnect", (client) => {
+					if (this.embeddedClients.get(client.id) === client) this.embeddedClients.delete(client.id);
+					this.recordDisconnected(client.id);
+				});
+				aedes.on("clientError", (client, err) => this.logger.debug(`mqtt client ${client?.id} error: ${err.message}`));
+				const server = net.createServer(aedes.handle);
+				await new Promise<void>((resolve, reject) => {
+					server.once("error", reject);
+					server.listen(this.cfg.mqttPort, this.cfg.host, () => {
+						server.off("error", reject);
+						resolve();
+					});
+				}).catch(async (err: NodeJS.ErrnoException) => {
+					await new Promise<void>((r) => aedes.close(() => r()));
+					throw new Error(`preserver: cannot serve the embedded MQTT broker on ${this.cfg.host}:${this.cfg.mqttPort} (${err.code ?? err.message}); set MQTT_PORT or MQTT_URL`);
+				});
+				const port = (server.address() as AddressInfo).port;
+				const host = ["0.0.0.0", "::", ""].includes(this.cfg.host) ? "127.0.0.1" : this.cfg.host;
+				this.aedes = aedes;
+				this.mqttServer = server;
+				this.embeddedUrl = `mqtt://${host.includes(":") ? `[${host}]` : host}:${port}`;
+				this.logger.info(`preserver: embedded MQTT broker on ${this.embeddedUrl}`);
+			},
+
+			async stopEmbedded(this: any) {
+				const aedes = this.aedes as Aedes | undefined;
+				const server = this.mqttServer as net.Server | undefined;
+				this.aedes = undefined;
+				this.mqttServer = undefined;
+				this.embeddedUrl = undefined;
+				if (aedes) await new Promise<void>((r) => aedes.close(() => r()));
+				if (server?.listening) await new Promise<void>((r) => server.close(() => r()));
+				this.embeddedClients.clear();
+			},
+
+			/** Closes the embedded broker's connections whose principal matches (revocation). */
+			closeEmbedded(this: any, match: (p: MqttPrincipal) => boolean) {
+				for (const client of (this.embeddedClients as Map<string, AedesClient>).values()) {
+					const p: MqttPrincipal | undefined = (client as any)[PRINCIPAL];
+					if (p && match(p)) client.close();
+				}
+			},
+		},
+	},
+);

@@ -1,0 +1,137 @@
+/**
+ * publisher (4050): one MQTT message per change and topic (docs/mqtt.md): the document owner's topic, each share's,
+ * each client's, QoS 1, payload = the change event JSON. Broker: MQTT_URL, else the preserver's embedded broker
+ * (found through `preserver.brokerUrl`). Reads the change stream as its own consumer group: a change counts as
+ * handled once the broker acknowledged every one of its messages (PUBACK), so a broker outage delays messages and
+ * never loses them (at least once: a subscriber may see a message twice).
+ */
+import mqtt, { type MqttClient } from "mqtt";
+import { randomBytes } from "crypto";
+import { configOf, loadKeys, type PlatformConfig } from "../lib/config";
+import { changeTopics, mqttPayload, PUBLISHER_USERNAME, publisherPassword } from "../lib/mqtt";
+import type { OutboxRecord } from "../mixins/outbox";
+import { WORKER_PORTS } from "./index";
+import { BROKER_URL_ACTION } from "./preserver.worker";
+import { workerService } from "./worker";
+
+const CONNECT_WAIT_MS = 5_000;
+const PUBACK_TIMEOUT_MS = 10_000;
+const PRESERVER_WAIT_MS = 10_000;
+const MESSAGES_TOTAL = "publisher.mqtt.messages.total";
+
+function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+	let t: NodeJS.Timeout | undefined;
+	return Promise.race([p, new Promise<T>((_, reject) => (t = setTimeout(() => reject(new Error(`${what} timed out`)), ms)))]).finally(() => clearTimeout(t));
+}
+
+/** Resolves on the client's next `connect`, rejects after `ms`; the listener never outlives the wait. */
+function connected(client: MqttClient, ms: number): Promise<void> {
+	return new Promise((resolve, reject) => {
+		const done = () => {
+			clearTimeout(t);
+			resolve();
+		};
+		const t = setTimeout(() => {
+			client.off("connect", done);
+			reject(new Error("connecting to the MQTT broker timed out"));
+		}, ms);
+		client.once("connect", done);
+	});
+}
+
+export default workerService(
+	{
+		name: "publisher",
+		port: WORKER_PORTS.publisher,
+		async onChange(this: any, rec: OutboxRecord) {
+			await this.publishChange(rec);
+		},
+		async checks(this: any) {
+			return { "mqtt broker": !!(this.mqtt as MqttClient | undefined)?.connected };
+		},
+	},
+	{
+		created(this: any) {
+			const cfg: PlatformConfig = configOf(this.broker);
+			this.cfg = cfg;
+			this.publisherSecret = publisherPassword(loadKeys(cfg).jwtSecret);
+			if (this.broker.isMetricsEnabled() && !this.broker.metrics.hasMetric(MESSAGES_TOTAL))
+				this.broker.metrics.register({ type: "counter", name: MESSAGES_TOTAL, labelNames: ["kind"], description: "MQTT messages acknowledged by the broker, by topic kind" });
+		},
+
+		async started(this: any) {
+			// Connect now so /status reports the broker from the start; a broker that is down is retried on use.
+			await this.client().catch((err: Error) => this.logger.warn(`publisher: MQTT broker not reachable yet (${err.message}); retrying`));
+		},
+
+		async stopped(this: any) {
+			this.stopping = true;
+			await this.dropClient();
+		},
+
+		methods: {
+			/** MQTT_URL, else the embedded broker's address (waiting a little for the preserver to be up). */
+			async brokerUrl(this: any): Promise<string> {
+				if (this.cfg.mqttUrl) return this.cfg.mqttUrl;
+				await this.broker.waitForServices(["preserver"], PRESERVER_WAIT_MS);
+				const r = (await this.broker.call(BROKER_URL_ACTION)) as { url: string } | null;
+				if (!r?.url) throw new Error("no MQTT broker: the preserver runs no embedded broker and MQTT_URL is not set");
+				return r.url;
+			},
+
+			/** The connected client (one per publisher instance), created on first use. */
+			async client(this: any): Promise<MqttClient> {
+				if (this.stopping) throw new Error("publisher is stopping");
+				this.connecting ??= (async () => {
+					const url: string = await this.brokerUrl();
+					const own = new URL(url);
+					const client = mqtt.connect(url, {
+						clientId: `platform-publisher-${randomBytes(6).toString("hex")}`,
+						clean: true,
+						reconnectPeriod: 1000,
+						connectTimeout: CONNECT_WAIT_MS,
+						// Credentials in MQTT_URL win; otherwise the publisher's own login (the preserver's hooks accept it).
+						...(own.username ? {} : { username: PUBLISHER_USERNAME, password: this.publisherSecret }),
+					});
+					client.on("error", (err) => this.logger.debug(`publisher: mqtt ${err.message}`));
+					if (!this.cfg.mqttUrl)
+						// The embedded broker may come back elsewhere (a free port): start over from its address.
+						client.on("offline", () => {
+							if (this.mqtt === client) void this.dropClient();
+						});
+					this.mqtt = client;
+					return client;
+				})();
+				const pending = this.connecting as Promise<MqttClient>;
+				pending.catch(() => {
+					if (this.connecting === pending) this.connecting = undefined;
+				});
+				const client = await pending;
+				if (!client.connected) await connected(client, CONNECT_WAIT_MS);
+				return client;
+			},
+
+			async dropClient(this: any) {
+				const client = this.mqtt as MqttClient | undefined;
+				this.mqtt = undefined;
+				this.connecting = undefined;
+				if (!client) return;
+				// mqtt.js fails the in-flight QoS 1 publishes of a forced end only without reconnection: so the changes
+				// waiting on them are retried at once instead of after their timeout.
+				client.options.reconnectPeriod = 0;
+				await client.endAsync(true).catch(() => undefined);
+			},
+
+			/** Every topic of the change, QoS 1; resolves when the broker acknowledged all of them. */
+			async publishChange(this: any, rec: OutboxRecord) {
+				const topics = changeTopics(this.cfg.mqttTopicRoot, rec);
+				if (!topics.length) return;
+				const payload = mqttPayload(rec.event as any);
+				const client: MqttClient = await this.client();
+				await Promise.all(topics.map((t) => withTimeout(client.publishAsync(t, payload, { qos: 1 }), PUBACK_TIMEOUT_MS, `publishing to ${t}`)));
+				if (this.broker.isMetricsEnabled())
+					for (const t of topics) this.broker.metrics.increment(MESSAGES_TOTAL, { kind: t.slice(this.cfg.mqttTopicRoot.length + 1).split("/")[0] });
+			},
+		},
+	},
+);

@@ -1,0 +1,166 @@
+/**
+ * The change stream the workers consume: every change event of the outbox, once per consumer group, at least once.
+ * Embedded default (EVENT_STREAM=outbox): read straight from the persisted outbox, each group's position stored
+ * durably, so a worker that crashes or a platform that restarts resumes where it stopped. Production
+ * (EVENT_STREAM=nats|redis): @moleculer/channels fed by the relay, see workers/channels.stream.ts and workers/relay.ts.
+ *
+ * The contract, whichever implementation: at least once per group. A handler that throws gets the event again
+ * (nothing after it is lost), and after a crash or restart events may come twice; handlers are idempotent or
+ * de-duplicate on `seq` themselves: the stream does not.
+ */
+import type { PlatformConfig } from "../lib/config";
+import { sharedOutbox, type Outbox, type OutboxRecord } from "../mixins/outbox";
+import { createStore, type DocumentStore } from "../mixins/stores";
+import { channelsStreamFor } from "./channels.stream";
+
+export type ChangeHandler = (rec: OutboxRecord) => Promise<void>;
+
+export interface Consumer {
+	stop(): Promise<void>;
+	/** Position of the last record this group has handled. */
+	position(): number;
+}
+
+export interface ConsumeOptions {
+	/**
+	 * Events of this group handled at once (production stream; NATS counts the whole group, Redis each instance).
+	 * Default STREAM_MAX_IN_FLIGHT (1: in stream order); more only for handlers that tolerate reordering. The embedded
+	 * stream always handles one at a time.
+	 */
+	maxInFlight?: number;
+}
+
+export interface ChangeStream {
+	readonly kind: string;
+	consume(group: string, handler: ChangeHandler, opts?: ConsumeOptions): Promise<Consumer>;
+	ping(): Promise<boolean>;
+	close(): Promise<void>;
+}
+
+const POLL_MS = 500;
+const BATCH = 100;
+const RETRY_MS = [100, 500, 2000, 5000];
+
+export class OutboxStream implements ChangeStream {
+	readonly kind = "outbox";
+	private offsets: DocumentStore;
+	private outbox: Outbox;
+	private ready?: Promise<void>;
+
+	constructor(cfg: Pick<PlatformConfig, "dataDir" | "mongoUri">) {
+		this.outbox = sharedOutbox(cfg);
+		this.offsets = createStore(cfg, "_stream_offsets");
+	}
+
+	private init(): Promise<void> {
+		this.ready ??= (async () => {
+			await this.outbox.connect();
+			await this.offsets.connect();
+		})();
+		return this.ready;
+	}
+
+	async consume(group: string, handler: ChangeHandler): Promise<Consumer> {
+		await this.init();
+		const saved = await this.offsets.findOne({ id: group });
+		// A new group starts at the beginning of the outbox: nothing written before it existed is missed.
+		let position = Number(saved?.seq ?? 0);
+		let stopped = false;
+		let wake: (() => void) | undefined;
+		const onAppend = () => wake?.();
+		this.outbox.on("appended", onAppend);
+		const sleep = (ms: number) =>
+			new Promise<void>((resolve) => {
+				const t = setTimeout(done, ms);
+				function done() {
+					clearTimeout(t);
+					wake = undefined;
+					resolve();
+				}
+				wake = done;
+			});
+		const save = async () => {
+			if (await this.offsets.findOne({ id: group })) await this.offsets.setOne(group, { seq: position });
+			else await this.offsets.insert({ _id: group, seq: position });
+		};
+		const loop = (async () => {
+			while (!stopped) {
+				let batch: OutboxRecord[] = [];
+				try {
+					batch = await this.outbox.readFrom(position, BATCH);
+				} catch {
+					await sleep(POLL_MS);
+					continue;
+				}
+				if (!batch.length) {
+					await sleep(POLL_MS);
+					continue;
+				}
+				for (const rec of batch) {
+					if (stopped) break;
+					// At least once: the position moves only after the handler succeeded; failures are retried in place.
+					for (let attempt = 0; !stopped; attempt++) {
+						try {
+							await handler(rec);
+							break;
+						} catch {
+							await sleep(RETRY_MS[Math.min(attempt, RETRY_MS.length - 1)]);
+						}
+					}
+					if (stopped) break;
+					position = rec.seq;
+					// A failed save must not end the loop: the position in memory is right and the next save stores it
+					// (a restart before then replays from the stored one: at least once).
+					await save().catch(() => undefined);
+				}
+			}
+		})();
+		return {
+			position: () => position,
+			stop: async () => {
+				stopped = true;
+				wake?.();
+				this.outbox.off("appended", onAppend);
+				await loop;
+			},
+		};
+	}
+
+	ping(): Promise<boolean> {
+		return this.outbox.ping();
+	}
+
+	async close(): Promise<void> {
+		if (!this.ready) return;
+		await this.ready;
+		await this.offsets.disconnect();
+		await this.outbox.disconnect();
+		this.ready = undefined;
+	}
+}
+
+const shared = new Map<string, ChangeStream>();
+
+/**
+ * The node's change stream, as EVENT_STREAM says. Embedded: one per process and data location. Production: the
+ * one the broker's channels middleware drives (moleculer.config.ts), found by the node's configuration object.
+ */
+export function sharedStream(cfg: Pick<PlatformConfig, "dataDir" | "mongoUri"> & Partial<PlatformConfig>): ChangeStream {
+	if (cfg.eventStream && cfg.eventStream !== "outbox") return channelsStreamFor(cfg as PlatformConfig);
+	const key = cfg.mongoUri ?? cfg.dataDir;
+	let s = shared.get(key);
+	if (!s) shared.set(key, (s = new OutboxStream(cfg)));
+	return s;
+}
+
+/**
+ * Closes the embedded streams of this data location (all without `cfg`): another platform of the same process
+ * (tests) keeps its own. Production streams close with their broker (the channels middleware).
+ */
+export async function closeSharedStreams(cfg?: Pick<PlatformConfig, "dataDir" | "mongoUri">): Promise<void> {
+	for (const [key, s] of [...shared]) {
+		if (cfg && key !== (cfg.mongoUri ?? cfg.dataDir)) continue;
+		shared.delete(key);
+		await s.close();
+	}
+}

@@ -1,0 +1,123 @@
+/**
+ * watcher (4040): keeps the critical entities every node caches in sync from the change stream (consumer group
+ * `watcher`, at least once), so a change is effective on every node even when the write path's own broadcast was
+ * lost (a node down at that moment, a write made by a platform process, a purge):
+ *
+ * - auth/grants, and context/configs with key RBAC → `authority.changed` (every node reloads its grant index);
+ * - identity/sessions deleted → the session's blacklist key is (re)set and `auth.session.revoked` broadcast;
+ * - auth/apts deleted → the same for the APT's own session, plus `auth.apt.revoked` (still deleted only: an APT
+ *   restored since is left alone);
+ * - domain/clients changed → `domain.client.changed` `{ id, op }` (for caches of client records);
+ * - context/configs with key CQRS → `context.cqrs.changed` `{ eids }` (dispatchers drop their copy).
+ *
+ * Every action is idempotent, so a redelivered event only repeats it.
+ */
+import type { ServiceBroker } from "moleculer";
+import type { ChangeEvent } from "../lib/change-event";
+import { configOf } from "../lib/config";
+import { sharedKeyValue, type KeyValue } from "../lib/kv";
+import type { Doc } from "../lib/types";
+import { AUTHORITY_CHANGED } from "../middlewares/grant-cache";
+import type { OutboxRecord } from "../mixins/outbox";
+import { APT_REVOKED, SESSION_REVOKED } from "../services/auth.service";
+import { blacklistKey, BLACKLIST_TTL_MS } from "../services/auth/authenticate";
+import { CQRS_CHANGED } from "../services/context.service";
+import { WORKER_PORTS } from "./index";
+import { workerService } from "./worker";
+
+export const CLIENT_CHANGED = "domain.client.changed";
+/** Grant changes come in bursts (seeding, bulk writes): one reload broadcast per burst is enough. */
+const AUTHORITY_COALESCE_MS = 50;
+
+const docsOf = (ev: ChangeEvent): Doc[] => [ev.before, ev.after].filter((d): d is Doc => !!d);
+
+export interface WatchDeps {
+	broker: ServiceBroker;
+	kv: KeyValue;
+	/** Broadcasts `authority.changed` (coalesced by the service). */
+	authorityChanged(): void;
+}
+
+/** What one change means for the caches; throws (the stream retries) when a step fails. */
+export async function watch(d: WatchDeps, rec: OutboxRecord): Promise<void> {
+	const ev = rec.event;
+	if (!ev) return;
+	switch (ev.topic) {
+		case "auth.grants":
+			d.authorityChanged();
+			return;
+		case "context.configs": {
+			const docs = docsOf(ev);
+			if (docs.some((x) => x.key === "RBAC")) d.authorityChanged();
+			const eids = [...new Set(docs.filter((x) => x.key === "CQRS" && x.eid !== undefined).map((x) => String(x.eid)))];
+			if (eids.length) d.broker.broadcast(CQRS_CHANGED, { eids });
+			return;
+		}
+		case "identity.sessions":
+			if (ev.op === "d") await revokeSession(d, ev.id);
+			return;
+		case "auth.apts": {
+			if (ev.op !== "d") return;
+			const apt = (await d.broker.call("auth.apts.revocation", { id: ev.id })) as { session?: string; hash?: string; live: boolean } | null;
+			// Destroyed: the delete itself revoked it (nothing left to read); restored since: it must keep working.
+			if (!apt || apt.live) return;
+			if (apt.session) await revokeSession(d, apt.session);
+			if (apt.hash) d.broker.broadcast(APT_REVOKED, { hash: apt.hash });
+			return;
+		}
+		case "domain.clients":
+			d.broker.broadcast(CLIENT_CHANGED, { id: ev.id, op: ev.op });
+			return;
+		// essential/sagas: compensation of sagas whose `ttl` ran out goes here once sagas exist (a later issue).
+		default:
+			return;
+	}
+}
+
+async function revokeSession(d: WatchDeps, session: string): Promise<void> {
+	await d.kv.set(blacklistKey(session), "1", BLACKLIST_TTL_MS);
+	d.broker.broadcast(SESSION_REVOKED, { session });
+}
+
+export default workerService(
+	{
+		name: "watcher",
+		port: WORKER_PORTS.watcher,
+		async onChange(this: any, rec: OutboxRecord) {
+			await watch(this.deps, rec);
+		},
+		async checks(this: any) {
+			return { cache: await this.deps.kv.ping() };
+		},
+	},
+	{
+		created(this: any) {
+			const cfg = configOf(this.broker);
+			this.deps = {
+				broker: this.broker,
+				kv: sharedKeyValue(cfg.redisUrl, cfg.redisPrefix),
+				authorityChanged: () => {
+					// While stopping (the consumer may still finish a record), at once: no timer outlives the service.
+					if (this.stopping) return this.flushAuthority();
+					if (this.authorityTimer) return;
+					this.authorityTimer = setTimeout(() => this.flushAuthority(), AUTHORITY_COALESCE_MS);
+				},
+			} satisfies WatchDeps;
+		},
+		async stopped(this: any) {
+			this.stopping = true;
+			if (this.authorityTimer) this.flushAuthority();
+		},
+		methods: {
+			flushAuthority(this: any) {
+				clearTimeout(this.authorityTimer);
+				this.authorityTimer = undefined;
+				this.broker.broadcast(AUTHORITY_CHANGED, {});
+			},
+			/** The handler the stream calls, for tests and replays. */
+			handleChange(this: any, rec: OutboxRecord) {
+				return watch(this.deps, rec);
+			},
+		},
+	},
+);

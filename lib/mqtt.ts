@@ -1,7 +1,7 @@
 /**
- * The MQTT side of change events (docs/mqtt.md): the topic scheme the publisher writes, and the rules the
- * preserver applies to every MQTT client (EMQX-style HTTP hooks and the embedded aedes broker alike). Pure: no
- * broker, no I/O; the grant index and the token come from the caller.
+ * The MQTT side of change events (docs/mqtt.md): the topic scheme the publisher writes, and the rules the preserver
+ * applies to every MQTT client (EMQX-style HTTP hooks and the embedded aedes broker alike). Pure: no broker, no
+ * I/O; the grant index and the token come from the caller. `<root>` is MQTT_TOPIC_ROOT (validated in lib/config.ts).
  *
  *   <root>/owner/<owner>/<service>/<collection>/<id>    the document's owner (uid, aid or cid)
  *   <root>/share/<uid>/<service>/<collection>/<id>      each id in the document's `shares`
@@ -11,10 +11,8 @@ import { createHmac } from "crypto";
 import { COLLECTIONS, type CollectionRef } from "../catalog";
 import type { GrantIndex } from "./grants";
 import { hasScope } from "./scopes";
-import type { TokenClaims } from "./types";
-import { identityOf } from "./types";
+import { identityOf, type TokenClaims } from "./types";
 
-export const DEFAULT_TOPIC_ROOT = "platform";
 export type TopicKind = "owner" | "share" | "client";
 const KINDS: readonly TopicKind[] = ["owner", "share", "client"];
 
@@ -24,11 +22,6 @@ export const PUBLISHER_USERNAME = "$publisher";
 /** The publisher's password: derived from the deployment's JWT secret, so every node of a deployment agrees. */
 export function publisherPassword(jwtSecret: string): string {
 	return createHmac("sha256", jwtSecret).update("mqtt:publisher").digest("base64url");
-}
-
-/** MQTT_TOPIC_ROOT: one or more literal levels; no wildcard, no `$` start, no empty level. */
-export function validTopicRoot(root: string): boolean {
-	return root.length > 0 && root.length <= 200 && !root.startsWith("$") && root.split("/").every((l) => l.length > 0 && !/[+#\u0000]/.test(l));
 }
 
 /** One topic level taken from data (an id): not empty, no separator or wildcard, bounded. */

@@ -105,14 +105,20 @@ function clientsOf(token: TokenClaims): string[] {
 	return [...new Set(list)];
 }
 
+interface EngineState {
+	stores: Map<string, DocumentStore>;
+	outbox: Outbox;
+}
+
 export function collectionMixin(domain: DomainDef, hooks: Record<string, CollectionHooks> = {}): Partial<ServiceSchema> {
-	const stores = new Map<string, DocumentStore>();
-	const recorders = new Map<string, (ctx: Ctx, changes: Change[]) => Promise<void>>();
-	let outbox: Outbox;
+	// Stores and outbox belong to the service instance (not to this closure): several brokers in one process
+	// (tests, the REPL) each get their own.
+	const state = (svc: unknown) => (svc as { $engine: EngineState }).$engine;
+	const recorders = new Map<string, (ctx: Ctx, changes: Change[], svc?: unknown) => Promise<void>>();
 
 	function engine(col: CollectionDef) {
 		const h = hooks[col.name] ?? {};
-		const store = () => stores.get(col.name)!;
+		const store = (ctx: Ctx) => state(ctx.service).stores.get(col.name)!;
 
 		function out(doc: StoredDoc, plan: AccessPlan): Doc {
 			return present(col, doc, plan.fields);
@@ -125,9 +131,9 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 			return ev;
 		}
 
-		async function record(ctx: Ctx, changes: Change[]) {
+		async function record(ctx: Ctx, changes: Change[], svc: unknown = ctx.service) {
 			const ts = Date.now();
-			await outbox.append(
+			await state(svc).outbox.append(
 				changes.map(({ op, before, after }) => {
 					const doc = (after ?? before)!;
 					return {
@@ -179,8 +185,8 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 		}
 
 		/** The one document a by-id operation addresses, inside the caller's view; 404 otherwise. */
-		async function target(plan: AccessPlan): Promise<StoredDoc> {
-			const doc = await store().findOne(plan.filter);
+		async function target(ctx: Ctx, plan: AccessPlan): Promise<StoredDoc> {
+			const doc = await store(ctx).findOne(plan.filter);
 			if (!doc) throw notFound();
 			return doc;
 		}
@@ -210,7 +216,7 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 		}
 
 		async function read(ctx: Ctx, plan: AccessPlan, skip: number, limit: number): Promise<Doc[]> {
-			const docs = await store().find({ query: plan.filter, sort: plan.sort ?? { _id: 1 }, skip, limit, projection: plan.projection });
+			const docs = await store(ctx).find({ query: plan.filter, sort: plan.sort ?? { _id: 1 }, skip, limit, projection: plan.projection });
 			return populate(ctx, plan, docs.map((d) => out(d, plan)));
 		}
 
@@ -218,11 +224,11 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 		const handlers: Record<StandardOp, (ctx: Ctx) => Promise<unknown>> = {
 			async count(ctx) {
 				const plan = requirePlan(ctx.locals);
-				return { total: await store().count(plan.filter) };
+				return { total: await store(ctx).count(plan.filter) };
 			},
 			async list(ctx) {
 				const plan = requirePlan(ctx.locals);
-				const [items, total] = await Promise.all([read(ctx, plan, plan.skip, plan.limit), store().count(plan.filter)]);
+				const [items, total] = await Promise.all([read(ctx, plan, plan.skip, plan.limit), store(ctx).count(plan.filter)]);
 				return { items, total };
 			},
 			async cursor(ctx) {
@@ -232,14 +238,14 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 			},
 			async get(ctx) {
 				const plan = requirePlan(ctx.locals);
-				const [doc] = await populate(ctx, plan, [out(await target(plan), plan)]);
+				const [doc] = await populate(ctx, plan, [out(await target(ctx, plan), plan)]);
 				return { data: doc };
 			},
 			async create(ctx) {
 				const plan = requirePlan(ctx.locals);
 				writable("create");
 				const { doc, extra } = await build(ctx, plan, ctx.params.body);
-				await insert(() => store().insert(doc));
+				await insert(() => store(ctx).insert(doc));
 				await record(ctx, [{ op: "c", before: null, after: doc }]);
 				return { data: { ...out(doc, plan), ...extra } };
 			},
@@ -255,7 +261,7 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 				for (let i = 0; i < body.items.length; i++) built.push(await build(ctx, plan, body.items[i], `items[${i}].`));
 				const refs = built.map((b) => b.doc.ref).filter((r) => r !== undefined);
 				if (new Set(refs).size !== refs.length) throw conflict("ref already exists");
-				await insert(() => store().insertMany(built.map((b) => b.doc)));
+				await insert(() => store(ctx).insertMany(built.map((b) => b.doc)));
 				await record(ctx, built.map((b) => ({ op: "c" as const, before: null, after: b.doc })));
 				return { items: built.map((b) => ({ ...out(b.doc, plan), ...b.extra })), total: built.length };
 			},
@@ -263,11 +269,11 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 				const plan = requirePlan(ctx.locals);
 				writable("patch");
 				const clean = validateBody(col, ctx.params.body, "patch");
-				const before = await target(plan);
+				const before = await target(ctx, plan);
 				const set = { ...clean, ...stamp("updated", plan.token, new Date().toISOString()) };
 				await h.beforePatch?.(ctx, set, before);
 				checkRules(col, { ...before, ...set });
-				const after = await insert(() => store().setOne(before._id, set));
+				const after = await insert(() => store(ctx).setOne(before._id, set));
 				if (!after) throw notFound();
 				await record(ctx, [{ op: "u", before, after }]);
 				return { data: out(after, plan) };
@@ -284,10 +290,10 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 				// Keyset batches over the plan's filter: bounded memory, and each changed document gets its own event.
 				for (;;) {
 					const query = last ? { $and: [plan.filter, { _id: { $gt: last } }] } : plan.filter;
-					const batch = await store().find({ query, sort: { _id: 1 }, limit: BATCH });
+					const batch = await store(ctx).find({ query, sort: { _id: 1 }, limit: BATCH });
 					if (!batch.length) break;
 					for (const b of batch) checkRules(col, { ...b, ...set });
-					await store().setMany(batch.map((b) => b._id), set);
+					await store(ctx).setMany(batch.map((b) => b._id), set);
 					await record(ctx, batch.map((before) => ({ op: "u" as const, before, after: { ...before, ...set } })));
 					total += batch.length;
 					last = batch[batch.length - 1]._id;
@@ -297,26 +303,26 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 			},
 			async remove(ctx) {
 				const plan = requirePlan(ctx.locals);
-				const before = await target(plan);
-				const after = await store().setOne(before._id, stamp("deleted", plan.token, new Date().toISOString()));
+				const before = await target(ctx, plan);
+				const after = await store(ctx).setOne(before._id, stamp("deleted", plan.token, new Date().toISOString()));
 				if (!after) throw notFound();
 				await record(ctx, [{ op: "d", before, after: null }]);
 				return { data: out(after, plan) };
 			},
 			async restore(ctx) {
 				const plan = requirePlan(ctx.locals);
-				const before = await store().findOne({ $and: [plan.filter, { deleted_at: { $ne: null } }] });
+				const before = await store(ctx).findOne({ $and: [plan.filter, { deleted_at: { $ne: null } }] });
 				if (!before) throw notFound();
 				const now = new Date().toISOString();
-				const after = await store().setOne(before._id, { deleted_at: null, deleted_by: null, deleted_in: null, ...stamp("restored", plan.token, now) });
+				const after = await store(ctx).setOne(before._id, { deleted_at: null, deleted_by: null, deleted_in: null, ...stamp("restored", plan.token, now) });
 				if (!after) throw notFound();
 				await record(ctx, [{ op: "r", before, after }]);
 				return { data: out(after, plan) };
 			},
 			async destroy(ctx) {
 				const plan = requirePlan(ctx.locals);
-				const before = await target(plan);
-				await store().removeMany({ id: before._id });
+				const before = await target(ctx, plan);
+				await store(ctx).removeMany({ id: before._id });
 				await record(ctx, [{ op: "d", before, after: null }]);
 				return { data: out(before, plan) };
 			},
@@ -334,7 +340,7 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 		const { before, limit } = ctx.params as unknown as PurgeParams;
 		if (typeof before !== "string" || Number.isNaN(Date.parse(before))) throw badRequest("before must be an ISO date");
 		const max = Number.isInteger(limit) && limit! > 0 ? limit! : Infinity;
-		const store = stores.get(name)!;
+		const store = state(ctx.service).stores.get(name)!;
 		let purged = 0;
 		let last = "";
 		while (purged < max) {
@@ -368,6 +374,7 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 	actions[HEALTH_ACTION] = {
 		visibility: "public",
 		async handler(this: any) {
+			const { stores, outbox } = state(this);
 			const pings = await Promise.all([...stores.values()].map((s) => s.ping().catch(() => false)));
 			return healthBody({
 				"document store": stores.size > 0 && pings.every(Boolean),
@@ -391,30 +398,33 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 		},
 		methods: {
 			/** Direct store access for the domain's own hooks and internal actions (never for client-driven reads). */
-			collectionStore(name: string): DocumentStore {
-				const s = stores.get(name);
+			collectionStore(this: any, name: string): DocumentStore {
+				const s = state(this).stores.get(name);
 				if (!s) throw new Error(`no collection ${name} in ${domain.name}`);
 				return s;
 			},
 			/** Change events for a platform-made write (internal actions and hooks write through this too). */
-			recordChanges(ctx: Ctx, name: string, changes: Change[]): Promise<void> {
-				return recorders.get(name)!(ctx, changes);
+			recordChanges(this: any, ctx: Ctx, name: string, changes: Change[]): Promise<void> {
+				return recorders.get(name)!(ctx, changes, this);
 			},
 		},
 		async started(this: any) {
 			const cfg = configOf(this.broker);
-			outbox = sharedOutbox(cfg);
-			await outbox.connect();
+			const st: EngineState = { stores: new Map(), outbox: sharedOutbox(cfg) };
+			this.$engine = st;
+			await st.outbox.connect();
 			for (const col of domain.collections) {
 				const s = createStore(cfg, `${domain.name}/${col.name}`, Object.keys(col.fields).filter((f) => col.fields[f].relation));
 				await s.connect();
-				stores.set(col.name, s);
+				st.stores.set(col.name, s);
 			}
 		},
-		async stopped() {
-			for (const s of stores.values()) await s.disconnect();
-			stores.clear();
-			await outbox?.disconnect();
+		async stopped(this: any) {
+			const st: EngineState | undefined = this.$engine;
+			if (!st) return;
+			for (const s of st.stores.values()) await s.disconnect();
+			st.stores.clear();
+			await st.outbox.disconnect();
 		},
 	};
 }

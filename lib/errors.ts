@@ -50,6 +50,19 @@ export function toErrorBody(err: unknown): ErrorBody {
 	let status = typeof e?.code === "number" ? e.code : typeof e?.status === "number" ? e.status : 500;
 	if (status < 400 || status > 599) status = 500;
 	let message = typeof e?.message === "string" && e.message ? e.message : STATUS_NAMES[status] ?? "Error";
+	// The body parser's failures, with messages that do not depend on the Node version.
+	if (e?.type === "entity.parse.failed") {
+		status = 400;
+		message = "body must be valid JSON";
+	}
+	if (e?.type === "entity.too.large") {
+		status = 413;
+		message = "body must not be larger than 1 MB";
+	}
+	if (e?.type === "encoding.unsupported" || e?.type === "charset.unsupported") {
+		status = 415;
+		message = "body encoding is not supported";
+	}
 	// Moleculer's own errors that stand for bad input.
 	if (e?.name === "ValidationError" || e?.type === "VALIDATION_ERROR") status = 400;
 	if (e?.name === "ServiceNotFoundError" || e?.name === "ServiceNotAvailableError") {

@@ -114,17 +114,19 @@ export default workerService(
 				const now = Date.now();
 				for (const d of DOMAINS) {
 					for (const c of d.collections) {
+						const action = `${d.name}.${c.name}.${PURGE_ACTION}`;
+						// A domain no node of this deployment runs (yet) has nothing to purge here.
+						if (!this.broker.registry.actions.isAvailable(action)) continue;
 						const params: PurgeParams = { before: cutoff(retentionDays(cfg, d.name, c.name), now), limit: PURGE_LIMIT };
 						let n = 0;
 						try {
 							for (;;) {
-								const r = (await this.broker.call(`${d.name}.${c.name}.${PURGE_ACTION}`, params)) as { purged: number };
+								const r = (await this.broker.call(action, params)) as { purged: number };
 								n += r.purged;
 								if (r.purged < PURGE_LIMIT) break;
 							}
 						} catch (err) {
-							// A domain no node of this deployment runs has nothing to purge here.
-							if ((err as Error)?.name !== "ServiceNotFoundError") errors.push(`${d.name}/${c.name}: ${(err as Error)?.message ?? err}`);
+							errors.push(`${d.name}/${c.name}: ${(err as Error)?.message ?? err}`);
 						}
 						if (n) out[`${d.name}/${c.name}`] = n;
 					}
@@ -184,7 +186,17 @@ export default workerService(
 						this.logger.warn(`cleaner pass failed: ${(err as Error)?.message ?? err}`);
 					}
 				},
-				{ name: `cleaner-${this.broker.nodeID}`, noOverlap: true },
+				{
+					name: `cleaner-${this.broker.nodeID}`,
+					// A pass still running when the next is due: that one is skipped (the lease also covers other nodes).
+					noOverlap: true,
+					logger: {
+						info: (m: string) => this.logger.debug(m),
+						warn: (m: string) => this.logger.debug(m),
+						error: (m: string | Error, err?: Error) => this.logger.warn(m, err ?? ""),
+						debug: () => undefined,
+					},
+				},
 			) as ScheduledTask;
 		},
 		async stopped(this: any) {

@@ -210,6 +210,7 @@ export default workerService(
 		},
 		methods: {
 			ready(this: Svc): Promise<DeliveryStore> {
+				if (this.stopping && !this.readyP) return Promise.reject(new Error("dispatcher is stopping"));
 				this.openP ??= openRelational(this.cfg).then(
 					(db) => (this.db = db),
 					(err) => {

@@ -22,7 +22,8 @@ export const special: DomainDef = {
 		},
 		{
 			name: "stats",
-			description: "Aggregated create/update/delete counters",
+			description: "Aggregated create/update/delete counters, written by the observer",
+			platformWritten: true,
 			fields: {
 				service: { type: "string" },
 				collection: { type: "string" },

@@ -34,147 +34,152 @@ async function softDelete(path: string, id: string, at?: string): Promise<void> 
 
 const exists = async (path: string, id: string) => (await p.http("GET", `${path}/${id}`, { token, headers: EXCLUDE })).status === 200;
 
-beforeAll(async () => {
-	// content/notes keeps soft-deleted documents 7 days, every other collection the default 30.
-	p = await bootPlatform({ retentionDays: 30, retentionOverrides: { IDENTITY_SESSIONS: 0, CONTENT_NOTES: 7 } });
-	token = await p.rootToken();
-	db = await openRelational(p.cfg);
-}, 60_000);
-afterAll(async () => {
-	await releaseRelational(p.cfg);
-	await p.cleanup();
+describe("passes on demand (cleaner.run)", () => {
+	beforeAll(async () => {
+		// content/notes keeps soft-deleted documents 7 days, every other collection the default 30.
+		p = await bootPlatform({ retentionDays: 30, retentionOverrides: { IDENTITY_SESSIONS: 0, CONTENT_NOTES: 7 } });
+		token = await p.rootToken();
+		db = await openRelational(p.cfg);
+	}, 60_000);
+	afterAll(async () => {
+		await releaseRelational(p.cfg);
+		await p.cleanup();
+	});
+
+	test("purges soft-deleted documents past their retention, and nothing else", async () => {
+		const expired = await note("deleted 8 days ago");
+		const recent = await note("deleted 6 days ago");
+		const justNow = await note("deleted now");
+		const live = await note("live");
+		await softDelete("/content/notes", expired, daysAgo(8));
+		await softDelete("/content/notes", recent, daysAgo(6));
+		await softDelete("/content/notes", justNow);
+		// Other collections keep the default 30 days.
+		const post = (await p.http("POST", "/content/posts", { token, body: { title: "p" } })).body.data.id;
+		const oldPost = (await p.http("POST", "/content/posts", { token, body: { title: "old p" } })).body.data.id;
+		await softDelete("/content/posts", post, daysAgo(20));
+		await softDelete("/content/posts", oldPost, daysAgo(31));
+
+		const pass = await run();
+		expect(pass.ran).toBe(true);
+		expect(pass.errors).toEqual([]);
+		expect(pass.documents).toMatchObject({ "content/notes": 1, "content/posts": 1 });
+
+		expect(await exists("/content/notes", expired)).toBe(false);
+		expect(await exists("/content/notes", recent)).toBe(true);
+		expect(await exists("/content/notes", justNow)).toBe(true);
+		expect(await exists("/content/notes", live)).toBe(true);
+		expect(await exists("/content/posts", post)).toBe(true);
+		expect(await exists("/content/posts", oldPost)).toBe(false);
+		// Still soft-deleted, still restorable.
+		expect((await p.http("PUT", `/content/notes/${recent}/restore`, { token })).status).toBe(200);
+
+		// Each removal is a `d` change event whose `before` shows it was already soft-deleted.
+		const recs = await sharedOutbox(p.cfg).readFrom(0, 100_000);
+		const purged = recs.filter((r) => r.event.id === expired && r.event.op === "d");
+		expect(purged).toHaveLength(2); // the soft delete, then the purge
+		expect(purged[1].event.before).toMatchObject({ id: expired, title: "deleted 8 days ago" });
+		expect(Date.parse(String(purged[1].event.before!.deleted_at))).toBeLessThan(Date.now() - 7 * DAY_MS);
+		expect(purged[1].event).not.toHaveProperty("after");
+
+		// A second pass finds nothing more.
+		const again = await run();
+		expect(again.documents).toEqual({});
+	});
+
+	test("a restored document is live again: never purged, whatever its old deletion date", async () => {
+		const id = await note("restored in time");
+		await softDelete("/content/notes", id, daysAgo(10));
+		expect((await p.http("PUT", `/content/notes/${id}/restore`, { token })).status).toBe(200);
+		const pass = await run();
+		expect(pass.documents?.["content/notes"]).toBeUndefined();
+		expect((await p.http("GET", `/content/notes/${id}`, { token })).status).toBe(200);
+	});
+
+	test("sessions are purged at the first pass after logout (retention 0); open sessions stay", async () => {
+		const login = () => tokenOf(p.http, { grant_type: "password", client_id: p.root.client_id, username: p.root.username, password: p.root.password });
+		const out = await login();
+		const open = await login();
+		expect((await p.http("GET", "/auth/logout", { token: out.access_token })).status).toBe(200);
+		// Soft-deleted by the logout.
+		expect((await store("identity", "sessions").findOne({ id: out.session })).deleted_at).toEqual(expect.any(String));
+
+		const pass = await run();
+		expect(pass.documents?.["identity/sessions"]).toBeGreaterThanOrEqual(1);
+		expect(await store("identity", "sessions").findOne({ id: out.session })).toBeNull();
+		expect(await store("identity", "sessions").findOne({ id: open.session })).not.toBeNull();
+		// The logged-out token stays rejected (the blacklist is not the session record), the open one works.
+		expect((await p.http("GET", "/auth/verify", { token: out.access_token })).status).toBe(401);
+		expect((await p.http("GET", "/auth/verify", { token: open.access_token })).status).toBe(200);
+	});
+
+	test("audit entries and finished delivery records past their retention go; recent and pending ones stay", async () => {
+		// The logger's table exists from its start; the dispatcher's `deliveries` too when it runs (else a stand-in).
+		await db.query(
+			`create table if not exists deliveries (id bigserial primary key, event_id text, seq bigint, client_id text, topic text, op text,
+				document_id text, payload json, status text, created_at timestamptz default now(), updated_at timestamptz default now(), delivered_at timestamptz)`,
+		);
+		const tag = `cleaner-${Date.now()}`;
+		const audit = (days: number, path: string) =>
+			db.query("insert into audit_entries (at, kind, method, path, status) values ($1, 'request', 'GET', $2, 200)", [daysAgo(days), path]);
+		await audit(91, `/${tag}/old`);
+		await audit(89, `/${tag}/recent`);
+		const delivery = (status: string, updatedDays: number, deliveredDays: number | null, n: number) =>
+			db.query(
+				`insert into deliveries (event_id, seq, client_id, topic, op, document_id, payload, status, created_at, updated_at, delivered_at)
+				 values ($1, $2, 'c1', 'content.notes', 'c', 'd1', '{}', $3, $4, $4, $5) returning id`,
+				[`${tag}-${n}`, n, status, daysAgo(updatedDays), deliveredDays === null ? null : daysAgo(deliveredDays)],
+			).then((r) => String((r.rows[0] as { id: string }).id));
+		const gone = [await delivery("delivered", 31, 31, 1), await delivery("failed", 40, null, 2), await delivery("disabled", 35, null, 3)];
+		const kept = [await delivery("delivered", 29, 29, 4), await delivery("pending", 60, null, 5), await delivery("failed", 10, null, 6)];
+
+		const pass = await run();
+		expect(pass.errors).toEqual([]);
+		expect(pass.audit).toBeGreaterThanOrEqual(1);
+		expect(pass.deliveries).toBe(3);
+		const paths = (await db.query<{ path: string }>("select path from audit_entries where path like $1", [`/${tag}/%`])).rows.map((r) => r.path);
+		expect(paths).toEqual([`/${tag}/recent`]);
+		const left = (await db.query<{ id: string }>("select id::text as id from deliveries where event_id like $1 order by id", [`${tag}-%`])).rows.map((r) => r.id);
+		expect(left).toEqual(kept);
+		expect(left.some((id) => gone.includes(id))).toBe(false);
+	});
+
+	test("only one pass works at a time: two concurrent runs, one works; a held lock skips the pass", async () => {
+		const [a, b] = await Promise.all([run(), run()]);
+		expect([a.ran, b.ran].sort()).toEqual([false, true]);
+		expect([a, b].find((x) => !x.ran)).toEqual({ ran: false, reason: "locked" });
+
+		// Another instance holds the lease (e.g. a cleaner on another node): this one skips, then works once it is free.
+		const kv = kvOf(p);
+		expect(await kv.setIfAbsent(LOCK_KEY, "other-node", 60_000)).toBe(true);
+		const id = await note("expired while locked");
+		await softDelete("/content/notes", id, daysAgo(8));
+		expect(await run()).toEqual({ ran: false, reason: "locked" });
+		expect(await exists("/content/notes", id)).toBe(true);
+		await kv.del(LOCK_KEY);
+		const pass = await run();
+		expect(pass.ran).toBe(true);
+		expect(await exists("/content/notes", id)).toBe(false);
+		// The lease is released after each pass.
+		expect(await kv.get(LOCK_KEY)).toBeNull();
+	});
 });
 
-test("purges soft-deleted documents past their retention, and nothing else", async () => {
-	const expired = await note("deleted 8 days ago");
-	const recent = await note("deleted 6 days ago");
-	const justNow = await note("deleted now");
-	const live = await note("live");
-	await softDelete("/content/notes", expired, daysAgo(8));
-	await softDelete("/content/notes", recent, daysAgo(6));
-	await softDelete("/content/notes", justNow);
-	// Other collections keep the default 30 days.
-	const post = (await p.http("POST", "/content/posts", { token, body: { title: "p" } })).body.data.id;
-	const oldPost = (await p.http("POST", "/content/posts", { token, body: { title: "old p" } })).body.data.id;
-	await softDelete("/content/posts", post, daysAgo(20));
-	await softDelete("/content/posts", oldPost, daysAgo(31));
-
-	const pass = await run();
-	expect(pass.ran).toBe(true);
-	expect(pass.errors).toEqual([]);
-	expect(pass.documents).toMatchObject({ "content/notes": 1, "content/posts": 1 });
-
-	expect(await exists("/content/notes", expired)).toBe(false);
-	expect(await exists("/content/notes", recent)).toBe(true);
-	expect(await exists("/content/notes", justNow)).toBe(true);
-	expect(await exists("/content/notes", live)).toBe(true);
-	expect(await exists("/content/posts", post)).toBe(true);
-	expect(await exists("/content/posts", oldPost)).toBe(false);
-	// Still soft-deleted, still restorable.
-	expect((await p.http("PUT", `/content/notes/${recent}/restore`, { token })).status).toBe(200);
-
-	// Each removal is a `d` change event whose `before` shows it was already soft-deleted.
-	const recs = await sharedOutbox(p.cfg).readFrom(0, 100_000);
-	const purged = recs.filter((r) => r.event.id === expired && r.event.op === "d");
-	expect(purged).toHaveLength(2); // the soft delete, then the purge
-	expect(purged[1].event.before).toMatchObject({ id: expired, title: "deleted 8 days ago" });
-	expect(Date.parse(String(purged[1].event.before!.deleted_at))).toBeLessThan(Date.now() - 7 * DAY_MS);
-	expect(purged[1].event).not.toHaveProperty("after");
-
-	// A second pass finds nothing more.
-	const again = await run();
-	expect(again.documents).toEqual({});
-});
-
-test("a restored document is live again: never purged, whatever its old deletion date", async () => {
-	const id = await note("restored in time");
-	await softDelete("/content/notes", id, daysAgo(10));
-	expect((await p.http("PUT", `/content/notes/${id}/restore`, { token })).status).toBe(200);
-	const pass = await run();
-	expect(pass.documents?.["content/notes"]).toBeUndefined();
-	expect((await p.http("GET", `/content/notes/${id}`, { token })).status).toBe(200);
-});
-
-test("sessions are purged at the first pass after logout (retention 0); open sessions stay", async () => {
-	const login = () => tokenOf(p.http, { grant_type: "password", client_id: p.root.client_id, username: p.root.username, password: p.root.password });
-	const out = await login();
-	const open = await login();
-	expect((await p.http("GET", "/auth/logout", { token: out.access_token })).status).toBe(200);
-	// Soft-deleted by the logout.
-	expect((await store("identity", "sessions").findOne({ id: out.session })).deleted_at).toEqual(expect.any(String));
-
-	const pass = await run();
-	expect(pass.documents?.["identity/sessions"]).toBeGreaterThanOrEqual(1);
-	expect(await store("identity", "sessions").findOne({ id: out.session })).toBeNull();
-	expect(await store("identity", "sessions").findOne({ id: open.session })).not.toBeNull();
-	// The logged-out token stays rejected (the blacklist is not the session record), the open one works.
-	expect((await p.http("GET", "/auth/verify", { token: out.access_token })).status).toBe(401);
-	expect((await p.http("GET", "/auth/verify", { token: open.access_token })).status).toBe(200);
-});
-
-test("audit entries and finished delivery records past their retention go; recent and pending ones stay", async () => {
-	// The logger's table exists from its start; the dispatcher's `deliveries` too when it runs (else a stand-in).
-	await db.query(
-		`create table if not exists deliveries (id bigserial primary key, event_id text, seq bigint, client_id text, topic text, op text,
-			document_id text, payload json, status text, created_at timestamptz default now(), updated_at timestamptz default now(), delivered_at timestamptz)`,
-	);
-	const tag = `cleaner-${Date.now()}`;
-	const audit = (days: number, path: string) =>
-		db.query("insert into audit_entries (at, kind, method, path, status) values ($1, 'request', 'GET', $2, 200)", [daysAgo(days), path]);
-	await audit(91, `/${tag}/old`);
-	await audit(89, `/${tag}/recent`);
-	const delivery = (status: string, updatedDays: number, deliveredDays: number | null, n: number) =>
-		db.query(
-			`insert into deliveries (event_id, seq, client_id, topic, op, document_id, payload, status, created_at, updated_at, delivered_at)
-			 values ($1, $2, 'c1', 'content.notes', 'c', 'd1', '{}', $3, $4, $4, $5) returning id`,
-			[`${tag}-${n}`, n, status, daysAgo(updatedDays), deliveredDays === null ? null : daysAgo(deliveredDays)],
-		).then((r) => String((r.rows[0] as { id: string }).id));
-	const gone = [await delivery("delivered", 31, 31, 1), await delivery("failed", 40, null, 2), await delivery("disabled", 35, null, 3)];
-	const kept = [await delivery("delivered", 29, 29, 4), await delivery("pending", 60, null, 5), await delivery("failed", 10, null, 6)];
-
-	const pass = await run();
-	expect(pass.errors).toEqual([]);
-	expect(pass.audit).toBeGreaterThanOrEqual(1);
-	expect(pass.deliveries).toBe(3);
-	const paths = (await db.query<{ path: string }>("select path from audit_entries where path like $1", [`/${tag}/%`])).rows.map((r) => r.path);
-	expect(paths).toEqual([`/${tag}/recent`]);
-	const left = (await db.query<{ id: string }>("select id::text as id from deliveries where event_id like $1 order by id", [`${tag}-%`])).rows.map((r) => r.id);
-	expect(left).toEqual(kept);
-	expect(left.some((id) => gone.includes(id))).toBe(false);
-});
-
-test("only one pass works at a time: two concurrent runs, one works; a held lock skips the pass", async () => {
-	const [a, b] = await Promise.all([run(), run()]);
-	expect([a.ran, b.ran].sort()).toEqual([false, true]);
-	expect([a, b].find((x) => !x.ran)).toEqual({ ran: false, reason: "locked" });
-
-	// Another instance holds the lease (e.g. a cleaner on another node): this one skips, then works once it is free.
-	const kv = kvOf(p);
-	expect(await kv.setIfAbsent(LOCK_KEY, "other-node", 60_000)).toBe(true);
-	const id = await note("expired while locked");
-	await softDelete("/content/notes", id, daysAgo(8));
-	expect(await run()).toEqual({ ran: false, reason: "locked" });
-	expect(await exists("/content/notes", id)).toBe(true);
-	await kv.del(LOCK_KEY);
-	const pass = await run();
-	expect(pass.ran).toBe(true);
-	expect(await exists("/content/notes", id)).toBe(false);
-	// The lease is released after each pass.
-	expect(await kv.get(LOCK_KEY)).toBeNull();
-});
-
-test("the schedule runs passes by itself (CLEANER_CRON)", async () => {
-	const q = await bootPlatform({ cleanerCron: "* * * * * *", retentionOverrides: { CONTENT_NOTES: 0 } });
-	try {
-		const t = await q.rootToken();
-		const r = await q.http("POST", "/content/notes", { token: t, body: { title: "gone by itself" } });
-		const id = r.body.data.id;
-		expect((await q.http("DELETE", `/content/notes/${id}`, { token: t })).status).toBe(200);
-		const until = Date.now() + 10_000;
-		let status = 200;
-		while (Date.now() < until && (status = (await q.http("GET", `/content/notes/${id}`, { token: t, headers: EXCLUDE })).status) === 200) await sleep(200);
-		expect(status).toBe(404);
-	} finally {
-		await q.cleanup();
-	}
+// A platform of its own, started once the one above is stopped (two platforms of one process share their closers).
+describe("on its schedule", () => {
+	test("the schedule runs passes by itself (CLEANER_CRON)", async () => {
+		const q = await bootPlatform({ cleanerCron: "* * * * * *", retentionOverrides: { CONTENT_NOTES: 0 } });
+		try {
+			const t = await q.rootToken();
+			const r = await q.http("POST", "/content/notes", { token: t, body: { title: "gone by itself" } });
+			const id = r.body.data.id;
+			expect((await q.http("DELETE", `/content/notes/${id}`, { token: t })).status).toBe(200);
+			const until = Date.now() + 10_000;
+			let status = 200;
+			while (Date.now() < until && (status = (await q.http("GET", `/content/notes/${id}`, { token: t, headers: EXCLUDE })).status) === 200) await sleep(200);
+			expect(status).toBe(404);
+		} finally {
+			await q.cleanup();
+		}
+	});
 });

@@ -227,8 +227,8 @@ describe("bodies", () => {
 
 	test("a body over 1 MB → 413 in the error shape", async () => {
 		const big = JSON.stringify({ title: "t", content: "x".repeat(1024 * 1024 + 10) });
-		await expectError(call("POST", "/content/notes", { raw: big }), 413, "request entity too large");
-		await expectError(call("POST", "/content/notes/bulk", { raw: JSON.stringify({ items: [{ title: "x".repeat(1024 * 1024) }] }) }), 413, "request entity too large");
+		await expectError(call("POST", "/content/notes", { raw: big }), 413, "body must not be larger than 1 MB");
+		await expectError(call("POST", "/content/notes/bulk", { raw: JSON.stringify({ items: [{ title: "x".repeat(1024 * 1024) }] }) }), 413, "body must not be larger than 1 MB");
 		// Just under the limit is accepted.
 		const ok = await call("POST", "/content/notes", { body: { title: "t", content: "x".repeat(1000 * 1000) } });
 		expect(ok.status).toBe(200);
@@ -239,9 +239,7 @@ describe("bodies", () => {
 			const r = await call("POST", "/content/notes", { raw });
 			expect(r.status).toBe(400);
 			expect(Object.keys(r.body).sort()).toEqual(["error", "message", "statusCode"]);
-			expect(r.body).toMatchObject({ statusCode: 400, error: "Bad Request" });
-			expect(typeof r.body.message).toBe("string");
-			expect(r.body.message.length).toBeGreaterThan(0);
+			expect(r.body).toEqual({ statusCode: 400, message: "body must be valid JSON", error: "Bad Request" });
 		}
 		const r = await call("PATCH", `/content/notes/${"a".repeat(24)}`, { raw: "{" });
 		expect(r.body).toMatchObject({ statusCode: 400, error: "Bad Request" });

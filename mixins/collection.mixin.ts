@@ -41,7 +41,7 @@ export interface CollectionHooks {
 	beforePatch?(ctx: Ctx, set: Record<string, unknown>, before: StoredDoc | null): Promise<void> | void;
 	afterWrite?(ctx: Ctx, op: ChangeOp, before: StoredDoc | null, after: StoredDoc | null): Promise<void> | void;
 	/** Removes secrets nested in free-form fields from the `before`/`after` of change events (CQRS webhook credentials). */
-	redactEvent?(doc: Doc): Doc;
+	redact?(doc: Doc): Doc;
 }
 
 /** Metadata the authority middleware reads on every collection action. */
@@ -121,13 +121,14 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 		const store = (ctx: Ctx) => state(ctx.service).stores.get(col.name)!;
 
 		function out(doc: StoredDoc, plan: AccessPlan): Doc {
-			return present(col, doc, plan.fields);
+			const d = present(col, doc, plan.fields);
+			return h.redact ? h.redact(d) : d;
 		}
 
 		function redacted(ev: ChangeEvent): ChangeEvent {
-			if (!h.redactEvent) return ev;
-			if (ev.after) ev.after = h.redactEvent(ev.after);
-			if (ev.before) ev.before = h.redactEvent(ev.before);
+			if (!h.redact) return ev;
+			if (ev.after) ev.after = h.redact(ev.after);
+			if (ev.before) ev.before = h.redact(ev.before);
 			return ev;
 		}
 

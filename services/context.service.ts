@@ -8,6 +8,9 @@ import { context } from "../catalog/domains/context";
 import { collectionMixin, type Ctx } from "../mixins/collection.mixin";
 import { AUTHORITY_CHANGED } from "../middlewares/grant-cache";
 import type { StoredDoc } from "../mixins/stores";
+import { Aes } from "../lib/crypto";
+import { configOf, loadKeys } from "../lib/config";
+import { badRequest } from "../lib/errors";
 
 const isRbac = (d: StoredDoc | null) => d?.key === "RBAC";
 const isCqrs = (d: StoredDoc | null) => d?.key === "CQRS";
@@ -29,20 +32,61 @@ export interface CqrsConfig {
 
 const isObject = (v: unknown): v is Record<string, unknown> => !!v && typeof v === "object" && !Array.isArray(v);
 
-export function cqrsOf(d: StoredDoc): CqrsConfig {
-	const value = (isObject(d.value) ? d.value : {}) as CqrsConfig["value"];
+/** Webhook credentials of a CQRS value, kept AES-encrypted at rest (`aes:<wire form>`). */
+const CREDENTIALS = ["secret", "authorization"] as const;
+const SEALED = "aes:";
+
+/**
+ * Encrypts the credentials of a CQRS value before it is stored. On a patch, a credential the new value omits is
+ * kept from the stored one (re-enabling a webhook must not drop its secret); `null` removes it.
+ */
+export function sealCredentials(aes: Aes, value: Record<string, unknown>, previous?: unknown): Record<string, unknown> {
+	const out = { ...value };
+	for (const k of CREDENTIALS) {
+		const v = out[k];
+		if (v === undefined && isObject(previous) && typeof previous[k] === "string") out[k] = previous[k];
+		else if (v === null) delete out[k];
+		else if (typeof v === "string" && !v.startsWith(SEALED)) out[k] = SEALED + aes.encrypt(v);
+		else if (v !== undefined && typeof v !== "string") throw badRequest(`value.${k} must be a string`);
+	}
+	return out;
+}
+
+function openCredentials(aes: Aes, value: Record<string, unknown>): Record<string, unknown> {
+	const out = { ...value };
+	for (const k of CREDENTIALS) {
+		const v = out[k];
+		if (typeof v === "string" && v.startsWith(SEALED)) out[k] = aes.decrypt(v.slice(SEALED.length)) ?? undefined;
+	}
+	return out;
+}
+
+/** The dispatcher's view of a stored CQRS config; with `aes`, the credentials in clear (never log them). */
+export function cqrsOf(d: StoredDoc, aes?: Aes): CqrsConfig {
+	const raw = isObject(d.value) ? d.value : {};
+	const value = (aes ? openCredentials(aes, raw) : raw) as CqrsConfig["value"];
 	const since = Date.parse(String(d.created_at ?? ""));
 	return { id: d._id, eid: String(d.eid), value, active: value.active !== false, since: Number.isNaN(since) ? 0 : since };
 }
 
 const ContextService: ServiceSchema = {
 	name: "context",
+	created(this: any) {
+		this.aes = new Aes(loadKeys(configOf(this.broker)).aesSecret);
+	},
 	mixins: [
 		collectionMixin(context, {
 			configs: {
-				// A CQRS value's `secret` and `authorization` are credentials: change events (webhook and MQTT payloads,
-				// audit) never carry them. Reading the config itself (GET) still returns them to whoever may read it.
-				redactEvent(doc) {
+				// A CQRS value's `secret` and `authorization` are credentials: stored encrypted, never in a response or a
+				// change event (webhook and MQTT payloads, audit) after they were sent.
+				beforeCreate(ctx, doc) {
+					if (isCqrs(doc) && isObject(doc.value)) doc.value = sealCredentials((ctx.service as any).aes, doc.value);
+				},
+				beforePatch(ctx, set, before) {
+					const key = set.key ?? before?.key;
+					if (key === "CQRS" && isObject(set.value)) set.value = sealCredentials((ctx.service as any).aes, set.value, before?.value);
+				},
+				redact(doc) {
 					if (doc.key !== "CQRS" || !isObject(doc.value)) return doc;
 					const { secret: _s, authorization: _a, ...value } = doc.value;
 					return { ...doc, value };
@@ -76,7 +120,7 @@ const ContextService: ServiceSchema = {
 			async handler(this: any, ctx: Context<{ eid: string }>): Promise<CqrsConfig | null> {
 				const docs: StoredDoc[] = await this.collectionStore("configs").find({ query: { key: "CQRS", eid: ctx.params.eid, deleted_at: null } });
 				if (!docs.length) return null;
-				const all = docs.map((d) => ({ c: cqrsOf(d), at: String(d.updated_at ?? d.created_at ?? "") }));
+				const all = docs.map((d) => ({ c: cqrsOf(d, this.aes), at: String(d.updated_at ?? d.created_at ?? "") }));
 				all.sort((a, b) => Number(b.c.active) - Number(a.c.active) || (a.at < b.at ? 1 : a.at > b.at ? -1 : 0));
 				return all[0].c;
 			},
@@ -92,14 +136,15 @@ const ContextService: ServiceSchema = {
 				const store = this.collectionStore("configs");
 				const before: StoredDoc | null = await store.findOne({ id: ctx.params.id, key: "CQRS", deleted_at: null });
 				if (!before) return null;
-				const current = cqrsOf(before);
+				const current = cqrsOf(before, this.aes);
 				if (current.active === ctx.params.active) return current;
-				const { active: _a, disabled_at: _d, disabled_reason: _r, ...rest } = current.value;
+				// Rewritten from the stored (sealed) value, so the credentials stay encrypted.
+				const { active: _a, disabled_at: _d, disabled_reason: _r, ...rest } = before.value as Record<string, unknown>;
 				const value = ctx.params.active ? rest : { ...rest, active: false, disabled_at: new Date().toISOString(), disabled_reason: ctx.params.reason ?? "disabled" };
 				const after: StoredDoc | null = await store.setOne(before._id, { value, updated_at: new Date().toISOString() });
 				if (!after) return null;
 				await this.recordChanges(ctx as unknown as Ctx, "configs", [{ op: "u", before, after }]);
-				return cqrsOf(after);
+				return cqrsOf(after, this.aes);
 			},
 		},
 	},

@@ -9,6 +9,7 @@ import os from "os";
 import path from "path";
 import autocannon from "autocannon";
 import { micro } from "./micro";
+import { webhookBench, type WebhookRow } from "./webhooks";
 
 const ROOT = path.resolve(__dirname, "..");
 const DURATION = Number(process.env.BENCH_DURATION ?? 10);
@@ -66,7 +67,8 @@ async function main() {
 	const base = `http://127.0.0.1:${port}`;
 	const children: ChildProcess[] = [];
 	try {
-		children.push(startNode("start.ts", { PORT: String(port), DATA_DIR: dataDir }));
+		// The webhook receiver of the delivery scenario listens on 127.0.0.1: private addresses allowed for this run.
+		children.push(startNode("start.ts", { PORT: String(port), DATA_DIR: dataDir, WEBHOOK_ALLOW_PRIVATE: "1" }));
 		await waitFor(`${base}/status`);
 		const root = JSON.parse(readFileSync(path.join(dataDir, "bootstrap.json"), "utf8"));
 		const login = await fetch(`${base}/auth/token`, {
@@ -133,15 +135,17 @@ async function main() {
 				"10 connections",
 			),
 		);
+		const hooks = await webhookBench(base, token, root.client_id);
+		console.log(`webhooks: ${hooks.deliveries} delivered, ${hooks.perSecond}/s, delay p50 ${hooks.p50} ms p99 ${hooks.p99} ms`);
 		const microRows = await micro();
-		writeReport(rows, microRows);
+		writeReport(rows, microRows, hooks);
 	} finally {
 		for (const c of children) c.kill("SIGTERM");
 		rmSync(dataDir, { recursive: true, force: true });
 	}
 }
 
-function writeReport(rows: Row[], microRows: Array<{ name: string; us: number; note?: string }>) {
+function writeReport(rows: Row[], microRows: Array<{ name: string; us: number; note?: string }>, hooks: WebhookRow) {
 	const cpu = os.cpus();
 	const lines = [
 		"# Benchmarks",
@@ -152,6 +156,13 @@ function writeReport(rows: Row[], microRows: Array<{ name: string; us: number; n
 		"| Scenario | req/s | p50 ms | p99 ms | share of ceiling |",
 		"|---|---:|---:|---:|---:|",
 		...rows.map((r) => `| ${r.name}${r.note ? ` (${r.note})` : ""} | ${r.rps} | ${r.p50} | ${r.p99} | ${r.ratio ? `${(r.ratio * 100).toFixed(0)} %` : "-"} |`),
+		"",
+		"| Webhook delivery to a local receiver (signed) | value |",
+		"|---|---:|",
+		`| deliveries received (2 000 notes written in bulks of 100) | ${hooks.deliveries} |`,
+		`| deliveries per second | ${hooks.perSecond} |`,
+		`| delay from write (event ts_ms) to receipt, p50 | ${hooks.p50} ms |`,
+		`| delay from write to receipt, p99 | ${hooks.p99} ms |`,
 		"",
 		"| Micro-benchmark (in process) | µs per operation | |",
 		"|---|---:|---|",

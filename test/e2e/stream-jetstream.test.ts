@@ -13,6 +13,8 @@ import { sharedOutbox, type OutboxRecord } from "../../mixins/outbox";
 import { channelsMiddleware, channelsStreamFor, type ChannelsStream } from "../../workers/channels.stream";
 import { relayService, type Relay } from "../../workers/relay";
 import { bootPlatform, requireServer, tempDir, type TestPlatform } from "../helpers/platform";
+import { waitFor as waitForBase } from "../helpers/wait";
+const waitFor = (check: () => boolean, what: string, ms = 20_000) => waitForBase(check, what, ms);
 
 jest.setTimeout(90_000);
 
@@ -90,13 +92,6 @@ async function publish(node: StreamNode, count: number): Promise<number[]> {
 	return out;
 }
 
-async function until(check: () => boolean, what: string, ms = 20_000): Promise<void> {
-	const end = Date.now() + ms;
-	while (!check()) {
-		if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-		await new Promise((r) => setTimeout(r, 25));
-	}
-}
 
 const settle = (ms = 500) => new Promise((r) => setTimeout(r, ms));
 const sorted = (xs: number[]) => [...xs].sort((a, b) => a - b);
@@ -155,7 +150,7 @@ live("two instances of one group share the events: each is handled once overall"
 	await a.stream.consume("dispatcher", async (rec) => void gotA.push(rec.seq));
 	await b.stream.consume("dispatcher", async (rec) => void gotB.push(rec.seq));
 	const seqs = await publish(pub, 40);
-	await until(() => gotA.length + gotB.length >= 40, "40 deliveries");
+	await waitFor(() => gotA.length + gotB.length >= 40, "40 deliveries");
 	await settle();
 	expect(sorted([...gotA, ...gotB])).toEqual(seqs);
 	expect(gotA.length).toBeGreaterThan(0);
@@ -171,7 +166,7 @@ live("two groups each get every event", async () => {
 	await node.stream.consume("observer", async (rec) => void observer.push(rec.seq));
 	await node.stream.consume("logger", async (rec) => void logger.push(rec.seq));
 	const seqs = await publish(pub, 15);
-	await until(() => observer.length >= 15 && logger.length >= 15, "both groups");
+	await waitFor(() => observer.length >= 15 && logger.length >= 15, "both groups");
 	await settle();
 	// One at a time per group (the default): in stream order.
 	expect(observer).toEqual(seqs);
@@ -185,7 +180,7 @@ live("a group created after events were published still gets them (deliver_polic
 	const node = await streamNode(ns);
 	const got: OutboxRecord[] = [];
 	await node.stream.consume("late-group", async (rec) => void got.push(rec));
-	await until(() => got.length >= 5, "the earlier events");
+	await waitFor(() => got.length >= 5, "the earlier events");
 	await settle();
 	expect(sorted(got.map((r) => r.seq))).toEqual(early);
 	// The message is the outbox record itself.
@@ -205,7 +200,7 @@ live("a handler that throws gets the event again (after a backoff) and it is ack
 		handled.push(rec.seq);
 	});
 	const seqs = await publish(pub, 4);
-	await until(() => handled.length >= 4, "every event handled on its second delivery");
+	await waitFor(() => handled.length >= 4, "every event handled on its second delivery");
 	await settle(ACK_WAIT_MS + 500);
 	expect(sorted(handled)).toEqual(seqs);
 	expect([...attempts.values()]).toEqual([2, 2, 2, 2]);
@@ -253,7 +248,7 @@ live("a consumer that crashes before acknowledging: its events go to the group's
 		{ maxInFlight: 8 },
 	);
 	const first = await publish(pub, 3);
-	await until(() => gotA.length === 3, "A holding all three");
+	await waitFor(() => gotA.length === 3, "A holding all three");
 
 	const b = await streamNode(ns);
 	const gotB: number[] = [];
@@ -264,12 +259,12 @@ live("a consumer that crashes before acknowledging: its events go to the group's
 	// The crash: A's connection goes away without an acknowledgement.
 	const started = Date.now();
 	await (a.broker as any).channelAdapter.connection.close();
-	await until(() => gotB.length >= 3, "A's events redelivered to B", ACK_WAIT_MS * 5);
+	await waitFor(() => gotB.length >= 3, "A's events redelivered to B", ACK_WAIT_MS * 5);
 	expect(Date.now() - started).toBeLessThan(ACK_WAIT_MS * 4);
 	expect(sorted(gotB)).toEqual(first);
 
 	const more = await publish(pub, 2);
-	await until(() => gotB.length >= 5, "the later events at B");
+	await waitFor(() => gotB.length >= 5, "the later events at B");
 	expect(sorted(gotB)).toEqual([...first, ...more]);
 	release();
 	await settle(100);
@@ -282,7 +277,7 @@ live("a consumer that restarts continues where it stopped: nothing lost, nothing
 	const run1: number[] = [];
 	await c1.stream.consume("restarting", async (rec) => void run1.push(rec.seq));
 	const before = await publish(pub, 3);
-	await until(() => run1.length >= 3, "the first run");
+	await waitFor(() => run1.length >= 3, "the first run");
 	await c1.stop();
 
 	const during = await publish(pub, 4);
@@ -290,7 +285,7 @@ live("a consumer that restarts continues where it stopped: nothing lost, nothing
 	const run2: number[] = [];
 	await c2.stream.consume("restarting", async (rec) => void run2.push(rec.seq));
 	const after = await publish(pub, 2);
-	await until(() => run2.length >= 6, "the second run");
+	await waitFor(() => run2.length >= 6, "the second run");
 	await settle();
 	expect(sorted(run1)).toEqual(before);
 	expect(sorted(run2)).toEqual([...during, ...after]);
@@ -313,8 +308,8 @@ describe("the relay", () => {
 				(await outbox.append(Array.from({ length: n }, () => { const { seq: _s, ...r } = record(); return r; }))).map((r) => r.seq);
 
 			const first = await append(5);
-			await until(() => got.length >= 5, "the first five");
-			await until(() => relayOf(r1).leader || relayOf(r2).leader, "a leader");
+			await waitFor(() => got.length >= 5, "the first five");
+			await waitFor(() => relayOf(r1).leader || relayOf(r2).leader, "a leader");
 			const [leader, other] = relayOf(r1).leader ? [r1, r2] : [r2, r1];
 			expect(relayOf(other).leader).toBe(false);
 			expect(relayOf(leader).published).toBe(5);
@@ -322,7 +317,7 @@ describe("the relay", () => {
 
 			await leader.stop();
 			const second = await append(5);
-			await until(() => got.length >= 10, "the next five, through the other relay");
+			await waitFor(() => got.length >= 10, "the next five, through the other relay");
 			await settle();
 			expect(relayOf(other).leader).toBe(true);
 			expect(relayOf(other).published).toBe(5);
@@ -356,7 +351,7 @@ describe("the relay", () => {
 			await c1.stream.consume("relay-probe", async (rec) => void run1.push(rec));
 			const a = await create("a");
 			const b = await create("b");
-			await until(() => notes(run1).length >= 2, "the first two notes");
+			await waitFor(() => notes(run1).length >= 2, "the first two notes");
 			// The bootstrap's own writes (root user, client) came first: the group read the stream from its start.
 			expect(run1.length).toBeGreaterThan(2);
 			await c1.stop();
@@ -367,7 +362,7 @@ describe("the relay", () => {
 			const c2 = await streamNode(ns);
 			const run2: OutboxRecord[] = [];
 			await c2.stream.consume("relay-probe", async (rec) => void run2.push(rec));
-			await until(() => notes(run2).length >= 2, "the notes written since");
+			await waitFor(() => notes(run2).length >= 2, "the notes written since");
 			await settle();
 			expect(notes(run1).map((r) => r.event.id)).toEqual([a, b]);
 			expect(notes(run2).map((r) => r.event.id)).toEqual([down, after]);

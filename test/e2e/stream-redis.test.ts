@@ -10,6 +10,7 @@ import { bindConfig, readConfig, type PlatformConfig } from "../../lib/config";
 import type { OutboxRecord } from "../../mixins/outbox";
 import { channelsMiddleware, channelsStreamFor, type ChannelsStream } from "../../workers/channels.stream";
 import { requireServer } from "../helpers/platform";
+import { waitFor } from "../helpers/wait";
 
 jest.setTimeout(60_000);
 
@@ -77,13 +78,6 @@ async function publish(node: StreamNode, count: number): Promise<number[]> {
 	return out;
 }
 
-async function until(check: () => boolean, what: string, ms = 15_000): Promise<void> {
-	const end = Date.now() + ms;
-	while (!check()) {
-		if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-		await new Promise((r) => setTimeout(r, 25));
-	}
-}
 
 const settle = (ms = 500) => new Promise((r) => setTimeout(r, ms));
 const sorted = (xs: number[]) => [...xs].sort((a, b) => a - b);
@@ -125,7 +119,7 @@ live("instances of one group share the events; another group gets them all, incl
 	await b.stream.consume("dispatcher", async (rec) => void gotB.push(rec.seq));
 	await b.stream.consume("observer", async (rec) => void other.push(rec.seq));
 	const seqs = [...early, ...(await publish(pub, 30))];
-	await until(() => gotA.length + gotB.length >= 33 && other.length >= 33, "both groups");
+	await waitFor(() => gotA.length + gotB.length >= 33 && other.length >= 33, "both groups");
 	await settle();
 	expect(sorted([...gotA, ...gotB])).toEqual(seqs);
 	expect(sorted(other)).toEqual(seqs);
@@ -142,13 +136,13 @@ live("an event that failed at a consumer that then stops is not lost: the group'
 		throw new Error("fails at A");
 	});
 	const seqs = await publish(pub, 2);
-	await until(() => failed >= 2, "both events failed at A");
+	await waitFor(() => failed >= 2, "both events failed at A");
 	// A graceful stop must keep the failed events claimable (the stock unsubscribe deletes the consumer with them).
 	await a.stop();
 	const b = await streamNode(ns);
 	const gotB: number[] = [];
 	await b.stream.consume("keeper", async (rec) => void gotB.push(rec.seq));
-	await until(() => gotB.length >= 2, "the failed events at B", ACK_WAIT_MS * 6);
+	await waitFor(() => gotB.length >= 2, "the failed events at B", ACK_WAIT_MS * 6);
 	expect(sorted(gotB)).toEqual(seqs);
 });
 
@@ -159,13 +153,13 @@ live("a consumer that restarts continues where it stopped", async () => {
 	const run1: number[] = [];
 	await c1.stream.consume("restarting", async (rec) => void run1.push(rec.seq));
 	const before = await publish(pub, 3);
-	await until(() => run1.length >= 3, "the first run");
+	await waitFor(() => run1.length >= 3, "the first run");
 	await c1.stop();
 	const during = await publish(pub, 3);
 	const c2 = await streamNode(ns);
 	const run2: number[] = [];
 	await c2.stream.consume("restarting", async (rec) => void run2.push(rec.seq));
-	await until(() => run2.length >= 3, "the second run");
+	await waitFor(() => run2.length >= 3, "the second run");
 	await settle();
 	expect(sorted(run1)).toEqual(before);
 	expect(sorted(run2)).toEqual(during);

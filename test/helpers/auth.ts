@@ -7,7 +7,7 @@ import { Aes, encryptEnvelope } from "../../lib/crypto";
 import { sharedKeyValue, type KeyValue } from "../../lib/kv";
 import type { HttpResult, TestPlatform } from "./platform";
 
-export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+export { sleep } from "./wait";
 
 /** The generated keys the platform keeps in DATA_DIR/keys.json. */
 export function keysOf(p: TestPlatform): { jwtSecret: string; aesSecret: string } {

@@ -13,7 +13,7 @@ import { bootPlatform, requireServer, type TestPlatform } from "../helpers/platf
 import { sharedOutbox } from "../../mixins/outbox";
 import { verify } from "../../workers/dispatcher/signature";
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+import { sleep } from "../helpers/wait";
 const AUTH = `Bearer hook-${randomBytes(6).toString("hex")}`;
 const SECRET = `shared-${randomBytes(8).toString("hex")}`;
 

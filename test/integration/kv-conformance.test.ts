@@ -9,7 +9,7 @@ import { MemoryKeyValue, RedisKeyValue, sharedKeyValue, closeSharedKeyValues, ty
 import { requireServer } from "../helpers/platform";
 
 const REDIS_URL = "redis://127.0.0.1:6379";
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+import { sleep } from "../helpers/wait";
 
 interface Impl {
 	name: string;

@@ -10,17 +10,10 @@ import { payloadOf, sleep } from "../helpers/auth";
 import { openRelational, releaseRelational, type Relational } from "../../lib/relational";
 import { insertRows } from "../../workers/logger/audit";
 import { sharedOutbox } from "../../mixins/outbox";
+import { eventually } from "../helpers/wait";
 
 const q = (v: unknown) => encodeURIComponent(JSON.stringify(v));
 
-async function eventually<T>(fn: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 15_000): Promise<T> {
-	const until = Date.now() + timeoutMs;
-	for (;;) {
-		const v = await fn();
-		if (ok(v) || Date.now() > until) return v;
-		await sleep(100);
-	}
-}
 
 type Row = Record<string, any>;
 

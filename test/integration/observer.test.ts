@@ -7,6 +7,7 @@ import { bootPlatform, type TestPlatform } from "../helpers/platform";
 import { payloadOf, sleep } from "../helpers/auth";
 import { sharedOutbox, type OutboxRecord } from "../../mixins/outbox";
 import { bucketOf, PERIODS } from "../../workers/observer/buckets";
+import { eventually } from "../helpers/wait";
 
 let p: TestPlatform;
 let token: string;
@@ -14,14 +15,6 @@ let cid: string;
 
 const q = (v: unknown) => encodeURIComponent(JSON.stringify(v));
 
-async function eventually<T>(fn: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 15_000): Promise<T> {
-	const until = Date.now() + timeoutMs;
-	for (;;) {
-		const v = await fn();
-		if (ok(v) || Date.now() > until) return v;
-		await sleep(100);
-	}
-}
 
 /** The caller's stats of one collection, by period (the `client` zone: stats belong to the tenant). */
 async function statsOf(service: string, collection: string): Promise<Record<string, any>> {

@@ -7,17 +7,11 @@ import { randomBytes } from "crypto";
 import { sharedOutbox, type Outbox, type OutboxRecord } from "../../mixins/outbox";
 import { OutboxStream, sharedStream, type Consumer } from "../../workers/stream";
 import { bootPlatform, tempDir, type TestPlatform } from "../helpers/platform";
+import { waitFor } from "../helpers/wait";
 
 jest.setTimeout(60_000);
 
 /** Resolves once `check` holds, polling; fails with `what` after `ms`. */
-async function until(check: () => boolean, what: string, ms = 15_000): Promise<void> {
-	const end = Date.now() + ms;
-	while (!check()) {
-		if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-		await new Promise((r) => setTimeout(r, 20));
-	}
-}
 
 function record(n: number): Omit<OutboxRecord, "seq"> {
 	const id = randomBytes(12).toString("hex");
@@ -76,7 +70,7 @@ describe("embedded stream over the outbox", () => {
 			positionsAtFailure.push(c.position());
 			return true;
 		});
-		await until(() => seen.length === 3, "three events handled");
+		await waitFor(() => seen.length === 3, "three events handled");
 		expect(failures).toBe(2);
 		// While the second event failed, the group stayed right after the first; nothing after it was handled.
 		expect(positionsAtFailure).toEqual([seqs[0], seqs[0]]);
@@ -89,7 +83,7 @@ describe("embedded stream over the outbox", () => {
 		const seen: number[] = [];
 		let calls = 0;
 		const first = await collect(stream, "stuck", seen, (rec) => rec.seq === seqs[1] && ++calls > 0);
-		await until(() => calls >= 1 && seen.length === 1, "the first event handled and the second failing");
+		await waitFor(() => calls >= 1 && seen.length === 1, "the first event handled and the second failing");
 		await first.stop();
 		expect(first.position()).toBe(seqs[0]);
 		await stream.close();
@@ -97,7 +91,7 @@ describe("embedded stream over the outbox", () => {
 		stream = new OutboxStream(cfg);
 		const again: number[] = [];
 		await collect(stream, "stuck", again);
-		await until(() => again.length === 1, "the failed event delivered again");
+		await waitFor(() => again.length === 1, "the failed event delivered again");
 		expect(again).toEqual([seqs[1]]);
 	});
 
@@ -105,7 +99,7 @@ describe("embedded stream over the outbox", () => {
 		const before = await append(3);
 		const seen: number[] = [];
 		const c = await collect(stream, "resume", seen);
-		await until(() => seen.length === 3, "the first three");
+		await waitFor(() => seen.length === 3, "the first three");
 		await c.stop();
 		consumers.splice(consumers.indexOf(c), 1);
 		await stream.close();
@@ -116,7 +110,7 @@ describe("embedded stream over the outbox", () => {
 		const later: number[] = [];
 		await collect(stream, "resume", later);
 		const after = await append(2);
-		await until(() => later.length === 5, "the five written since the stop");
+		await waitFor(() => later.length === 5, "the five written since the stop");
 		await new Promise((r) => setTimeout(r, 600));
 		expect(seen).toEqual(before);
 		expect(later).toEqual([...during, ...after]);
@@ -126,10 +120,10 @@ describe("embedded stream over the outbox", () => {
 		const early = await append(4);
 		const first: number[] = [];
 		await collect(stream, "first", first);
-		await until(() => first.length === 4, "the first group");
+		await waitFor(() => first.length === 4, "the first group");
 		const late: number[] = [];
 		await collect(stream, "late-comer", late);
-		await until(() => late.length === 4, "the new group");
+		await waitFor(() => late.length === 4, "the new group");
 		expect(late).toEqual(early);
 	});
 
@@ -139,7 +133,7 @@ describe("embedded stream over the outbox", () => {
 		await collect(stream, "group-a", a);
 		await collect(stream, "group-b", b);
 		const seqs = [...(await append(5)), ...(await append(5))];
-		await until(() => a.length === 10 && b.length === 10, "both groups");
+		await waitFor(() => a.length === 10 && b.length === 10, "both groups");
 		expect(a).toEqual(seqs);
 		expect(b).toEqual(seqs);
 	});
@@ -165,7 +159,7 @@ describe("embedded stream across a full platform restart", () => {
 		let c = await sharedStream(p.cfg).consume("restart-probe", async (rec) => void first.push(rec));
 		const a = await create("a");
 		const b = await create("b");
-		await until(() => notes(first).length === 2, "the first two notes");
+		await waitFor(() => notes(first).length === 2, "the first two notes");
 		expect(notes(first).map((r) => [r.event.op, r.event.id])).toEqual([["c", a], ["c", b]]);
 		await c.stop();
 
@@ -177,7 +171,7 @@ describe("embedded stream across a full platform restart", () => {
 
 		const second: OutboxRecord[] = [];
 		c = await sharedStream(p.cfg).consume("restart-probe", async (rec) => void second.push(rec));
-		await until(() => notes(second).length === 2, "the notes written since the stop");
+		await waitFor(() => notes(second).length === 2, "the notes written since the stop");
 		await new Promise((r) => setTimeout(r, 600));
 		await c.stop();
 		expect(notes(second).map((r) => r.event.id)).toEqual([down, after.body.data.id]);

@@ -9,16 +9,8 @@ import { createUser, sleep, tokenOf } from "../helpers/auth";
 import { sharedOutbox, type OutboxRecord } from "../../mixins/outbox";
 import { createStore, type StoredDoc } from "../../mixins/stores";
 import { WALLET_GROUP, walletIdOf } from "../../services/financial.service";
+import { waitForValue } from "../helpers/wait";
 
-async function until<T>(what: string, fn: () => Promise<T | undefined | null | false>, ms = 10_000): Promise<T> {
-	const end = Date.now() + ms;
-	for (;;) {
-		const v = await fn();
-		if (v) return v;
-		if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-		await sleep(50);
-	}
-}
 
 function financialOf(p: TestPlatform): any {
 	return p.broker.getLocalService("financial");
@@ -54,7 +46,7 @@ describe("wallets of new users", () => {
 		const user = await createUser(p.http, root, { username, password });
 		// The root client sees it through the client zone (the wallet's clients are the user document's).
 		const q = `/financial/wallets?query=${encodeURIComponent(JSON.stringify({ user: user.id }))}&zone=client`;
-		const list = await until("the wallet", async () => {
+		const list = await waitForValue("the wallet", async () => {
 			const r = await p.http("GET", q, { token: root });
 			expect(r.status).toBe(200);
 			return r.body.total === 1 ? r.body : null;
@@ -77,13 +69,13 @@ describe("wallets of new users", () => {
 	});
 
 	test("the root user seeded at the first start has one too", async () => {
-		const w = await until("root's wallet", async () => ((await walletsOf(p, p.root.user_id)).length ? walletsOf(p, p.root.user_id) : null));
+		const w = await waitForValue("root's wallet", async () => ((await walletsOf(p, p.root.user_id)).length ? walletsOf(p, p.root.user_id) : null));
 		expect(w).toHaveLength(1);
 	});
 
 	test("exactly one wallet per user when the creation is delivered again, also concurrently", async () => {
 		const user = await createUser(p.http, root, { username: `r-${randomBytes(4).toString("hex")}`, password: "pw-redelivered-1" });
-		await until("the wallet", async () => (await walletsOf(p, user.id)).length === 1);
+		await waitForValue("the wallet", async () => (await walletsOf(p, user.id)).length === 1);
 		const rec = await userCreation(p, user.id);
 		const svc = financialOf(p);
 		await Promise.all([svc.ensureWallet(rec), svc.ensureWallet(rec), svc.ensureWallet(rec)]);
@@ -101,7 +93,7 @@ describe("wallets of new users", () => {
 	test("a full replay of the stream after a restart creates no second wallet", async () => {
 		const users = [];
 		for (let i = 0; i < 3; i++) users.push(await createUser(p.http, root, { username: `re-${i}-${randomBytes(4).toString("hex")}`, password: `pw-replay-${i}` }));
-		for (const u of users) await until("the wallet", async () => (await walletsOf(p, u.id)).length === 1);
+		for (const u of users) await waitForValue("the wallet", async () => (await walletsOf(p, u.id)).length === 1);
 		const dataDir = p.dataDir;
 		const cfg = p.cfg;
 		await p.stop();
@@ -114,7 +106,7 @@ describe("wallets of new users", () => {
 		const svc = financialOf(p);
 		const all = await sharedOutbox(p.cfg).readFrom(0, 100_000);
 		const last = all[all.length - 1].seq;
-		await until("the replay", async () => svc.walletConsumer.position() >= last, 20_000);
+		await waitForValue("the replay", async () => svc.walletConsumer.position() >= last, 20_000);
 		const wallets: StoredDoc[] = await svc.collectionStore("wallets").find({ query: {} });
 		const perUser = new Map<string, number>();
 		for (const w of wallets) perUser.set(w.user as string, (perUser.get(w.user as string) ?? 0) + 1);

@@ -8,16 +8,8 @@ import { bootPlatform, type TestPlatform } from "../helpers/platform";
 import { kvOf, sleep, tokenOf } from "../helpers/auth";
 import type { OutboxRecord } from "../../mixins/outbox";
 import { blacklistKey } from "../../services/auth/authenticate";
+import { waitForValue } from "../helpers/wait";
 
-async function until<T>(what: string, fn: () => Promise<T | undefined | null | false>, ms = 10_000): Promise<T> {
-	const end = Date.now() + ms;
-	for (;;) {
-		const v = await fn();
-		if (v) return v;
-		if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-		await sleep(50);
-	}
-}
 
 describe("watcher", () => {
 	let p: TestPlatform;
@@ -63,7 +55,7 @@ describe("watcher", () => {
 		const del = await p.http("DELETE", `/identity/sessions/${victim.session}`, { token: root });
 		expect(del.status).toBe(200);
 		// Nothing on the write path revokes it: the watcher does, from the change event.
-		await until("the revocation", async () => (await p.http("GET", "/auth/verify", { token: victim.access_token })).status === 401);
+		await waitForValue("the revocation", async () => (await p.http("GET", "/auth/verify", { token: victim.access_token })).status === 401);
 		expect(await kvOf(p).get(blacklistKey(victim.session))).toBe("1");
 		expect(seen.some((s) => s.event === "auth.session.revoked" && s.params.session === victim.session)).toBe(true);
 	});
@@ -74,7 +66,7 @@ describe("watcher", () => {
 		const before = count("auth.apt.revoked");
 		expect((await p.http("DELETE", `/auth/apts/${r.body.data.id}`, { token: root })).status).toBe(200);
 		// Once by the auth service on the write path, once by the watcher.
-		await until("the watcher's broadcast", async () => count("auth.apt.revoked") >= before + 2);
+		await waitForValue("the watcher's broadcast", async () => count("auth.apt.revoked") >= before + 2);
 		expect((await p.http("GET", "/auth/verify", { token: r.body.data.token })).status).toBe(401);
 	});
 
@@ -92,9 +84,9 @@ describe("watcher", () => {
 		const c = await p.http("POST", "/domain/clients", { token: root, body: { name: "watched client", domains: [p.root.domain] } });
 		expect(c.status).toBe(200);
 		const id = c.body.data.id;
-		await until("the broadcast", async () => seen.some((s) => s.event === "domain.client.changed" && s.params.id === id && s.params.op === "c"));
+		await waitForValue("the broadcast", async () => seen.some((s) => s.event === "domain.client.changed" && s.params.id === id && s.params.op === "c"));
 		expect((await p.http("PATCH", `/domain/clients/${id}`, { token: root, body: { name: "renamed" } })).status).toBe(200);
-		await until("the broadcast", async () => seen.some((s) => s.event === "domain.client.changed" && s.params.id === id && s.params.op === "u"));
+		await waitForValue("the broadcast", async () => seen.some((s) => s.event === "domain.client.changed" && s.params.id === id && s.params.op === "u"));
 	});
 
 	test("grant and RBAC changes broadcast authority.changed, one per burst", async () => {

@@ -7,7 +7,8 @@ import { Aes, encryptEnvelope } from "../../lib/crypto";
 import { sharedKeyValue, type KeyValue } from "../../lib/kv";
 import type { HttpResult, TestPlatform } from "./platform";
 
-export { sleep } from "./wait";
+import { sleep } from "./wait";
+export { sleep };
 
 /** The generated keys the platform keeps in DATA_DIR/keys.json. */
 export function keysOf(p: TestPlatform): { jwtSecret: string; aesSecret: string } {

@@ -1,0 +1,198 @@
+/**
+ * Grant bodies (spec: Grant, Grant subjects, constraints) and the RBAC expansion of context/configs into virtual
+ * grants. Pure: the grant engine in lib/grants.ts uses both.
+ */
+import { CronExpressionParser, type CronExpression } from "cron-parser";
+import { isIpOrCidr } from "./cidr";
+import { badRequest } from "./errors";
+import { checkField, parseQuery } from "./query-safety";
+import type { Grant } from "./grants";
+
+// ---------------------------------------------------------------------------------------------------------
+// Validation
+// ---------------------------------------------------------------------------------------------------------
+
+const LABEL = "[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?";
+const HOST_RE = new RegExp(`^${LABEL}(?:\\.${LABEL})*$`, "i");
+const FQDN_RE = new RegExp(`^(?=.{1,253}$)${LABEL}(?:\\.${LABEL})+$`, "i");
+const HEX24_RE = /^[0-9a-f]{24}$/i;
+const NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$/;
+const EMAIL_LOCAL_RE = /^[A-Za-z0-9._%+-]{1,64}$/;
+const ROLE_RE = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
+export const ACTION_RE = /^[a-z][a-z0-9_-]{0,31}$/;
+export const OBJECT_RE = /^[a-z][a-z0-9-]{0,63}:(?:[a-z][a-z0-9-]{0,63}|\*)$/;
+const MAX_LIST = 1000;
+
+const isEmailGroup = (s: string): boolean => {
+	const at = s.indexOf("@");
+	return at > 0 && at === s.lastIndexOf("@") && EMAIL_LOCAL_RE.test(s.slice(0, at)) && FQDN_RE.test(s.slice(at + 1));
+};
+
+/**
+ * Checks a grant subject. Forms: `@role@domain`, `<uid|aid|cid>@domain` (24-hex), `<name>@domain`, or a group
+ * name (`team@example.com` or `eng.example.com`) suffixed with `@domain`; the domain must be registered.
+ */
+function validateSubject(subject: unknown, domains: Set<string>): void {
+	if (typeof subject !== "string" || !subject) throw badRequest("subject: is required and must be a string");
+	if (subject.length > 320) throw badRequest("subject: is too long (max 320 characters)");
+	if (/\s/.test(subject)) throw badRequest("subject: must not contain whitespace");
+	const registered = (d: string) => domains.has(d.toLowerCase());
+	if (subject.startsWith("@")) {
+		const parts = subject.slice(1).split("@");
+		if (parts.length === 1) throw badRequest(`subject: role '${subject}' needs a domain suffix (@role@domain)`);
+		if (parts.length !== 2) throw badRequest(`subject: '${subject}' is not of the form @role@domain`);
+		const [role, domain] = parts;
+		if (!ROLE_RE.test(role)) throw badRequest(`subject: invalid role name '${role}'`);
+		if (!registered(domain)) throw badRequest(`subject: domain '${domain}' is not registered for the client`);
+		return;
+	}
+	const at = subject.lastIndexOf("@");
+	// Every grant subject carries a registered domain (CONTRACTS.md): a bare group name could never match a token.
+	if (at < 0) throw badRequest(`subject: '${subject}' needs a domain suffix (<name>@domain, @role@domain or <group>@domain)`);
+	const local = subject.slice(0, at);
+	const domain = subject.slice(at + 1);
+	if (!local) throw badRequest(`subject: '${subject}' has an empty name before '@'`);
+	if (!HOST_RE.test(domain)) throw badRequest(`subject: invalid domain '${domain}'`);
+	if (registered(domain)) {
+		if (HEX24_RE.test(local) || NAME_RE.test(local) || isEmailGroup(local) || FQDN_RE.test(local)) return;
+		throw badRequest(`subject: invalid name '${local}' before @${domain}`);
+	}
+	throw badRequest(`subject: domain '${domain}' is not registered for the client`);
+}
+
+function optionalList(body: Record<string, unknown>, key: string): unknown[] | null {
+	const v = body[key];
+	if (v === undefined || v === null) return null;
+	if (!Array.isArray(v)) throw badRequest(`${key}: must be an array`);
+	if (v.length > MAX_LIST) throw badRequest(`${key}: at most ${MAX_LIST} entries`);
+	return v;
+}
+
+function validateCron(expr: unknown, where: string): void {
+	if (typeof expr !== "string" || !expr.trim()) throw badRequest(`${where}: must be a cron expression`);
+	const n = expr.trim().split(/\s+/).length;
+	if (n !== 5 && n !== 6) throw badRequest(`${where}: a cron expression has 5 or 6 fields, got ${n}`);
+	let parsed: CronExpression;
+	try {
+		parsed = CronExpressionParser.parse(expr.trim(), { tz: "UTC" });
+	} catch (e) {
+		throw badRequest(`${where}: invalid cron expression (${(e as Error).message})`);
+	}
+	try {
+		parsed.next();
+	} catch {
+		throw badRequest(`${where}: cron expression never fires`);
+	}
+}
+
+/**
+ * Validates a grant body (create or full replace). Throws ApiError 400 naming the offending field.
+ * Keys other than the grant's own (common document fields) are left to the collection schema.
+ */
+export function validateGrant(body: unknown, registeredDomains: string[]): void {
+	if (typeof body !== "object" || body === null || Array.isArray(body)) throw badRequest("grant: body must be an object");
+	const b = body as Record<string, unknown>;
+	const domains = new Set((registeredDomains ?? []).filter((d) => typeof d === "string").map((d) => d.toLowerCase()));
+	validateSubject(b.subject, domains);
+
+	if (typeof b.action !== "string" || !ACTION_RE.test(b.action))
+		throw badRequest("action: must be a lowercase action name (letter, then up to 31 of a-z 0-9 _ -)");
+	if (typeof b.object !== "string" || !OBJECT_RE.test(b.object))
+		throw badRequest("object: must be 'service:collection' or 'service:*' (lowercase)");
+
+	const fields = optionalList(b, "field");
+	fields?.forEach((f, i) => {
+		if (typeof f !== "string" || f.length > 256) throw badRequest(`field[${i}]: must be a field path`);
+		try {
+			checkField(f);
+		} catch (e) {
+			throw badRequest(`field[${i}]: ${(e as Error).message}`);
+		}
+	});
+
+	const filters = optionalList(b, "filter");
+	filters?.forEach((f, i) => {
+		if (typeof f !== "string") throw badRequest(`filter[${i}]: must be a JSON text`);
+		let parsed: unknown;
+		try {
+			parsed = JSON.parse(f);
+		} catch {
+			throw badRequest(`filter[${i}]: is not valid JSON`);
+		}
+		if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed))
+			throw badRequest(`filter[${i}]: must be a JSON object`);
+		try {
+			parseQuery(parsed);
+		} catch (e) {
+			throw badRequest(`filter[${i}]: ${(e as Error).message}`);
+		}
+	});
+
+	const locations = optionalList(b, "location");
+	locations?.forEach((l, i) => {
+		if (typeof l !== "string" || !isIpOrCidr(l)) throw badRequest(`location[${i}]: must be an IP address or CIDR range`);
+	});
+
+	const times = optionalList(b, "time");
+	times?.forEach((t, i) => {
+		if (typeof t !== "object" || t === null || Array.isArray(t))
+			throw badRequest(`time[${i}]: must be an object { cron_exp, duration }`);
+		const w = t as Record<string, unknown>;
+		validateCron(w.cron_exp, `time[${i}].cron_exp`);
+		if (typeof w.duration !== "number" || !Number.isSafeInteger(w.duration) || w.duration <= 0)
+			throw badRequest(`time[${i}].duration: must be an integer number of seconds > 0`);
+	});
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// RBAC expansion
+// ---------------------------------------------------------------------------------------------------------
+
+export interface RbacEntry {
+	domain: string;
+	roles: Record<string, string[]>;
+	permissions: Record<string, string[]>;
+}
+
+const EXPANSION_RE = /^([a-z][a-z0-9_-]{0,31}):([a-z][a-z0-9-]{0,63}):([a-z][a-z0-9-]{0,63}|\*)$/;
+const own = (o: object, k: string) => Object.prototype.hasOwnProperty.call(o, k);
+
+/**
+ * Expands RBAC configuration values (arrays of `{ domain, roles, permissions }`; one value or several
+ * concatenated) into virtual grants with subject `@role@domain`. Role keys may carry the leading `@` or
+ * not. Malformed entries, unknown permission names and expansion strings that are not
+ * `action:service:collection` / `action:service:*` are skipped; duplicates are emitted once.
+ */
+export function expandRbac(configs: unknown): Grant[] {
+	const out: Grant[] = [];
+	const seen = new Set<string>();
+	const entries = Array.isArray(configs) ? configs : [];
+	for (const entry of entries) {
+		if (typeof entry !== "object" || entry === null) continue;
+		const { domain, roles, permissions } = entry as Partial<RbacEntry>;
+		if (typeof domain !== "string" || !domain || typeof roles !== "object" || roles === null) continue;
+		if (typeof permissions !== "object" || permissions === null) continue;
+		for (const roleKey of Object.keys(roles)) {
+			const role = roleKey.startsWith("@") ? roleKey.slice(1) : roleKey;
+			if (!role) continue;
+			const permNames = roles[roleKey];
+			if (!Array.isArray(permNames)) continue;
+			for (const perm of permNames) {
+				if (typeof perm !== "string" || !own(permissions, perm)) continue;
+				const expansions = permissions[perm];
+				if (!Array.isArray(expansions)) continue;
+				for (const exp of expansions) {
+					const m = typeof exp === "string" ? EXPANSION_RE.exec(exp) : null;
+					if (!m) continue;
+					const subject = `@${role}@${domain}`;
+					const grant: Grant = { subject, action: m[1], object: `${m[2]}:${m[3]}` };
+					const key = `${subject}\n${grant.action}\n${grant.object}`;
+					if (seen.has(key)) continue;
+					seen.add(key);
+					out.push(grant);
+				}
+			}
+		}
+	}
+	return out;
+}

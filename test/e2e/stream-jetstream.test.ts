@@ -14,6 +14,7 @@ import { channelsMiddleware, channelsStreamFor, type ChannelsStream } from "../.
 import { relayService, type Relay } from "../../workers/relay";
 import { bootPlatform, requireServer, tempDir, type TestPlatform } from "../helpers/platform";
 import { waitFor as waitForBase } from "../helpers/wait";
+import { publishRecords, settle, sorted, testRecord } from "../helpers/stream";
 const waitFor = (check: () => boolean, what: string, ms = 20_000) => waitForBase(check, what, ms);
 
 jest.setTimeout(90_000);
@@ -71,30 +72,10 @@ async function streamNode(ns: string, extra: Partial<PlatformConfig> = {}, servi
 	return node;
 }
 
-let seqBase = Date.now() * 1000;
-function record(topic = "content.notes"): OutboxRecord {
-	const id = randomBytes(12).toString("hex");
-	return {
-		seq: ++seqBase,
-		event: { id, ts_ms: Date.now(), op: "c", topic, source: { name: "platform", db: "content", collection: "notes" }, after: { id } as any },
-		clients: ["c1"],
-		actor: { uid: "u1" },
-	};
-}
 
-async function publish(node: StreamNode, count: number): Promise<number[]> {
-	const out: number[] = [];
-	for (let i = 0; i < count; i++) {
-		const rec = record();
-		await node.stream.publish(rec);
-		out.push(rec.seq);
-	}
-	return out;
-}
+const publish = (node: StreamNode, count: number) => publishRecords(node.stream, count);
 
 
-const settle = (ms = 500) => new Promise((r) => setTimeout(r, ms));
-const sorted = (xs: number[]) => [...xs].sort((a, b) => a - b);
 
 beforeAll(async () => {
 	up = await requireServer("NATS", 4222);
@@ -305,7 +286,7 @@ describe("the relay", () => {
 			const r2 = await streamNode(ns, { dataDir }, [relayService()]);
 			const relayOf = (n: StreamNode) => (n.broker.getLocalService("relay") as any).relay as Relay;
 			const append = async (n: number) =>
-				(await outbox.append(Array.from({ length: n }, () => { const { seq: _s, ...r } = record(); return r; }))).map((r) => r.seq);
+				(await outbox.append(Array.from({ length: n }, () => { const { seq: _s, ...r } = testRecord(); return r; }))).map((r) => r.seq);
 
 			const first = await append(5);
 			await waitFor(() => got.length >= 5, "the first five");

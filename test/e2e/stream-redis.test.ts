@@ -7,10 +7,10 @@ import { randomBytes } from "crypto";
 import Redis from "ioredis";
 import { ServiceBroker } from "moleculer";
 import { bindConfig, readConfig, type PlatformConfig } from "../../lib/config";
-import type { OutboxRecord } from "../../mixins/outbox";
 import { channelsMiddleware, channelsStreamFor, type ChannelsStream } from "../../workers/channels.stream";
 import { requireServer } from "../helpers/platform";
 import { waitFor } from "../helpers/wait";
+import { publishRecords, settle, sorted } from "../helpers/stream";
 
 jest.setTimeout(60_000);
 
@@ -61,26 +61,9 @@ async function streamNode(ns: string): Promise<StreamNode> {
 	return node;
 }
 
-let seqBase = Date.now() * 1000;
-async function publish(node: StreamNode, count: number): Promise<number[]> {
-	const out: number[] = [];
-	for (let i = 0; i < count; i++) {
-		const id = randomBytes(12).toString("hex");
-		const rec: OutboxRecord = {
-			seq: ++seqBase,
-			event: { id, ts_ms: Date.now(), op: "u", topic: "content.notes", source: { name: "platform", db: "content", collection: "notes" } },
-			clients: [],
-			actor: {},
-		};
-		await node.stream.publish(rec);
-		out.push(rec.seq);
-	}
-	return out;
-}
+const publish = (node: StreamNode, count: number) => publishRecords(node.stream, count);
 
 
-const settle = (ms = 500) => new Promise((r) => setTimeout(r, ms));
-const sorted = (xs: number[]) => [...xs].sort((a, b) => a - b);
 
 beforeAll(async () => {
 	up = await requireServer("Redis", 6379);

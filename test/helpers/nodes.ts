@@ -124,27 +124,7 @@ export async function waitForHttp(url: string, nodes: ChildNode[], opts: { statu
 	throw new Error(`${url} did not answer ${want} in time; last: ${last}\n${nodes.map((n) => `--- ${n.name}:\n${n.output()}`).join("\n")}`);
 }
 
-/** A small HTTP client for a base URL, in the shape of the in-process helper's. */
-export function client(base: string) {
-	return async function http<T = any>(method: string, p: string, opts: { token?: string; body?: unknown; headers?: Record<string, string> } = {}): Promise<HttpResult<T>> {
-		const headers: Record<string, string> = { ...(opts.headers ?? {}) };
-		if (opts.token) headers.authorization = `Bearer ${opts.token}`;
-		let body: string | undefined;
-		if (opts.body !== undefined) {
-			body = JSON.stringify(opts.body);
-			headers["content-type"] = "application/json";
-		}
-		const res = await fetch(base + p, { method, headers, body });
-		const text = await res.text();
-		let parsed: any = text;
-		try {
-			parsed = JSON.parse(text);
-		} catch {
-			/* SSE or text */
-		}
-		return { status: res.status, body: parsed, headers: res.headers, text };
-	};
-}
+export { client } from "./platform";
 
 /** Deletes every key a test deployment wrote under its Redis prefix (blacklists live 400 days otherwise). */
 export async function dropRedisPrefix(url: string, prefix: string): Promise<void> {

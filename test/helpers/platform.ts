@@ -16,12 +16,43 @@ export interface TestPlatform extends Platform {
 	url: string;
 	dataDir: string;
 	root: { client_id: string; client_secret: string; domain: string; user_id: string; username: string; password: string };
-	http<T = any>(method: string, p: string, opts?: { token?: string; body?: unknown; raw?: string; headers?: Record<string, string> }): Promise<HttpResult<T>>;
+	http<T = any>(method: string, p: string, opts?: HttpOptions): Promise<HttpResult<T>>;
 	/** A root access token (password grant). */
 	rootToken(): Promise<string>;
 	/** Stops and starts again on the same DATA_DIR (restart persistence). */
 	restart(): Promise<void>;
 	cleanup(): Promise<void>;
+}
+
+export interface HttpOptions {
+	token?: string;
+	body?: unknown;
+	/** A body sent as is (malformed JSON, oversized bodies). */
+	raw?: string;
+	headers?: Record<string, string>;
+}
+
+/** A small HTTP client for a base URL: JSON in, parsed JSON (or text: SSE, HTML, metrics) out. */
+export function client(base: string) {
+	return async function http<T = any>(method: string, pth: string, opts: HttpOptions = {}): Promise<HttpResult<T>> {
+		const headers: Record<string, string> = { ...(opts.headers ?? {}) };
+		if (opts.token) headers.authorization = `Bearer ${opts.token}`;
+		let body: string | undefined = opts.raw;
+		if (opts.body !== undefined) {
+			body = JSON.stringify(opts.body);
+			headers["content-type"] = "application/json";
+		}
+		if (opts.raw !== undefined) headers["content-type"] ??= "application/json";
+		const res = await fetch(base + pth, { method, headers, body });
+		const text = await res.text();
+		let parsed: any = text;
+		try {
+			parsed = JSON.parse(text);
+		} catch {
+			/* not JSON */
+		}
+		return { status: res.status, body: parsed, headers: res.headers, text };
+	};
 }
 
 export function tempDir(prefix = "platform-test-"): string {
@@ -38,25 +69,7 @@ export async function bootPlatform(overrides: Partial<PlatformConfig> = {}): Pro
 		url: p.url!,
 		dataDir,
 		root,
-		async http(method, pth, opts = {}) {
-			const headers: Record<string, string> = { ...(opts.headers ?? {}) };
-			if (opts.token) headers.authorization = `Bearer ${opts.token}`;
-			let body: string | undefined = opts.raw;
-			if (opts.body !== undefined) {
-				body = JSON.stringify(opts.body);
-				headers["content-type"] = "application/json";
-			}
-			if (opts.raw !== undefined) headers["content-type"] ??= "application/json";
-			const res = await fetch(tp.url + pth, { method, headers, body });
-			const text = await res.text();
-			let parsed: any = text;
-			try {
-				parsed = JSON.parse(text);
-			} catch {
-				/* non-JSON body (SSE, HTML, metrics) */
-			}
-			return { status: res.status, body: parsed, headers: res.headers, text };
-		},
+		http: (method, pth, opts) => client(tp.url)(method, pth, opts),
 		async rootToken() {
 			const r = await tp.http("POST", "/auth/token", {
 				body: { grant_type: "password", client_id: root.client_id, username: root.username, password: root.password },

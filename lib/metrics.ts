@@ -45,7 +45,8 @@ function ensureHttpMetrics(broker: ServiceBroker): boolean {
 /** Records one finished request: its route pattern (bounded cardinality), status and latency. */
 export function observeHttp(broker: ServiceBroker, req: IncomingMessage & { $alias?: { path?: string; method?: string }; $startedAt?: bigint }, status: number): void {
 	if (!ensureHttpMetrics(broker)) return;
-	const route = req.$alias?.path ?? "unmatched";
+	const path = req.$alias?.path;
+	const route = path === undefined ? "unmatched" : `/${path.replace(/^\//, "")}`;
 	const method = req.method ?? "GET";
 	broker.metrics.increment(HTTP_REQUESTS, { method, route, status });
 	if (req.$startedAt) broker.metrics.observe(HTTP_DURATION, Number(process.hrtime.bigint() - req.$startedAt) / 1e9, { method, route });

@@ -129,5 +129,5 @@ live("the domain node answers /status and /metrics on each domain's spec port (+
 	expect(Number(creates?.[1])).toBeGreaterThanOrEqual(3);
 	// The gateway keeps its own: HTTP requests per route.
 	const gw = await http("GET", "/metrics");
-	expect(gw.text).toMatch(/^gateway_http_requests_total\{[^}]*route="content\/notes"[^}]*\} \d+/m);
+	expect(gw.text).toMatch(/^gateway_http_requests_total\{[^}]*route="\/content\/notes"[^}]*\} \d+/m);
 });

@@ -22,3 +22,17 @@ test("root logs in, creates, lists and streams a note", async () => {
 		{ event: "end", data: "close" },
 	]);
 });
+
+test("GET /status reports every domain, every worker and each dependency in use; GET /metrics is Prometheus text", async () => {
+	const { DOMAINS } = await import("../../catalog");
+	const { WORKER_PORTS } = await import("../../workers");
+	const s = await p.http("GET", "/status");
+	expect(s.status).toBe(200);
+	expect(s.body.status).toBe("ok");
+	for (const name of [...DOMAINS.map((d) => d.name), ...Object.keys(WORKER_PORTS)]) expect(s.body.info[`service:${name}`]).toEqual({ status: "up" });
+	for (const dep of ["document store", "cache", "event stream", "relational store"]) expect(s.body.info[dep]).toEqual({ status: "up" });
+	const m = await p.http("GET", "/metrics");
+	expect(m.headers.get("content-type")).toMatch(/^text\/plain; version=0\.0\.4/);
+	expect(m.text).toMatch(/^# TYPE gateway_http_requests_total counter$/m);
+	expect(m.text).toMatch(/^gateway_http_request_duration_bucket\{.*route="\/content\/notes".*\} \d+$/m);
+});

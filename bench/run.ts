@@ -118,6 +118,28 @@ async function main() {
 				"cache miss: full candidate scan",
 			),
 		);
+		// A user of the platform rather than root: owns 100 of the 10 000 notes and lists them (default zones
+		// own,share) with a query that differs on every request, so no read cache helps: the index planner does.
+		const user = await userToken(base, auth, root, 100);
+		rows.push(
+			await load(
+				"list 20 as a user owning 100 of 10 000, a different query every request (full pipeline)",
+				{
+					url: `${base}/content/notes`,
+					headers: { authorization: `Bearer ${user}` },
+					requests: [
+						{
+							setupRequest: (req: any) => ({
+								...req,
+								path: `/content/notes?query=${encodeURIComponent(JSON.stringify({ "props.n": { $gte: Math.floor(Math.random() * 100) } }))}&pagination=${pag}`,
+							}),
+						},
+					],
+				},
+				ceiling.rps,
+				"cache miss; zone served by the owner/shares indexes",
+			),
+		);
 		rows.push(
 			await load("create (full pipeline, outbox write)", { url: `${base}/content/notes`, method: "POST", headers: auth, body: JSON.stringify({ title: "bench", content: "x".repeat(200) }) }, ceiling.rps),
 		);
@@ -146,6 +168,21 @@ async function main() {
 		await stopAll(children);
 		for (const d of [dataDir, ...dirs]) rmSync(d, { recursive: true, force: true, maxRetries: 5, retryDelay: 200 });
 	}
+}
+
+/** A user with a manage grant on content:notes, owning `count` notes; returns its access token. */
+async function userToken(base: string, rootAuth: Record<string, string>, root: { client_id: string; domain: string }, count: number): Promise<string> {
+	const post = (p: string, body: unknown, headers = rootAuth) =>
+		fetch(`${base}${p}`, { method: "POST", headers, body: JSON.stringify(body) }).then(async (r) => {
+			if (r.status !== 200) throw new Error(`${p}: ${r.status} ${await r.text()}`);
+			return r.json() as Promise<any>;
+		});
+	const u = await post("/identity/users", { username: "bench-user", password: "bench-password-1" });
+	await post("/auth/grants", { subject: `${u.data.id}@${root.domain}`, action: "manage", object: "content:notes" });
+	const login = await post("/auth/token", { grant_type: "password", client_id: root.client_id, username: "bench-user", password: "bench-password-1" }, { "content-type": "application/json" });
+	const headers = { authorization: `Bearer ${login.data.access_token}`, "content-type": "application/json" };
+	await post("/content/notes/bulk", { items: Array.from({ length: count }, (_, n) => ({ title: `mine ${n}`, props: { n } })) }, headers);
+	return login.data.access_token;
 }
 
 /** A fresh platform for the webhook scenario: no backlog of earlier bench writes in its outbox. */

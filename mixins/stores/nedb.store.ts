@@ -77,6 +77,9 @@ const INDEXES = [
 	{ fieldName: "owner" },
 	{ fieldName: "clients" },
 	{ fieldName: "deleted_at" },
+	// The share and group zones: array fields, indexed per element.
+	{ fieldName: "shares" },
+	{ fieldName: "groups" },
 ];
 
 /**
@@ -133,7 +136,7 @@ export class NedbStore implements DocumentStore {
 		if (hit) return Promise.resolve(hit.map((d) => model.deepCopy(d)));
 		let matches: StoredDoc[];
 		try {
-			matches = (this.db as any)._getRawCandidates(q).filter((d: StoredDoc) => model.match(d, q));
+			matches = this.candidates(q).filter((d: StoredDoc) => model.match(d, q));
 		} catch (err) {
 			return Promise.reject(queryError(err));
 		}
@@ -153,6 +156,37 @@ export class NedbStore implements DocumentStore {
 		const page = matches.slice(start, o.limit ? start + o.limit : undefined).map((d) => model.deepCopy(d));
 		this.remember(key, page);
 		return Promise.resolve(page.map((d) => model.deepCopy(d)));
+	}
+
+	/**
+	 * A small query planner over NeDB's indexes. NeDB takes the last top-level equality key that has an index, even
+	 * when it matches nearly everything (`deleted_at: null`), and never serves `$or` from indexes, so the default
+	 * zone (`$or: [{owner}, {shares}]`) scanned the collection. Here every option is sized and the smallest wins:
+	 * each indexed top-level equality, and each `$or` (top level or inside `$and`) whose branches all have one.
+	 * The full query is still matched on the candidates, so the choice changes speed, never results.
+	 */
+	private candidates(q: Filter): StoredDoc[] {
+		const indexes = (this.db as any).indexes as Record<string, { getMatching(v: unknown): StoredDoc[] }>;
+		const eq = (o: Filter): Array<[string, unknown]> =>
+			Object.entries(o).filter(([k, v]) => k !== "_id" && indexes[k] && (v === null || ["string", "number", "boolean"].includes(typeof v)));
+		let best: StoredDoc[] | undefined;
+		const offer = (docs: StoredDoc[]) => {
+			if (!best || docs.length < best.length) best = docs;
+		};
+		// An `_id` equality is as selective as it gets: NeDB's own path.
+		if (typeof q._id === "string") return (this.db as any)._getRawCandidates(q);
+		for (const [k, v] of eq(q)) offer(indexes[k].getMatching(v));
+		for (const [k, v] of Object.entries(q))
+			if (indexes[k] && v && typeof v === "object" && Array.isArray((v as { $in?: unknown }).$in)) offer(indexes[k].getMatching((v as { $in: unknown[] }).$in));
+		const ors = [q.$or, ...(Array.isArray(q.$and) ? (q.$and as Filter[]).map((a) => a?.$or) : [])].filter(Array.isArray) as Filter[][];
+		for (const branches of ors) {
+			const picks = branches.map((b) => eq(b)[0]);
+			if (!picks.length || picks.some((p) => !p)) continue;
+			const union = new Map<string, StoredDoc>();
+			for (const [k, v] of picks as Array<[string, unknown]>) for (const d of indexes[k].getMatching(v)) union.set(d._id, d);
+			offer([...union.values()]);
+		}
+		return best ?? (this.db as any)._getRawCandidates(q);
 	}
 
 	private remember(key: string, value: unknown): void {
@@ -179,7 +213,7 @@ export class NedbStore implements DocumentStore {
 		if (hit !== undefined) return Promise.resolve(hit);
 		try {
 			let n = 0;
-			for (const d of (this.db as any)._getRawCandidates(q)) if (model.match(d, q)) n++;
+			for (const d of this.candidates(q)) if (model.match(d, q)) n++;
 			this.remember(key, n);
 			return Promise.resolve(n);
 		} catch (err) {

@@ -258,6 +258,37 @@ describe("NedbStore specifics", () => {
 		}
 	});
 
+	test("the index planner serves zone-like $or queries with exactly NeDB's results", async () => {
+		const store = new NedbStore(path.join(dir, `planner-${unique()}.db`));
+		await store.connect();
+		try {
+			const owners = ["a", "b", "c"];
+			const docs = Array.from({ length: 300 }, (_, i) => ({
+				_id: hexId(1000 + i),
+				n: i,
+				owner: owners[i % 3],
+				shares: i % 7 === 0 ? ["a"] : i % 11 === 0 ? ["b", "a"] : [],
+				groups: i % 5 === 0 ? ["g1"] : [],
+				deleted_at: i % 13 === 0 ? "2026-01-01T00:00:00.000Z" : null,
+			}));
+			await store.insertMany(docs);
+			const expected = (pred: (d: (typeof docs)[number]) => boolean) => docs.filter(pred).map((d) => d.n);
+			const own = (d: (typeof docs)[number]) => d.deleted_at === null && (d.owner === "a" || d.shares.includes("a"));
+			expect(ns(await store.find({ query: { deleted_at: null, $or: [{ owner: "a" }, { shares: "a" }] }, sort: { n: 1 } }))).toEqual(expected(own));
+			expect(await store.count({ deleted_at: null, $or: [{ owner: "a" }, { shares: "a" }] })).toBe(expected(own).length);
+			// Two $or groups inside $and (zones and a row filter): both must hold.
+			const both = (d: (typeof docs)[number]) => own(d) && (d.groups.includes("g1") || d.n < 20);
+			const q = { deleted_at: null, $and: [{ $or: [{ owner: "a" }, { shares: "a" }] }, { $or: [{ groups: "g1" }, { n: { $lt: 20 } }] }] };
+			expect(ns(await store.find({ query: q, sort: { n: 1 } }))).toEqual(expected(both));
+			// An $in on the id (populate) and a branch without an indexed equality (the planner falls back).
+			const ids = docs.slice(0, 30).map((d) => d._id);
+			expect(ns(await store.find({ query: { deleted_at: null, id: { $in: ids } }, sort: { n: 1 } }))).toEqual(expected((d) => d.n < 30 && d.deleted_at === null));
+			expect(await store.count({ $or: [{ owner: "b" }, { n: { $gte: 290 } }] })).toBe(expected((d) => d.owner === "b" || d.n >= 290).length);
+		} finally {
+			await store.disconnect();
+		}
+	});
+
 	test("documents survive a reconnect on the same file", async () => {
 		const file = path.join(dir, `durable-${unique()}.db`);
 		const first = new NedbStore(file);

@@ -5,7 +5,7 @@
  */
 import { spawn, type ChildProcess } from "child_process";
 import { randomBytes } from "crypto";
-import { mkdtempSync, rmSync } from "fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "fs";
 import os from "os";
 import path from "path";
 import Redis from "ioredis";
@@ -93,6 +93,49 @@ export async function stopNode(node: ChildNode | undefined, graceMs = 5000): Pro
 	// Whatever of the group is left (tsx's own child, if tsx went first) goes too.
 	kill(-node.pid, "SIGKILL");
 	rmSync(node.dataDir, { recursive: true, force: true });
+}
+
+/**
+ * A crash: SIGKILL to the node's process group (tsx and the node process beneath it; no clean broker stop, no
+ * chance to release anything), then waits until no process of the group is left (bounded by `timeoutMs`).
+ * `stopNode` afterwards only removes its DATA_DIR.
+ */
+export async function crashNode(node: ChildNode, timeoutMs = 5000): Promise<void> {
+	// A zombie (killed, not yet reaped by whoever adopted it) is dead: on Linux the group is read from /proc.
+	const alive = () => {
+		if (existsSync("/proc/self/stat")) {
+			for (const pid of readdirSync("/proc").filter((d) => /^\d+$/.test(d))) {
+				let stat: string;
+				try {
+					stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+				} catch {
+					continue;
+				}
+				const [state, , pgrp] = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+				if (Number(pgrp) === node.pid && state !== "Z") return true;
+			}
+			return false;
+		}
+		try {
+			process.kill(-node.pid, 0);
+			return true;
+		} catch {
+			return false;
+		}
+	};
+	try {
+		process.kill(-node.pid, "SIGKILL");
+	} catch {
+		/* already gone */
+	}
+	const deadline = Date.now() + timeoutMs;
+	let timer: NodeJS.Timeout | undefined;
+	await Promise.race([node.exited, new Promise((r) => (timer = setTimeout(r, timeoutMs)))]);
+	clearTimeout(timer);
+	while (alive()) {
+		if (Date.now() > deadline) throw new Error(`${node.name} (process group ${node.pid}) still alive ${timeoutMs} ms after SIGKILL`);
+		await new Promise((r) => setTimeout(r, 20));
+	}
 }
 
 /** Polls `url` until it answers `status` (default 200); fails with the nodes' output when they die or time out. */

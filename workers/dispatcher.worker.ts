@@ -38,6 +38,7 @@ export const REQUEST_TIMEOUT_MS = 10_000;
 const LEASE_SEC = 60;
 /** Safety net behind the CQRS_CHANGED broadcast and the stream's own config events. */
 const CONFIG_TTL_MS = 30_000;
+const NO_CONFIG_TTL_MS = 1_000;
 const JITTER = 0.2;
 
 /** Seconds before the next attempt after `attemptsDone` attempts, jittered ±20 %; undefined when none is left. */
@@ -58,7 +59,7 @@ const reasonOf = (c: CqrsConfig) => (typeof c.value.disabled_reason === "string"
 interface State {
 	cfg: PlatformConfig;
 	owner: string;
-	cache: Map<string, { at: number; p: Promise<CqrsConfig | null> }>;
+	cache: Map<string, { at: number; p: Promise<CqrsConfig | null>; ttl: number }>;
 	inflight: Map<string, AbortController>;
 	running: Set<Promise<void>>;
 	poster: Poster;
@@ -232,11 +233,16 @@ export default workerService(
 			/** The client's live CQRS config (cached; the value holds secrets: never log it). */
 			configFor(this: Svc, eid: string): Promise<CqrsConfig | null> {
 				const hit = this.cache.get(eid);
-				if (hit && Date.now() - hit.at < CONFIG_TTL_MS) return hit.p;
+				if (hit && Date.now() - hit.at < hit.ttl) return hit.p;
 				const p = this.broker.call("context.configs.cqrs", { eid }) as Promise<CqrsConfig | null>;
-				const entry = { at: Date.now(), p };
+				const entry = { at: Date.now(), p, ttl: CONFIG_TTL_MS };
 				this.cache.set(eid, entry);
-				p.catch(() => this.cache.get(eid) === entry && this.cache.delete(eid));
+				// "No webhook" is kept briefly: a node that missed the CQRS_CHANGED broadcast must not skip a new
+				// webhook's events for long. A found config is dropped by that broadcast (or after its TTL).
+				p.then(
+					(c) => c === null && (entry.ttl = NO_CONFIG_TTL_MS),
+					() => this.cache.get(eid) === entry && this.cache.delete(eid),
+				);
 				return p;
 			},
 			forget(this: Svc, eid: string) {

@@ -5,7 +5,7 @@
  */
 import type { Middleware } from "moleculer";
 import type { CollectionActionMeta, CollectionParams, Ctx } from "../mixins/collection.mixin";
-import { findCollection, type CollectionDef } from "../catalog";
+import { findCollection, PLATFORM_FIELDS, SETTABLE_FIELDS, type CollectionDef } from "../catalog";
 import { ApiError, forbidden, notFound, unauthorized } from "../lib/errors";
 import { fieldsAllowed, type Decision, type GrantIndex } from "../lib/grants";
 import type { AccessPlan } from "../lib/plan";
@@ -162,11 +162,8 @@ export function enforce(
 	};
 }
 
-const COMMON_OUTPUT = [
-	"ref", "owner", "shares", "groups", "clients", "identity", "relations", "description", "version", "tags", "props", "rand", "timestamp",
-	"created_at", "created_by", "created_in", "updated_at", "updated_by", "updated_in", "deleted_at", "deleted_by", "deleted_in",
-	"restored_at", "restored_by", "restored_in",
-];
+/** Every common field a document can return (the catalog's platform and settable fields), `id` excepted. */
+const COMMON_OUTPUT = [...Object.keys(PLATFORM_FIELDS), ...Object.keys(SETTABLE_FIELDS)].filter((f) => f !== "id");
 
 export const AuthorityMiddleware = {
 	name: "Authority",

@@ -20,7 +20,8 @@ export class GrantCache {
 		this.loading = undefined;
 	}
 
-	async get(ctx: Context): Promise<GrantIndex> {
+	/** `caller`: any context (or broker) able to call the auth service's snapshot. */
+	async get(ctx: Pick<Context, "call">): Promise<GrantIndex> {
 		if (this.index) return this.index;
 		if (!this.loading) {
 			const v = this.version;

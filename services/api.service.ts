@@ -182,7 +182,8 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 		},
 		sendErrorBody(this: any, req: Req, res: Res, err: unknown) {
 			const body = toErrorBody(err);
-			if (body.statusCode >= 500) this.logger.error("request failed", req.method, req.url, err);
+			// The path only: the query string may carry a bearer (`?token=`), which must never reach a log.
+			if (body.statusCode >= 500) this.logger.error("request failed", req.method, (req.url ?? "").split("?")[0], err);
 			observeHttp(this.broker, req, body.statusCode);
 			emitAudit(this.broker, req, body.statusCode, undefined, () => callerIp(req, this.cfg.trustProxy));
 			sendJson(res, body.statusCode, body);

@@ -11,13 +11,13 @@ import type { StoredDoc } from "../mixins/stores";
 import { Aes, decryptEnvelope, objectId, randomToken, sha256Hex } from "../lib/crypto";
 import { configOf, loadKeys, readJson, writePrivateJson } from "../lib/config";
 import { ApiError, badRequest, forbidden } from "../lib/errors";
-import { expandRbac, validateGrant, type Grant, GrantIndex } from "../lib/grants";
+import { expandRbac, validateGrant, type Grant } from "../lib/grants";
 import { sharedKeyValue, type KeyValue } from "../lib/kv";
 import { checkTotp, TOTP_LIMITS } from "../lib/totp";
 import { APT_DEFAULT_TTL_MS, JwtKeys, publicClaims } from "../lib/tokens";
 import type { TokenClaims } from "../lib/types";
 import { isPlainObject } from "../lib/validate";
-import { AUTHORITY_CHANGED } from "../middlewares/grant-cache";
+import { AUTHORITY_CHANGED, grantCache } from "../middlewares/grant-cache";
 import { subjectsOf } from "../middlewares/authority";
 import { hasParsedScope, parseScopes, scopeSatisfies } from "../lib/scopes";
 import { aptKey, blacklistKey, BLACKLIST_TTL_MS, type AptRecord } from "./auth/authenticate";
@@ -251,8 +251,8 @@ const AuthService: ServiceSchema = {
 				if (foreign && !hasParsedScope(parseScopes(t.scope), "read:auth:grants")) throw forbidden("subjects outside the token need read:auth:grants");
 				subjects = b.subjects as string[];
 			}
-			const snapshot = (await ctx.call("auth.grants.snapshot")) as { grants: Grant[] };
-			const index = new GrantIndex(snapshot.grants);
+			// The node's grant index (reloaded on every authority change), as the authority middleware uses it.
+			const index = await grantCache.get(ctx);
 			const d = index.decide({ subjects, action: b.action, object: b.object, strictObj: b.strict === "obj", ip: (b.ip as string) ?? ctx.meta.ip, tz: (b.tz as string) ?? t.tz, token: t });
 			const data: Record<string, unknown> = { granted: d.granted };
 			const headers = ctx.meta.headers ?? {};

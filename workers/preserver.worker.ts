@@ -201,7 +201,7 @@ export default workerService(
 				else if (action === "publish") d = authorizePublish(this.cfg.mqttTopicRoot, !!p.publisher, topic);
 				else if (p.publisher || !p.token) d = { allow: false, reason: "the publisher does not subscribe" };
 				else {
-					const grants = await grantCache.get({ call: (a: string, params: unknown) => this.broker.call(a, params) } as unknown as Context);
+					const grants = await grantCache.get(this.broker);
 					d = authorizeSubscribe({ root: this.cfg.mqttTopicRoot, token: p.token, filter: topic, grants, ip });
 				}
 				if (this.broker.isMetricsEnabled()) this.broker.metrics.increment(ACL_TOTAL, { action: String(action).slice(0, 16), result: d.allow ? "allow" : "deny" });

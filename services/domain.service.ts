@@ -20,6 +20,8 @@ export interface ClientInfo {
 	access_token_ttl?: number;
 	refresh_token_ttl?: number;
 	status: string;
+	/** The seeded root client: the operator's tenant, which may manage every tenant (CONTRACTS.md, "Tenants"). */
+	operator: boolean;
 }
 
 function info(c: StoredDoc): ClientInfo {
@@ -33,6 +35,7 @@ function info(c: StoredDoc): ClientInfo {
 		access_token_ttl: c.access_token_ttl as number | undefined,
 		refresh_token_ttl: c.refresh_token_ttl as number | undefined,
 		status: (c.status as string) ?? "ACTIVE",
+		operator: c.operator === true,
 	};
 }
 
@@ -97,7 +100,7 @@ const DomainService: ServiceSchema = {
 				const store = this.collectionStore("clients");
 				if (await store.findOne({ id })) return { created: false };
 				const doc = platformDoc(
-					{ name: "root", secret: await hashSecret(secret), scopes: ["whole"], domains: [rootDomain], grant_types: [...GRANT_TYPES], coworkers: [], status: "ACTIVE" },
+					{ name: "root", secret: await hashSecret(secret), scopes: ["whole"], domains: [rootDomain], grant_types: [...GRANT_TYPES], coworkers: [], status: "ACTIVE", operator: true },
 					{ owner: uid, cid: id },
 				);
 				doc._id = id;
@@ -110,3 +113,10 @@ const DomainService: ServiceSchema = {
 };
 
 export default DomainService;
+
+/** The caller's client (tenant) as the auth service sees it; null when the token has none or it is no longer live. */
+export function callerClient(ctx: { call: (action: string, params: unknown) => Promise<unknown>; meta: { token?: { cid?: string } } }): Promise<ClientInfo | null> {
+	const cid = ctx.meta.token?.cid;
+	if (!cid) return Promise.resolve(null);
+	return ctx.call("domain.clients.authenticate", { id: cid }) as Promise<ClientInfo | null>;
+}

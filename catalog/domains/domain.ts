@@ -32,6 +32,7 @@ export const domain: DomainDef = {
 				access_token_ttl: { type: "integer", minimum: 1 },
 				refresh_token_ttl: { type: "integer", minimum: 1 },
 				status: { type: "string", enum: STATUS },
+				operator: { type: "boolean", internal: true, description: "True for the seeded root client only: the operator's tenant" },
 			},
 		},
 	],

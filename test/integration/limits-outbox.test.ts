@@ -11,6 +11,8 @@ import { startChild } from "../helpers/child";
 import { sleep } from "../helpers/wait";
 import { Outbox, sharedOutbox } from "../../mixins/outbox";
 import { createStore } from "../../mixins/stores";
+import { Relay } from "../../workers/relay";
+import { readConfig } from "../../lib/config";
 
 const PATCHES = 200;
 const KB = 500;
@@ -97,5 +99,29 @@ test("retention: records older than STREAM_RETENTION_HOURS go even when a group 
 		expect(readFileSync(outboxFile(dir), "utf8").split("\n").filter((l) => l.includes('"event"') || l.includes("$$deleted"))).toEqual([]);
 	} finally {
 		await ob.disconnect();
+	}
+});
+
+test("production relay: the leader removes what the relay has published", async () => {
+	const dir = tempDir("outbox-relay-");
+	dirs.push(dir);
+	const cfg = { ...readConfig(), dataDir: dir, mongoUri: undefined, redisUrl: undefined, namespace: `relay-prune-${Date.now()}` };
+	const published: number[] = [];
+	const stream = { opts: { channel: "changes" }, subject: "changes", isConnected: () => true, publish: async (r: { seq: number }) => void published.push(r.seq) };
+	const writer = sharedOutbox(cfg);
+	await writer.connect();
+	const relay = new Relay(cfg, stream as any, { warn: () => undefined, info: () => undefined }, "n1");
+	relay.start();
+	try {
+		const seqs = (await writer.append(Array.from({ length: 50 }, (_, n) => ({ event: { id: String(n) } as any, clients: [], actor: {} })))).map((r) => r.seq);
+		const until = Date.now() + 15_000;
+		while (published.length < 50 || (await writer.count()) > 0) {
+			if (Date.now() > until) throw new Error(`published ${published.length}, outbox holds ${await writer.count()}`);
+			await sleep(100);
+		}
+		expect(published).toEqual(seqs);
+	} finally {
+		await relay.stop();
+		await writer.disconnect();
 	}
 });

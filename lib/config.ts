@@ -74,6 +74,39 @@ export interface PlatformConfig {
 	webhookAllowPrivate: boolean;
 	/** WEBHOOK_RETRY_SCHEDULE: seconds before each delivery attempt (first is usually 0); its length is the attempt count. */
 	webhookRetrySchedule: number[];
+	/** CURSOR_IDLE_MS: a `/cursor` stream whose client reads nothing (no 'drain') for this long is closed; default 30 s. */
+	cursorIdleMs: number;
+	/** RATE_LIMIT (`<n>/s[,<burst>]`): requests per principal (per IP unauthenticated); undefined = off (default). */
+	rateLimit?: RateLimit;
+}
+
+export interface RateLimit {
+	/** Requests a second (the bucket's refill rate). */
+	rate: number;
+	/** Bucket size: requests that may come at once; default the rate of one second. */
+	burst: number;
+}
+
+/**
+ * RATE_LIMIT: `50/s` (50 requests a second, bursts of 50), `50/s,200` (bursts of 200); `/m` and `/h` for a minute
+ * or an hour. Unset or `off`: no limit. Anything else refuses to start.
+ */
+export function rateLimit(v: string | undefined): RateLimit | undefined {
+	if (v === undefined || v.toLowerCase() === "off") return undefined;
+	const m = /^\s*(\d+(?:\.\d+)?)\s*\/\s*(s|m|h)\s*(?:,\s*(\d+)\s*)?$/i.exec(v);
+	const per = m ? { s: 1, m: 60, h: 3600 }[m[2].toLowerCase() as "s" | "m" | "h"] : 0;
+	const rate = m ? Number(m[1]) / per : NaN;
+	const burst = m?.[3] !== undefined ? Number(m[3]) : Math.max(1, Math.ceil(m ? Number(m[1]) : 0));
+	if (!m || !(rate > 0) || !Number.isFinite(rate) || !Number.isInteger(burst) || burst < 1 || burst > 1e9)
+		throw new Error(`RATE_LIMIT must be <requests>/s (or /m, /h) with an optional ,<burst>, e.g. 50/s,200, got ${v}`);
+	return { rate, burst };
+}
+
+function cursorIdle(v: string | undefined): number {
+	if (v === undefined) return 30_000;
+	const n = Number(v);
+	if (!Number.isInteger(n) || n < 1) throw new Error(`CURSOR_IDLE_MS must be a positive integer of milliseconds, got ${v}`);
+	return n;
 }
 
 const env = (k: string): string | undefined => {
@@ -197,6 +230,8 @@ export function readConfig(): PlatformConfig {
 		deliveryRetentionDays: days("DELIVERY_RETENTION_DAYS", 30),
 		webhookAllowPrivate: flag("WEBHOOK_ALLOW_PRIVATE") ?? false,
 		webhookRetrySchedule: retrySchedule(env("WEBHOOK_RETRY_SCHEDULE")),
+		cursorIdleMs: cursorIdle(env("CURSOR_IDLE_MS")),
+		rateLimit: rateLimit(env("RATE_LIMIT")),
 	};
 }
 

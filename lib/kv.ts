@@ -15,6 +15,12 @@ export interface KeyValue {
 	incr(key: string, ttlMs: number): Promise<number>;
 	/** Sets only if absent; true when this call set it (locks). */
 	setIfAbsent(key: string, value: string, ttlMs: number): Promise<boolean>;
+	/**
+	 * Token bucket (GCRA): takes one token of the bucket `key` that refills `rate` tokens a second up to `burst`.
+	 * Returns 0 when taken, else the milliseconds until one is available (nothing taken). Atomic on Redis (one
+	 * script, Redis's clock), so every node shares one bucket.
+	 */
+	rateTake(key: string, rate: number, burst: number): Promise<number>;
 	ping(): Promise<boolean>;
 	close(): Promise<void>;
 }
@@ -62,6 +68,14 @@ export class MemoryKeyValue implements KeyValue {
 		await this.set(key, value, ttlMs);
 		return true;
 	}
+	async rateTake(key: string, rate: number, burst: number) {
+		return gcra(this, key, rate, burst, Date.now() * 1000);
+	}
+	/** The bucket's theoretical arrival time (µs), kept as a value with a TTL like any other entry. */
+	tat(key: string): number | undefined {
+		const v = this.live(key)?.v;
+		return v === undefined ? undefined : Number(v);
+	}
 	async ping() {
 		return true;
 	}
@@ -69,6 +83,34 @@ export class MemoryKeyValue implements KeyValue {
 		clearInterval(this.sweeper);
 	}
 }
+
+/**
+ * GCRA: each request moves the bucket's theoretical arrival time (TAT) on by one interval (1/rate); a request is
+ * refused when that would put the TAT more than `burst` intervals ahead of now. Same arithmetic as RATE_SCRIPT.
+ */
+function gcra(kv: MemoryKeyValue, key: string, rate: number, burst: number, nowUs: number): number {
+	const interval = 1e6 / rate;
+	const tat = Math.max(kv.tat(key) ?? nowUs, nowUs);
+	const next = tat + interval;
+	const over = next - nowUs - burst * interval;
+	if (over > 0) return Math.ceil(over / 1000);
+	void kv.set(key, String(next), Math.ceil((next - nowUs) / 1000) + 1);
+	return 0;
+}
+
+const RATE_SCRIPT = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local interval = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local tat = tonumber(redis.call('GET', KEYS[1]) or now)
+if tat < now then tat = now end
+local nxt = tat + interval
+local over = nxt - now - burst * interval
+if over > 0 then return math.ceil(over / 1000) end
+redis.call('SET', KEYS[1], string.format('%.0f', nxt), 'PX', math.ceil((nxt - now) / 1000) + 1)
+return 0
+`;
 
 export class RedisKeyValue implements KeyValue {
 	readonly kind = "redis" as const;
@@ -100,6 +142,9 @@ export class RedisKeyValue implements KeyValue {
 	}
 	async setIfAbsent(key: string, value: string, ttlMs: number) {
 		return (await this.client.set(key, value, "PX", Math.round(ttlMs), "NX")) === "OK";
+	}
+	async rateTake(key: string, rate: number, burst: number) {
+		return Number(await this.client.eval(RATE_SCRIPT, 1, key, String(1e6 / rate), String(burst)));
 	}
 	async ping() {
 		try {

@@ -2,7 +2,11 @@
 import { createHmac, timingSafeEqual } from "crypto";
 
 /** Bounds callers validate `period` and `window` against before storing or checking. */
-export const TOTP_LIMITS = { maxPeriod: 3600, maxWindow: 10 } as const;
+export const TOTP_LIMITS = { maxPeriod: 3600, maxWindow: 5 } as const;
+
+/** POST /auth/check: after this many `NOK` answers for one session within TOTP_FAIL_WINDOW_MS, 429 until it passes. */
+export const TOTP_FAIL_LIMIT = 30;
+export const TOTP_FAIL_WINDOW_MS = 15 * 60 * 1000;
 
 const DIGITS = 6;
 const HEX = /^(?:[0-9a-fA-F]{2})+$/;

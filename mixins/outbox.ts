@@ -73,10 +73,47 @@ export class Outbox extends EventEmitter {
 		return docs.map(({ _id, ...r }) => r as unknown as OutboxRecord);
 	}
 
+	/** Removed records not yet given back to the disk (NeDB appends a deletion line per removed record). */
+	private garbage = 0;
+	private pruning?: Promise<number>;
+
+	/**
+	 * Removes the records every consumer has passed (seq <= `passedAll`) and those older than `retentionHours`
+	 * whoever still lags (CONTRACTS.md: "The outbox keeps an event until every consumer group has passed it, then at
+	 * most STREAM_RETENTION_HOURS"). The file is compacted once the removed records outnumber the live ones, so the
+	 * disk (and what a restart loads) stays within about twice the backlog, at an amortised cost. Returns how many
+	 * were removed. One pass at a time.
+	 */
+	prune(passedAll: number, retentionHours: number): Promise<number> {
+		this.pruning ??= (async () => {
+			try {
+				const cutoff = (Date.now() - retentionHours * 3_600_000) * 1000;
+				const upTo = Math.max(passedAll, cutoff);
+				const removed = upTo > 0 ? await this.store.removeMany({ seq: { $lte: upTo } }) : 0;
+				this.garbage += removed;
+				if (this.garbage > 0 && this.store.compact && this.garbage >= (await this.store.count({}))) {
+					await this.store.compact();
+					this.garbage = 0;
+				}
+				return removed;
+			} finally {
+				this.pruning = undefined;
+			}
+		})();
+		return this.pruning;
+	}
+
+	count(): Promise<number> {
+		return this.store.count({});
+	}
+
 	ping(): Promise<boolean> {
 		return this.store.ping();
 	}
 }
+
+/** STREAM_RETENTION_HOURS default: the longest a consumer may stay behind before its events go. */
+export const DEFAULT_RETENTION_HOURS = 168;
 
 const shared = new Map<string, Outbox>();
 
@@ -86,4 +123,64 @@ export function sharedOutbox(cfg: Pick<PlatformConfig, "dataDir" | "mongoUri">):
 	let o = shared.get(key);
 	if (!o) shared.set(key, (o = new Outbox(cfg)));
 	return o;
+}
+
+/** After a consumer moved, the pass waits this long (more moves meanwhile share it). */
+const PRUNE_DELAY_MS = 1000;
+/** Retention applies even when nothing moves (a consumer that is down). */
+const PRUNE_EVERY_MS = 10 * 60 * 1000;
+
+/**
+ * Runs Outbox.prune for one kind of consumer: `passedAll` answers the position every consumer has passed (the
+ * embedded stream: the lowest group position; the relay: the lowest relay position), 0 when there is none yet.
+ */
+export class OutboxPruner {
+	private timer?: NodeJS.Timeout;
+	private every?: NodeJS.Timeout;
+	private running?: Promise<void>;
+	private stopped = false;
+
+	constructor(
+		private readonly outbox: Outbox,
+		private readonly passedAll: () => Promise<number>,
+		private readonly retentionHours: number = DEFAULT_RETENTION_HOURS,
+	) {}
+
+	start(): void {
+		this.stopped = false;
+		this.every ??= setInterval(() => this.schedule(0), PRUNE_EVERY_MS).unref();
+		this.schedule(PRUNE_DELAY_MS);
+	}
+
+	/** Asks for a pass soon (a consumer moved). */
+	schedule(delay = PRUNE_DELAY_MS): void {
+		if (this.timer || this.stopped) return;
+		this.timer = setTimeout(() => {
+			this.timer = undefined;
+			void this.runOnce();
+		}, delay);
+		this.timer.unref();
+	}
+
+	/** One pass now; failures wait for the next one (pruning is never urgent). */
+	runOnce(): Promise<void> {
+		this.running ??= (async () => {
+			try {
+				await this.outbox.prune(await this.passedAll(), this.retentionHours);
+			} catch {
+				/* the next pass retries */
+			} finally {
+				this.running = undefined;
+			}
+		})();
+		return this.running;
+	}
+
+	async stop(): Promise<void> {
+		this.stopped = true;
+		if (this.timer) clearTimeout(this.timer);
+		if (this.every) clearInterval(this.every);
+		this.timer = this.every = undefined;
+		await this.running;
+	}
 }

@@ -25,6 +25,14 @@ type Res = ServerResponse & { $route?: any };
 /** Request headers the domain layers read; everything else stays at the gateway. */
 const FORWARDED_HEADERS = ["x-zone", "x-exclude-soft-delete-query", "x-saga-session", "x-can-with-policies", "x-can-with-id-policies", "user-agent"];
 const CURSOR_PAGE = 100;
+/** CONTRACTS.md "Limits the platform keeps": open `/cursor` streams per principal on one gateway. */
+export const MAX_OPEN_CURSORS = 8;
+
+/** Whom a limit counts: the user, else the API account, else the client of the token. */
+function principalOf(token: { uid?: string; aid?: string; cid?: string } | undefined): string | undefined {
+	if (!token) return undefined;
+	return token.uid ? `u:${token.uid}` : token.aid ? `a:${token.aid}` : token.cid ? `c:${token.cid}` : undefined;
+}
 
 /**
  * Resolves on the next `drain` or `close`, then removes both listeners (a race of two `events.once` would leave
@@ -78,8 +86,10 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 		mappingPolicy: "restrict",
 		autoAliases: false,
 		bodyParsers: { json: { limit: "1mb", strict: false }, urlencoded: false },
-		onBeforeCall(this: any, ctx: Context<any, any>, route: unknown, req: Req) {
+		async onBeforeCall(this: any, ctx: Context<any, any>, route: { name?: string; opts?: { authentication?: unknown } }, req: Req, res: Res) {
 			this.prepareMeta(ctx, req);
+			// RATE_LIMIT: routes without authentication count per IP here; authenticated ones in authenticate().
+			if (route?.name !== "ops" && !route?.opts?.authentication) await this.limitRate(res, `ip:${ctx.meta.ip}`);
 		},
 		onAfterCall(this: any, ctx: Context<any, any>, route: unknown, req: Req, res: Res, data: unknown) {
 			const status = (ctx.meta.$statusCode as number | undefined) ?? (res.statusCode || 200);
@@ -139,10 +149,13 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 	created(this: any) {
 		const keys = loadKeys(cfg);
 		this.cfg = cfg;
+		/** Open cursor streams per principal on this gateway (see streamCursor). */
+		this.openCursors = new Map<string, number>();
+		this.kv = sharedKeyValue(cfg.redisUrl, cfg.redisPrefix);
 		this.authenticator = new Authenticator({
 			jwt: new JwtKeys(keys.jwtSecret),
 			aes: new Aes(keys.aesSecret),
-			kv: sharedKeyValue(cfg.redisUrl, cfg.redisPrefix),
+			kv: this.kv,
 			broker: this.broker,
 			trustProxy: cfg.trustProxy,
 		});
@@ -158,17 +171,48 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 	},
 
 	methods: {
-		async authenticate(this: any, ctx: Context<any, any>, route: unknown, req: Req) {
-			const { token, kind } = await this.authenticator.authenticate(req);
+		async authenticate(this: any, ctx: Context<any, any>, route: unknown, req: Req, res: Res) {
+			const { token, kind } = await this.limitedAuthentication(ctx, req, res);
 			ctx.meta.token = token;
 			ctx.meta.tokenKind = kind;
 			return null;
 		},
-		async authenticateRevocable(this: any, ctx: Context<any, any>, route: unknown, req: Req) {
-			const { token, kind } = await this.authenticator.authenticate(req, { allowRevoked: true });
+		async authenticateRevocable(this: any, ctx: Context<any, any>, route: unknown, req: Req, res: Res) {
+			const { token, kind } = await this.limitedAuthentication(ctx, req, res, { allowRevoked: true });
 			ctx.meta.token = token;
 			ctx.meta.tokenKind = kind;
 			return null;
+		},
+		/** Authenticates, then counts the request (RATE_LIMIT) per principal; a request that fails to authenticate counts per IP. */
+		async limitedAuthentication(this: any, ctx: Context<any, any>, req: Req, res: Res, opts?: { allowRevoked: boolean }) {
+			let found: { token: { uid?: string; aid?: string; cid?: string }; kind: string };
+			try {
+				found = await this.authenticator.authenticate(req, opts);
+			} catch (err) {
+				await this.limitRate(res, `ip:${ctx.meta.ip}`);
+				throw err;
+			}
+			await this.limitRate(res, principalOf(found.token) ?? `ip:${ctx.meta.ip}`);
+			return found;
+		},
+		/**
+		 * RATE_LIMIT (off by default): one token bucket per principal or IP in the platform cache (lib/kv rateTake:
+		 * GCRA, atomic in Redis, so every gateway shares it). Empty → 429 `too many requests` with Retry-After in
+		 * whole seconds. An unreachable cache lets the request through (the limit protects, it must not take the
+		 * platform down with the cache).
+		 */
+		async limitRate(this: any, res: Res, who: string) {
+			const limit = this.cfg.rateLimit as PlatformConfig["rateLimit"];
+			if (!limit) return;
+			let wait = 0;
+			try {
+				wait = await this.kv.rateTake(`rate:${who}`, limit.rate, limit.burst);
+			} catch {
+				return;
+			}
+			if (wait <= 0) return;
+			if (!res.headersSent) res.setHeader("Retry-After", String(Math.max(1, Math.ceil(wait / 1000))));
+			throw new ApiError(429, "too many requests");
 		},
 		prepareMeta(this: any, ctx: Context<any, any>, req: Req) {
 			req.$startedAt = process.hrtime.bigint();
@@ -204,6 +248,38 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 		 */
 		async streamCursor(this: any, req: Req, res: Res, action: string) {
 			const ctx = req.$ctx;
+			// At most MAX_OPEN_CURSORS open streams per principal (429 before any SSE header); the slot is freed when the
+			// response closes, whichever way (end, client gone, idle timeout).
+			const who = principalOf(ctx.meta.token) ?? `ip:${ctx.meta.ip}`;
+			const openCursors = this.openCursors as Map<string, number>;
+			const open = openCursors.get(who) ?? 0;
+			if (open >= MAX_OPEN_CURSORS) throw new ApiError(429, "too many open cursors");
+			openCursors.set(who, open + 1);
+			let released = false;
+			res.once("close", () => {
+				if (released) return;
+				released = true;
+				const n = (openCursors.get(who) ?? 1) - 1;
+				if (n > 0) openCursors.set(who, n);
+				else openCursors.delete(who);
+			});
+			// A client that reads nothing: the socket buffer stays full, no 'drain' comes; after CURSOR_IDLE_MS the
+			// stream is destroyed (its buffers go with it). The next item is never produced while the buffer is full.
+			const idleMs: number = this.cfg.cursorIdleMs;
+			const drained = async () => {
+				const timer = setTimeout(() => res.destroy(), idleMs);
+				try {
+					await drainOrClose(res);
+				} finally {
+					clearTimeout(timer);
+				}
+			};
+			const finish = (text: string) => {
+				res.end(text);
+				if (res.writableFinished) return;
+				const timer = setTimeout(() => res.destroy(), idleMs);
+				res.once("close", () => clearTimeout(timer));
+			};
 			const params = req.$params ?? {};
 			const pagination = params.query?.pagination;
 			let remaining = Infinity;
@@ -227,16 +303,16 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 				for (;;) {
 					for (const doc of page.items) {
 						if (closed) return;
-						if (!res.write(`id: ${doc.id}\ndata: ${JSON.stringify(doc)}\n\n`)) await drainOrClose(res);
+						if (!res.write(`id: ${doc.id}\ndata: ${JSON.stringify(doc)}\n\n`)) await drained();
 					}
 					offset += page.items.length;
 					remaining -= page.items.length;
 					if (closed || page.items.length < CURSOR_PAGE || remaining <= 0) break;
 					page = await next();
 				}
-				if (!closed) res.end("event: end\ndata: close\n\n");
+				if (!closed) finish("event: end\ndata: close\n\n");
 			} catch (err) {
-				if (!closed) res.end(`event: error\ndata: ${JSON.stringify(toErrorBody(err))}\n\n`);
+				if (!closed) finish(`event: error\ndata: ${JSON.stringify(toErrorBody(err))}\n\n`);
 			}
 		},
 	},

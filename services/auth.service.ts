@@ -13,7 +13,7 @@ import { configOf, loadKeys, readJson, writePrivateJson } from "../lib/config";
 import { ApiError, badRequest, forbidden } from "../lib/errors";
 import { expandRbac, validateGrant, type Grant } from "../lib/grants";
 import { sharedKeyValue, type KeyValue } from "../lib/kv";
-import { checkTotp, TOTP_LIMITS } from "../lib/totp";
+import { checkTotp, TOTP_FAIL_LIMIT, TOTP_FAIL_WINDOW_MS, TOTP_LIMITS } from "../lib/totp";
 import { APT_DEFAULT_TTL_MS, JwtKeys, publicClaims } from "../lib/tokens";
 import type { TokenClaims } from "../lib/types";
 import { isPlainObject } from "../lib/validate";
@@ -164,8 +164,8 @@ const AuthService: ServiceSchema = {
 			},
 		},
 		check: {
-			handler(this: any, ctx: Ctx) {
-				requireToken(ctx);
+			async handler(this: any, ctx: Ctx) {
+				const t = requireToken(ctx);
 				const b = ctx.params.body;
 				if (!isPlainObject(b)) throw badRequest("body must be a JSON object");
 				for (const k of Object.keys(b)) if (!["secret", "token", "period", "window"].includes(k)) throw badRequest(`${k} is not a field of a TOTP check`);
@@ -175,9 +175,16 @@ const AuthService: ServiceSchema = {
 				const window = b.window ?? 1;
 				if (!Number.isInteger(period) || (period as number) < 1 || (period as number) > TOTP_LIMITS.maxPeriod) throw badRequest(`period must be an integer from 1 to ${TOTP_LIMITS.maxPeriod}`);
 				if (!Number.isInteger(window) || (window as number) < 0 || (window as number) > TOTP_LIMITS.maxWindow) throw badRequest(`window must be an integer from 0 to ${TOTP_LIMITS.maxWindow}`);
+				// Guessing bound: 30 NOK answers per session within 15 minutes (counted in the shared cache, so on every
+				// gateway), then 429 until 15 minutes pass without a counted failure.
+				const failKey = `auth:totp-fail:${t.session}`;
+				if (Number((await this.kv.get(failKey)) ?? 0) >= TOTP_FAIL_LIMIT) throw new ApiError(429, "too many failed TOTP checks for this session");
 				const hex = decryptEnvelope(this.aes, b.secret);
 				if (hex === null) throw badRequest("secret is malformed");
-				return { result: checkTotp(hex.trim(), b.token, { period: period as number, window: window as number }) ? "OK" : "NOK" };
+				const ok = checkTotp(hex.trim(), b.token, { period: period as number, window: window as number });
+				// Counted atomically before answering: concurrent guesses cannot get more than 30 NOK answers between them.
+				if (!ok && (await this.kv.incr(failKey, TOTP_FAIL_WINDOW_MS)) > TOTP_FAIL_LIMIT) throw new ApiError(429, "too many failed TOTP checks for this session");
+				return { result: ok ? "OK" : "NOK" };
 			},
 		},
 		can: {

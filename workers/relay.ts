@@ -23,7 +23,7 @@ import os from "os";
 import type { ServiceSchema } from "moleculer";
 import { configOf, type PlatformConfig } from "../lib/config";
 import { sharedKeyValue, type KeyValue } from "../lib/kv";
-import { sharedOutbox, type Outbox, type OutboxRecord } from "../mixins/outbox";
+import { OutboxPruner, sharedOutbox, type Outbox, type OutboxRecord } from "../mixins/outbox";
 import { createStore, type DocumentStore } from "../mixins/stores";
 import { channelsStreamFor, type ChannelsStream } from "./channels.stream";
 
@@ -78,6 +78,11 @@ export class Relay {
 	private renewer?: NodeJS.Timeout;
 	private wake?: () => void;
 	private onAppend = () => this.wake?.();
+	/**
+	 * The outbox's consumers here are the relays (one position per channel): the leader removes what every relay
+	 * position has passed, and what is older than STREAM_RETENTION_HOURS.
+	 */
+	readonly pruner: OutboxPruner;
 
 	constructor(
 		private cfg: PlatformConfig,
@@ -94,6 +99,14 @@ export class Relay {
 		this.positionId = `relay:${cfg.namespace}.${stream.opts.channel}`;
 		this.token = `${nodeID}:${randomBytes(6).toString("hex")}`;
 		this.settleMs = cfg.relaySettleMs ?? (cfg.mongoUri ? 1000 : 0);
+		this.pruner = new OutboxPruner(
+			this.outbox,
+			async () => {
+				const all = await this.offsets.store.find({ query: {} });
+				return all.length ? Math.min(...all.map((d) => Number(d.seq ?? 0))) : 0;
+			},
+			cfg.streamRetentionHours,
+		);
 	}
 
 	start(): void {
@@ -109,6 +122,7 @@ export class Relay {
 		this.outbox.off("appended", this.onAppend);
 		this.wake?.();
 		await this.loop;
+		await this.pruner.stop();
 		if (this.leader) {
 			this.leader = false;
 			try {
@@ -140,6 +154,7 @@ export class Relay {
 		const saved = await this.offsets.store.findOne({ id: this.positionId });
 		this.position = Math.max(this.position, Number(saved?.seq ?? 0));
 		this.leader = true;
+		this.pruner.start();
 		this.logger.info(`relay: publishing the outbox to ${this.stream.subject} from ${this.position}`);
 		return true;
 	}
@@ -201,7 +216,10 @@ export class Relay {
 						moved = true;
 					}
 				} finally {
-					if (moved) await this.save().catch((err) => this.logger.warn(`relay: saving the position failed (${(err as Error).message})`));
+					if (moved) {
+						await this.save().catch((err) => this.logger.warn(`relay: saving the position failed (${(err as Error).message})`));
+						if (this.leader) this.pruner.schedule();
+					}
 				}
 				failures = 0;
 			} catch (err) {

@@ -9,7 +9,7 @@
  * de-duplicate on `seq` themselves: the stream does not.
  */
 import type { PlatformConfig } from "../lib/config";
-import { sharedOutbox, type Outbox, type OutboxRecord } from "../mixins/outbox";
+import { OutboxPruner, sharedOutbox, type Outbox, type OutboxRecord } from "../mixins/outbox";
 import { createStore, type DocumentStore } from "../mixins/stores";
 import { channelsStreamFor } from "./channels.stream";
 
@@ -46,18 +46,31 @@ export class OutboxStream implements ChangeStream {
 	private offsets: DocumentStore;
 	private outbox: Outbox;
 	private ready?: Promise<void>;
+	/**
+	 * Removes the outbox records every group has passed (the lowest stored group position), and those older than
+	 * STREAM_RETENTION_HOURS: a pass shortly after a group moves, and every 10 minutes.
+	 */
+	readonly pruner: OutboxPruner;
 
-	constructor(cfg: Pick<PlatformConfig, "dataDir" | "mongoUri">) {
+	constructor(cfg: Pick<PlatformConfig, "dataDir" | "mongoUri" | "streamRetentionHours">) {
 		this.outbox = sharedOutbox(cfg);
 		this.offsets = createStore(cfg, "_stream_offsets");
+		this.pruner = new OutboxPruner(this.outbox, () => this.passedAll(), cfg.streamRetentionHours);
 	}
 
 	private init(): Promise<void> {
 		this.ready ??= (async () => {
 			await this.outbox.connect();
 			await this.offsets.connect();
+			this.pruner.start();
 		})();
 		return this.ready;
+	}
+
+	/** The position every known group has passed; 0 (nothing) before any group exists. */
+	private async passedAll(): Promise<number> {
+		const groups = await this.offsets.find({ query: {} });
+		return groups.length ? Math.min(...groups.map((g) => Number(g.seq ?? 0))) : 0;
 	}
 
 	async consume(group: string, handler: ChangeHandler): Promise<Consumer> {
@@ -65,6 +78,8 @@ export class OutboxStream implements ChangeStream {
 		const saved = await this.offsets.findOne({ id: group });
 		// A new group starts at the beginning of the outbox: nothing written before it existed is missed.
 		let position = Number(saved?.seq ?? 0);
+		// Known from now on, so the pruner keeps what this group has not read yet.
+		if (!saved) await this.offsets.insert({ _id: group, seq: position }).catch(() => undefined);
 		let stopped = false;
 		let wake: (() => void) | undefined;
 		const onAppend = () => wake?.();
@@ -113,6 +128,7 @@ export class OutboxStream implements ChangeStream {
 					// (a restart before then replays from the stored one: at least once).
 					await save().catch(() => undefined);
 				}
+				this.pruner.schedule();
 			}
 		})();
 		return {
@@ -133,6 +149,7 @@ export class OutboxStream implements ChangeStream {
 	async close(): Promise<void> {
 		if (!this.ready) return;
 		await this.ready;
+		await this.pruner.stop();
 		await this.offsets.disconnect();
 		await this.outbox.disconnect();
 		this.ready = undefined;

@@ -254,6 +254,10 @@ export class NedbStore implements DocumentStore {
 		return this.write(() => this.db.remove(toStoreQuery(q), { multi: true }));
 	}
 
+	async compact(): Promise<void> {
+		if (this.file) await (this.db as unknown as { compactDatafileAsync(): Promise<void> }).compactDatafileAsync();
+	}
+
 	async ping(): Promise<boolean> {
 		return !!this.adapter.db;
 	}

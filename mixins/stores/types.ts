@@ -25,6 +25,8 @@ export interface DocumentStore {
 	/** `$set` on one document; returns it as stored afterwards, or null. */
 	setOne(id: string, set: Record<string, unknown>): Promise<StoredDoc | null>;
 	removeMany(query: Filter): Promise<number>;
+	/** Gives the space of removed documents back (NeDB: rewrites its append-only file). Optional: MongoDB reuses it. */
+	compact?(): Promise<void>;
 	ping(): Promise<boolean>;
 }
 

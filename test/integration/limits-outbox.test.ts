@@ -1,0 +1,127 @@
+/**
+ * Outbox retention (CONTRACTS.md "Limits the platform keeps": the outbox keeps an event until every consumer group
+ * has passed it, then at most STREAM_RETENTION_HOURS). The attack: 200 patches of a large note, each event
+ * carrying the whole document before and after (~200 MB of events before the fix stayed on disk, and a restart
+ * loaded them all into memory).
+ */
+import { readFileSync, rmSync, statSync } from "fs";
+import path from "path";
+import { bootPlatform, tempDir, type TestPlatform } from "../helpers/platform";
+import { startChild } from "../helpers/child";
+import { sleep } from "../helpers/wait";
+import { Outbox, sharedOutbox } from "../../mixins/outbox";
+import { createStore } from "../../mixins/stores";
+import { Relay } from "../../workers/relay";
+import { readConfig } from "../../lib/config";
+
+const PATCHES = 200;
+const KB = 500;
+const MB = 1024 * 1024;
+
+let p: TestPlatform | undefined;
+const dirs: string[] = [];
+afterAll(async () => {
+	await p?.cleanup();
+	for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+
+const outboxFile = (dir: string) => path.join(dir, "_outbox.db");
+const size = (f: string) => statSync(f).size;
+
+test(`${PATCHES} patches of a ${KB} KB note: once every group has passed them the outbox shrinks on disk and in entries; a restart stays small`, async () => {
+	p = await bootPlatform();
+	const token = await p.rootToken();
+	const note = await p.http("POST", "/content/notes", { token, body: { title: "big", content: "y".repeat(KB * 1024) } });
+	expect(note.status).toBe(200);
+	const outbox = sharedOutbox(p.cfg);
+	let peakFile = 0;
+	for (let i = 0; i < PATCHES; i++) {
+		const r = await p.http("PATCH", `/content/notes/${note.body.data.id}`, { token, body: { title: `big ${i}` } });
+		expect(r.status).toBe(200);
+		if (i % 20 === 0) peakFile = Math.max(peakFile, size(outboxFile(p.dataDir)));
+	}
+	// What was written: at least one document image of KB per patch.
+	const written = PATCHES * KB * 1024;
+	// Every worker group reads the events; then the outbox drops them and gives the disk back.
+	const until = Date.now() + 90_000;
+	while ((await outbox.count()) > 5 || size(outboxFile(p.dataDir)) > 2 * MB) {
+		if (Date.now() > until) throw new Error(`outbox still holds ${await outbox.count()} records, ${size(outboxFile(p.dataDir))} bytes`);
+		await sleep(250);
+	}
+	expect(size(outboxFile(p.dataDir))).toBeLessThan(written / 50);
+	// Each group has passed every event (nothing was dropped before it was read).
+	const offsets = createStore(p.cfg, "_stream_offsets");
+	await offsets.connect();
+	const groups = await offsets.find({ query: {} });
+	await offsets.disconnect();
+	expect(groups.length).toBeGreaterThanOrEqual(5);
+
+	// A restart as `npm start` runs it: memory stays near a fresh platform's.
+	const dataDir = p.dataDir;
+	dirs.push(dataDir);
+	await p.stop();
+	p = undefined;
+	const freshDir = tempDir("outbox-fresh-");
+	dirs.push(freshDir);
+	const fresh = await startChild({ DATA_DIR: freshDir });
+	await sleep(1500);
+	const freshRss = fresh.rss();
+	await fresh.stop();
+	const again = await startChild({ DATA_DIR: dataDir });
+	await sleep(1500);
+	const rss = again.rss();
+	await again.stop();
+	console.log(`outbox: peak file ${(peakFile / MB).toFixed(1)} MB during writes, ${(written / MB).toFixed(0)} MB of images written; RSS fresh ${(freshRss / MB).toFixed(0)} MB, after restart ${(rss / MB).toFixed(0)} MB`);
+	expect(rss - freshRss).toBeLessThan(80 * MB);
+}, 240_000);
+
+test("retention: records older than STREAM_RETENTION_HOURS go even when a group has not passed them; unread newer ones stay", async () => {
+	const dir = tempDir("outbox-retention-");
+	dirs.push(dir);
+	const ob = new Outbox({ dataDir: dir });
+	await ob.connect();
+	try {
+		const ev = (n: number) => ({ event: { id: String(n) } as any, clients: [], actor: {} });
+		await ob.append([ev(1), ev(2), ev(3)]);
+		const [last] = await ob.append([ev(4)]);
+		// Nobody passed anything, retention not reached: all stay.
+		expect(await ob.prune(0, 168)).toBe(0);
+		expect(await ob.count()).toBe(4);
+		// A group passed the third: the first three go, the fourth stays.
+		const third = (await ob.readFrom(0, 10))[2].seq;
+		expect(await ob.prune(third, 168)).toBe(3);
+		expect((await ob.readFrom(0, 10)).map((r) => r.seq)).toEqual([last.seq]);
+		// Retention reached (a tiny retention makes the fourth old): it goes though nobody passed it.
+		await sleep(20);
+		expect(await ob.prune(0, 0.001 / 3600)).toBe(1);
+		expect(await ob.count()).toBe(0);
+		// Compacted: the file holds no removed record.
+		expect(readFileSync(outboxFile(dir), "utf8").split("\n").filter((l) => l.includes('"event"') || l.includes("$$deleted"))).toEqual([]);
+	} finally {
+		await ob.disconnect();
+	}
+});
+
+test("production relay: the leader removes what the relay has published", async () => {
+	const dir = tempDir("outbox-relay-");
+	dirs.push(dir);
+	const cfg = { ...readConfig(), dataDir: dir, mongoUri: undefined, redisUrl: undefined, namespace: `relay-prune-${Date.now()}` };
+	const published: number[] = [];
+	const stream = { opts: { channel: "changes" }, subject: "changes", isConnected: () => true, publish: async (r: { seq: number }) => void published.push(r.seq) };
+	const writer = sharedOutbox(cfg);
+	await writer.connect();
+	const relay = new Relay(cfg, stream as any, { warn: () => undefined, info: () => undefined }, "n1");
+	relay.start();
+	try {
+		const seqs = (await writer.append(Array.from({ length: 50 }, (_, n) => ({ event: { id: String(n) } as any, clients: [], actor: {} })))).map((r) => r.seq);
+		const until = Date.now() + 15_000;
+		while (published.length < 50 || (await writer.count()) > 0) {
+			if (Date.now() > until) throw new Error(`published ${published.length}, outbox holds ${await writer.count()}`);
+			await sleep(100);
+		}
+		expect(published).toEqual(seqs);
+	} finally {
+		await relay.stop();
+		await writer.disconnect();
+	}
+});

@@ -1,0 +1,129 @@
+/**
+ * RATE_LIMIT (CONTRACTS.md "Limits the platform keeps"): per principal, and per IP for unauthenticated requests,
+ * when the operator sets it (off by default); 429 `too many requests` with Retry-After (seconds); one token
+ * bucket per principal/IP in the shared cache (lib/kv rateTake), so every gateway agrees.
+ */
+import { randomBytes } from "crypto";
+import { bootPlatform, requireServer, type TestPlatform } from "../helpers/platform";
+import { errorBody, sleep } from "../helpers/auth";
+import { otherPrincipal } from "../helpers/stall";
+import { startPlatform, type Platform } from "../../platform";
+import { MemoryKeyValue, RedisKeyValue, type KeyValue } from "../../lib/kv";
+import { rateLimit, readConfig } from "../../lib/config";
+
+const LIMITED = errorBody(429, "too many requests");
+
+describe("RATE_LIMIT setting", () => {
+	test("parses <n>/s[,<burst>] (and /m, /h); off when unset or `off`", () => {
+		expect(rateLimit("50/s,200")).toEqual({ rate: 50, burst: 200 });
+		expect(rateLimit("50/s")).toEqual({ rate: 50, burst: 50 });
+		expect(rateLimit(" 120/m , 10 ")).toEqual({ rate: 2, burst: 10 });
+		expect(rateLimit("3600/h")).toEqual({ rate: 1, burst: 3600 });
+		expect(rateLimit(undefined)).toBeUndefined();
+		expect(rateLimit("off")).toBeUndefined();
+	});
+
+	test("a bad value refuses to start, naming the setting", () => {
+		for (const bad of ["fast", "0/s", "-5/s", "50", "50/d", "50/s,0", "50/s,1.5", "50/s,", "/s"])
+			expect(() => rateLimit(bad)).toThrow(`RATE_LIMIT must be <requests>/s (or /m, /h) with an optional ,<burst>, e.g. 50/s,200, got ${bad}`);
+		const saved = process.env.RATE_LIMIT;
+		process.env.RATE_LIMIT = "lots";
+		try {
+			expect(() => readConfig()).toThrow(/^RATE_LIMIT must be/);
+		} finally {
+			if (saved === undefined) delete process.env.RATE_LIMIT;
+			else process.env.RATE_LIMIT = saved;
+		}
+	});
+});
+
+describe.each([
+	["memory", async () => true, () => new MemoryKeyValue()],
+	["redis", () => requireServer("Redis", 6379), () => new RedisKeyValue("redis://127.0.0.1:6379", `rate-test-${randomBytes(4).toString("hex")}:`)],
+] as Array<[string, () => Promise<boolean>, () => KeyValue]>)("rateTake on %s", (_name, available, make) => {
+	test("a burst passes, then the wait until the next token; the bucket refills at the rate", async () => {
+		if (!(await available())) return;
+		const kv = make();
+		try {
+			const results: number[] = [];
+			for (let i = 0; i < 6; i++) results.push(await kv.rateTake("b", 2, 5));
+			expect(results.slice(0, 5)).toEqual([0, 0, 0, 0, 0]);
+			expect(results[5]).toBeGreaterThan(300);
+			expect(results[5]).toBeLessThanOrEqual(500);
+			// Another key has its own bucket.
+			expect(await kv.rateTake("other", 2, 5)).toBe(0);
+			await sleep(results[5] + 20);
+			expect(await kv.rateTake("b", 2, 5)).toBe(0);
+			expect(await kv.rateTake("b", 2, 5)).toBeGreaterThan(0);
+		} finally {
+			await kv.close();
+		}
+	});
+});
+
+describe("on the gateway", () => {
+	let p: TestPlatform;
+	let token: string;
+	let gwB: Platform | undefined;
+
+	beforeAll(async () => {
+		// 30 a minute (one token every 2 s), bursts of 10: no refill can hide the limit during a test.
+		const id = randomBytes(4).toString("hex");
+		p = await bootPlatform({ rateLimit: { rate: 0.5, burst: 10 }, transporter: "Fake", namespace: `rate-${id}`, nodeId: `a-${id}` });
+		token = await p.rootToken(); // one unauthenticated request of this IP
+	});
+	afterAll(async () => {
+		await gwB?.stop();
+		await p?.cleanup();
+	});
+
+	test("per principal: 10 requests, then 429 with Retry-After; another principal has its own bucket", async () => {
+		const codes: number[] = [];
+		for (let i = 0; i < 10; i++) codes.push((await p.http("GET", "/content/notes", { token })).status);
+		expect(codes).toEqual(Array(10).fill(200));
+		const r = await p.http("GET", "/content/notes", { token });
+		expect(r.status).toBe(429);
+		expect(r.body).toEqual(LIMITED);
+		expect(r.headers.get("retry-after")).toMatch(/^[12]$/);
+		// Every route of the principal shares the bucket.
+		expect((await p.http("GET", "/auth/verify", { token })).body).toEqual(LIMITED);
+		expect((await p.http("GET", "/content/notes", { token: otherPrincipal(p, token, 7) })).status).toBe(200);
+		// /status and /metrics are never limited (health checks).
+		for (let i = 0; i < 15; i++) expect((await p.http("GET", "/status")).status).toBe(200);
+	});
+
+	test("a second gateway on the same cache agrees", async () => {
+		gwB = await startPlatform({ ...p.cfg, services: ["api"], nodeId: `b-${randomBytes(4).toString("hex")}`, port: 0 });
+		await gwB.broker.waitForServices(["auth", "identity", "domain", "content"], 10_000);
+		const r = await fetch(`${gwB.url}/content/notes`, { headers: { authorization: `Bearer ${token}` } });
+		expect(r.status).toBe(429);
+		expect(await r.json()).toEqual(LIMITED);
+	});
+
+	test("unauthenticated requests count per IP: failed authentications and public routes alike", async () => {
+		const codes: number[] = [];
+		// The IP spent one request on the root token; 9 more pass (401 without a bearer), then 429.
+		for (let i = 0; i < 9; i++) codes.push((await p.http("GET", "/content/notes")).status);
+		expect(codes).toEqual(Array(9).fill(401));
+		const r = await p.http("GET", "/content/notes", { token: "garbage" });
+		expect(r.status).toBe(429);
+		expect(r.body).toEqual(LIMITED);
+		expect(Number(r.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+		const pub = await p.http("POST", "/auth/token", { body: { grant_type: "password", client_id: p.root.client_id, username: p.root.username, password: p.root.password } });
+		expect(pub.status).toBe(429);
+		expect(pub.body).toEqual(LIMITED);
+		// An authenticated principal from the same IP has its own bucket.
+		expect((await p.http("GET", "/content/notes", { token: otherPrincipal(p, token, 8) })).status).toBe(200);
+	});
+});
+
+test("off by default: no request is limited", async () => {
+	const p = await bootPlatform();
+	try {
+		expect(p.cfg.rateLimit).toBeUndefined();
+		const codes = await Promise.all(Array.from({ length: 60 }, () => p.http("GET", "/content/notes")));
+		expect(codes.every((r) => r.status === 401)).toBe(true);
+	} finally {
+		await p.cleanup();
+	}
+});

@@ -36,8 +36,9 @@ export class SafeRegExp extends RegExp {
 
 	constructor(source: string, flags: string, budget: RegexBudget = new RegexBudget(), re2?: RE2JS) {
 		super(source, flags);
-		// re2js' translation covers the JS-only spellings RE2 lacks (`\u00e9`, `(?<name>`, `[^]`, `\/`).
-		this.re2 = re2 ?? RE2JS.compile(RE2JS.translateRegExp(source), [...flags].reduce((n, f) => n | (FLAG_BITS[f] ?? 0), 0));
+		// RE2 reads the pattern as MongoDB's PCRE does (`\A`, `\z`, `\Q..\E`); the one JS spelling translated is `\uXXXX`.
+		// (re2js' translateRegExp is not used: it turns the backreference `\k<n>` into a literal `k<n>`.)
+		this.re2 = re2 ?? RE2JS.compile(source.replace(/(?<!\\)((?:\\\\)*)\\u([0-9a-fA-F]{4})/g, "$1\\x{$2}"), [...flags].reduce((n, f) => n | (FLAG_BITS[f] ?? 0), 0));
 		this.cost = Math.max(1, this.re2.programSize());
 		this.budget = budget;
 	}

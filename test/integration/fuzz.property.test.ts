@@ -151,6 +151,8 @@ const body = (col: string): fc.Arbitrary<Body> =>
 	fc.oneof<fc.MaybeWeightedArbitrary<Body>[]>(
 		{ weight: 3, arbitrary: fc.tuple(fc.constant(col), object, fc.boolean(), fc.boolean()).map(([c, extra, pub, keep]) => ({ json: { ...(keep ? validBody(c) : {}), ...(pub ? { tags: ["public"] } : {}), ...extra } })) },
 		{ weight: 4, arbitrary: fc.tuple(fc.constant(col), fc.boolean()).map(([c, pub]) => ({ json: { ...validBody(c), tags: pub ? ["public", "x"] : ["internal-only"] } })) },
+		// Free-form fields (props, config values, push keys) holding odd keys at any depth.
+		{ weight: 3, arbitrary: fc.tuple(fc.constant(col), fc.constantFrom("props", "value", "keys"), fc.dictionary(key, value, { minKeys: 1, maxKeys: 3 })).map(([c, f, v]) => ({ json: { ...validBody(c), tags: ["public"], [f]: v } })) },
 		{ weight: 2, arbitrary: value.map((v) => ({ json: v })) },
 		{ weight: 1, arbitrary: fc.constantFrom("{", "", "null", "[1,2]", '{"title":"x"', "\u0000", "1e999", '{"__proto__":{"polluted":1}}', '{"a":' + "[".repeat(5000)).map((raw) => ({ raw })) },
 		{ weight: 1, arbitrary: fc.constantFrom("gzip", "deflate", "br", "identity", "gzip, gzip").map((enc) => ({ json: validBody(col), encoding: enc })) },

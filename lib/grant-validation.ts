@@ -5,7 +5,8 @@
 import { CronExpressionParser, type CronExpression } from "cron-parser";
 import { isIpOrCidr } from "./cidr";
 import { badRequest } from "./errors";
-import { checkField, parseQuery } from "./query-safety";
+import { findCollection, findDomain, type CollectionDef } from "../catalog";
+import { checkField, neverQueried, parseQuery, referencedFields } from "./query-safety";
 import type { Grant } from "./grants";
 
 // ---------------------------------------------------------------------------------------------------------
@@ -85,6 +86,14 @@ function validateCron(expr: unknown, where: string): void {
 	}
 }
 
+/** The collections a grant object names: `service:collection`, or every collection of `service:*`. */
+function grantCollections(object: string): CollectionDef[] {
+	const [svc, col] = object.split(":");
+	if (col === "*") return [...(findDomain(svc)?.collections ?? [])];
+	const found = findCollection(svc, col);
+	return found ? [found.collection] : [];
+}
+
 /**
  * Validates a grant body (create or full replace). Throws ApiError 400 naming the offending field.
  * Keys other than the grant's own (common document fields) are left to the collection schema.
@@ -121,11 +130,15 @@ export function validateGrant(body: unknown, registeredDomains: string[]): void 
 		}
 		if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed))
 			throw badRequest(`filter[${i}]: must be a JSON object`);
+		let query: Record<string, unknown>;
 		try {
-			parseQuery(parsed);
+			query = parseQuery(parsed);
 		} catch (e) {
 			throw badRequest(`filter[${i}]: ${(e as Error).message}`);
 		}
+		// Write-only and internal fields are never queried, not even by a grant (CONTRACTS).
+		const bad = referencedFields(query).find((f) => grantCollections(b.object as string).some((c) => neverQueried(c, f)));
+		if (bad !== undefined) throw badRequest(`filter[${i}]: query field ${bad} is not allowed`);
 	});
 
 	const locations = optionalList(b, "location");

@@ -14,6 +14,7 @@
 import { Util as CasbinUtil } from "casbin";
 import { IpAllowList } from "./cidr";
 import { parseQuery } from "./query-safety";
+import { RegexBudget, SafeRegExp } from "./safe-regex";
 import { timeWindowOpen } from "./grant-time";
 import { actionSatisfies } from "./scopes";
 import type { TokenClaims } from "./types";
@@ -104,12 +105,14 @@ function claimOf(token: Record<string, unknown> | undefined, path: string): unkn
 	return cur === undefined || cur === null ? MISSING : cur;
 }
 
-function cloneJson(v: unknown): unknown {
+/** Compiled patterns keep their linear-time engine and take the decision's work budget. */
+function cloneJson(v: unknown, budget: RegexBudget = new RegexBudget()): unknown {
+	if (v instanceof SafeRegExp) return v.withBudget(budget);
 	if (v instanceof RegExp) return new RegExp(v.source, v.flags);
-	if (Array.isArray(v)) return v.map(cloneJson);
+	if (Array.isArray(v)) return v.map((x) => cloneJson(x, budget));
 	if (typeof v === "object" && v !== null) {
 		const o: Record<string, unknown> = {};
-		for (const k of Object.keys(v)) o[k] = cloneJson((v as Record<string, unknown>)[k]);
+		for (const k of Object.keys(v)) o[k] = cloneJson((v as Record<string, unknown>)[k], budget);
 		return o;
 	}
 	return v;
@@ -292,6 +295,7 @@ export class GrantIndex {
 		let unrestrictedRows = false;
 		const entries: Record<string, unknown>[] = [];
 		const token = req.token as Record<string, unknown> | undefined;
+		const budget = new RegexBudget();
 		for (const c of applicable) {
 			if (fields !== null) {
 				if (c.fields === null) fields = null;
@@ -304,7 +308,7 @@ export class GrantIndex {
 			}
 			for (const f of c.filters) {
 				if (f.value === undefined) continue;
-				let v = f.vars ? substitute(f.value, token) : cloneJson(f.value);
+				let v = f.vars ? substitute(f.value, token) : cloneJson(f.value, budget);
 				if (f.vars && v !== MISSING) v = normalizeFilter(v);
 				if (v !== MISSING) entries.push(v as Record<string, unknown>);
 			}

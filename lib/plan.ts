@@ -18,6 +18,8 @@ export interface AccessPlan {
 	projection?: Record<string, 0 | 1>;
 	populate: PopulateSpec[];
 	token: TokenClaims;
+	/** Create, bulk create, patch, bulk patch: the grant's row filter every written document must satisfy. */
+	writeFilter?: Filter;
 }
 
 export function requirePlan(locals: Record<string, unknown> | undefined): AccessPlan {

@@ -2,9 +2,11 @@
  * Parsing and validation of the untrusted list/count/cursor query parameters before they reach
  * NeDB (@seald-io/nedb) or MongoDB. Only the operator subset both stores understand passes; the
  * output is a fresh object tree that never carries a forbidden key, and `$regex` strings are
- * compiled to RegExp because NeDB only matches RegExp objects. Every failure is a 400.
+ * compiled to linear-time RegExps (lib/safe-regex.ts; NeDB only matches RegExp objects). Every failure is a 400.
  */
+import type { CollectionDef } from "../catalog/types";
 import { badRequest } from "./errors";
+import { compileSafe, RegexBudget } from "./safe-regex";
 
 export type Filter = Record<string, unknown>;
 export interface PopulateSpec { path: string; select?: string[]; match?: Filter }
@@ -67,33 +69,43 @@ function parseFilter(name: string, raw: unknown): Filter {
 	if (!isPlainObject(v)) throw badRequest(`${name} must be a JSON object`);
 	// Measured on the raw tree (objects and arrays alike) so the validators never recurse unboundedly.
 	checkDepth(name, v, 1);
-	return subQuery(v);
+	// Every pattern of one filter shares one work budget (lib/safe-regex.ts).
+	const prev = budget;
+	budget = new RegexBudget();
+	try {
+		return subQuery(v, `${name}.`);
+	} finally {
+		budget = prev;
+	}
 }
 
-function subQuery(q: Obj): Filter {
+let budget = new RegexBudget();
+
+/** `where`: the path of `q` in messages, e.g. `query.` or `query.tags.$elemMatch.`. */
+function subQuery(q: Obj, where = ""): Filter {
 	const out: Filter = {};
 	for (const key of Object.keys(q)) {
 		const val = q[key];
-		if (!key.startsWith("$")) out[checkField(key)] = fieldValue(key, val);
+		if (!key.startsWith("$")) out[checkField(key)] = fieldValue(key, val, where + key);
 		else if (checkOperator(key) === "$or" || key === "$and") {
 			if (!Array.isArray(val) || !val.length || !val.every(isPlainObject)) throw badRequest(`${key} must be a non-empty array of objects`);
 			if (val.length > MAX_LOGICAL) throw badRequest(`${key} accepts at most ${MAX_LOGICAL} entries`);
-			out[key] = val.map(subQuery);
+			out[key] = val.map((x) => subQuery(x, where));
 		} else if (key === "$not") {
 			// The negated sub-query is NeDB's form; Mongo only knows the field-level $not handled below.
 			if (!isPlainObject(val)) throw badRequest("$not must be an object");
-			out[key] = subQuery(val);
+			out[key] = subQuery(val, where);
 		} else throw badRequest(`operator ${key} must be applied to a field`);
 	}
 	return out;
 }
 
-function fieldValue(field: string, val: unknown): unknown {
+function fieldValue(field: string, val: unknown, where: string): unknown {
 	const keys = isPlainObject(val) ? Object.keys(val) : [];
 	const ops = keys.filter((k) => k.startsWith("$")).length;
 	if (ops === 0) return exactValue(field, val);
 	if (ops !== keys.length) throw badRequest(`${field} cannot mix operators and fields`);
-	return operators(val as Obj, true);
+	return operators(val as Obj, true, where);
 }
 
 /** An exact match on a primitive, an array or a sub-document: no operator may hide inside. */
@@ -110,7 +122,7 @@ function exactValue(path: string, val: unknown): unknown {
 }
 
 /** `underField`: directly under a query field, where a lone `$eq` can become the plain value. */
-function operators(expr: Obj, underField: boolean): unknown {
+function operators(expr: Obj, underField: boolean, where: string): unknown {
 	const out: Obj = {};
 	const keys = Object.keys(expr);
 	for (const op of keys.map(checkOperator)) {
@@ -125,16 +137,16 @@ function operators(expr: Obj, underField: boolean): unknown {
 			out[op] = [...v];
 		} else if (op === "$elemMatch") {
 			if (!isPlainObject(v)) throw badRequest("$elemMatch must be an object");
-			out[op] = isOperatorExpr(v) ? operators(v, false) : subQuery(v);
+			out[op] = isOperatorExpr(v) ? operators(v, false, where) : subQuery(v, `${where}.`);
 		} else if (op === "$not") {
-			if (typeof v === "string") out[op] = compileRegex("$not", v, undefined);
-			else if (isPlainObject(v) && isOperatorExpr(v)) out[op] = operators(v, false);
+			if (typeof v === "string") out[op] = compileRegex("$not", v, undefined, where);
+			else if (isPlainObject(v) && isOperatorExpr(v)) out[op] = operators(v, false, where);
 			else throw badRequest("$not must be an object of operators or a regular expression string");
 		} else if (op === "$or" || op === "$and") throw badRequest(`operator ${op} must be used at query level`);
 	}
 	if (has(expr, "$options") && !has(expr, "$regex")) throw badRequest("$options requires $regex");
 	// NeDB knows neither $options nor $eq: flags go into the RegExp, $eq becomes a value or a one-element $in.
-	if (has(expr, "$regex")) out.$regex = compileRegex("$regex", expr.$regex, expr.$options);
+	if (has(expr, "$regex")) out.$regex = compileRegex("$regex", expr.$regex, expr.$options, where);
 	delete out.$options;
 	if (has(out, "$eq")) {
 		if (underField && keys.length === 1) return out.$eq;
@@ -145,22 +157,29 @@ function operators(expr: Obj, underField: boolean): unknown {
 	return out;
 }
 
-function compileRegex(op: string, src: unknown, options: unknown): RegExp {
+/**
+ * Patterns are matched by RE2 (linear time, lib/safe-regex.ts): no heuristic about nested quantifiers, which could
+ * never be complete; syntax RE2 lacks (backreferences, lookaround) is a 400.
+ */
+function compileRegex(op: string, src: unknown, options: unknown, where: string): RegExp {
 	if (typeof src !== "string") throw badRequest(`${op} must be a string`);
 	if (src.length > MAX_REGEX) throw badRequest(`${op} is too long`);
 	// JS has no `x` (extended) flag; silently dropping it would change what the pattern means.
 	const flags = options === undefined ? "" : options;
 	if (typeof flags !== "string" || !/^[ims]*$/.test(flags)) throw badRequest("$options may only contain i, m and s");
-	let re: RegExp;
-	try { re = new RegExp(src, [...new Set(flags)].join("")); } catch { throw badRequest(`${op} is not a valid regular expression`); }
-	if (hasNestedQuantifier(src)) throw badRequest(`${op} is not allowed`);
-	return re;
+	return compileSafe(op, where, src, [...new Set(flags)].join(""), budget);
 }
 
-// A cheap ReDoS guard against the usual cause of catastrophic backtracking, a repeated group whose body ends
-// in a quantifier: (a+)+, (.*)*, (\w+\s?)+. Escapes and classes are blanked: they cannot close a group.
-const hasNestedQuantifier = (src: string): boolean =>
-	/[*+?}]\)+(?:[*+]|\{\d)/.test(src.replace(/\\./gs, "e").replace(/\[[^\]]*\]/g, "c"));
+/**
+ * CONTRACTS "Fields that are never queried": a write-only or internal field of the collection, at any depth of the
+ * path (`password.x`), or any name starting with `_` (store keys such as `_id`: callers name documents by `id`).
+ */
+export function neverQueried(col: CollectionDef, path: string): boolean {
+	const top = path.split(".")[0];
+	if (top.startsWith("_")) return true;
+	const def = Object.prototype.hasOwnProperty.call(col.fields, top) ? col.fields[top] : undefined;
+	return !!(def?.writeOnly || def?.internal);
+}
 
 /** Every field path a validated filter names, so authorization can refuse filters on hidden fields. */
 export const referencedFields = (filter: Filter): string[] => [...collectQuery(filter, "", new Set())];

@@ -68,13 +68,18 @@ function checkScalar(name: string, def: Pick<FieldDef, "format" | "enum" | "maxL
 	if (def.minimum !== undefined && typeof v === "number" && v < def.minimum) throw badRequest(`${name} must be at least ${def.minimum}`);
 }
 
-/** Rejects keys that could reach Object.prototype, deep in free-form objects too. */
-function checkKeys(name: string, v: unknown, depth = 0): void {
+/**
+ * Keys of free-form objects (props, config values, grant times...), at any depth: none that could reach
+ * Object.prototype, and none a document store refuses (NeDB and MongoDB: no `.`, no leading `$`; BSON: no NUL).
+ */
+export function checkKeys(name: string, v: unknown, depth = 0): void {
 	if (depth > 16) throw badRequest(`${name} is too deeply nested`);
 	if (Array.isArray(v)) v.forEach((x, i) => checkKeys(`${name}[${i}]`, x, depth + 1));
 	else if (v && typeof v === "object")
 		for (const k of Object.keys(v)) {
-			if (FORBIDDEN_KEYS.has(k) || k.startsWith("$")) throw badRequest(`${name}.${k} is not an allowed key`);
+			if (FORBIDDEN_KEYS.has(k)) throw badRequest(`${name}: key '${k}' is not allowed`);
+			if (k.includes(".") || k.startsWith("$")) throw badRequest(`${name}: key '${k}' must not contain '.' or start with '$'`);
+			if (k.includes("\0")) throw badRequest(`${name}: a key must not contain NUL`);
 			checkKeys(`${name}.${k}`, (v as Record<string, unknown>)[k], depth + 1);
 		}
 }

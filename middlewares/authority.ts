@@ -15,6 +15,7 @@ import {
 	parseProjection,
 	parseQuery,
 	parseZones,
+	neverQueried,
 	referencedFields,
 	type Filter,
 	type PopulateSpec,
@@ -66,6 +67,12 @@ function refuseHidden(referenced: string[], allowed: string[] | null, what: stri
 	if (hidden.length) throw forbidden(`${what} ${hidden[0]} is not allowed`);
 }
 
+/** 403 like a hidden field, whatever the grants say. */
+function refuseNeverQueried(col: CollectionDef, referenced: string[], what: string): void {
+	const bad = referenced.find((f) => neverQueried(col, f));
+	if (bad !== undefined) throw forbidden(`${what} ${bad} is not allowed`);
+}
+
 /**
  * AND of conditions, flattened into one object where keys do not collide: NeDB picks an index only from top-level
  * equality keys (the last such key wins), so the most selective condition (id/ref) goes last and stays top-level.
@@ -108,6 +115,18 @@ export function enforce(
 	const projection = meta.op === "list" || meta.op === "cursor" || meta.op === "get" ? parseProjection(q.projection) : undefined;
 	let populate: PopulateSpec[] = meta.op === "list" || meta.op === "cursor" || meta.op === "get" ? parsePopulate(q.populate) : [];
 
+	refuseNeverQueried(col, referencedFields(userQuery), "query field");
+	if (pagination?.sort) refuseNeverQueried(col, Object.keys(pagination.sort), "sort field");
+	if (projection) refuseNeverQueried(col, Object.keys(projection), "projection field");
+	for (const p of populate) {
+		refuseNeverQueried(col, [p.path], "populate path");
+		// match and select name fields of the target collection: the nested call would refuse them too, but not when
+		// it is dropped for want of a grant; refused here whatever the grants say.
+		const rel = col.fields[p.path]?.relation?.split("/");
+		const target = rel ? findCollection(rel[0], rel[1])?.collection : undefined;
+		if (target && p.match) refuseNeverQueried(target, referencedFields(p.match), "query field");
+		if (target && p.select) refuseNeverQueried(target, p.select, "projection field");
+	}
 	refuseHidden(referencedFields(userQuery), allowed, "query field");
 	if (pagination?.sort) refuseHidden(Object.keys(pagination.sort), allowed, "sort field");
 	if (projection) refuseHidden(Object.keys(projection), allowed, "projection field");
@@ -159,6 +178,8 @@ export function enforce(
 		limit: pagination?.limit ?? 10,
 		populate,
 		token,
+		// Every document a write leaves behind must stay inside the grant's rows (checked by the engine).
+		...(WRITE_BODY_OPS.has(meta.op) && decision.rowFilter ? { writeFilter: decision.rowFilter } : {}),
 	};
 }
 

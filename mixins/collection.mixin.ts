@@ -8,13 +8,15 @@ import { DEFAULT_VERSION, STANDARD_OPS, type CollectionDef, type DomainDef, type
 import { changeEvent, type ChangeEvent, type ChangeOp } from "../lib/change-event";
 import { configOf } from "../lib/config";
 import { objectId, randomToken } from "../lib/crypto";
-import { ApiError, badRequest, conflict, notFound } from "../lib/errors";
+import { ApiError, badRequest, conflict, forbidden, notFound } from "../lib/errors";
 import { requirePlan, type AccessPlan } from "../lib/plan";
 import { present } from "../lib/present";
 import { identityOf, type RequestMeta, type TokenClaims, type Doc } from "../lib/types";
 import { checkRules, isPlainObject, validateBody } from "../lib/validate";
 import { sharedOutbox, type ChangeActor, type Outbox } from "./outbox";
 import { createStore, isDuplicateKeyError, type DocumentStore, type StoredDoc } from "./stores";
+import { matchesFilter } from "./stores/nedb.store";
+import { referencedFields } from "../lib/query-safety";
 import { AUTHORITY_CHANGED, grantCache } from "../middlewares/grant-cache";
 import { healthBody, HEALTH_ACTION } from "../lib/health";
 import { sharedKeyValue } from "../lib/kv";
@@ -98,6 +100,18 @@ function actorOf(ctx: Ctx): ChangeActor {
 /** `id`/`created_by`-style stamps for one kind of change. */
 function stamp(kind: "created" | "updated" | "deleted" | "restored", token: TokenClaims, now: string): Record<string, unknown> {
 	return { [`${kind}_at`]: now, [`${kind}_by`]: identityOf(token), [`${kind}_in`]: token.aid ?? token.cid };
+}
+
+/** A write leaves only documents inside the caller's grant rows (plan.writeFilter); 403 before anything is written. */
+function inGrant(plan: AccessPlan, docs: Array<Record<string, unknown>>): void {
+	if (!plan.writeFilter) return;
+	for (const d of docs) if (!matchesFilter(d, plan.writeFilter)) throw forbidden("document is outside the grant filter");
+}
+
+/** Whether a `$set` changes a field the filter names (documents read through the filter match it already). */
+function touches(filter: Record<string, unknown>, set: Record<string, unknown>): boolean {
+	const tops = new Set(referencedFields(filter).map((f) => f.split(".")[0]));
+	return Object.keys(set).some((k) => tops.has(k) || tops.has(k === "_id" ? "id" : k));
 }
 
 function clientsOf(token: TokenClaims): string[] {
@@ -246,6 +260,7 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 				const plan = requirePlan(ctx.locals);
 				writable("create");
 				const { doc, extra } = await build(ctx, plan, ctx.params.body);
+				inGrant(plan, [doc]);
 				await insert(() => store(ctx).insert(doc));
 				await record(ctx, [{ op: "c", before: null, after: doc }]);
 				return { data: { ...out(doc, plan), ...extra } };
@@ -262,6 +277,7 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 				for (let i = 0; i < body.items.length; i++) built.push(await build(ctx, plan, body.items[i], `items[${i}].`));
 				const refs = built.map((b) => b.doc.ref).filter((r) => r !== undefined);
 				if (new Set(refs).size !== refs.length) throw conflict("ref already exists");
+				inGrant(plan, built.map((b) => b.doc));
 				await insert(() => store(ctx).insertMany(built.map((b) => b.doc)));
 				await record(ctx, built.map((b) => ({ op: "c" as const, before: null, after: b.doc })));
 				return { items: built.map((b) => ({ ...out(b.doc, plan), ...b.extra })), total: built.length };
@@ -274,6 +290,7 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 				const set = { ...clean, ...stamp("updated", plan.token, new Date().toISOString()) };
 				await h.beforePatch?.(ctx, set, before);
 				checkRules(col, { ...before, ...set });
+				inGrant(plan, [{ ...before, ...set }]);
 				const after = await insert(() => store(ctx).setOne(before._id, set));
 				if (!after) throw notFound();
 				await record(ctx, [{ op: "u", before, after }]);
@@ -286,6 +303,14 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 				if ("ref" in clean) throw badRequest("ref cannot be set by a bulk patch (it is unique)");
 				const set = { ...clean, ...stamp("updated", plan.token, new Date().toISOString()) };
 				await h.beforePatch?.(ctx, set, null);
+				// All or nothing: every document the patch would move out of the grant rows is found before any write.
+				if (plan.writeFilter && touches(plan.writeFilter, set))
+					for (let last = ""; ; ) {
+						const batch = await store(ctx).find({ query: last ? { $and: [plan.filter, { _id: { $gt: last } }] } : plan.filter, sort: { _id: 1 }, limit: BATCH });
+						inGrant(plan, batch.map((b) => ({ ...b, ...set })));
+						if (batch.length < BATCH) break;
+						last = batch[batch.length - 1]._id;
+					}
 				let total = 0;
 				let last = "";
 				// Keyset batches over the plan's filter: bounded memory, and each changed document gets its own event.

@@ -225,6 +225,9 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 			ctx.meta.headers = headers;
 		},
 		sendErrorBody(this: any, req: Req, res: Res, err: unknown) {
+			// A body that does not inflate under its Content-Encoding: zlib's code (Z_DATA_ERROR...) is all that survives.
+			const zlib = typeof (err as { code?: unknown })?.code === "string" && /^Z_/.test((err as { code: string }).code);
+			if (zlib) err = new ApiError(400, `request body is not valid ${String(req.headers["content-encoding"] ?? "").trim().toLowerCase() || "compressed data"}`);
 			const body = toErrorBody(err);
 			// The path only: the query string may carry a bearer (`?token=`), which must never reach a log.
 			if (body.statusCode >= 500) this.logger.error("request failed", req.method, (req.url ?? "").split("?")[0], err);

@@ -8,7 +8,7 @@ import DbService from "moleculer-db";
 import type { DocumentStore, FindOptions, Filter, StoredDoc } from "./types";
 import { renameIdKeys, toStoreQuery as renameIdsInQuery, updateOf } from "./types";
 import { ensureDir } from "../../lib/config";
-import { badRequest } from "../../lib/errors";
+import { ApiError, badRequest } from "../../lib/errors";
 
 // NeDB's own matcher and comparator, so the fast path below keeps NeDB's query semantics exactly.
 // eslint-disable-next-line @typescript-eslint/no-var-requires
@@ -54,6 +54,18 @@ function toStoreQuery(q: Filter): Filter {
 	return mongoNegations(renameIdsInQuery(q));
 }
 
+/**
+ * Whether a stored document (`_id`, not `id`) satisfies a platform filter, with the semantics of the store queries
+ * (NeDB's matcher after the MongoDB normalisation above). Used on writes, against the grant's row filter.
+ */
+export function matchesFilter(doc: Record<string, unknown>, filter: Filter): boolean {
+	try {
+		return model.match(doc, toStoreQuery(filter));
+	} catch (err) {
+		throw queryError(err);
+	}
+}
+
 /** A cache key for a validated query: RegExp values keep their source and flags. */
 function keyOf(v: unknown): string {
 	return JSON.stringify(v, (_k, x) => (x instanceof RegExp ? { $re: x.source, $f: x.flags } : x === undefined ? null : x));
@@ -87,6 +99,8 @@ const INDEXES = [
  * has): that is the caller's query, so a 400, never a 500.
  */
 function queryError(err: unknown): Error {
+	// Already a client answer (a $regex over its work budget, lib/safe-regex.ts).
+	if (err instanceof ApiError) return err;
 	const msg = (err as Error)?.message ?? "";
 	return /comparison function|logical operator|Unknown|\$/.test(msg) ? badRequest(`query is not supported by the document store: ${msg}`) : (err as Error);
 }

@@ -8,11 +8,13 @@
  *   access tokens, refresh tokens and APTs at once;
  * - an APT created with a strict token is strict; an APT lives at most 365 days.
  */
-import { statSync } from "fs";
+import { readFileSync, statSync } from "fs";
 import path from "path";
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
 import { apiKey, createClient, createUser, errorBody, kvOf, tokenOf } from "../helpers/auth";
 import { blacklistKey } from "../../services/auth/authenticate";
+import { platformDoc } from "../../mixins/collection.mixin";
+import { grantCache } from "../../middlewares/grant-cache";
 
 let p: TestPlatform;
 let http: TestPlatform["http"];
@@ -92,6 +94,10 @@ describe("after a restart of the embedded platform (its cache starts empty)", ()
 		await restart();
 		const file = path.join(p.dataDir, "cache.json");
 		expect(statSync(file).mode & 0o777).toBe(0o600);
+		// Only the failure counters are kept there (no leases, no cached APT records).
+		const kept = Object.keys(JSON.parse(readFileSync(file, "utf8")));
+		expect(kept).toContain("auth:fail:198.51.100.23");
+		expect(kept.every((k) => k.startsWith("auth:fail:"))).toBe(true);
 		const r = await http("POST", "/auth/token", { headers, body: rootLogin() });
 		expect(r.status).toBe(429);
 		expect(r.body).toEqual(errorBody(429, "too many failed login attempts from this IP"));
@@ -186,7 +192,7 @@ describe("user and client changes revoke at once", () => {
 
 	/**
 	 * A client of its own, its client_credential token, and a user of the root client logging in through it (the
-	 * client lists the root client as a coworker), with refresh token.
+	 * client lists the root client as a coworker), with refresh token and an APT made through that client.
 	 */
 	async function clientWithUser(tag: string) {
 		const domain = `${tag}-${Date.now().toString(36)}.test`;
@@ -194,15 +200,20 @@ describe("user and client changes revoke at once", () => {
 		const cc = await tokenOf(http, { grant_type: "client_credential", client_id: c.id, client_secret: c.secret });
 		const username = `${tag}-user-${Date.now().toString(36)}`;
 		const password = "client-user-Secret-1";
-		await createUser(http, rootJwt, { username, password });
+		const user = await createUser(http, rootJwt, { username, password });
+		// The user may create APTs under the client's domain (stored directly: the operator may not name that domain here).
+		const grant = platformDoc({ subject: `${user.id}@${domain}`, action: "manage", object: "auth:apts" }, { owner: p.root.user_id, cid: p.root.client_id });
+		await (p.broker.getLocalService("auth") as any).collectionStore("grants").insert(grant);
+		grantCache.invalidate();
 		const t = await tokenOf(http, { grant_type: "password", client_id: c.id, username, password });
+		const apt = await newApt(t.access_token);
 		const other = await tokenOf(http, { grant_type: "password", client_id: p.root.client_id, username, password });
-		for (const token of [cc.access_token, t.access_token, other.access_token]) expect((await http("GET", "/auth/verify", { token })).status).toBe(200);
-		return { c, cc, t, other };
+		for (const token of [cc.access_token, t.access_token, apt.token, other.access_token]) expect((await http("GET", "/auth/verify", { token })).status).toBe(200);
+		return { c, cc, t, apt, other };
 	}
 
 	async function expectClientRefused(x: Awaited<ReturnType<typeof clientWithUser>>) {
-		for (const token of [x.cc.access_token, x.t.access_token]) {
+		for (const token of [x.cc.access_token, x.t.access_token, x.apt.token]) {
 			const r = await http("GET", "/auth/verify", { token });
 			expect(r.body).toEqual(REVOKED);
 		}
@@ -213,7 +224,7 @@ describe("user and client changes revoke at once", () => {
 		expect((await http("GET", "/auth/verify", { token: x.other.access_token })).status).toBe(200);
 	}
 
-	test("client set INACTIVE → the tokens of its users (and its own) are refused", async () => {
+	test("client set INACTIVE → the tokens and APTs of its users (and its own) are refused", async () => {
 		const x = await clientWithUser("inactive");
 		expect((await http("PATCH", `/domain/clients/${x.c.id}`, { token: rootJwt, body: { status: "INACTIVE" } })).status).toBe(200);
 		await expectClientRefused(x);

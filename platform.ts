@@ -2,7 +2,8 @@
 import { ServiceBroker } from "moleculer";
 import brokerOptions from "./moleculer.config";
 import { bindConfig, ensureDir, readConfig, type PlatformConfig } from "./lib/config";
-import { closeSharedKeyValues } from "./lib/kv";
+import path from "path";
+import { closeSharedKeyValues, MemoryKeyValue, sharedKeyValue } from "./lib/kv";
 import { closeSharedStreams } from "./workers/stream";
 import { relayService } from "./workers/relay";
 import { DOMAINS } from "./catalog";
@@ -20,6 +21,9 @@ export interface Platform {
 export async function startPlatform(overrides: Partial<PlatformConfig> = {}): Promise<Platform> {
 	const cfg = { ...readConfig(), ...overrides };
 	ensureDir(cfg.dataDir);
+	// The embedded cache keeps its login failure counters across a restart (DATA_DIR/cache.json, mode 0600).
+	const kv = sharedKeyValue(cfg.redisUrl, cfg.redisPrefix);
+	if (kv instanceof MemoryKeyValue) kv.persistTo(path.join(cfg.dataDir, "cache.json"));
 	// The grant index is per process; a new platform in the same process (tests) must not see the last one's.
 	grantCache.invalidate();
 	const broker = new ServiceBroker(brokerOptions(cfg));

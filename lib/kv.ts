@@ -2,7 +2,17 @@
  * The platform cache: a small keyed store with TTLs and counters, in-process by default and Redis (REDIS_URL) in
  * production, so that blacklists, APT records, login counters and one-time codes are shared by every node.
  */
+import { chmodSync, readFileSync, renameSync, writeFileSync } from "fs";
 import Redis from "ioredis";
+
+/**
+ * Keys of the embedded cache that outlive a restart (see MemoryKeyValue.persistTo): the login failure counters.
+ * Revocations need no copy here (the session in identity/sessions is their record); leases must not survive
+ * the process that held them.
+ */
+export const PERSISTED_PREFIXES = ["auth:fail:"];
+const PERSIST_DEBOUNCE_MS = 200;
+const persisted = (key: string) => PERSISTED_PREFIXES.some((p) => key.startsWith(p));
 
 export interface KeyValue {
 	readonly kind: "memory" | "redis";
@@ -29,6 +39,49 @@ export class MemoryKeyValue implements KeyValue {
 	readonly kind = "memory" as const;
 	private map = new Map<string, { v: string; exp: number }>();
 	private sweeper = setInterval(() => this.sweep(), 60_000).unref();
+	private file?: string;
+	private timer?: NodeJS.Timeout;
+
+	/**
+	 * Keeps the entries under PERSISTED_PREFIXES that have a TTL in `file` (mode 0600): loaded now (expired ones
+	 * dropped), written after a change (debounced) and at close. Once per instance.
+	 */
+	persistTo(file: string): void {
+		if (this.file) return;
+		this.file = file;
+		let saved: Record<string, { v: string; exp: number }> = {};
+		try {
+			saved = JSON.parse(readFileSync(file, "utf8"));
+		} catch {
+			/* none yet, or unreadable: start empty */
+		}
+		const now = Date.now();
+		for (const [k, e] of Object.entries(saved ?? {}))
+			if (persisted(k) && e && typeof e.v === "string" && typeof e.exp === "number" && e.exp > now && !this.map.has(k)) this.map.set(k, { v: e.v, exp: e.exp });
+	}
+
+	private changed(key: string) {
+		if (!this.file || !persisted(key) || this.timer) return;
+		this.timer = setTimeout(() => {
+			this.timer = undefined;
+			this.flush();
+		}, PERSIST_DEBOUNCE_MS).unref();
+	}
+
+	private flush() {
+		if (!this.file) return;
+		const now = Date.now();
+		const out: Record<string, { v: string; exp: number }> = {};
+		for (const [k, e] of this.map) if (persisted(k) && e.exp > now) out[k] = e;
+		const tmp = `${this.file}.tmp`;
+		try {
+			writeFileSync(tmp, JSON.stringify(out), { mode: 0o600 });
+			chmodSync(tmp, 0o600);
+			renameSync(tmp, this.file);
+		} catch (err) {
+			process.emitWarning(`cache state could not be written to ${this.file}: ${(err as Error).message}`);
+		}
+	}
 
 	private live(key: string) {
 		const e = this.map.get(key);
@@ -49,18 +102,22 @@ export class MemoryKeyValue implements KeyValue {
 	}
 	async set(key: string, value: string, ttlMs?: number) {
 		this.map.set(key, { v: value, exp: ttlMs ? Date.now() + ttlMs : 0 });
+		this.changed(key);
 	}
 	async take(key: string) {
 		const v = this.live(key)?.v ?? null;
 		this.map.delete(key);
+		this.changed(key);
 		return v;
 	}
 	async del(key: string) {
 		this.map.delete(key);
+		this.changed(key);
 	}
 	async incr(key: string, ttlMs: number) {
 		const n = Number(this.live(key)?.v ?? 0) + 1;
 		this.map.set(key, { v: String(n), exp: Date.now() + ttlMs });
+		this.changed(key);
 		return n;
 	}
 	async setIfAbsent(key: string, value: string, ttlMs: number) {
@@ -81,6 +138,10 @@ export class MemoryKeyValue implements KeyValue {
 	}
 	async close() {
 		clearInterval(this.sweeper);
+		if (this.timer) clearTimeout(this.timer);
+		this.timer = undefined;
+		this.flush();
+		this.file = undefined;
 	}
 }
 

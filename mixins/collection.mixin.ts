@@ -42,6 +42,8 @@ export interface CollectionHooks {
 	beforeCreate?(ctx: Ctx, doc: StoredDoc): Promise<Record<string, unknown> | void> | Record<string, unknown> | void;
 	beforePatch?(ctx: Ctx, set: Record<string, unknown>, before: StoredDoc | null): Promise<void> | void;
 	afterWrite?(ctx: Ctx, op: ChangeOp, before: StoredDoc | null, after: StoredDoc | null): Promise<void> | void;
+	/** May refuse a restore (throw) of the deleted document about to be restored. */
+	beforeRestore?(ctx: Ctx, before: StoredDoc): Promise<void> | void;
 	/** Removes secrets nested in free-form fields from the `before`/`after` of change events (CQRS webhook credentials). */
 	redact?(doc: Doc): Doc;
 }
@@ -339,6 +341,7 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 				const plan = requirePlan(ctx.locals);
 				const before = await store(ctx).findOne({ $and: [plan.filter, { deleted_at: { $ne: null } }] });
 				if (!before) throw notFound();
+				await h.beforeRestore?.(ctx, before);
 				const now = new Date().toISOString();
 				const after = await store(ctx).setOne(before._id, { deleted_at: null, deleted_by: null, deleted_in: null, ...stamp("restored", plan.token, now) });
 				if (!after) throw notFound();

@@ -26,6 +26,8 @@ import type { ClientInfo } from "./domain.service";
 
 export const SESSION_REVOKED = "auth.session.revoked";
 export const APT_REVOKED = "auth.apt.revoked";
+/** The longest an APT may live (CONTRACTS.md, "Tenants"). */
+export const APT_MAX_TTL_MS = 365 * 24 * 3600 * 1000;
 
 interface AuthThis {
 	kv: KeyValue;
@@ -64,6 +66,9 @@ const AuthService: ServiceSchema = {
 					const now = Date.now();
 					const expires = doc.expires_at === undefined ? now + APT_DEFAULT_TTL_MS : (doc.expires_at as number);
 					if (!Number.isFinite(expires) || expires <= now) throw badRequest("expires_at must be in the future");
+					if (expires > now + APT_MAX_TTL_MS) throw badRequest("expires_at must be within 365 days");
+					// A strict token makes strict APTs only: an APT must not shed the x-api-key requirement of its creator.
+					const strict = t.strict === true || doc.strict === true;
 					const held = t.scope.split(" ").filter(Boolean);
 					const scopes = (doc.scopes as string[] | undefined) ?? held;
 					for (const s of scopes) if (!held.some((h) => scopeSatisfies(h, s))) throw forbidden(`scope ${s} is not held by the caller`);
@@ -77,7 +82,7 @@ const AuthService: ServiceSchema = {
 						agent: `apt:${String(doc.name).slice(0, 200)}`, expiration: new Date(expires).toISOString(),
 					})) as { id: string };
 					const claims: TokenClaims = {
-						type: "access", strict: doc.strict === true, cid: t.cid, ...(t.aid ? { aid: t.aid } : {}), ...(t.uid ? { uid: t.uid } : {}),
+						type: "access", strict, cid: t.cid, ...(t.aid ? { aid: t.aid } : {}), ...(t.uid ? { uid: t.uid } : {}),
 						scope: scopes.join(" "), domain: t.domain, subject: subjects.join(" "), tz: t.tz ?? "UTC", lang: t.lang ?? "en",
 						session: session.id, client_id: t.client_id,
 						...(t.coworker || coworkers.length ? { coworker: [...new Set([...(t.coworker?.split(" ") ?? []), ...coworkers])].join(" ") } : {}),
@@ -86,7 +91,7 @@ const AuthService: ServiceSchema = {
 						iat: Math.floor(now / 1000),
 						exp: Math.floor(expires / 1000),
 					};
-					Object.assign(doc, { scopes, subjects, strict: doc.strict === true, expires_at: expires, coworkers, token: sha256Hex(suffix), claims, session: session.id });
+					Object.assign(doc, { scopes, subjects, strict, expires_at: expires, coworkers, token: sha256Hex(suffix), claims, session: session.id });
 					doc.clients = [...new Set([...(doc.clients as string[]), ...coworkers])];
 					await cacheApt(self, suffix, aptRecord(doc));
 					return { token: `APT-${suffix}` };
@@ -95,18 +100,19 @@ const AuthService: ServiceSchema = {
 					// The claims were fixed at creation; only labels and metadata may change.
 					for (const k of ["scopes", "subjects", "strict", "expires_at", "coworkers"]) if (k in set) throw badRequest(`${k} cannot be changed; create a new APT`);
 				},
-				async afterWrite(ctx: Ctx, op, before, after) {
-					// Soft delete or destroy revokes at once on every node: the cache entry goes, the session is blacklisted.
+				beforeRestore() {
+					// Its session was closed for good when it was deleted (the durable record of the revocation).
+					throw badRequest("a revoked APT cannot be restored; create a new one");
+				},
+				async afterWrite(ctx: Ctx, op, before) {
+					// Soft delete or destroy revokes at once on every node: the session is closed (durably), blacklisted in
+					// the cache, and the cached record dropped.
 					if (op === "d" && before) {
 						const self = ctx.service as unknown as AuthThis;
+						await ctx.call("identity.sessions.close", { id: before.session });
 						await self.kv.set(blacklistKey(before.session as string), "1", BLACKLIST_TTL_MS);
 						ctx.broadcast(SESSION_REVOKED, { session: before.session });
 						ctx.broadcast(APT_REVOKED, { hash: before.token });
-					}
-					if (op === "r" && after) {
-						const self = ctx.service as unknown as AuthThis;
-						await self.kv.del(blacklistKey(after.session as string));
-						ctx.broadcast(AUTHORITY_CHANGED, {});
 					}
 				},
 			},

@@ -58,8 +58,10 @@ const DomainService: ServiceSchema = {
 					if (typeof set.secret === "string") set.secret = await hashSecret(set.secret);
 				},
 				// A client's domains decide which RBAC roles apply: every node reloads its grant index.
-				afterWrite(ctx: Ctx) {
+				async afterWrite(ctx: Ctx, op, before, after) {
 					ctx.broadcast(AUTHORITY_CHANGED, {});
+					// Deactivated or deleted: every session (and APT) issued through it ends now.
+					if (before && (op === "d" || (op === "u" && after?.status === "INACTIVE"))) await ctx.call("identity.sessions.closeAll", { cid: before._id });
 				},
 			},
 			apps: {

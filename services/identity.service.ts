@@ -6,8 +6,12 @@ import type { ServiceSchema } from "moleculer";
 import { identity } from "../catalog/domains/identity";
 import { collectionMixin, platformDoc, type Ctx } from "../mixins/collection.mixin";
 import type { StoredDoc } from "../mixins/stores";
-import { hashSecret, verifySecret } from "../lib/crypto";
-import { conflict } from "../lib/errors";
+import { hashSecret, randomToken, verifySecret } from "../lib/crypto";
+import { badRequest, conflict } from "../lib/errors";
+import { configOf } from "../lib/config";
+import { sharedKeyValue, type KeyValue } from "../lib/kv";
+import { blacklistKey, BLACKLIST_TTL_MS } from "./auth/authenticate";
+import { SESSION_REVOKED } from "./auth.service";
 
 export const USER_CREATED = "identity.user.created";
 const LOGIN_FIELDS = ["username", "email", "phone"] as const;
@@ -19,6 +23,34 @@ async function assertUniqueLogin(svc: any, doc: Record<string, unknown>, selfId?
 		const other = await svc.collectionStore("users").findOne({ [f]: v, deleted_at: null });
 		if (other && other._id !== selfId) throw conflict(`${f} already exists`);
 	}
+}
+
+/** Closing sessions goes in batches of this many (bounded memory, one change event each). */
+const CLOSE_BATCH = 200;
+
+/**
+ * Closes every live session matching `match` (a user's, `{ uid }`, or a client's, `{ cid }`) durably, then
+ * blacklists each in the cache and broadcasts its revocation, so every node refuses its tokens (APTs included:
+ * each has a session of its own) at once.
+ */
+async function closeSessions(svc: any, ctx: Ctx, match: { uid?: string; cid?: string }): Promise<number> {
+	const store = svc.collectionStore("sessions");
+	const t = ctx.meta.token;
+	const stamp = { deleted_at: new Date().toISOString(), deleted_by: t?.uid ?? t?.aid ?? t?.cid ?? null, deleted_in: t?.aid ?? t?.cid ?? null };
+	let closed = 0;
+	for (;;) {
+		const batch: StoredDoc[] = await store.find({ query: { ...match, deleted_at: null }, sort: { _id: 1 }, limit: CLOSE_BATCH });
+		if (!batch.length) break;
+		await store.setMany(batch.map((b) => b._id), stamp);
+		await svc.recordChanges(ctx, "sessions", batch.map((before) => ({ op: "d", before, after: null })));
+		for (const b of batch) {
+			await (svc.kv as KeyValue).set(blacklistKey(b._id), "1", BLACKLIST_TTL_MS);
+			ctx.broadcast(SESSION_REVOKED, { session: b._id });
+		}
+		closed += batch.length;
+		if (batch.length < CLOSE_BATCH) break;
+	}
+	return closed;
 }
 
 function publicUser(u: StoredDoc) {
@@ -43,10 +75,25 @@ const IdentityService: ServiceSchema = {
 				},
 				async afterWrite(ctx: Ctx, op, before, after) {
 					if (op === "c" && after) await ctx.emit(USER_CREATED, { id: after._id, owner: after.owner, clients: after.clients });
+					// Deactivated, deleted (soft or destroy) or given a new password: every session and APT of the user ends now.
+					const revoke = op === "d" || (op === "u" && !!after && (after.status === "INACTIVE" || after.password !== before?.password));
+					if (revoke && before) await closeSessions(ctx.service, ctx, { uid: before._id });
+				},
+			},
+			sessions: {
+				beforeRestore() {
+					throw badRequest("a revoked session cannot be restored; log in again");
 				},
 			},
 		}),
 	],
+	created(this: any) {
+		const cfg = configOf(this.broker);
+		this.kv = sharedKeyValue(cfg.redisUrl, cfg.redisPrefix);
+		// A real hash of the stored cost, for logins that match no user: an unknown login costs what a known one does.
+		this.dummyHash = hashSecret(randomToken(18));
+		this.dummyHash.catch(() => undefined);
+	},
 	actions: {
 		/** Password login: the user for username, email or phone when the password matches; else null. */
 		"users.verifyLogin": {
@@ -58,7 +105,7 @@ const IdentityService: ServiceSchema = {
 				let user: StoredDoc | null = null;
 				for (const f of LOGIN_FIELDS) if (!user) user = await store.findOne({ [f]: login, deleted_at: null });
 				// Hash anyway when unknown, so timing does not tell which logins exist.
-				const ok = await verifySecret(password, (user?.password as string) ?? "$2b$10$invalidinvalidinvalidinvalidinvalidinvalidinvalidinvali");
+				const ok = await verifySecret(password, (user?.password as string) ?? (await this.dummyHash));
 				return user && ok && user.status !== "INACTIVE" ? publicUser(user) : null;
 			},
 		},
@@ -105,6 +152,35 @@ const IdentityService: ServiceSchema = {
 				if (!after || after.refresh !== to) return { ok: false };
 				await this.recordChanges(ctx, "sessions", [{ op: "u", before, after }]);
 				return { ok: true };
+			},
+		},
+		/**
+		 * Whether a session still stands (the durable answer behind the cache's blacklist): open, and its user (if any)
+		 * and client still exist and are ACTIVE. Internal: the Authenticator asks it on a cache miss.
+		 */
+		"sessions.live": {
+			visibility: "public",
+			async handler(this: any, ctx: any) {
+				const id = ctx.params.id;
+				if (typeof id !== "string" || !id) return { live: false };
+				const s: StoredDoc | null = await this.collectionStore("sessions").findOne({ id, deleted_at: null });
+				if (!s) return { live: false };
+				if (typeof s.uid === "string") {
+					const u = await this.collectionStore("users").findOne({ id: s.uid, deleted_at: null });
+					if (!u || u.status === "INACTIVE") return { live: false };
+				}
+				if (typeof s.cid === "string" && !(await ctx.call("domain.clients.authenticate", { id: s.cid }))) return { live: false };
+				return { live: true };
+			},
+		},
+		/** Closes every live session of a user (`uid`) or issued through a client (`cid`); see closeSessions. */
+		"sessions.closeAll": {
+			visibility: "public",
+			async handler(this: any, ctx: any) {
+				const { uid, cid } = ctx.params;
+				if (typeof uid === "string" && uid) return { closed: await closeSessions(this, ctx, { uid }) };
+				if (typeof cid === "string" && cid) return { closed: await closeSessions(this, ctx, { cid }) };
+				return { closed: 0 };
 			},
 		},
 		"sessions.close": {

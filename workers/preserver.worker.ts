@@ -23,7 +23,7 @@ import { authorizePublish, authorizeSubscribe, PUBLISHER_USERNAME, publisherPass
 import { JwtKeys } from "../lib/tokens";
 import { identityOf, type TokenClaims } from "../lib/types";
 import { AUTHORITY_CHANGED, grantCache } from "../middlewares/grant-cache";
-import { Authenticator, blacklistKey } from "../services/auth/authenticate";
+import { Authenticator } from "../services/auth/authenticate";
 import { WORKER_PORTS } from "./index";
 import { workerService } from "./worker";
 
@@ -184,13 +184,13 @@ export default workerService(
 				}
 			},
 
-			/** Still valid: not expired, session not revoked (this node's broadcasts, then the shared blacklist). */
+			/** Still valid: not expired, session not revoked (this node's broadcasts, the shared blacklist, the session record). */
 			async stillValid(this: any, p: MqttPrincipal): Promise<boolean> {
 				if (p.publisher) return true;
 				const t = p.token;
 				if (!t) return false;
 				if (t.exp && t.exp * 1000 <= Date.now()) return false;
-				if (t.session && (this.revoked.has(t.session) || (await this.kv.get(blacklistKey(t.session))))) return false;
+				if (t.session && (this.revoked.has(t.session) || (await this.authenticator.isRevoked(t.session)))) return false;
 				return true;
 			},
 

@@ -2,6 +2,9 @@
  * Request authentication in the spec's order: bearer (header, `token` query parameter, `authorization` cookie),
  * APT lookup or JWT verification, session blacklist, strict `x-api-key` check, token type. Hot path: verified
  * tokens, APT records and blacklist answers are kept in memory and dropped on the broadcasts that revoke them.
+ * The cache (blacklist) is not the record of a revocation: the session in identity/sessions is. When the cache has
+ * no blacklist entry, the session's durable state is asked (`identity.sessions.live`) once per session per node per
+ * 30 s, so a revocation holds whatever the cache loses (a restart of the embedded cache, Redis restarted empty).
  */
 import type { IncomingMessage } from "http";
 import type { ServiceBroker } from "moleculer";
@@ -82,6 +85,8 @@ export class Authenticator {
 	private aptCache = new Map<string, { rec: AptRecord; hash: string; at: number }>();
 	private sessionChecked = new Map<string, number>();
 	private revoked = new Set<string>();
+	/** Durable checks under way, so a burst of requests of one session asks identity once. */
+	private pending = new Map<string, Promise<boolean>>();
 
 	constructor(
 		private readonly deps: { jwt: JwtKeys; aes: Aes; kv: KeyValue; broker: ServiceBroker; trustProxy: boolean },
@@ -92,6 +97,7 @@ export class Authenticator {
 		if (this.revoked.size >= MAX_LOCAL) this.revoked.clear();
 		this.revoked.add(session);
 		this.sessionChecked.delete(session);
+		this.pending.delete(session);
 		for (const [k, c] of this.jwtCache) if (c.session === session) this.jwtCache.delete(k);
 		for (const [k, a] of this.aptCache) if (a.rec.claims.session === session) this.aptCache.delete(k);
 	}
@@ -145,17 +151,35 @@ export class Authenticator {
 		return rec;
 	}
 
-	private async isRevoked(session: string, now: number): Promise<boolean> {
+	/**
+	 * Whether the session was revoked: this node's broadcasts, then the shared blacklist, then (the cache has no
+	 * answer) the durable session record. A live answer is kept 30 s; a revoked one until the node stops.
+	 */
+	async isRevoked(session: string, now = Date.now()): Promise<boolean> {
 		if (this.revoked.has(session)) return true;
 		const at = this.sessionChecked.get(session);
 		if (at && now - at < LOCAL_TTL_MS) return false;
-		const hit = await this.deps.kv.get(blacklistKey(session));
-		if (hit) {
-			this.revoked.add(session);
-			return true;
+		let p = this.pending.get(session);
+		if (!p) {
+			p = this.checkShared(session, now).finally(() => this.pending.delete(session));
+			this.pending.set(session, p);
 		}
-		bounded(this.sessionChecked).set(session, now);
-		return false;
+		return p;
+	}
+
+	private async checkShared(session: string, now: number): Promise<boolean> {
+		let revoked = !!(await this.deps.kv.get(blacklistKey(session)));
+		if (!revoked) {
+			const state = (await this.deps.broker.call("identity.sessions.live", { id: session })) as { live: boolean } | null;
+			revoked = !state?.live;
+			// The cache had lost it: put the blacklist entry back, so other nodes need not ask the store.
+			if (revoked) await this.deps.kv.set(blacklistKey(session), "1", BLACKLIST_TTL_MS).catch(() => undefined);
+		}
+		if (revoked) {
+			if (this.revoked.size >= MAX_LOCAL) this.revoked.clear();
+			this.revoked.add(session);
+		} else bounded(this.sessionChecked).set(session, now);
+		return revoked;
 	}
 
 	/** The spec's strict sequence, steps 1-7, with its exact messages. */

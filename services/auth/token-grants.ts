@@ -109,6 +109,12 @@ function pickDomain(client: ClientInfo, requested?: string): string {
 	return requested;
 }
 
+/** The user exists (not deleted) and is ACTIVE. */
+async function activeUser(ctx: Context<unknown, any>, uid: string): Promise<boolean> {
+	const u = (await ctx.call("identity.users.byId", { id: uid })) as { status?: string } | null;
+	return !!u && u.status !== "INACTIVE";
+}
+
 export class TokenIssuer {
 	constructor(private readonly deps: TokenDeps) {}
 
@@ -266,6 +272,8 @@ export class TokenIssuer {
 		const p = raw ? (JSON.parse(raw) as Principal) : null;
 		// Single use, bound to its client: a code presented by another client is burnt too.
 		if (!p || p.client_id !== r.client_id) return this.fail(ip);
+		// The user may have been deactivated or deleted since the code was issued.
+		if (p.uid && !(await activeUser(ctx, p.uid))) throw unauthorized(INVALID_LOGIN);
 		return this.mint(ctx, p, ip);
 	}
 
@@ -273,6 +281,10 @@ export class TokenIssuer {
 		const c = this.deps.jwt.verify(r.refresh_token!);
 		if (!c || c.type !== "refresh" || !c.jti || c.client_id !== r.client_id) throw unauthorized();
 		if (await this.deps.kv.get(`auth:blacklist:${c.session}`)) throw new ApiError(401, "session is revoked");
+		// The durable state, whatever the cache lost: the session is open, its user exists and is ACTIVE, its client too.
+		const state = (await ctx.call("identity.sessions.live", { id: c.session })) as { live: boolean } | null;
+		if (!state?.live) throw new ApiError(401, "session is revoked");
+		if (c.uid && !(await activeUser(ctx, c.uid))) throw unauthorized();
 		const ttl = await this.ttls(ctx, c.cid);
 		if (!ttl.live) throw unauthorized();
 		const jti = randomToken(16);

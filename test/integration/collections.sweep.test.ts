@@ -16,6 +16,11 @@ const EXCLUDE = { "x-exclude-soft-delete-query": "1" };
 /** Values a create response carries once, besides the document (CONTRACTS.md; spec "APT record"). */
 const ONCE: Record<string, string> = { "domain/clients": "secret", "auth/apts": "token" };
 const BCRYPT = /\$2[aby]\$\d\d\$/;
+/** Collections whose deleted documents stay deleted: their deletion is a revocation (CONTRACTS.md, "Tenants"). */
+const NO_RESTORE: Record<string, string> = {
+	"auth/apts": "a revoked APT cannot be restored; create a new one",
+	"identity/sessions": "a revoked session cannot be restored; log in again",
+};
 
 type Doc = Record<string, any>;
 
@@ -254,6 +259,13 @@ for (const c of COLLECTIONS) {
 		});
 
 		test("PUT /:id/restore makes it live again", async () => {
+			if (NO_RESTORE[c.path]) {
+				expectError(await call("PUT", `${base}/${b1.id}/restore`), 400, NO_RESTORE[c.path]);
+				const still = await call("GET", `${base}/${b1.id}`, { headers: EXCLUDE });
+				expect(still.body.data.deleted_at).toMatch(ISO);
+				b1 = still.body.data;
+				return;
+			}
 			const r = await call("PUT", `${base}/${b1.id}/restore`);
 			expect(r.status).toBe(200);
 			expect(Object.keys(r.body)).toEqual(["data"]);

@@ -1,7 +1,7 @@
 /** Builds and starts a node of the platform: every service (default) or the subset named by SERVICES. */
 import { ServiceBroker } from "moleculer";
 import brokerOptions from "./moleculer.config";
-import { bindConfig, ensureDir, readConfig, type PlatformConfig } from "./lib/config";
+import { bindConfig, privateDataDir, readConfig, type PlatformConfig } from "./lib/config";
 import { closeSharedKeyValues } from "./lib/kv";
 import { closeSharedStreams } from "./workers/stream";
 import { relayService } from "./workers/relay";
@@ -19,7 +19,8 @@ export interface Platform {
 
 export async function startPlatform(overrides: Partial<PlatformConfig> = {}): Promise<Platform> {
 	const cfg = { ...readConfig(), ...overrides };
-	ensureDir(cfg.dataDir);
+	// DATA_DIR holds password hashes, keys and the audit store: its owner's only (every file in it is 0600).
+	privateDataDir(cfg.dataDir);
 	// The grant index is per process; a new platform in the same process (tests) must not see the last one's.
 	grantCache.invalidate();
 	const broker = new ServiceBroker(brokerOptions(cfg));

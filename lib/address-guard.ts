@@ -1,8 +1,9 @@
 /**
  * Outbound address guard (SSRF): a webhook URL may only reach public unicast addresses. Loopback, private
  * (10/8, 172.16/12, 192.168/16, fc00::/7), link-local (169.254/16, fe80::/10), unspecified, carrier-grade NAT,
- * documentation, benchmarking, multicast and reserved ranges are refused, also when written IPv4-mapped
- * (`::ffff:10.0.0.1`), NAT64 (`64:ff9b::a00:1`) or 6to4 (`2002:0a00:0001::`). The host is resolved once; every
+ * documentation, benchmarking, multicast and reserved ranges are refused, also when embedded in an IPv6 address:
+ * IPv4-mapped (`::ffff:10.0.0.1`, `::ffff:7f00:1`), IPv4-translated (`::ffff:0:7f00:1`), IPv4-compatible
+ * (`::7f00:1`), NAT64 (`64:ff9b::a00:1`), 6to4 (`2002:0a00:0001::`) or Teredo (`2001:0::/32`). The host is resolved once; every
  * address it resolves to must be public, and the caller connects to that address (pinned: no second lookup that a
  * rebinding DNS could answer differently).
  */
@@ -44,14 +45,23 @@ for (const [net, prefix] of [
 ] as const)
 	blocked.addSubnet(net, prefix, "ipv6");
 
-/** The IPv4 address embedded in a NAT64 (64:ff9b::/96) or 6to4 (2002::/16) IPv6 address, if any. */
-function embeddedIpv4(ip6: string): string | undefined {
+/**
+ * The IPv4 addresses an IPv6 address embeds, written in any of its forms: IPv4-mapped (::ffff:0:0/96, any spelling,
+ * e.g. `::ffff:7f00:1`), IPv4-translated (::ffff:0:0:0/96, `::ffff:0:7f00:1`), IPv4-compatible (::/96), NAT64
+ * (64:ff9b::/96), 6to4 (2002::/16) and Teredo (2001::/32: the server and the inverted client address).
+ */
+function embeddedIpv4(ip6: string): string[] {
 	const groups = expandIpv6(ip6);
-	if (!groups) return undefined;
+	if (!groups || groups.some((g) => !Number.isInteger(g) || g < 0 || g > 0xffff)) return [];
 	const v4 = (hi: number, lo: number) => `${hi >> 8}.${hi & 0xff}.${lo >> 8}.${lo & 0xff}`;
-	if (groups[0] === 0x64 && groups[1] === 0xff9b && groups.slice(2, 6).every((g) => g === 0)) return v4(groups[6], groups[7]);
-	if (groups[0] === 0x2002) return v4(groups[1], groups[2]);
-	return undefined;
+	const zero = (from: number, to: number) => groups.slice(from, to).every((g) => g === 0);
+	const out: string[] = [];
+	if (zero(0, 5) && (groups[5] === 0xffff || groups[5] === 0)) out.push(v4(groups[6], groups[7]));
+	if (zero(0, 4) && groups[4] === 0xffff && groups[5] === 0) out.push(v4(groups[6], groups[7]));
+	if (groups[0] === 0x64 && groups[1] === 0xff9b && zero(2, 6)) out.push(v4(groups[6], groups[7]));
+	if (groups[0] === 0x2002) out.push(v4(groups[1], groups[2]));
+	if (groups[0] === 0x2001 && groups[1] === 0) out.push(v4(groups[2], groups[3]), v4(~groups[6] & 0xffff, ~groups[7] & 0xffff));
+	return out;
 }
 
 function expandIpv6(ip: string): number[] | undefined {
@@ -79,8 +89,8 @@ export function isPublicAddress(address: string): boolean {
 	if (family === 4) return !blocked.check(ip, "ipv4");
 	if (family !== 6) return false;
 	if (blocked.check(ip, "ipv6")) return false;
-	const embedded = embeddedIpv4(ip);
-	return embedded ? isPublicAddress(embedded) : true;
+	// Every embedded IPv4 must be public too (a loopback or private one is refused whatever the IPv6 form).
+	return embeddedIpv4(ip).every((v4) => isPublicAddress(v4));
 }
 
 export class AddressRefused extends Error {

@@ -1,6 +1,6 @@
 /** Every environment setting of the platform, read once. README.md lists them. */
 import { randomBytes } from "crypto";
-import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "fs";
+import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "fs";
 import path from "path";
 
 export interface PlatformConfig {
@@ -240,9 +240,50 @@ export function ensureDir(dir: string): string {
 	return dir;
 }
 
+/**
+ * A directory of DATA_DIR: its owner's only (0700), created so or narrowed when it exists. One exception for
+ * DATA_DIR itself (`keepSearch`): as root the embedded PostgreSQL runs as its own system user, which must traverse
+ * DATA_DIR to reach its data directory, so an existing search bit for others (`o+x`, never read) is kept there
+ * (lib/relational.ts adds it when needed).
+ */
+export function ensurePrivateDir(dir: string, keepSearch = false): string {
+	if (!existsSync(dir)) mkdirSync(dir, { recursive: true, mode: 0o700 });
+	try {
+		const mode = statSync(dir).mode & 0o777;
+		const keep = keepSearch && typeof process.getuid === "function" && process.getuid() === 0 ? mode & 0o001 : 0;
+		if (mode !== (0o700 | keep)) chmodSync(dir, 0o700 | keep);
+	} catch {
+		/* not ours to change (another owner): left as is */
+	}
+	return dir;
+}
+
+/**
+ * DATA_DIR made its owner's only at start, also when an earlier version left it readable: the directory (above),
+ * every file 0600 and every sub-directory 0700, except the embedded PostgreSQL's data directory (initdb's own 0700).
+ */
+export function privateDataDir(dir: string): void {
+	ensurePrivateDir(dir, true);
+	const walk = (d: string, depth: number) => {
+		for (const e of readdirSync(d, { withFileTypes: true })) {
+			const p = path.join(d, e.name);
+			try {
+				if (e.isDirectory()) {
+					if (depth === 0 && e.name === "postgres") continue;
+					ensurePrivateDir(p);
+					if (depth < 4) walk(p, depth + 1);
+				} else if (e.isFile() && statSync(p).mode & 0o077) chmodSync(p, 0o600);
+			} catch {
+				/* gone meanwhile, or not ours */
+			}
+		}
+	};
+	walk(dir, 0);
+}
+
 /** A JSON file readable by its owner only (bootstrap values, generated keys). */
 export function writePrivateJson(file: string, value: unknown): void {
-	ensureDir(path.dirname(file));
+	ensurePrivateDir(path.dirname(file), true);
 	writeFileSync(file, JSON.stringify(value, null, 2), { mode: 0o600 });
 	chmodSync(file, 0o600);
 }

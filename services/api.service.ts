@@ -14,7 +14,7 @@ import { JwtKeys } from "../lib/tokens";
 import { allRoutes, type RouteDef } from "../lib/routes";
 import { Authenticator, callerIp } from "./auth/authenticate";
 import { openApiDocument } from "../lib/openapi";
-import { docsAsset, docsHtml } from "../lib/docs-page";
+import { docsAsset, docsHtml, setDocsSecurityHeaders } from "../lib/docs-page";
 import { collectHealth } from "../lib/health";
 import { metricsText, observeHttp } from "../lib/metrics";
 import { emitAudit } from "../lib/audit";
@@ -73,11 +73,6 @@ function aliasesOf(routes: RouteDef[]): Record<string, unknown> {
 	return aliases;
 }
 
-const json = (body: () => unknown) =>
-	function (this: any, req: Req, res: Res) {
-		sendJson(res, 200, body());
-	};
-
 /** Routes are built with the schema: moleculer-web mounts them in its own `created`, before ours runs. */
 export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 	const routes = allRoutes();
@@ -129,11 +124,16 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 					"GET /metrics"(this: any, req: Req, res: Res) {
 						this.sendText(res, 200, metricsText(this.broker), "text/plain; version=0.0.4; charset=utf-8");
 					},
-					"GET /api-json": json(() => openApiDocument()),
+					"GET /api-json"(this: any, req: Req, res: Res) {
+						setDocsSecurityHeaders(res);
+						sendJson(res, 200, openApiDocument());
+					},
 					"GET /api"(this: any, req: Req, res: Res) {
+						setDocsSecurityHeaders(res);
 						this.sendText(res, 200, docsHtml("/api-json"), "text/html; charset=utf-8");
 					},
 					"GET /api/assets/:name"(this: any, req: Req, res: Res) {
+						setDocsSecurityHeaders(res);
 						const a = docsAsset(String(req.$params?.params?.name ?? ""));
 						if (!a) return this.sendErrorBody(req, res, new ApiError(404, "not found"));
 						this.sendText(res, 200, a.body, a.type);

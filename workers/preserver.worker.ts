@@ -23,6 +23,7 @@ import { authorizePublish, authorizeSubscribe, PUBLISHER_USERNAME, publisherPass
 import { JwtKeys } from "../lib/tokens";
 import { identityOf, type TokenClaims } from "../lib/types";
 import { AUTHORITY_CHANGED, grantCache } from "../middlewares/grant-cache";
+import { createStore, isDuplicateKeyError, type DocumentStore } from "../mixins/stores";
 import { Authenticator } from "../services/auth/authenticate";
 import { WORKER_PORTS } from "./index";
 import { workerService } from "./worker";
@@ -51,6 +52,42 @@ const PUBLISHER_TTL_MS = 24 * 3600 * 1000;
 const PRINCIPAL = Symbol("mqttPrincipal");
 export const BROKER_URL_ACTION = "preserver.brokerUrl";
 const clientKey = (clientid: string) => `mqtt:client:${sha256Hex(clientid)}`;
+/** Largest MQTT packet the embedded broker reads (before authentication, and from any token holder). */
+export const MQTT_MAX_PACKET = 1024 * 1024;
+/** Open connections one identity may hold on the embedded broker. */
+export const MQTT_MAX_CONNECTIONS = 8;
+/** Client ids whose owner this node already knows (an owner never changes). */
+const MAX_OWNERS_CACHED = 10_000;
+
+/**
+ * Who owns which MQTT client id: the identity that first used it. In the document store (NeDB under DATA_DIR by
+ * default, MongoDB with MONGO_URI): durable across restarts, and, with a shared store, one answer for every
+ * preserver; the first claim wins atomically on the unique `_id`. Not in the cache: by default it is process memory
+ * (lost at restart), and a Redis may run without persistence or evict keys, which would hand a session to the next
+ * identity that asks. One store per location per process (several nodes of one process share a DATA_DIR in tests).
+ */
+const ownerStores = new Map<string, { store: DocumentStore; ready: Promise<void>; users: number }>();
+
+function acquireOwners(cfg: PlatformConfig): { store: DocumentStore; ready: Promise<void> } {
+	const key = cfg.mongoUri ?? cfg.dataDir;
+	let e = ownerStores.get(key);
+	if (!e) {
+		const store = createStore(cfg, "_mqtt_clients");
+		e = { store, ready: store.connect(), users: 0 };
+		ownerStores.set(key, e);
+		e.ready.catch(() => ownerStores.delete(key));
+	}
+	e.users++;
+	return e;
+}
+
+async function releaseOwners(cfg: PlatformConfig): Promise<void> {
+	const key = cfg.mongoUri ?? cfg.dataDir;
+	const e = ownerStores.get(key);
+	if (!e || --e.users > 0) return;
+	ownerStores.delete(key);
+	await e.ready.then(() => e.store.disconnect()).catch(() => undefined);
+}
 
 const AUTH_TOTAL = "preserver.mqtt.auth.total";
 const ACL_TOTAL = "preserver.mqtt.acl.total";
@@ -88,6 +125,32 @@ function readBody(req: IncomingMessage): Promise<Record<string, unknown> | null>
 			}
 		});
 	});
+}
+
+/**
+ * Closes a connection as soon as a packet's fixed header announces more than MQTT_MAX_PACKET (before the payload is
+ * read, so nothing of it is buffered), unless the connection is the platform's own publisher (a change event may be
+ * larger). Hooks the parser aedes made for this connection; fails loudly at start if aedes ever changes it.
+ */
+function limitPacketSize(client: AedesClient, socket: net.Socket): boolean {
+	const parser = (client as any)._parser;
+	if (!parser || typeof parser._parseLength !== "function") {
+		// Refuse rather than serve without the limit (an aedes upgrade moved the parser).
+		socket.destroy();
+		return false;
+	}
+	const parseLength = parser._parseLength;
+	parser._parseLength = function (this: any) {
+		const ok = parseLength.call(this);
+		if (ok && this.packet.length > MQTT_MAX_PACKET && !(client as any)[PRINCIPAL]?.publisher) {
+			socket.destroy();
+			this._list.consume(this._list.length);
+			this._emitError(new Error(`packet of ${this.packet.length} bytes is over ${MQTT_MAX_PACKET}`));
+			return false;
+		}
+		return ok;
+	};
+	return true;
 }
 
 function reply(res: ServerResponse, status: number, body: unknown): void {
@@ -153,15 +216,24 @@ export default workerService(
 			this.connections = new Map<string, MqttConnection>();
 			this.revoked = new Set<string>();
 			this.embeddedClients = new Map<string, AedesClient>();
+			this.owners = new Map<string, string>();
+			this.openByIdentity = new Map<string, Set<AedesClient>>();
 			registerMetrics(this.broker);
 		},
 
 		async started(this: any) {
+			const owners = acquireOwners(this.cfg);
+			this.ownersHeld = true;
+			await owners.ready;
+			this.ownerStore = owners.store;
 			if (!this.cfg.mqttUrl) await this.startEmbedded();
 		},
 
 		async stopped(this: any) {
 			await this.stopEmbedded();
+			if (this.ownersHeld) await releaseOwners(this.cfg);
+			this.ownersHeld = false;
+			this.ownerStore = undefined;
 		},
 
 		methods: {
@@ -182,6 +254,35 @@ export default workerService(
 				} catch {
 					return null;
 				}
+			},
+
+			/**
+			 * May `p` use this client id? Yes when it owns it, or when nobody does yet (it becomes the owner). The owner
+			 * is the identity (the username: uid, aid or cid; `$publisher` for the platform's publisher).
+			 */
+			async claimClientId(this: any, clientid: string, p: MqttPrincipal): Promise<boolean> {
+				const identity = p.publisher ? PUBLISHER_USERNAME : p.identity;
+				if (!identity) return false;
+				const id = sha256Hex(`mqtt-client-id:${clientid}`);
+				let owner: string | undefined = this.owners.get(id);
+				if (!owner) {
+					const store: DocumentStore = this.ownerStore;
+					const found = await store.findOne({ _id: id });
+					if (found) owner = String(found.identity);
+					else {
+						try {
+							await store.insert({ _id: id, identity, created_at: new Date().toISOString() });
+							owner = identity;
+						} catch (err) {
+							if (!isDuplicateKeyError(err)) throw err;
+							owner = String((await store.findOne({ _id: id }))?.identity ?? "");
+						}
+					}
+					if (this.owners.size >= MAX_OWNERS_CACHED) this.owners.clear();
+					if (owner) this.owners.set(id, owner);
+				}
+				if (owner !== identity) this.logger.warn(`mqtt client id refused to ${identity}: it belongs to another identity`);
+				return owner === identity;
 			},
 
 			/** Still valid: not expired, session not revoked (this node's broadcasts, the shared blacklist, the session record). */
@@ -255,6 +356,8 @@ export default workerService(
 				const clientid = str(b.clientid);
 				const p: MqttPrincipal | null = clientid ? await this.login(b.username, b.password) : null;
 				if (!p) return { result: "deny", is_superuser: false };
+				// Another identity's client id: refused, and the owner's remembered login is left as it is.
+				if (!(await this.claimClientId(clientid!, p).catch(() => false))) return { result: "deny", is_superuser: false };
 				// Kept as long as the token lives (a day for the publisher or a token without `exp`).
 				const exp = p.token?.exp;
 				const ttl = p.publisher || !exp ? PUBLISHER_TTL_MS : Math.max(1000, exp * 1000 - Date.now());
@@ -294,13 +397,33 @@ export default workerService(
 
 			async startEmbedded(this: any) {
 				const aedes = await Aedes.createBroker({ id: `preserver-${this.broker.nodeID}`, connectTimeout: 10_000, drainTimeout: 30_000 });
+				const refuse = (done: (err: any, ok: boolean) => void, message: string) => done(Object.assign(new Error(message), { returnCode: 5 }), false);
 				aedes.authenticate = (client, username, password, done) => {
-					this.login(username, password?.toString("utf8")).then(
-						(p: MqttPrincipal | null) => {
-							if (!p) return done(Object.assign(new Error("not authorized"), { returnCode: 5 }) as any, false);
-							(client as any)[PRINCIPAL] = p;
+					/** The principal admitted, or why the connection is refused (CONNACK 5). */
+					const admit = async (): Promise<MqttPrincipal | string> => {
+						const p: MqttPrincipal | null = await this.login(username, password?.toString("utf8"));
+						if (!p) return "not authorized";
+						// A client id belongs to the identity that first used it: another identity is refused before aedes
+						// would take over the owner's session (and drop its live connection).
+						if (!(await this.claimClientId(client.id, p))) return "client id belongs to another identity";
+						if (!p.publisher) {
+							// Checked and counted in one synchronous step, so concurrent logins cannot pass the limit together.
+							const open: Set<AedesClient> = this.openByIdentity.get(p.identity!) ?? new Set();
+							// The same client id reconnecting replaces its own connection: not counted twice.
+							const others = [...open].filter((c) => c !== client && c.id !== client.id);
+							if (others.length >= MQTT_MAX_CONNECTIONS) return `at most ${MQTT_MAX_CONNECTIONS} connections per identity`;
+							open.add(client);
+							this.openByIdentity.set(p.identity!, open);
+						}
+						return p;
+					};
+					admit().then(
+						(r) => {
+							if (typeof r === "string") return refuse(done, r);
+							(client as any)[PRINCIPAL] = r;
 							done(null, true);
 						},
+						// A store that does not answer: "server unavailable", the client may retry.
 						() => done(Object.assign(new Error("server unavailable"), { returnCode: 3 }) as any, false),
 					);
 				};
@@ -341,7 +464,18 @@ export default workerService(
 					this.recordDisconnected(client.id);
 				});
 				aedes.on("clientError", (client, err) => this.logger.debug(`mqtt client ${client?.id} error: ${err.message}`));
-				const server = net.createServer(aedes.handle);
+				const server = net.createServer((socket) => {
+					const client = aedes.handle(socket);
+					if (!limitPacketSize(client, socket)) this.logger.error("preserver: the aedes packet parser is not where expected; MQTT connection refused (packet size limit)");
+					// Counted per identity until the socket is gone, whatever ended it.
+					socket.once("close", () => {
+						const p: MqttPrincipal | undefined = (client as any)[PRINCIPAL];
+						const open: Set<AedesClient> | undefined = p?.identity ? this.openByIdentity.get(p.identity) : undefined;
+						if (!open) return;
+						open.delete(client);
+						if (!open.size) this.openByIdentity.delete(p!.identity);
+					});
+				});
 				await new Promise<void>((resolve, reject) => {
 					server.once("error", reject);
 					server.listen(this.cfg.mqttPort, this.cfg.host, () => {
@@ -369,6 +503,7 @@ export default workerService(
 				if (aedes) await new Promise<void>((r) => aedes.close(() => r()));
 				if (server?.listening) await new Promise<void>((r) => server.close(() => r()));
 				this.embeddedClients.clear();
+				this.openByIdentity.clear();
 			},
 
 			/** Closes the embedded broker's connections whose principal matches (revocation). */

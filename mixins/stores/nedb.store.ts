@@ -3,11 +3,12 @@
  * NeDB quirks handled here: indexes must be created after load, `{field: null}` does not match a missing field
  * (the engine always stores `deleted_at`), and the append-only file is compacted on load and periodically.
  */
+import { chmod } from "fs/promises";
 import path from "path";
 import DbService from "moleculer-db";
 import type { DocumentStore, FindOptions, Filter, StoredDoc } from "./types";
 import { renameIdKeys, toStoreQuery as renameIdsInQuery, updateOf } from "./types";
-import { ensureDir } from "../../lib/config";
+import { ensurePrivateDir } from "../../lib/config";
 import { ApiError, badRequest } from "../../lib/errors";
 
 // NeDB's own matcher and comparator, so the fast path below keeps NeDB's query semantics exactly.
@@ -112,8 +113,9 @@ export class NedbStore implements DocumentStore {
 
 	/** `file` undefined keeps the store in memory (tests). */
 	constructor(private readonly file: string | undefined, private readonly extraIndexes: string[] = []) {
-		if (file) ensureDir(path.dirname(file));
-		this.adapter = new (DbService as any).MemoryAdapter(file ? { filename: file } : {});
+		if (file) ensurePrivateDir(path.dirname(file));
+		// Owner-only files (0600): NeDB creates the data file, its compaction copies and appends with these modes.
+		this.adapter = new (DbService as any).MemoryAdapter(file ? { filename: file, modes: { fileMode: 0o600, dirMode: 0o700 } } : {});
 	}
 
 	private get db(): Datastore {
@@ -125,6 +127,8 @@ export class NedbStore implements DocumentStore {
 		await this.adapter.connect();
 		for (const idx of [...INDEXES, ...this.extraIndexes.map((fieldName) => ({ fieldName }))]) await this.db.ensureIndex(idx);
 		if (this.file) {
+			// A file an earlier version left 0644 (loading compacts it into a new 0600 file; this covers the rest).
+			await chmod(this.file, 0o600).catch(() => undefined);
 			if (this.db.setAutocompactionInterval) this.db.setAutocompactionInterval(10 * 60 * 1000);
 			else this.db.persistence?.setAutocompactionInterval(10 * 60 * 1000);
 		}

@@ -7,7 +7,7 @@ import { existsSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { chromium, type Browser } from "playwright-core";
-import { docsAsset, docsHtml } from "../../lib/docs-page";
+import { DOCS_SECURITY_HEADERS, docsAsset, docsHtml } from "../../lib/docs-page";
 import { openApiDocument } from "../../lib/openapi";
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
@@ -31,7 +31,8 @@ suite("API docs page in Chromium", () => {
 			const url = new URL(req.url ?? "/", "http://localhost");
 			requested.push(url.pathname);
 			const send = (status: number, type: string, body: string | Buffer) => {
-				res.writeHead(status, { "content-type": type, "content-security-policy": "script-src 'self'; object-src 'none'" });
+				// The gateway's own docs headers (CSP, X-Frame-Options, nosniff): the page must render under them.
+				res.writeHead(status, { ...DOCS_SECURITY_HEADERS, "content-type": type });
 				res.end(body);
 			};
 			if (url.pathname === "/api") return send(200, "text/html; charset=utf-8", docsHtml("/api-json"));

@@ -101,6 +101,24 @@ export interface AttemptRecord {
 	durationMs: number;
 }
 
+/**
+ * A webhook URL as it may be stored, listed and logged: without `user:pass@` (a config may hold one; credentials
+ * are never kept in the delivery history). Not a URL: kept as is, bounded.
+ */
+export function storableUrl(url: string | null | undefined): string | null {
+	if (url === null || url === undefined) return null;
+	try {
+		const u = new URL(url);
+		if (!u.username && !u.password) return url;
+		u.username = "";
+		u.password = "";
+		return u.toString();
+	} catch {
+		// Not parseable: drop anything up to an `@` before the first `/` after the scheme (userinfo-like).
+		return String(url).replace(/^([a-z][a-z0-9+.-]*:\/\/)[^/?#]*@/i, "$1").slice(0, 2000);
+	}
+}
+
 const COLUMNS = "id, event_id, seq, client_id, config_id, url, topic, op, document_id, status, attempts, next_at, last_status, last_error, created_at, delivered_at";
 
 export class DeliveryStore {
@@ -113,7 +131,7 @@ export class DeliveryStore {
 			const res = await this.db.query(
 				`insert into deliveries (event_id, seq, client_id, config_id, url, topic, op, document_id, payload, status, last_error)
 				 values ($1, $2, $3, $4, $5, $6, $7, $8, $9::json, $10, $11) on conflict (event_id, client_id) do nothing`,
-				[r.event_id, r.seq, r.client_id, r.config_id, r.url, r.topic, r.op, r.document_id, r.body, r.status, r.last_error ?? null],
+				[r.event_id, r.seq, r.client_id, r.config_id, storableUrl(r.url), r.topic, r.op, r.document_id, r.body, r.status, r.last_error ?? null],
 			);
 			inserted += res.rowCount ?? 0;
 		}
@@ -178,7 +196,7 @@ export class DeliveryStore {
 			attempt?.status ?? null,
 			state.lastError,
 			state.configId === undefined ? row.config_id : state.configId,
-			attempt?.url ?? row.url,
+			storableUrl(attempt?.url ?? row.url),
 		];
 		const update = `update deliveries set status = $3, attempts = $4, next_at = now() + make_interval(secs => $5),
 				last_status = coalesce($6, last_status), last_error = $7, config_id = $8, url = $9,

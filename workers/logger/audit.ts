@@ -5,7 +5,7 @@
  * document, are unique, so an event or a change record delivered twice is stored once.
  */
 import type { AuditRequest } from "../../lib/audit";
-import type { Migration, Relational } from "../../lib/relational";
+import { storableText, type Migration, type Relational } from "../../lib/relational";
 
 export const AUDIT_TABLE = "audit_entries";
 export interface AuditRow extends Partial<AuditRequest> {
@@ -54,13 +54,23 @@ const COLUMNS = ["at", "kind", "request_id", "seq", "uid", "aid", "cid", "sessio
 /** Rows per INSERT statement (parameters stay far below PostgreSQL's 65 535). */
 const CHUNK = 500;
 
-const str = (v: unknown, max = 2000): string | null => (typeof v === "string" && v !== "" ? v.slice(0, max) : null);
+/** A text column: what PostgreSQL can store (no NUL, no lone surrogate: a cut pair is one too), bounded. */
+const str = (v: unknown, max = 2000): string | null => {
+	if (typeof v !== "string" || v === "") return null;
+	const s = storableText(v.slice(0, max));
+	return s === "" ? null : s;
+};
 const num = (v: unknown): number | null => (typeof v === "number" && Number.isFinite(v) ? v : null);
+/** An integer column (PostgreSQL `integer`): a value outside its range is not stored. */
+const int = (v: unknown): number | null => {
+	const n = num(v);
+	return n === null || Math.abs(n) > 2147483647 ? null : Math.trunc(n);
+};
 
 function valuesOf(r: AuditRow): unknown[] {
 	return [
-		new Date(num(r.at) ?? Date.now()),
-		r.kind,
+		new Date(num(r.at) !== null && Math.abs(r.at) <= 8.64e15 ? r.at : Date.now()),
+		r.kind === "change" ? "change" : "request",
 		str(r.request_id, 200),
 		num(r.seq),
 		str(r.uid, 200),
@@ -75,7 +85,7 @@ function valuesOf(r: AuditRow): unknown[] {
 		str(r.collection, 100),
 		str(r.document_id, 200),
 		str(r.op, 4),
-		num(r.status) === null ? null : Math.trunc(r.status!),
+		int(r.status),
 		num(r.duration_ms),
 	];
 }
@@ -138,12 +148,21 @@ export class AuditWriter {
 			const waiters = this.waiters;
 			this.rows = [];
 			this.waiters = [];
+			let db: Relational | undefined;
 			try {
-				await insertRows(await this.db(), rows);
+				db = await this.db();
+				await insertRows(db, rows);
 				for (const w of waiters) w.resolve();
 			} catch (err) {
+				// One bad row must not block the queue: with the store reachable, the rows go one by one and a row that
+				// fails alone is dropped (logged without its content). Only an unreachable store keeps them for later.
+				const rest = db && (await db.ping()) ? await this.isolate(db, rows) : rows;
+				if (!rest.length) {
+					for (const w of waiters) w.resolve();
+					return;
+				}
 				// Durable rows are retried by the stream; request rows go back to the buffer for the next flush.
-				this.rows = [...rows.filter((r) => r.kind === "request"), ...this.rows].slice(-this.opts.maxBuffered);
+				this.rows = [...rest.filter((r) => r.kind === "request"), ...this.rows].slice(-this.opts.maxBuffered);
 				for (const w of waiters) w.reject(err);
 				this.opts.onError(err);
 				if (this.rows.length && !this.closed) this.timer ??= setTimeout(() => void this.flush(), Math.max(this.opts.flushMs, 1000));
@@ -151,6 +170,24 @@ export class AuditWriter {
 		});
 		this.flushing = run.catch(() => undefined);
 		return run;
+	}
+
+	/**
+	 * Inserts rows one at a time after a batch failed. A row that fails alone while the store still answers is
+	 * dropped and reported (its kind and PostgreSQL's error code, never its values). Returns the rows not
+	 * attempted because the store stopped answering (they are retried as a whole later).
+	 */
+	private async isolate(db: Relational, rows: AuditRow[]): Promise<AuditRow[]> {
+		for (let i = 0; i < rows.length; i++) {
+			try {
+				await insertRows(db, [rows[i]]);
+			} catch (err) {
+				if (!(await db.ping())) return rows.slice(i);
+				const code = (err as { code?: unknown })?.code;
+				this.opts.onError(new Error(`audit ${rows[i].kind} row dropped: the store refuses it (${typeof code === "string" ? `SQLSTATE ${code}` : "error"})`));
+			}
+		}
+		return [];
 	}
 
 	async close(): Promise<void> {

@@ -14,7 +14,7 @@ import { present } from "../lib/present";
 import { identityOf, type RequestMeta, type TokenClaims, type Doc } from "../lib/types";
 import { checkRules, isPlainObject, validateBody } from "../lib/validate";
 import { sharedOutbox, type ChangeActor, type Outbox } from "./outbox";
-import { createStore, isDuplicateKeyError, type DocumentStore, type StoredDoc } from "./stores";
+import { createStore, isDuplicateKeyError, TENANT_REF, type DocumentStore, type StoredDoc } from "./stores";
 import { AUTHORITY_CHANGED, grantCache } from "../middlewares/grant-cache";
 import { healthBody, HEALTH_ACTION } from "../lib/health";
 import { sharedKeyValue } from "../lib/kv";
@@ -98,6 +98,34 @@ function actorOf(ctx: Ctx): ChangeActor {
 /** `id`/`created_by`-style stamps for one kind of change. */
 function stamp(kind: "created" | "updated" | "deleted" | "restored", token: TokenClaims, now: string): Record<string, unknown> {
 	return { [`${kind}_at`]: now, [`${kind}_by`]: identityOf(token), [`${kind}_in`]: token.aid ?? token.cid };
+}
+
+/** The derived per-tenant key of a `ref` (see TENANT_REF): the tenant is the document's first client. */
+function tenantRef(clients: unknown, ref: unknown): string | null {
+	if (ref === undefined || ref === null) return null;
+	return `${Array.isArray(clients) ? clients[0] : ""}:${String(ref)}`;
+}
+
+/** Keeps a new document's `tenant_ref` in step with its `ref` (right before insert: hooks may have changed either). */
+function keyRef(doc: StoredDoc): StoredDoc {
+	const k = tenantRef(doc.clients, doc.ref);
+	if (k === null) delete doc[TENANT_REF];
+	else doc[TENANT_REF] = k;
+	return doc;
+}
+
+/** Internal identity action: which of these ids are not live users of the tenant (`{ outside: string[] }`). */
+export const USERS_OUTSIDE_TENANT = "identity.users.outsideTenant";
+
+/**
+ * `shares` names users of the caller's tenant only (CONTRACTS.md "Tenants"): one call for every id of the request,
+ * none when no `shares` is given.
+ */
+async function assertShares(ctx: Ctx, token: TokenClaims, lists: unknown[]): Promise<void> {
+	const ids = [...new Set(lists.flatMap((l) => (Array.isArray(l) ? l : [])).map(String))];
+	if (!ids.length) return;
+	const { outside } = await ctx.call<{ outside: string[] }, { tenant: string; ids: string[] }>(USERS_OUTSIDE_TENANT, { tenant: token.cid, ids });
+	if (outside.length) throw badRequest(`shares: ${outside[0]} is not a user of this tenant`);
 }
 
 function clientsOf(token: TokenClaims): string[] {
@@ -246,7 +274,8 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 				const plan = requirePlan(ctx.locals);
 				writable("create");
 				const { doc, extra } = await build(ctx, plan, ctx.params.body);
-				await insert(() => store(ctx).insert(doc));
+				await assertShares(ctx, plan.token, [doc.shares]);
+				await insert(() => store(ctx).insert(keyRef(doc)));
 				await record(ctx, [{ op: "c", before: null, after: doc }]);
 				return { data: { ...out(doc, plan), ...extra } };
 			},
@@ -262,7 +291,8 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 				for (let i = 0; i < body.items.length; i++) built.push(await build(ctx, plan, body.items[i], `items[${i}].`));
 				const refs = built.map((b) => b.doc.ref).filter((r) => r !== undefined);
 				if (new Set(refs).size !== refs.length) throw conflict("ref already exists");
-				await insert(() => store(ctx).insertMany(built.map((b) => b.doc)));
+				await assertShares(ctx, plan.token, built.map((b) => b.doc.shares));
+				await insert(() => store(ctx).insertMany(built.map((b) => keyRef(b.doc))));
 				await record(ctx, built.map((b) => ({ op: "c" as const, before: null, after: b.doc })));
 				return { items: built.map((b) => ({ ...out(b.doc, plan), ...b.extra })), total: built.length };
 			},
@@ -271,9 +301,11 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 				writable("patch");
 				const clean = validateBody(col, ctx.params.body, "patch");
 				const before = await target(ctx, plan);
-				const set = { ...clean, ...stamp("updated", plan.token, new Date().toISOString()) };
+				const set: Record<string, unknown> = { ...clean, ...stamp("updated", plan.token, new Date().toISOString()) };
 				await h.beforePatch?.(ctx, set, before);
 				checkRules(col, { ...before, ...set });
+				await assertShares(ctx, plan.token, [set.shares]);
+				if ("ref" in set) set[TENANT_REF] = tenantRef(before.clients, set.ref);
 				const after = await insert(() => store(ctx).setOne(before._id, set));
 				if (!after) throw notFound();
 				await record(ctx, [{ op: "u", before, after }]);
@@ -286,6 +318,7 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 				if ("ref" in clean) throw badRequest("ref cannot be set by a bulk patch (it is unique)");
 				const set = { ...clean, ...stamp("updated", plan.token, new Date().toISOString()) };
 				await h.beforePatch?.(ctx, set, null);
+				await assertShares(ctx, plan.token, [set.shares]);
 				let total = 0;
 				let last = "";
 				// Keyset batches over the plan's filter: bounded memory, and each changed document gets its own event.

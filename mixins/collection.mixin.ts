@@ -114,17 +114,18 @@ function keyRef(doc: StoredDoc): StoredDoc {
 	return doc;
 }
 
-/** Internal identity action: which of these ids are not live users of the tenant (`{ outside: string[] }`). */
+/** Internal identity action: which of these ids are neither live users of the tenants nor the tenants' clients. */
 export const USERS_OUTSIDE_TENANT = "identity.users.outsideTenant";
 
 /**
- * `shares` names users of the caller's tenant only (CONTRACTS.md "Tenants"): one call for every id of the request,
- * none when no `shares` is given.
+ * `shares` names users of the caller's tenant only (CONTRACTS.md "Tenants"): the tenant of the caller's user, the
+ * client of its token and the coworkers the token acts for (where the document lands), or those clients themselves.
+ * One call for every id of the request, none when no `shares` is given.
  */
 async function assertShares(ctx: Ctx, token: TokenClaims, lists: unknown[]): Promise<void> {
 	const ids = [...new Set(lists.flatMap((l) => (Array.isArray(l) ? l : [])).map(String))];
 	if (!ids.length) return;
-	const { outside } = await ctx.call<{ outside: string[] }, { tenant: string; ids: string[] }>(USERS_OUTSIDE_TENANT, { tenant: token.cid, ids });
+	const { outside } = await ctx.call<{ outside: string[] }, { tenants: string[]; uid?: string; ids: string[] }>(USERS_OUTSIDE_TENANT, { tenants: clientsOf(token), uid: token.uid, ids });
 	if (outside.length) throw badRequest(`shares: ${outside[0]} is not a user of this tenant`);
 }
 

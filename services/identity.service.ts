@@ -109,17 +109,27 @@ const IdentityService: ServiceSchema = {
 				return user && ok && user.status !== "INACTIVE" ? publicUser(user) : null;
 			},
 		},
-		/** Which of `ids` are not live users of `tenant` (the `shares` check of the collection engine, one call a request). */
+		/**
+		 * Which of `ids` are not live users of `tenants` (plus the tenant of the caller's user `uid`), nor one of those
+		 * tenants' clients: the `shares` check of the collection engine, one call a request.
+		 */
 		"users.outsideTenant": {
 			visibility: "public",
 			async handler(this: any, ctx: any): Promise<{ outside: string[] }> {
-				const { tenant, ids } = ctx.params as { tenant: string; ids: string[] };
+				const { tenants, uid, ids } = ctx.params as { tenants: string[]; uid?: string; ids: string[] };
+				const store = this.collectionStore("users");
+				const allowed = new Set((Array.isArray(tenants) ? tenants : []).filter((t) => typeof t === "string"));
+				if (typeof uid === "string") {
+					const me: StoredDoc | null = await store.findOne({ id: uid, deleted_at: null });
+					const own = (me?.clients as string[] | undefined)?.[0];
+					if (own) allowed.add(own);
+				}
 				const list = Array.isArray(ids) ? ids.map(String) : [];
-				const candidates = list.filter((id) => HEX24.test(id)).map((id) => id.toLowerCase());
-				const inside = new Set<string>();
+				const candidates = [...new Set(list.filter((id) => HEX24.test(id)).map((id) => id.toLowerCase()))].filter((id) => !allowed.has(id));
+				const inside = new Set<string>(allowed);
 				for (let i = 0; i < candidates.length; i += 500) {
 					const chunk = candidates.slice(i, i + 500);
-					const docs: StoredDoc[] = await this.collectionStore("users").find({ query: { id: { $in: chunk }, [TENANT]: tenant, deleted_at: null }, projection: { _id: 1 } });
+					const docs: StoredDoc[] = await store.find({ query: { id: { $in: chunk }, [TENANT]: { $in: [...allowed] }, deleted_at: null }, projection: { _id: 1 } });
 					for (const d of docs) inside.add(d._id);
 				}
 				return { outside: list.filter((id) => !inside.has(id.toLowerCase())) };

@@ -7,6 +7,7 @@
  * operator; ordinary users are created by the admins.
  */
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
+import { readConfig } from "../../lib/config";
 import { createClient, errorBody as authErrorBody, kvOf, payloadOf, tokenOf } from "../helpers/auth";
 
 function errorBody(status: number, message: string) {
@@ -278,6 +279,23 @@ describe("item 6: APT coworkers and shares stay inside the tenant", () => {
 		const r = await http("POST", "/content/notes", { token: A.admin, body: { title: "for alice", shares: [alice.id] } });
 		expect(r.status).toBe(200);
 		expect(r.body.data.shares).toEqual([alice.id]);
+		// The tenant's own client (a client_credential principal) may be named too.
+		expect((await http("POST", "/content/notes", { token: A.admin, body: { title: "for the client", shares: [A.id] } })).status).toBe(200);
+		expect((await http("POST", "/content/notes", { token: A.admin, body: { title: "x", shares: [B.id] } })).body).toEqual(
+			errorBody(400, `shares: ${B.id} is not a user of this tenant`),
+		);
+	});
+
+	test("through a coworker client, a user shares with users of its own tenant", async () => {
+		// A's admin logs in through C (which lists A); its grants are in C's domain there.
+		await grant(root, `${A.adminId}@c.example`, "manage", "content:notes");
+		const viaC = (await ok(login(C.id, "admin"), "admin via C")).data.access_token;
+		expect(payloadOf(viaC).cid).toBe(C.id);
+		const r = await http("POST", "/content/notes", { token: viaC, body: { title: "to alice via C", shares: [alice.id] } });
+		expect(r.status).toBe(200);
+		expect((await http("POST", "/content/notes", { token: viaC, body: { title: "to bob via C", shares: [bob.id] } })).body).toEqual(
+			errorBody(400, `shares: ${bob.id} is not a user of this tenant`),
+		);
 	});
 });
 
@@ -318,5 +336,18 @@ describe("item 8: /auth/can and ref do not disclose another principal's or tenan
 		// A ref cleared is free again in the tenant.
 		expect((await http("PATCH", `/content/notes/${a.id}`, { token: A.admin, body: { ref: null } })).status).toBe(200);
 		expect((await http("PATCH", `/content/notes/${a2.id}`, { token: A.admin, body: { ref: "INV-1" } })).status).toBe(200);
+	});
+});
+
+describe("the root username has the username form", () => {
+	test.each([["Root User"], ["6b04522a92c6eb5fcb94131f"], ["ab"]])("PLATFORM_ROOT_USERNAME=%s is refused at start", (value) => {
+		const saved = process.env.PLATFORM_ROOT_USERNAME;
+		process.env.PLATFORM_ROOT_USERNAME = value;
+		try {
+			expect(() => readConfig()).toThrow(/^PLATFORM_ROOT_USERNAME must match/);
+		} finally {
+			if (saved === undefined) delete process.env.PLATFORM_ROOT_USERNAME;
+			else process.env.PLATFORM_ROOT_USERNAME = saved;
+		}
 	});
 });

@@ -118,10 +118,6 @@ function validateCron(expr: unknown, where: string): void {
 }
 
 /**
- * Validates a grant body (create or full replace). Throws ApiError 400 naming the offending field.
- * Keys other than the grant's own (common document fields) are left to the collection schema.
- */
-/**
  * Who writes a grant: a principal of client `cid` may name its client's domains; the operator (a root-client token)
  * any registered domain (CONTRACTS.md "Tenants"). Only shapes the message; the caller passes the matching domains.
  */
@@ -130,6 +126,10 @@ export interface GrantAuthor {
 	operator?: boolean;
 }
 
+/**
+ * Validates a grant body (create or full replace). Throws ApiError 400 naming the offending field.
+ * Keys other than the grant's own (common document fields) are left to the collection schema.
+ */
 export function validateGrant(body: unknown, registeredDomains: string[], who?: GrantAuthor): void {
 	if (typeof body !== "object" || body === null || Array.isArray(body)) throw badRequest("grant: body must be an object");
 	const b = body as Record<string, unknown>;

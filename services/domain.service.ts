@@ -121,11 +121,11 @@ const DomainService: ServiceSchema = {
 				return info(c);
 			},
 		},
-		/** Every domain a live client registers (the operator may grant subjects of any of them). */
+		/** Every domain a client (not deleted) registers: the operator may grant subjects of any of them. */
 		"clients.registeredDomains": {
 			visibility: "public",
 			async handler(this: any): Promise<string[]> {
-				const docs: StoredDoc[] = await this.collectionStore("clients").find({ query: { deleted_at: null, status: { $ne: "INACTIVE" } }, projection: { domains: 1 } });
+				const docs: StoredDoc[] = await this.collectionStore("clients").find({ query: { deleted_at: null }, projection: { domains: 1 } });
 				return [...new Set(docs.flatMap((c) => (Array.isArray(c.domains) ? (c.domains as string[]) : [])))];
 			},
 		},

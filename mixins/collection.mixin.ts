@@ -451,6 +451,7 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 			for (const col of domain.collections) {
 				const s = createStore(cfg, `${domain.name}/${col.name}`, Object.keys(col.fields).filter((f) => col.fields[f].relation));
 				await s.connect();
+				await keyLegacyRefs(s);
 				st.stores.set(col.name, s);
 			}
 		},
@@ -462,6 +463,21 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 			await st.outbox.disconnect();
 		},
 	};
+}
+
+/**
+ * Documents stored before `ref` became unique per tenant carry a `ref` without its `tenant_ref`: each gets its key once
+ * (their refs were unique platform-wide, so no two of them collide).
+ */
+async function keyLegacyRefs(store: DocumentStore): Promise<void> {
+	let last = "";
+	for (;;) {
+		const legacy = { ref: { $exists: true }, [TENANT_REF]: { $exists: false } };
+		const batch = await store.find({ query: last ? { ...legacy, _id: { $gt: last } } : legacy, sort: { _id: 1 }, limit: BATCH });
+		for (const d of batch) if (typeof d.ref === "string") await store.setOne(d._id, { [TENANT_REF]: tenantRef(d.clients, d.ref) });
+		if (batch.length < BATCH) return;
+		last = batch[batch.length - 1]._id;
+	}
 }
 
 /** Turns compiled RegExp values of a validated filter back into JSON form, for a nested call that re-validates. */

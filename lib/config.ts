@@ -189,6 +189,14 @@ function mqttPort(v: string | undefined): number {
 	return n;
 }
 
+/** The root user's username has the form of every username (CONTRACTS.md "Tenants"). */
+function rootUsername(v: string | undefined): string {
+	const u = v ?? "root";
+	if (!/^[a-z0-9][a-z0-9._-]{2,63}$/.test(u) || /^[0-9a-f]{24}$/.test(u))
+		throw new Error(`PLATFORM_ROOT_USERNAME must match ^[a-z0-9][a-z0-9._-]{2,63}$ and not be a 24-hex id, got ${v}`);
+	return u;
+}
+
 export function readConfig(): PlatformConfig {
 	const services = env("SERVICES");
 	return {
@@ -198,7 +206,7 @@ export function readConfig(): PlatformConfig {
 		rootDomain: env("PLATFORM_ROOT_DOMAIN") ?? "root.local",
 		rootClientId: env("PLATFORM_ROOT_CLIENT_ID"),
 		rootClientSecret: env("PLATFORM_ROOT_CLIENT_SECRET"),
-		rootUsername: env("PLATFORM_ROOT_USERNAME") ?? "root",
+		rootUsername: rootUsername(env("PLATFORM_ROOT_USERNAME")),
 		rootPassword: env("PLATFORM_ROOT_PASSWORD"),
 		transporter: env("TRANSPORTER"),
 		services: services ? services.split(",").map((s) => s.trim()).filter(Boolean) : undefined,

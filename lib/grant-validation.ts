@@ -33,18 +33,26 @@ const isEmailGroup = (s: string): boolean => {
  * Checks a grant subject. Forms: `@role@domain`, `<uid|aid|cid>@domain` (24-hex), `<name>@domain`, or a group
  * name (`team@example.com` or `eng.example.com`) suffixed with `@domain`; the domain must be registered.
  */
-function validateSubject(subject: unknown, domains: Set<string>): void {
+function validateSubject(subject: unknown, domains: Set<string>, who?: GrantAuthor): void {
 	if (typeof subject !== "string" || !subject) throw badRequest("subject: is required and must be a string");
 	if (subject.length > 320) throw badRequest("subject: is too long (max 320 characters)");
 	if (/\s/.test(subject)) throw badRequest("subject: must not contain whitespace");
 	const registered = (d: string) => domains.has(d.toLowerCase());
+	const notRegistered = (d: string) =>
+		badRequest(
+			who?.operator
+				? `subject: domain '${d}' is not registered`
+				: who?.cid
+					? `subject: domain '${d}' is not registered for client ${who.cid} (register it on that client, or grant as the operator)`
+					: `subject: domain '${d}' is not registered for the client`,
+		);
 	if (subject.startsWith("@")) {
 		const parts = subject.slice(1).split("@");
 		if (parts.length === 1) throw badRequest(`subject: role '${subject}' needs a domain suffix (@role@domain)`);
 		if (parts.length !== 2) throw badRequest(`subject: '${subject}' is not of the form @role@domain`);
 		const [role, domain] = parts;
 		if (!ROLE_RE.test(role)) throw badRequest(`subject: invalid role name '${role}'`);
-		if (!registered(domain)) throw badRequest(`subject: domain '${domain}' is not registered for the client`);
+		if (!registered(domain)) throw notRegistered(domain);
 		return;
 	}
 	const at = subject.lastIndexOf("@");
@@ -58,7 +66,31 @@ function validateSubject(subject: unknown, domains: Set<string>): void {
 		if (HEX24_RE.test(local) || NAME_RE.test(local) || isEmailGroup(local) || FQDN_RE.test(local)) return;
 		throw badRequest(`subject: invalid name '${local}' before @${domain}`);
 	}
-	throw badRequest(`subject: domain '${domain}' is not registered for the client`);
+	throw notRegistered(domain);
+}
+
+/** A username (CONTRACTS.md "Tenants"): never a 24-hex id, so it can never pose as a user, app or client id. */
+export const USERNAME_RE = /^[a-z0-9][a-z0-9._-]{2,63}$/;
+
+/** Why `username` is not a valid username, or null. */
+export function usernameProblem(username: unknown): string | null {
+	if (typeof username !== "string" || !USERNAME_RE.test(username)) return "username: must match ^[a-z0-9][a-z0-9._-]{2,63}$";
+	if (HEX24_RE.test(username)) return "username: must not be a 24-hex id";
+	return null;
+}
+
+/**
+ * Why one entry of a user's `subjects` is invalid, or null. An entry is a role (`@editor`) or a group name (an email
+ * `team@example.com` or an FQDN `eng.example.com`); the token adds `@<domain>`, so an entry can never carry a
+ * domain of its own, whitespace (a token's subjects are space-separated), or a 24-hex id.
+ */
+export function userSubjectProblem(entry: unknown, where: string): string | null {
+	if (typeof entry !== "string" || !entry) return `${where}: must be a non-empty string`;
+	if (/\s/.test(entry)) return `${where}: must not contain whitespace`;
+	if (HEX24_RE.test(entry) || HEX24_RE.test(entry.split("@")[0])) return `${where}: must not be a 24-hex id`;
+	if (entry.startsWith("@")) return ROLE_RE.test(entry.slice(1)) ? null : `${where}: '${entry}' is not a role name (@name)`;
+	if (isEmailGroup(entry) || FQDN_RE.test(entry)) return null;
+	return `${where}: '${entry}' must be a role (@name) or a group name (an email or a domain name)`;
 }
 
 function optionalList(body: Record<string, unknown>, key: string): unknown[] | null {
@@ -95,14 +127,23 @@ function grantCollections(object: string): CollectionDef[] {
 }
 
 /**
+ * Who writes a grant: a principal of client `cid` may name its client's domains; the operator (a root-client token)
+ * any registered domain (CONTRACTS.md "Tenants"). Only shapes the message; the caller passes the matching domains.
+ */
+export interface GrantAuthor {
+	cid?: string;
+	operator?: boolean;
+}
+
+/**
  * Validates a grant body (create or full replace). Throws ApiError 400 naming the offending field.
  * Keys other than the grant's own (common document fields) are left to the collection schema.
  */
-export function validateGrant(body: unknown, registeredDomains: string[]): void {
+export function validateGrant(body: unknown, registeredDomains: string[], who?: GrantAuthor): void {
 	if (typeof body !== "object" || body === null || Array.isArray(body)) throw badRequest("grant: body must be an object");
 	const b = body as Record<string, unknown>;
 	const domains = new Set((registeredDomains ?? []).filter((d) => typeof d === "string").map((d) => d.toLowerCase()));
-	validateSubject(b.subject, domains);
+	validateSubject(b.subject, domains, who);
 
 	if (typeof b.action !== "string" || !ACTION_RE.test(b.action))
 		throw badRequest("action: must be a lowercase action name (letter, then up to 31 of a-z 0-9 _ -)");

@@ -1,13 +1,14 @@
 /** How a stored document leaves the platform: `_id` becomes `id`, write-only fields never leave, allowlists apply. */
 import type { CollectionDef } from "../catalog";
-import type { StoredDoc } from "../mixins/stores/types";
+import { TENANT_REF, type StoredDoc } from "../mixins/stores/types";
 import type { Doc } from "./types";
 
 const writeOnlyCache = new WeakMap<CollectionDef, string[]>();
 
 export function writeOnlyFields(col: CollectionDef): string[] {
 	let w = writeOnlyCache.get(col);
-	if (!w) writeOnlyCache.set(col, (w = Object.entries(col.fields).filter(([, f]) => f.writeOnly || f.internal).map(([k]) => k)));
+	// Plus the engine's own derived keys (the per-tenant `ref` key), which no catalog declares.
+	if (!w) writeOnlyCache.set(col, (w = [...Object.entries(col.fields).filter(([, f]) => f.writeOnly || f.internal).map(([k]) => k), TENANT_REF]));
 	return w;
 }
 

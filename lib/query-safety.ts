@@ -4,6 +4,7 @@
  * output is a fresh object tree that never carries a forbidden key, and `$regex` strings are
  * compiled to linear-time RegExps (lib/safe-regex.ts; NeDB only matches RegExp objects). Every failure is a 400.
  */
+import { TENANT_REF } from "../mixins/stores/types";
 import type { CollectionDef } from "../catalog/types";
 import { badRequest } from "./errors";
 import { compileSafe, RegexBudget } from "./safe-regex";
@@ -176,7 +177,7 @@ function compileRegex(op: string, src: unknown, options: unknown, where: string)
  */
 export function neverQueried(col: CollectionDef, path: string): boolean {
 	const top = path.split(".")[0];
-	if (top.startsWith("_")) return true;
+	if (top.startsWith("_") || top === TENANT_REF) return true;
 	const def = Object.prototype.hasOwnProperty.call(col.fields, top) ? col.fields[top] : undefined;
 	return !!(def?.writeOnly || def?.internal);
 }

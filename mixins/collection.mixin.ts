@@ -14,7 +14,7 @@ import { present } from "../lib/present";
 import { identityOf, type RequestMeta, type TokenClaims, type Doc } from "../lib/types";
 import { checkRules, isPlainObject, validateBody } from "../lib/validate";
 import { sharedOutbox, type ChangeActor, type Outbox } from "./outbox";
-import { createStore, isDuplicateKeyError, type DocumentStore, type StoredDoc } from "./stores";
+import { createStore, isDuplicateKeyError, TENANT_REF, type DocumentStore, type StoredDoc } from "./stores";
 import { matchesFilter } from "./stores/nedb.store";
 import { referencedFields } from "../lib/query-safety";
 import { AUTHORITY_CHANGED, grantCache } from "../middlewares/grant-cache";
@@ -114,6 +114,35 @@ function inGrant(plan: AccessPlan, docs: Array<Record<string, unknown>>): void {
 function touches(filter: Record<string, unknown>, set: Record<string, unknown>): boolean {
 	const tops = new Set(referencedFields(filter).map((f) => f.split(".")[0]));
 	return Object.keys(set).some((k) => tops.has(k) || tops.has(k === "_id" ? "id" : k));
+}
+
+/** The derived per-tenant key of a `ref` (see TENANT_REF): the tenant is the document's first client. */
+function tenantRef(clients: unknown, ref: unknown): string | null {
+	if (ref === undefined || ref === null) return null;
+	return `${Array.isArray(clients) ? clients[0] : ""}:${String(ref)}`;
+}
+
+/** Keeps a new document's `tenant_ref` in step with its `ref` (right before insert: hooks may have changed either). */
+function keyRef(doc: StoredDoc): StoredDoc {
+	const k = tenantRef(doc.clients, doc.ref);
+	if (k === null) delete doc[TENANT_REF];
+	else doc[TENANT_REF] = k;
+	return doc;
+}
+
+/** Internal identity action: which of these ids are neither live users of the tenants nor the tenants' clients. */
+export const USERS_OUTSIDE_TENANT = "identity.users.outsideTenant";
+
+/**
+ * `shares` names users of the caller's tenant only (CONTRACTS.md "Tenants"): the tenant of the caller's user, the
+ * client of its token and the coworkers the token acts for (where the document lands), or those clients themselves.
+ * One call for every id of the request, none when no `shares` is given.
+ */
+async function assertShares(ctx: Ctx, token: TokenClaims, lists: unknown[]): Promise<void> {
+	const ids = [...new Set(lists.flatMap((l) => (Array.isArray(l) ? l : [])).map(String))];
+	if (!ids.length) return;
+	const { outside } = await ctx.call<{ outside: string[] }, { tenants: string[]; uid?: string; ids: string[] }>(USERS_OUTSIDE_TENANT, { tenants: clientsOf(token), uid: token.uid, ids });
+	if (outside.length) throw badRequest(`shares: ${outside[0]} is not a user of this tenant`);
 }
 
 function clientsOf(token: TokenClaims): string[] {
@@ -263,7 +292,8 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 				writable("create");
 				const { doc, extra } = await build(ctx, plan, ctx.params.body);
 				inGrant(plan, [doc]);
-				await insert(() => store(ctx).insert(doc));
+				await assertShares(ctx, plan.token, [doc.shares]);
+				await insert(() => store(ctx).insert(keyRef(doc)));
 				await record(ctx, [{ op: "c", before: null, after: doc }]);
 				return { data: { ...out(doc, plan), ...extra } };
 			},
@@ -280,7 +310,8 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 				const refs = built.map((b) => b.doc.ref).filter((r) => r !== undefined);
 				if (new Set(refs).size !== refs.length) throw conflict("ref already exists");
 				inGrant(plan, built.map((b) => b.doc));
-				await insert(() => store(ctx).insertMany(built.map((b) => b.doc)));
+				await assertShares(ctx, plan.token, built.map((b) => b.doc.shares));
+				await insert(() => store(ctx).insertMany(built.map((b) => keyRef(b.doc))));
 				await record(ctx, built.map((b) => ({ op: "c" as const, before: null, after: b.doc })));
 				return { items: built.map((b) => ({ ...out(b.doc, plan), ...b.extra })), total: built.length };
 			},
@@ -289,10 +320,12 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 				writable("patch");
 				const clean = validateBody(col, ctx.params.body, "patch");
 				const before = await target(ctx, plan);
-				const set = { ...clean, ...stamp("updated", plan.token, new Date().toISOString()) };
+				const set: Record<string, unknown> = { ...clean, ...stamp("updated", plan.token, new Date().toISOString()) };
 				await h.beforePatch?.(ctx, set, before);
 				checkRules(col, { ...before, ...set });
 				inGrant(plan, [{ ...before, ...set }]);
+				await assertShares(ctx, plan.token, [set.shares]);
+				if ("ref" in set) set[TENANT_REF] = tenantRef(before.clients, set.ref);
 				const after = await insert(() => store(ctx).setOne(before._id, set));
 				if (!after) throw notFound();
 				await record(ctx, [{ op: "u", before, after }]);
@@ -305,6 +338,7 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 				if ("ref" in clean) throw badRequest("ref cannot be set by a bulk patch (it is unique)");
 				const set = { ...clean, ...stamp("updated", plan.token, new Date().toISOString()) };
 				await h.beforePatch?.(ctx, set, null);
+				await assertShares(ctx, plan.token, [set.shares]);
 				// All or nothing: every document the patch would move out of the grant rows is found before any write.
 				if (plan.writeFilter && touches(plan.writeFilter, set))
 					for (let last = ""; ; ) {
@@ -445,6 +479,7 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 			for (const col of domain.collections) {
 				const s = createStore(cfg, `${domain.name}/${col.name}`, Object.keys(col.fields).filter((f) => col.fields[f].relation));
 				await s.connect();
+				await keyLegacyRefs(s);
 				st.stores.set(col.name, s);
 			}
 		},
@@ -456,6 +491,21 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 			await st.outbox.disconnect();
 		},
 	};
+}
+
+/**
+ * Documents stored before `ref` became unique per tenant carry a `ref` without its `tenant_ref`: each gets its key once
+ * (their refs were unique platform-wide, so no two of them collide).
+ */
+async function keyLegacyRefs(store: DocumentStore): Promise<void> {
+	let last = "";
+	for (;;) {
+		const legacy = { ref: { $exists: true }, [TENANT_REF]: { $exists: false } };
+		const batch = await store.find({ query: last ? { ...legacy, _id: { $gt: last } } : legacy, sort: { _id: 1 }, limit: BATCH });
+		for (const d of batch) if (typeof d.ref === "string") await store.setOne(d._id, { [TENANT_REF]: tenantRef(d.clients, d.ref) });
+		if (batch.length < BATCH) return;
+		last = batch[batch.length - 1]._id;
+	}
 }
 
 /** Turns compiled RegExp values of a validated filter back into JSON form, for a nested call that re-validates. */

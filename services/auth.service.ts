@@ -22,7 +22,8 @@ import { subjectsOf } from "../middlewares/authority";
 import { hasParsedScope, parseScopes, scopeSatisfies } from "../lib/scopes";
 import { aptKey, blacklistKey, BLACKLIST_TTL_MS, type AptRecord } from "./auth/authenticate";
 import { parseTokenRequest, TokenIssuer } from "./auth/token-grants";
-import type { ClientInfo } from "./domain.service";
+import { callerClient, type ClientInfo } from "./domain.service";
+import type { GrantAuthor } from "../lib/grant-validation";
 
 export const SESSION_REVOKED = "auth.session.revoked";
 export const APT_REVOKED = "auth.apt.revoked";
@@ -49,8 +50,14 @@ function aptRecord(doc: StoredDoc): AptRecord {
 	return { id: doc._id, claims: doc.claims as TokenClaims, expires_at: doc.expires_at as number };
 }
 
-function callerDomains(ctx: Ctx): Promise<string[]> {
-	return (ctx.call("domain.clients.authenticate", { id: ctx.meta.token!.cid }) as Promise<ClientInfo | null>).then((c) => c?.domains ?? []);
+/**
+ * The domains whose subjects the caller may grant: its client's; every registered domain for the operator (a token of
+ * the seeded root client), which manages every tenant (CONTRACTS.md "Tenants").
+ */
+async function callerDomains(ctx: Ctx): Promise<{ domains: string[]; who: GrantAuthor }> {
+	const client = await callerClient(ctx);
+	if (client?.operator) return { domains: (await ctx.call("domain.clients.registeredDomains")) as string[], who: { operator: true } };
+	return { domains: client?.domains ?? [], who: { cid: ctx.meta.token?.cid } };
 }
 
 const AuthService: ServiceSchema = {
@@ -75,7 +82,9 @@ const AuthService: ServiceSchema = {
 					const mine = subjectsOf(t);
 					const subjects = (doc.subjects as string[] | undefined) ?? mine;
 					for (const s of subjects) if (!mine.includes(s)) throw forbidden(`subject ${s} is not held by the caller`);
-					const coworkers = (doc.coworkers as string[] | undefined) ?? [];
+					// Only coworkers registered on the caller's client are kept (the others are dropped, as at /auth/token).
+					const registered = (await callerClient(ctx))?.coworkers ?? [];
+					const coworkers = [...new Set((doc.coworkers as string[] | undefined) ?? [])].filter((c) => registered.includes(c));
 					const suffix = randomToken(32);
 					const session = (await ctx.call("identity.sessions.open", {
 						uid: t.uid, aid: t.aid, cid: t.cid, domain: t.domain, ip: ctx.meta.ip,
@@ -118,13 +127,14 @@ const AuthService: ServiceSchema = {
 			},
 			grants: {
 				async beforeCreate(ctx: Ctx, doc: StoredDoc) {
-					validateGrant(doc, await callerDomains(ctx));
+					const { domains, who } = await callerDomains(ctx);
+					validateGrant(doc, domains, who);
 				},
 				async beforePatch(ctx: Ctx, set: Record<string, unknown>, before: StoredDoc | null) {
 					// A bulk patch has no single `before`: the changed fields are checked against a neutral base.
-					const domains = await callerDomains(ctx);
+					const { domains, who } = await callerDomains(ctx);
 					const base = before ?? { subject: `x@${domains[0]}`, action: "read", object: "x:x" };
-					validateGrant(pickGrant({ ...base, ...set }), domains);
+					validateGrant(pickGrant({ ...base, ...set }), domains, who);
 				},
 				afterWrite(ctx: Ctx) {
 					ctx.broadcast(AUTHORITY_CHANGED, {});
@@ -258,14 +268,18 @@ const AuthService: ServiceSchema = {
 			if (b.ip !== undefined && typeof b.ip !== "string") throw badRequest("ip must be a string");
 			const mine = subjectsOf(t);
 			let subjects = mine;
-			if (b.subjects) {
-				// Asking for other subjects reveals their grants: only a grants reader may do it.
-				const foreign = (b.subjects as string[]).some((s) => !mine.includes(s));
-				if (foreign && !hasParsedScope(parseScopes(t.scope), "read:auth:grants")) throw forbidden("subjects outside the token need read:auth:grants");
-				subjects = b.subjects as string[];
-			}
 			// The node's grant index (reloaded on every authority change), as the authority middleware uses it.
 			const index = await grantCache.get(ctx);
+			if (b.subjects) {
+				// Asking for other subjects reveals their grants: only a grants reader may do it, by scope AND by a read
+				// grant on auth:grants for the token's own subjects.
+				const foreign = (b.subjects as string[]).some((s) => !mine.includes(s));
+				const reader = () =>
+					hasParsedScope(parseScopes(t.scope), "read:auth:grants") &&
+					index.decide({ subjects: mine, action: "read", object: "auth:grants", ip: ctx.meta.ip, tz: t.tz, token: t }).granted;
+				if (foreign && !reader()) throw forbidden("subjects outside the token need a read grant on auth:grants");
+				subjects = b.subjects as string[];
+			}
 			const d = index.decide({ subjects, action: b.action, object: b.object, strictObj: b.strict === "obj", ip: (b.ip as string) ?? ctx.meta.ip, tz: (b.tz as string) ?? t.tz, token: t });
 			const data: Record<string, unknown> = { granted: d.granted };
 			const headers = ctx.meta.headers ?? {};

@@ -8,6 +8,36 @@ import { collectionMixin, platformDoc, type Ctx } from "../mixins/collection.mix
 import type { StoredDoc } from "../mixins/stores";
 import { hashSecret, randomToken, verifySecret } from "../lib/crypto";
 import { AUTHORITY_CHANGED } from "../middlewares/grant-cache";
+import { badRequest, conflict, forbidden } from "../lib/errors";
+import { scopeSatisfies } from "../lib/scopes";
+
+/** Domains already claimed earlier in the same (bulk) request: a bulk create cannot give one domain to two clients. */
+const claimedInRequest = new WeakMap<object, Set<string>>();
+
+/**
+ * A domain name belongs to one client only (CONTRACTS.md "Tenants"): 409 when another live client holds one of
+ * `domains`. Names are compared (and stored) lowercase.
+ */
+async function assertDomainsFree(ctx: Ctx, domains: unknown, selfId?: string): Promise<string[] | undefined> {
+	if (!Array.isArray(domains)) return undefined;
+	const names = [...new Set(domains.map((d) => String(d).trim().toLowerCase()))];
+	const claimed = claimedInRequest.get(ctx) ?? new Set<string>();
+	claimedInRequest.set(ctx, claimed);
+	const store = (ctx.service as any).collectionStore("clients");
+	for (const d of names) {
+		const other: StoredDoc | null = await store.findOne({ domains: d, deleted_at: null, ...(selfId ? { _id: { $ne: selfId } } : {}) });
+		if (other || claimed.has(d)) throw conflict(`domain ${d} is already registered`);
+	}
+	for (const d of names) claimed.add(d);
+	return names;
+}
+
+/** A client gets at most the scopes of the token that creates or changes it (403 naming the first one beyond). */
+function assertScopesHeld(ctx: Ctx, scopes: unknown): void {
+	if (!Array.isArray(scopes)) return;
+	const held = (ctx.meta.token?.scope ?? "").split(" ").filter(Boolean);
+	for (const s of scopes) if (!held.some((h) => scopeSatisfies(h, String(s)))) throw forbidden(`scope ${s} is not held by the caller`);
+}
 
 /** What the auth service needs of a client to issue tokens. */
 export interface ClientInfo {
@@ -45,6 +75,8 @@ const DomainService: ServiceSchema = {
 		collectionMixin(domain, {
 			clients: {
 				async beforeCreate(ctx: Ctx, doc: StoredDoc) {
+					assertScopesHeld(ctx, doc.scopes);
+					doc.domains = await assertDomainsFree(ctx, doc.domains);
 					const secret = typeof doc.secret === "string" ? doc.secret : randomToken(32);
 					doc.secret = await hashSecret(secret);
 					doc.grant_types ??= [...GRANT_TYPES];
@@ -54,7 +86,13 @@ const DomainService: ServiceSchema = {
 					// The only time the secret is shown.
 					return { secret };
 				},
-				async beforePatch(ctx: Ctx, set: Record<string, unknown>) {
+				async beforePatch(ctx: Ctx, set: Record<string, unknown>, before: StoredDoc | null) {
+					assertScopesHeld(ctx, set.scopes);
+					if (Array.isArray(set.domains)) {
+						// One set of domains for several clients would give a domain to each of them.
+						if (!before && set.domains.length) throw badRequest("domains cannot be set by a bulk patch (a domain belongs to one client)");
+						set.domains = await assertDomainsFree(ctx, set.domains, before?._id);
+					}
 					if (typeof set.secret === "string") set.secret = await hashSecret(set.secret);
 				},
 				// A client's domains decide which RBAC roles apply: every node reloads its grant index.
@@ -83,6 +121,14 @@ const DomainService: ServiceSchema = {
 				if (!c || c.status === "INACTIVE") return null;
 				if (secret !== undefined && !(typeof secret === "string" && (await verifySecret(secret, c.secret as string)))) return null;
 				return info(c);
+			},
+		},
+		/** Every domain a client (not deleted) registers: the operator may grant subjects of any of them. */
+		"clients.registeredDomains": {
+			visibility: "public",
+			async handler(this: any): Promise<string[]> {
+				const docs: StoredDoc[] = await this.collectionStore("clients").find({ query: { deleted_at: null }, projection: { domains: 1 } });
+				return [...new Set(docs.flatMap((c) => (Array.isArray(c.domains) ? (c.domains as string[]) : [])))];
 			},
 		},
 		"apps.lookup": {

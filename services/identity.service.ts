@@ -12,15 +12,48 @@ import { configOf } from "../lib/config";
 import { sharedKeyValue, type KeyValue } from "../lib/kv";
 import { blacklistKey, BLACKLIST_TTL_MS } from "./auth/authenticate";
 import { SESSION_REVOKED } from "./auth.service";
+import { usernameProblem, userSubjectProblem } from "../lib/grant-validation";
 
 export const USER_CREATED = "identity.user.created";
 const LOGIN_FIELDS = ["username", "email", "phone"] as const;
+const HEX24 = /^[0-9a-f]{24}$/i;
 
-async function assertUniqueLogin(svc: any, doc: Record<string, unknown>, selfId?: string) {
+/** The tenant a user belongs to: the client that created it, the first entry of its `clients`. */
+const TENANT = "clients.0";
+
+export function normalEmail(v: string): string {
+	return v.trim().toLowerCase();
+}
+
+/** A phone number as stored and matched: its digits, with the leading `+`. */
+export function normalPhone(v: string): string {
+	return `+${v.replace(/\D/g, "")}`;
+}
+
+/** Username form, subjects entries, and the stored (normalised) email and phone; 400 naming the field. */
+function checkUserFields(doc: Record<string, unknown>): void {
+	if (doc.username !== undefined && doc.username !== null) {
+		const p = usernameProblem(doc.username);
+		if (p) throw badRequest(p);
+	}
+	if (Array.isArray(doc.subjects))
+		doc.subjects.forEach((e, i) => {
+			const p = userSubjectProblem(e, `subjects[${i}]`);
+			if (p) throw badRequest(p);
+		});
+	if (typeof doc.email === "string") doc.email = normalEmail(doc.email);
+	if (typeof doc.phone === "string") doc.phone = normalPhone(doc.phone);
+}
+
+/**
+ * Username, email and phone are unique together inside one tenant (CONTRACTS.md "Tenants"): no user of the tenant has
+ * any of the values in any of the three fields. Per tenant, so a 409 never reveals another tenant's users.
+ */
+async function assertUniqueLogin(svc: any, tenant: unknown, doc: Record<string, unknown>, selfId?: string) {
 	for (const f of LOGIN_FIELDS) {
 		const v = doc[f];
 		if (typeof v !== "string") continue;
-		const other = await svc.collectionStore("users").findOne({ [f]: v, deleted_at: null });
+		const other = await svc.collectionStore("users").findOne({ [TENANT]: tenant, deleted_at: null, $or: LOGIN_FIELDS.map((g) => ({ [g]: v })) });
 		if (other && other._id !== selfId) throw conflict(`${f} already exists`);
 	}
 }
@@ -64,13 +97,17 @@ const IdentityService: ServiceSchema = {
 			users: {
 				async beforeCreate(this: void, ctx: Ctx, doc: StoredDoc) {
 					const svc = (ctx.service as any);
-					await assertUniqueLogin(svc, doc);
+					checkUserFields(doc);
+					await assertUniqueLogin(svc, (doc.clients as string[])[0], doc);
 					doc.status ??= "ACTIVE";
 					doc.subjects ??= [];
 					if (typeof doc.password === "string") doc.password = await hashSecret(doc.password);
 				},
 				async beforePatch(ctx: Ctx, set: Record<string, unknown>, before: StoredDoc | null) {
-					await assertUniqueLogin(ctx.service as any, set, before?._id);
+					checkUserFields(set);
+					// A bulk patch would give every matched user the same value: unique fields are set one user at a time.
+					if (!before) for (const f of LOGIN_FIELDS) if (f in set) throw badRequest(`${f} cannot be set by a bulk patch (it is unique)`);
+					if (before) await assertUniqueLogin(ctx.service as any, (before.clients as string[] | undefined)?.[0], set, before._id);
 					if (typeof set.password === "string") set.password = await hashSecret(set.password);
 				},
 				async afterWrite(ctx: Ctx, op, before, after) {
@@ -95,18 +132,54 @@ const IdentityService: ServiceSchema = {
 		this.dummyHash.catch(() => undefined);
 	},
 	actions: {
-		/** Password login: the user for username, email or phone when the password matches; else null. */
+		/**
+		 * Password login: the user for username, email or phone when the password matches; else null. Only users of
+		 * `tenants` (the client used, then the tenants it lists as coworkers, in that order of preference) are searched.
+		 */
 		"users.verifyLogin": {
 			visibility: "public",
-			async handler(this: any, ctx: Ctx & { params: { login: string; password: string } }) {
-				const { login, password } = ctx.params as unknown as { login: string; password: string };
+			async handler(this: any, ctx: Ctx & { params: { login: string; password: string; tenants: string[] } }) {
+				const { login, password, tenants } = ctx.params as unknown as { login: string; password: string; tenants: string[] };
 				if (typeof login !== "string" || typeof password !== "string") return null;
-				const store = this.collectionStore("users");
+				const allowed = Array.isArray(tenants) ? tenants.filter((t) => typeof t === "string") : [];
 				let user: StoredDoc | null = null;
-				for (const f of LOGIN_FIELDS) if (!user) user = await store.findOne({ [f]: login, deleted_at: null });
+				if (allowed.length) {
+					const found: StoredDoc[] = await this.collectionStore("users").find({
+						query: { [TENANT]: { $in: allowed }, deleted_at: null, $or: [{ username: login }, { email: normalEmail(login) }, { phone: normalPhone(login) }] },
+						limit: 50,
+					});
+					const rank = (u: StoredDoc) => allowed.indexOf((u.clients as string[])[0]) * 3 + LOGIN_FIELDS.findIndex((f) => f === "username" ? u.username === login : f === "email" ? u.email === normalEmail(login) : u.phone === normalPhone(login));
+					user = found.sort((a, b) => rank(a) - rank(b))[0] ?? null;
+				}
 				// Hash anyway when unknown, so timing does not tell which logins exist.
 				const ok = await verifySecret(password, (user?.password as string) ?? (await this.dummyHash));
 				return user && ok && user.status !== "INACTIVE" ? publicUser(user) : null;
+			},
+		},
+		/**
+		 * Which of `ids` are not live users of `tenants` (plus the tenant of the caller's user `uid`), nor one of those
+		 * tenants' clients: the `shares` check of the collection engine, one call a request.
+		 */
+		"users.outsideTenant": {
+			visibility: "public",
+			async handler(this: any, ctx: any): Promise<{ outside: string[] }> {
+				const { tenants, uid, ids } = ctx.params as { tenants: string[]; uid?: string; ids: string[] };
+				const store = this.collectionStore("users");
+				const allowed = new Set((Array.isArray(tenants) ? tenants : []).filter((t) => typeof t === "string"));
+				if (typeof uid === "string") {
+					const me: StoredDoc | null = await store.findOne({ id: uid, deleted_at: null });
+					const own = (me?.clients as string[] | undefined)?.[0];
+					if (own) allowed.add(own);
+				}
+				const list = Array.isArray(ids) ? ids.map(String) : [];
+				const candidates = [...new Set(list.filter((id) => HEX24.test(id)).map((id) => id.toLowerCase()))].filter((id) => !allowed.has(id));
+				const inside = new Set<string>(allowed);
+				for (let i = 0; i < candidates.length; i += 500) {
+					const chunk = candidates.slice(i, i + 500);
+					const docs: StoredDoc[] = await store.find({ query: { id: { $in: chunk }, [TENANT]: { $in: [...allowed] }, deleted_at: null }, projection: { _id: 1 } });
+					for (const d of docs) inside.add(d._id);
+				}
+				return { outside: list.filter((id) => !inside.has(id.toLowerCase())) };
 			},
 		},
 		"users.byId": {
@@ -121,6 +194,8 @@ const IdentityService: ServiceSchema = {
 			visibility: "public",
 			async handler(this: any, ctx: any) {
 				const { id, username, password, cid } = ctx.params;
+				const problem = usernameProblem(username);
+				if (problem) throw new Error(`PLATFORM_ROOT_USERNAME ${problem.slice("username: ".length)}`);
 				const store = this.collectionStore("users");
 				if (await store.findOne({ id })) return { created: false };
 				const doc = platformDoc({ username, password: await hashSecret(password), subjects: [], status: "ACTIVE" }, { owner: id, cid });

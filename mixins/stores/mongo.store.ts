@@ -6,7 +6,7 @@
 import MongooseAdapter from "moleculer-db-adapter-mongoose";
 import mongoose from "mongoose";
 import type { DocumentStore, FindOptions, Filter, StoredDoc } from "./types";
-import { renameIdKeys, toStoreQuery, updateOf } from "./types";
+import { renameIdKeys, TENANT_REF, toStoreQuery, updateOf } from "./types";
 
 export class MongoStore implements DocumentStore {
 	readonly kind = "mongo" as const;
@@ -15,7 +15,9 @@ export class MongoStore implements DocumentStore {
 
 	constructor(uri: string, collection: string, private readonly extraIndexes: string[] = []) {
 		const schema = new mongoose.Schema({ _id: String }, { strict: false, versionKey: false, collection });
-		schema.index({ ref: 1 }, { unique: true, sparse: true });
+		// `ref` is unique per tenant: the unique index is on the derived `tenant_ref` (see TENANT_REF).
+		schema.index({ ref: 1 }, { sparse: true });
+		schema.index({ [TENANT_REF]: 1 }, { unique: true, sparse: true });
 		for (const f of ["owner", "clients", "deleted_at", ...extraIndexes]) schema.index({ [f]: 1 });
 		this.model = mongoose.models[collection] ?? mongoose.model(collection, schema);
 		this.adapter = new (MongooseAdapter as any)(uri);

@@ -7,7 +7,7 @@ import { chmod } from "fs/promises";
 import path from "path";
 import DbService from "moleculer-db";
 import type { DocumentStore, FindOptions, Filter, StoredDoc } from "./types";
-import { renameIdKeys, toStoreQuery as renameIdsInQuery, updateOf } from "./types";
+import { renameIdKeys, TENANT_REF, toStoreQuery as renameIdsInQuery, updateOf } from "./types";
 import { ensurePrivateDir } from "../../lib/config";
 import { ApiError, badRequest } from "../../lib/errors";
 
@@ -74,6 +74,7 @@ function keyOf(v: unknown): string {
 
 type Datastore = {
 	ensureIndex(o: { fieldName: string; unique?: boolean; sparse?: boolean }): Promise<void>;
+	removeIndex(fieldName: string): Promise<void>;
 	find(q: Filter, p?: Record<string, 0 | 1>): { sort(s: object): any; skip(n: number): any; limit(n: number): any; exec(cb: (e: Error | null, d: StoredDoc[]) => void): void };
 	findOne(q: Filter): Promise<StoredDoc | null>;
 	count(q: Filter): Promise<number>;
@@ -86,7 +87,9 @@ type Datastore = {
 };
 
 const INDEXES = [
-	{ fieldName: "ref", unique: true, sparse: true },
+	// `ref` is unique per tenant: the unique index is on the derived `tenant_ref` (see TENANT_REF).
+	{ fieldName: "ref", sparse: true },
+	{ fieldName: TENANT_REF, unique: true, sparse: true },
 	{ fieldName: "owner" },
 	{ fieldName: "clients" },
 	{ fieldName: "deleted_at" },
@@ -125,6 +128,8 @@ export class NedbStore implements DocumentStore {
 	async connect(): Promise<void> {
 		this.adapter.init(null, null);
 		await this.adapter.connect();
+		// Data files written before `ref` became unique per tenant persist a unique `ref` index: replace it.
+		if ((this.db as any).indexes?.ref?.unique) await this.db.removeIndex("ref");
 		for (const idx of [...INDEXES, ...this.extraIndexes.map((fieldName) => ({ fieldName }))]) await this.db.ensureIndex(idx);
 		if (this.file) {
 			// A file an earlier version left 0644 (loading compacts it into a new 0600 file; this covers the rest).

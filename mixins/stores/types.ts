@@ -50,14 +50,25 @@ export function renameIdKeys<T extends Record<string, unknown>>(o: T | undefined
 }
 
 /**
- * The store update for a `$set`. A `ref` set to null is removed instead: the unique sparse `ref` index indexes null
- * like any other value (NeDB and MongoDB alike), so a stored null would let only one document clear its reference.
+ * The store update for a `$set`. A `ref` (or its derived `tenant_ref`, see TENANT_REF) set to null is removed instead:
+ * a sparse index indexes null like any other value (NeDB and MongoDB alike), so a stored null would let only one
+ * document clear its reference.
  */
 export function updateOf(set: Record<string, unknown>): Record<string, unknown> {
-	if (set.ref !== null) return { $set: set };
-	const { ref: _cleared, ...rest } = set;
-	return { ...(Object.keys(rest).length ? { $set: rest } : {}), $unset: { ref: true } };
+	const cleared = UNSET_WHEN_NULL.filter((k) => k in set && set[k] === null);
+	if (!cleared.length) return { $set: set };
+	const rest: Record<string, unknown> = { ...set };
+	for (const k of cleared) delete rest[k];
+	return { ...(Object.keys(rest).length ? { $set: rest } : {}), $unset: Object.fromEntries(cleared.map((k) => [k, true])) };
 }
+
+/**
+ * `ref` is unique per tenant (CONTRACTS.md "Tenants"): the engine keeps `tenant_ref` = `<first client>:<ref>` beside
+ * every `ref`, and both stores hold a unique sparse index on it (concurrent creates cannot race). Internal: never
+ * returned, never settable.
+ */
+export const TENANT_REF = "tenant_ref";
+const UNSET_WHEN_NULL = ["ref", TENANT_REF];
 
 /** Unique-index violations surface from both stores under different names; the engine maps them to 409. */
 export function isDuplicateKeyError(err: unknown): boolean {

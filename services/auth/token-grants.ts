@@ -10,6 +10,7 @@ import { scopeSatisfies } from "../../lib/scopes";
 import { ACCESS_TTL, REFRESH_TTL, type JwtKeys } from "../../lib/tokens";
 import type { TokenClaims } from "../../lib/types";
 import { isPlainObject } from "../../lib/validate";
+import { usernameProblem, userSubjectProblem } from "../../lib/grant-validation";
 import type { ClientInfo } from "../domain.service";
 
 export const GRANTS = ["password", "refresh_token", "client_credential", "authorization_code"] as const;
@@ -169,15 +170,21 @@ export class TokenIssuer {
 		let subjects: string[];
 		let groups: string[] = [];
 		if (r.grant_type === "password") {
-			const user = (await ctx.call("identity.users.verifyLogin", { login: r.username, password: r.password })) as {
+			// Only users of this client's tenant, or of the tenants it lists as coworkers, log in through it.
+			const tenants = [client.id, ...client.coworkers];
+			const user = (await ctx.call("identity.users.verifyLogin", { login: r.username, password: r.password, tenants })) as {
 				id: string;
 				username?: string;
 				subjects: string[];
 			} | null;
 			if (!user) return this.fail(ip);
 			uid = user.id;
-			groups = user.subjects.filter((s) => !s.startsWith("@"));
-			subjects = [...user.subjects.map((s) => `${s}@${domain}`), `${user.id}@${domain}`, ...(user.username ? [`${user.username}@${domain}`] : [])];
+			// Only well-formed entries become subjects (stored before validation existed, an entry could hold spaces
+			// or an id and pose as another principal).
+			const own = user.subjects.filter((s, i) => userSubjectProblem(s, `subjects[${i}]`) === null);
+			groups = own.filter((s) => !s.startsWith("@"));
+			const named = user.username && usernameProblem(user.username) === null ? [`${user.username}@${domain}`] : [];
+			subjects = [...own.map((s) => `${s}@${domain}`), `${user.id}@${domain}`, ...named];
 		} else subjects = [`${client.id}@${domain}`];
 		if (aid) subjects.push(`${aid}@${domain}`);
 		if (r.subjects?.length) {

@@ -115,7 +115,7 @@ function special(path: string, n: number, domain: string): Record<string, unknow
 		case "identity/users": {
 			const u = unique();
 			return {
-				username: `user_${n}_${u}`,
+				username: `user-${n}-${u}`,
 				email: `user.${n}.${u}@example.com`,
 				phone: phone(),
 				password: `Sample-pass-${n}-${u}`,

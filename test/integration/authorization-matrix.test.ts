@@ -45,9 +45,13 @@ let root: string;
 let DOMAIN: string;
 let aes: Aes;
 
-// Clients: T (scopes whole) and T2 (content and logistic only), both registering the root domain.
+// Clients (CONTRACTS.md "Tenants": a domain belongs to one client): T (scopes whole, DOMAIN) and T2 (content and
+// logistic only, DOMAIN2, listing T as a coworker so T's users log in through it too). Users are created by T's
+// client_credential token, so they belong to T's tenant.
+const DOMAIN2 = "tenant-2.example";
 let T: { id: string; secret: string };
 let T2: { id: string; secret: string };
+let userMaker: string;
 const TEAM = "team@example.com";
 const OTHER_GROUP = "other@example.com";
 
@@ -81,8 +85,8 @@ async function ok<T = any>(r: Promise<HttpResult<T>> | HttpResult<T>, what = "",
 const sorted = (ids: string[]) => [...ids].sort();
 const idsOf = (items: Doc[]) => sorted(items.map((d) => d.id));
 
-async function createClient(name: string, scopes: string[]): Promise<{ id: string; secret: string }> {
-	const b = await ok(call(root, "POST", "/domain/clients", { body: { name, domains: [DOMAIN], scopes } }), "create client");
+async function createClient(name: string, scopes: string[], domain: string, coworkers: string[] = []): Promise<{ id: string; secret: string }> {
+	const b = await ok(call(root, "POST", "/domain/clients", { body: { name, domains: [domain], scopes, coworkers } }), "create client");
 	return { id: b.data.id, secret: b.data.secret };
 }
 
@@ -96,7 +100,7 @@ interface User {
 async function createUser(prefix: string, subjects: string[] = []): Promise<User> {
 	const username = `${prefix}-${randomToken(4).toLowerCase().replace(/[^a-z0-9]/g, "x")}`;
 	const password = `pw-${randomToken(9)}`;
-	const b = await ok(call(root, "POST", "/identity/users", { body: { username, password, subjects } }), "create user");
+	const b = await ok(call(userMaker, "POST", "/identity/users", { body: { username, password, subjects } }), "create user");
 	return { id: b.data.id, username, password, subjects };
 }
 
@@ -130,7 +134,7 @@ function apiKey(cid: string, extra: Record<string, unknown> = {}): string {
 	return encryptEnvelope(aes, JSON.stringify({ cid, client_id: cid, expiration_date: new Date(Date.now() + 3_600_000).toISOString(), ...extra }));
 }
 
-const subjectOf = (id: string) => `${id}@${DOMAIN}`;
+const subjectOf = (id: string, domain = DOMAIN) => `${id}@${domain}`;
 
 async function grant(body: Record<string, unknown>): Promise<string> {
 	return (await ok(call(root, "POST", "/auth/grants", { body }), `grant ${JSON.stringify(body)}`)).data.id;
@@ -252,10 +256,13 @@ function sampleBody(col: CollectionDef, path: string, i: number): Record<string,
 beforeAll(async () => {
 	p = await bootPlatform();
 	root = await p.rootToken();
-	DOMAIN = p.root.domain;
+	DOMAIN = "tenant.example";
 	aes = new Aes(JSON.parse(readFileSync(path.join(p.dataDir, "keys.json"), "utf8")).aesSecret);
-	T = await createClient("tenant", ["whole"]);
-	T2 = await createClient("tenant-2", ["manage:content", "manage:logistic"]);
+	T = await createClient("tenant", ["whole"], DOMAIN);
+	T2 = await createClient("tenant-2", ["manage:content", "manage:logistic"], DOMAIN2, [T.id]);
+	// The operator lets T's own client create T's users.
+	await ok(call(root, "POST", "/auth/grants", { body: { subject: subjectOf(T.id), action: "manage", object: "identity:users" } }), "user maker grant");
+	userMaker = (await ok(p.http("POST", "/auth/token", { body: { grant_type: "client_credential", client_id: T.id, client_secret: T.secret } }), "user maker")).data.access_token;
 }, 60_000);
 
 afterAll(async () => {
@@ -412,6 +419,7 @@ describe.each([
 
 	beforeAll(async () => {
 		userA = await createUser(`za-${col}`, [TEAM]);
+		// B logs in through T2: its grants are in T2's domain.
 		const userB = await createUser(`zb-${col}`);
 		const userD = await createUser(`zd-${col}`, [TEAM]);
 		A = await login(userA);
@@ -420,7 +428,7 @@ describe.each([
 		CC = await clientCredential(T);
 		await grant({ subject: subjectOf(A.claims.uid!), action: "manage", object });
 		await grant({ subject: subjectOf(A.claims.uid!), action: "write", object: "auth:apts" });
-		await grant({ subject: subjectOf(B.claims.uid!), action: "manage", object });
+		await grant({ subject: subjectOf(B.claims.uid!, DOMAIN2), action: "manage", object });
 		await grant({ subject: subjectOf(T.id), action: "manage", object });
 		const apt = await ok(call(A, "POST", "/auth/apts", { body: { name: `apt-${col}` } }), "create apt");
 		expect(apt.data.token).toMatch(/^APT-/);
@@ -439,7 +447,8 @@ describe.each([
 		await mk(B, "b-team", { groups: [TEAM] });
 		await mk(B, "b-plain");
 		await mk(root, "root-plain", { groups: [OTHER_GROUP] });
-		await mk(root, "root-shared-to-cc", { shares: [T.id] });
+		// `shares` names principals of the caller's tenant only: T's client is one for A (the operator's token is not).
+		await mk(A, "a-shared-to-cc", { shares: [T.id] });
 		await mk(CC, "cc-own");
 		await mk(APT, "apt-own");
 		await mk(A, "a-deleted");
@@ -481,11 +490,11 @@ describe.each([
 		// Only the fixture's documents (the sweep above left others of its own in the client zone).
 		const names = async (pr: Principal, z: string) =>
 			(await listIds(pr, base, { zone: z })).items.map((d) => d[label]).filter((n: string) => n in docs).sort();
-		expect(await names(A, "own")).toEqual(["a-other-group", "a-own", "a-shared-to-b", "apt-own"]);
+		expect(await names(A, "own")).toEqual(["a-other-group", "a-own", "a-shared-to-b", "a-shared-to-cc", "apt-own"]);
 		expect(await names(A, "share")).toEqual(["b-shared-to-a"]);
 		expect(await names(A, "group")).toEqual(["b-team"]);
-		expect(await names(A, "client")).toEqual(["a-other-group", "a-own", "a-shared-to-b", "apt-own", "cc-own"]);
-		expect(await names(CC, "own,share")).toEqual(["cc-own", "root-shared-to-cc"]);
+		expect(await names(A, "client")).toEqual(["a-other-group", "a-own", "a-shared-to-b", "a-shared-to-cc", "apt-own", "cc-own"]);
+		expect(await names(CC, "own,share")).toEqual(["a-shared-to-cc", "cc-own"]);
 	}, 30_000);
 
 	test("a principal without a grant gets 403 on every operation, whatever the zone", async () => {
@@ -713,7 +722,10 @@ describe("probing content/notes", () => {
 		// A token limited to read:content:notes through a client whose scopes allow it.
 		const limited = await login(ownerUser, T2, { scopes: ["read:content:notes"] });
 		expect(limited.claims.scope).toBe("read:content:notes");
+		// Through T2 the owner's subjects are in T2's domain: the same grants there.
+		await grant({ subject: subjectOf(owner.claims.uid!, DOMAIN2), action: "manage", object: "content:notes" });
 		await grant({ subject: subjectOf(owner.claims.uid!), action: "manage", object: "logistic:vehicles" });
+		await grant({ subject: subjectOf(owner.claims.uid!, DOMAIN2), action: "manage", object: "logistic:vehicles" });
 		expectStatus(await call(owner, "GET", "/logistic/vehicles"), 200, "whole scope with grant");
 		expectStatus(await call(limited, "GET", "/logistic/vehicles"), 403, "grant without scope");
 		expectStatus(await call(limited, "POST", base, { body: { title: "x" } }), 403, "write with a read scope");
@@ -747,7 +759,7 @@ describe("probing content/notes", () => {
 
 	test("service:* grants apply to every collection of the service, and only there", async () => {
 		const CC2 = await clientCredential(T2);
-		await grant({ subject: subjectOf(T2.id), action: "read", object: "logistic:*" });
+		await grant({ subject: subjectOf(T2.id, DOMAIN2), action: "read", object: "logistic:*" });
 		expectStatus(await call(CC2, "GET", "/logistic/vehicles"), 200, "vehicles via logistic:*");
 		expectStatus(await call(CC2, "GET", "/logistic/cargoes/count"), 200, "cargoes via logistic:*");
 		expectStatus(await call(CC2, "POST", "/logistic/vehicles", { body: { name: "x" } }), 403, "write with read logistic:*");
@@ -850,7 +862,7 @@ describe("probing content/notes", () => {
 		// Policies.
 		const withPolicies = await can(CC2, { action: "read", object: "logistic:vehicles" }, { "x-can-with-policies": "1" });
 		expect(withPolicies.granted).toBe(true);
-		expect(withPolicies.policies).toEqual([{ subject: subjectOf(T2.id), action: "read", object: "logistic:*", field: null, filter: null }]);
+		expect(withPolicies.policies).toEqual([{ subject: subjectOf(T2.id, DOMAIN2), action: "read", object: "logistic:*", field: null, filter: null }]);
 		const ownerSubject = subjectOf(owner.claims.uid!);
 		const idPolicies = await can(owner, { action: "read", object: "content:notes" }, { "x-can-with-id-policies": "1" });
 		expect(idPolicies.granted).toBe(true);
@@ -868,11 +880,14 @@ describe("probing content/notes", () => {
 		expect(await can(L, { action: "read", object: "content:posts" })).toEqual({ granted: false });
 		expect(await can(L, { action: "read", object: "content:posts", ip: "10.1.2.3" })).toEqual({ granted: true });
 		expect(await can(L, { action: "read", object: "content:posts", ip: "10.1.2.3", tz: "Europe/Paris" })).toEqual({ granted: true });
-		// Subjects: an override the token does not hold needs read:auth:grants.
+		// Subjects: an override the token does not hold needs the read:auth:grants scope AND a read grant on auth:grants
+		// (the whole scope alone no longer lets any user list another principal's grants).
 		const limited = await login(ownerUser, T2);
-		expectStatus(await call(limited, "POST", "/auth/can", { body: { action: "read", object: "content:notes", subjects: [subjectOf(T2.id)] } }), 403, "foreign subjects");
-		expect(await can(limited, { action: "read", object: "content:notes", subjects: [ownerSubject] })).toEqual({ granted: true });
-		expect(await can(owner, { action: "read", object: "logistic:cargoes", subjects: [subjectOf(T2.id)] })).toEqual({ granted: true });
+		expectStatus(await call(limited, "POST", "/auth/can", { body: { action: "read", object: "content:notes", subjects: [subjectOf(T2.id, DOMAIN2)] } }), 403, "foreign subjects");
+		expect(await can(limited, { action: "read", object: "content:notes", subjects: [subjectOf(owner.claims.uid!, DOMAIN2)] })).toEqual({ granted: true });
+		expectStatus(await call(owner, "POST", "/auth/can", { body: { action: "read", object: "logistic:cargoes", subjects: [subjectOf(T2.id, DOMAIN2)] } }), 403, "whole scope, no grant");
+		await grant({ subject: ownerSubject, action: "read", object: "auth:grants" });
+		expect(await can(owner, { action: "read", object: "logistic:cargoes", subjects: [subjectOf(T2.id, DOMAIN2)] })).toEqual({ granted: true });
 		// Bad bodies.
 		for (const body of [{}, { action: "read" }, { object: "content:notes" }, { action: "read", object: "content" }, { action: "read", object: "content:notes", strict: "yes" }, { action: "read", object: "content:notes", fields: "title" }, { action: "read", object: "content:notes", bogus: 1 }])
 			expectStatus(await call(owner, "POST", "/auth/can", { body }), 400, JSON.stringify(body));

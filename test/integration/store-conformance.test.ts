@@ -2,7 +2,7 @@
  * One conformance suite for every DocumentStore implementation: what the collection engine relies on must behave
  * the same on the embedded store (NeDB, always) and on MongoDB (when MONGO_URI is set).
  */
-import { rmSync } from "fs";
+import { rmSync, writeFileSync } from "fs";
 import path from "path";
 import { isDuplicateKeyError, MongoStore, NedbStore, type DocumentStore, type StoredDoc } from "../../mixins/stores";
 import { tempDir } from "../helpers/platform";
@@ -173,8 +173,9 @@ for (const impl of impls) {
 			expect(await store.count({})).toBe(0);
 		});
 
-		test("the unique sparse `ref` index: many without a ref, one per ref value; violations are isDuplicateKeyError", async () => {
-			const fresh = (n: number, ref?: string): StoredDoc => ({ _id: hexId(200 + n), n: 200 + n, deleted_at: null, ...(ref !== undefined ? { ref } : {}) });
+		test("the unique sparse `tenant_ref` index: many without one, one per value; violations are isDuplicateKeyError", async () => {
+			// `ref` is unique per tenant: the engine keeps `tenant_ref` (`<tenant>:<ref>`), which the stores index uniquely.
+			const fresh = (n: number, ref?: string): StoredDoc => ({ _id: hexId(200 + n), n: 200 + n, deleted_at: null, ...(ref !== undefined ? { tenant_ref: ref } : {}) });
 			// The ten fixtures have no ref: the index is sparse.
 			await store.insert(fresh(1, "alpha"));
 			await store.insert(fresh(2));
@@ -189,13 +190,17 @@ for (const impl of impls) {
 				(e) => e,
 			);
 			expect(isDuplicateKeyError(dupMany)).toBe(true);
-			const dupSet = await store.setOne(docs[0]._id, { ref: "alpha" }).then(
+			const dupSet = await store.setOne(docs[0]._id, { tenant_ref: "alpha" }).then(
 				() => null,
 				(e) => e,
 			);
 			expect(isDuplicateKeyError(dupSet)).toBe(true);
-			expect(await store.count({ ref: "alpha" })).toBe(1);
-			expect((await store.findOne({ id: docs[0]._id }))?.ref).toBeUndefined();
+			expect(await store.count({ tenant_ref: "alpha" })).toBe(1);
+			expect((await store.findOne({ id: docs[0]._id }))?.tenant_ref).toBeUndefined();
+			// `ref` itself repeats (two tenants may use the same one).
+			await store.insert({ _id: hexId(210), deleted_at: null, ref: "same", tenant_ref: "t1:same" });
+			await store.insert({ _id: hexId(211), deleted_at: null, ref: "same", tenant_ref: "t2:same" });
+			expect(await store.count({ ref: "same" })).toBe(2);
 			// Same `_id` twice is a duplicate as well.
 			const dupId = await store.insert({ ...docs[1] }).then(
 				() => null,
@@ -216,6 +221,11 @@ for (const impl of impls) {
 			expect(await store.setOne(docs[2]._id, { ref: null })).not.toHaveProperty("ref");
 			expect(await store.setMany([docs[3]._id, docs[4]._id], { ref: null, status: "x" })).toBe(2);
 			expect(await store.count({ ref: { $exists: true } })).toBe(0);
+			// The same for the derived `tenant_ref`.
+			await store.setOne(docs[6]._id, { ref: "r6", tenant_ref: "t:r6" });
+			expect(await store.setOne(docs[6]._id, { ref: null, tenant_ref: null })).not.toHaveProperty("tenant_ref");
+			await store.setOne(docs[7]._id, { ref: "r7", tenant_ref: "t:r7" });
+			expect(await store.setOne(docs[7]._id, { ref: null, tenant_ref: null })).not.toHaveProperty("tenant_ref");
 			// The freed value can be taken again.
 			expect((await store.setOne(docs[5]._id, { ref: "r0" }))?.ref).toBe("r0");
 		});
@@ -305,14 +315,28 @@ describe("NedbStore specifics", () => {
 			expect((await second.findOne({ id: docs[1]._id }))?.name).toBe("changed");
 			expect(await second.findOne({ id: docs[2]._id })).toBeNull();
 			// The unique index is rebuilt on load.
-			await second.insert({ _id: hexId(300), ref: "r", deleted_at: null });
-			const dup = await second.insert({ _id: hexId(301), ref: "r", deleted_at: null }).then(
+			await second.insert({ _id: hexId(300), tenant_ref: "r", deleted_at: null });
+			const dup = await second.insert({ _id: hexId(301), tenant_ref: "r", deleted_at: null }).then(
 				() => null,
 				(e) => e,
 			);
 			expect(isDuplicateKeyError(dup)).toBe(true);
 		} finally {
 			await second.disconnect();
+		}
+	});
+
+	test("a data file from before per-tenant refs (a unique `ref` index) loads with `ref` no longer unique", async () => {
+		const file = path.join(dir, `legacy-${unique()}.db`);
+		const ref = JSON.stringify({ $$indexCreated: { fieldName: "ref", unique: true, sparse: true } });
+		writeFileSync(file, `${ref}\n${JSON.stringify({ _id: hexId(400), ref: "r", deleted_at: null })}\n`);
+		const store = new NedbStore(file);
+		await store.connect();
+		try {
+			await store.insert({ _id: hexId(401), ref: "r", tenant_ref: "t2:r", deleted_at: null });
+			expect(await store.count({ ref: "r" })).toBe(2);
+		} finally {
+			await store.disconnect();
 		}
 	});
 });

@@ -81,7 +81,7 @@ describe("watcher", () => {
 	});
 
 	test("a client change is broadcast as domain.client.changed", async () => {
-		const c = await p.http("POST", "/domain/clients", { token: root, body: { name: "watched client", domains: [p.root.domain] } });
+		const c = await p.http("POST", "/domain/clients", { token: root, body: { name: "watched client", domains: ["watched.example"] } });
 		expect(c.status).toBe(200);
 		const id = c.body.data.id;
 		await waitForValue("the broadcast", async () => seen.some((s) => s.event === "domain.client.changed" && s.params.id === id && s.params.op === "c"));

@@ -123,7 +123,8 @@ function special(path: string, n: number, domain: string): Record<string, unknow
 			};
 		}
 		case "context/configs":
-			return { key: `SAMPLE_${n}_${unique()}`, eid: hexId(n), value: { enabled: true, n } };
+			// `eid` omitted: the caller's client is filled in (another client's id is the operator's only, and must exist).
+			return { key: `SAMPLE_${n}_${unique()}`, value: { enabled: true, n } };
 		case "context/settings":
 			return { key: `sample.${n}`, value: { theme: "dark" } };
 		case "essential/saga-stages":

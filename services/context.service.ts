@@ -61,8 +61,6 @@ function holdsCredentials(d: StoredDoc | Record<string, unknown>): boolean {
 	return d.key === "CQRS" && isObject(v) && CREDENTIALS.some((k) => typeof v[k] === "string");
 }
 
-/** A value carrying a credential in sealed form, whatever the config's key. */
-const hasSealed = (v: unknown) => isObject(v) && CREDENTIALS.some((k) => typeof v[k] === "string" && (v[k] as string).startsWith(SEALED));
 
 const NOT_CALLERS = "eid must be the caller's client";
 
@@ -156,10 +154,10 @@ const ContextService: ServiceSchema = {
 						if (isObject(value)) set.value = sealCredentials(aes, value);
 					}
 				},
-				// Credentials are hidden in every CQRS config and wherever a sealed one appears: the key alone, which a caller
-				// writes, never decides.
+				// `secret` and `authorization` of a value are hidden in every config, whatever its key: the key, which a caller
+				// writes, never decides (a config that becomes CQRS must not show or emit what it held as another key).
 				redact(doc) {
-					if ((doc.key !== "CQRS" && !hasSealed(doc.value)) || !isObject(doc.value)) return doc;
+					if (!isObject(doc.value) || !CREDENTIALS.some((k) => k in (doc.value as Record<string, unknown>))) return doc;
 					const { secret: _s, authorization: _a, ...value } = doc.value;
 					return { ...doc, value };
 				},

@@ -18,6 +18,7 @@ import { aesOf, apiKey } from "../helpers/auth";
 import { sleep } from "../helpers/wait";
 import { platformDoc } from "../../mixins/collection.mixin";
 import { AUTHORITY_CHANGED } from "../../middlewares/grant-cache";
+import { sharedOutbox } from "../../mixins/outbox";
 
 let p: TestPlatform;
 let root: string;
@@ -255,9 +256,9 @@ describe("context/configs: eid is the caller's client", () => {
 
 	test("B's webhook never receives A's change events", async () => {
 		expectError(await call(adminB.token, "POST", "/context/configs", { key: "CQRS", eid: A.id, value: { webhook: rxB.url("/stolen") } }), NOT_CALLERS, "CQRS for A");
-		const cfgB = (await ok(call(adminB.token, "POST", "/context/configs", { key: "CQRS", value: { webhook: rxB.url("/b") } }), "B's CQRS")).data;
+		const cfgB = (await ok(call(adminB.token, "POST", "/context/configs", { key: "CQRS", eid: B.id, value: { webhook: rxB.url("/b") } }), "B's CQRS")).data;
 		expectError(await call(adminB.token, "PATCH", `/context/configs/${cfgB.id}`, { eid: A.id }), NOT_CALLERS, "re-point to A");
-		await ok(call(adminA.token, "POST", "/context/configs", { key: "CQRS", value: { webhook: rxA.url("/a") } }), "A's CQRS");
+		await ok(call(adminA.token, "POST", "/context/configs", { key: "CQRS", eid: A.id, value: { webhook: rxA.url("/a") } }), "A's CQRS");
 
 		const nA = (await ok(call(userA.token, "POST", "/content/notes", { title: "for A only" }), "A note")).data;
 		const nB = (await ok(call(userB.token, "POST", "/content/notes", { title: "for B" }), "B note")).data;
@@ -282,7 +283,7 @@ describe("CQRS credentials are not an oracle for the platform key", () => {
 		// The same ApiToken sealed with the contract key is accepted: the refusal below is about the key, nothing else.
 		expect((await call(strict, "GET", "/auth/verify", undefined, { "x-api-key": apiKey(p, JSON.parse(wanted)) })).status).toBe(200);
 
-		const cfg = (await ok(call(adminB.token, "POST", "/context/configs", { key: "CQRS", value: { webhook: rxB.url("/oracle"), authorization: wanted } }), "oracle config")).data;
+		const cfg = (await ok(call(adminB.token, "POST", "/context/configs", { key: "CQRS", eid: B.id, value: { webhook: rxB.url("/oracle"), authorization: wanted } }), "oracle config")).data;
 		expect(cfg.value).toEqual({ webhook: rxB.url("/oracle") });
 		// The attack: switch the key off CQRS to have the sealed value shown.
 		expectError(await call(adminB.token, "PATCH", `/context/configs/${cfg.id}`, { key: "NOTE" }), badRequest("key cannot change while the config holds credentials"), "key change");
@@ -312,7 +313,7 @@ describe("CQRS credentials are not an oracle for the platform key", () => {
 	test("an `aes:` string in a body is plaintext: sealed, and delivered literally, never decrypted", async () => {
 		// What a TOTP secret or an x-api-key looks like sealed with the contract key.
 		const contractSealed = `aes:${aesOf(p).encrypt("JBSWY3DPEHPK3PXP")}`;
-		const cfg = (await ok(call(adminB.token, "POST", "/context/configs", { key: "CQRS", value: { webhook: rxB.url("/literal"), authorization: contractSealed } }), "config")).data;
+		const cfg = (await ok(call(adminB.token, "POST", "/context/configs", { key: "CQRS", eid: B.id, value: { webhook: rxB.url("/literal"), authorization: contractSealed } }), "config")).data;
 		expect(cfg.value).toEqual({ webhook: rxB.url("/literal") });
 		expect(storedConfig(cfg.id).value.authorization).not.toBe(contractSealed);
 		const n1 = (await ok(call(userB.token, "POST", "/content/notes", { title: "literal" }), "note")).data;
@@ -321,8 +322,8 @@ describe("CQRS credentials are not an oracle for the platform key", () => {
 
 		// A config that becomes CQRS by a key change: what its value held is plaintext too, sealed now.
 		const other = `aes:${aesOf(p).encrypt("another-seed")}`;
-		const note = (await ok(call(adminB.token, "POST", "/context/configs", { key: "NOTE", value: { webhook: rxB.url("/became"), authorization: other } }), "note config")).data;
-		// Redaction does not wait for the key: a sealed-looking credential is hidden in any config.
+		const note = (await ok(call(adminB.token, "POST", "/context/configs", { key: "NOTE", eid: B.id, value: { webhook: rxB.url("/became"), authorization: other } }), "note config")).data;
+		// Redaction does not wait for the key: `authorization` and `secret` are hidden in any config.
 		expect(note.value).toEqual({ webhook: rxB.url("/became") });
 		const became = (await ok(call(adminB.token, "PATCH", `/context/configs/${note.id}`, { key: "CQRS" }), "to CQRS")).data;
 		expect(became.value).toEqual({ webhook: rxB.url("/became") });
@@ -330,5 +331,11 @@ describe("CQRS credentials are not an oracle for the platform key", () => {
 		const n2 = (await ok(call(userB.token, "POST", "/content/notes", { title: "became" }), "note 2")).data;
 		const hit2 = (await waitFor("delivery to /became", () => rxB.of(n2.id).find((r) => r.url === "/became")))!;
 		expect(hit2.headers.authorization).toBe(other);
+		// Neither credential is in any change event (the NOTE's `before` included) nor in any webhook body.
+		const events = JSON.stringify(await sharedOutbox(p.cfg).readFrom(0, 100_000));
+		for (const secret of [contractSealed, other, "JBSWY3DPEHPK3PXP", "another-seed"]) {
+			expect(events).not.toContain(secret);
+			expect(JSON.stringify(rxB.requests.map((r) => r.body))).not.toContain(secret);
+		}
 	});
 });

@@ -61,7 +61,6 @@ function holdsCredentials(d: StoredDoc | Record<string, unknown>): boolean {
 	return d.key === "CQRS" && isObject(v) && CREDENTIALS.some((k) => typeof v[k] === "string");
 }
 
-
 const NOT_CALLERS = "eid must be the caller's client";
 
 /**

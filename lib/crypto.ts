@@ -2,7 +2,7 @@
  * Small cryptographic primitives of the platform: the AES wire contract, the base64 "envelope" of it
  * that clients send (x-api-key, TOTP secret), bcrypt secrets, digests, tokens and ObjectIds.
  */
-import { createCipheriv, createDecipheriv, createHash, randomBytes, timingSafeEqual } from "crypto";
+import { createCipheriv, createDecipheriv, createHash, hkdfSync, randomBytes, timingSafeEqual } from "crypto";
 import bcrypt from "bcryptjs";
 
 const IV_BYTES = 12;
@@ -12,13 +12,29 @@ const B64URL = /^[A-Za-z0-9_-]+$/;
 // Standard or url alphabet, optional padding: what clients may put around the wire form.
 const B64_ANY = /^[A-Za-z0-9+/_-]+={0,2}$/;
 
-/** AES-256-GCM per contract: `base64url(iv) + "." + base64url(ciphertext ‖ tag)`. */
+/** Purpose label of the key that seals CQRS webhook credentials (context/configs). */
+export const CQRS_CREDENTIALS = "platform/cqrs-credentials";
+
+/**
+ * AES-256-GCM per contract: `base64url(iv) + "." + base64url(ciphertext ‖ tag)`. `new Aes(secret)` is the contract key,
+ * SHA-256(secret), for the spec's own values (x-api-key, APT cache record, TOTP secret); anything else the platform
+ * seals uses `Aes.forPurpose(secret, label)`, so a value sealed for one purpose never opens as another's.
+ */
 export class Aes {
 	private readonly key: Buffer;
 
-	constructor(secret: string) {
+	constructor(secret: string, purpose?: string) {
 		// Derived once: encrypt/decrypt sit on the request hot path.
-		this.key = createHash("sha256").update(secret, "utf8").digest();
+		this.key =
+			purpose === undefined
+				? createHash("sha256").update(secret, "utf8").digest()
+				: Buffer.from(hkdfSync("sha256", Buffer.from(secret, "utf8"), Buffer.alloc(0), Buffer.from(purpose, "utf8"), 32));
+	}
+
+	/** A key of its own for one purpose: HKDF-SHA256 of the secret with the purpose label as `info` (no salt). */
+	static forPurpose(secret: string, purpose: string): Aes {
+		if (typeof purpose !== "string" || !purpose) throw new Error("Aes.forPurpose needs a purpose label");
+		return new Aes(secret, purpose);
 	}
 
 	encrypt(plain: string): string {

@@ -9,7 +9,8 @@ import { identityOf, TokenClaims } from "./types";
 /**
  * The automatic condition of the listed zones, combined by OR (a single zone is not wrapped in `$or`).
  * own → `{owner: identity}`, share → `{shares: identity}` (array-contains by equality), group →
- * `{groups: {$in: token.groups}}` (a token without groups gets `$in: []`: nothing matches), client →
+ * `{groups: {$in: token.groups}, "clients.0": token.cid}` — a group acts only in its tenant, the document's tenant being
+ * the first entry of its `clients` (a token without groups gets `$in: []`: nothing matches) — client →
  * `{clients: token.cid}`. Identity is uid, else aid, else cid. Zones are read by query-safety's `parseZones`:
  * an empty list means the default `own,share`, an unknown zone name answers 400.
  */
@@ -23,7 +24,10 @@ export function zoneFilter(zones: string[], token: TokenClaims): Record<string, 
 			case "share":
 				return { shares: identity };
 			case "group":
-				return { groups: { $in: Array.isArray(token.groups) ? [...token.groups] : [] } };
+				// `clients.0` is the first array element on NeDB and MongoDB alike (a missing or empty `clients` matches nothing).
+				// A token without a client has no tenant: nothing matches.
+				if (typeof token.cid !== "string" || !token.cid) return { groups: { $in: [] } };
+				return { groups: { $in: Array.isArray(token.groups) ? [...token.groups] : [] }, "clients.0": token.cid };
 			case "client":
 				return { clients: token.cid };
 			default:

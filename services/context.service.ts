@@ -8,9 +8,10 @@ import { context } from "../catalog/domains/context";
 import { collectionMixin, type Ctx } from "../mixins/collection.mixin";
 import { AUTHORITY_CHANGED } from "../middlewares/grant-cache";
 import type { StoredDoc } from "../mixins/stores";
-import { Aes } from "../lib/crypto";
+import { Aes, CQRS_CREDENTIALS } from "../lib/crypto";
 import { configOf, loadKeys } from "../lib/config";
-import { badRequest } from "../lib/errors";
+import { badRequest, forbidden } from "../lib/errors";
+import { callerClient, type ClientInfo } from "./domain.service";
 
 const isRbac = (d: StoredDoc | null) => d?.key === "RBAC";
 const isCqrs = (d: StoredDoc | null) => d?.key === "CQRS";
@@ -37,8 +38,10 @@ const CREDENTIALS = ["secret", "authorization"] as const;
 const SEALED = "aes:";
 
 /**
- * Encrypts the credentials of a CQRS value before it is stored. On a patch, a credential the new value omits is
- * kept from the stored one (re-enabling a webhook must not drop its secret); `null` removes it.
+ * Encrypts the credentials of a CQRS value before it is stored, with the key of their own purpose (never the
+ * x-api-key one). Every string a caller gives is plaintext, also one that starts with `aes:`: a body never supplies a
+ * sealed value. On a patch, a credential the new value omits is kept from the stored (sealed) one (re-enabling a
+ * webhook must not drop its secret); `null` removes it.
  */
 export function sealCredentials(aes: Aes, value: Record<string, unknown>, previous?: unknown): Record<string, unknown> {
 	const out = { ...value };
@@ -46,10 +49,45 @@ export function sealCredentials(aes: Aes, value: Record<string, unknown>, previo
 		const v = out[k];
 		if (v === undefined && isObject(previous) && typeof previous[k] === "string") out[k] = previous[k];
 		else if (v === null) delete out[k];
-		else if (typeof v === "string" && !v.startsWith(SEALED)) out[k] = SEALED + aes.encrypt(v);
-		else if (v !== undefined && typeof v !== "string") throw badRequest(`value.${k} must be a string`);
+		else if (typeof v === "string") out[k] = SEALED + aes.encrypt(v);
+		else if (v !== undefined) throw badRequest(`value.${k} must be a string`);
 	}
 	return out;
+}
+
+/** Whether a stored config holds webhook credentials: a CQRS config with a `secret` or `authorization`. */
+function holdsCredentials(d: StoredDoc | Record<string, unknown>): boolean {
+	const v = d.value;
+	return d.key === "CQRS" && isObject(v) && CREDENTIALS.some((k) => typeof v[k] === "string");
+}
+
+const NOT_CALLERS = "eid must be the caller's client";
+
+/**
+ * The client a config's `eid` names, checked against the caller (CONTRACTS.md "Tenants"): the caller's own client; any
+ * live client for a token of the root client (the operator manages every tenant), 400 when it names none; 403 for
+ * another client's id otherwise (whether it exists or not).
+ */
+async function eidClient(ctx: Ctx, eid: string): Promise<ClientInfo> {
+	const caller = await callerClient(ctx as any);
+	if (!caller) throw forbidden(NOT_CALLERS);
+	if (eid === caller.id) return caller;
+	if (!caller.operator) throw forbidden(NOT_CALLERS);
+	const target = (await ctx.call("domain.clients.authenticate", { id: eid })) as ClientInfo | null;
+	if (!target) throw badRequest(`eid ${eid} is not a client`);
+	return target;
+}
+
+/** A 24-hex `eid` in lower case, as client ids are stored (the dispatcher looks configs up by equality). */
+const normalEid = (eid: string) => (/^[0-9a-fA-F]{24}$/.test(eid) ? eid.toLowerCase() : eid);
+
+/** Every RBAC entry's `domain` must be a domain of the `eid` client (the grant snapshot drops any other). */
+function checkRbacDomains(value: unknown, client: ClientInfo): void {
+	if (!Array.isArray(value)) return;
+	value.forEach((e, i) => {
+		const d = isObject(e) ? e.domain : undefined;
+		if (typeof d === "string" && !client.domains.includes(d)) throw badRequest(`value[${i}].domain: '${d}' is not a domain of client ${client.id}`);
+	});
 }
 
 function openCredentials(aes: Aes, value: Record<string, unknown>): Record<string, unknown> {
@@ -72,22 +110,53 @@ export function cqrsOf(d: StoredDoc, aes?: Aes): CqrsConfig {
 const ContextService: ServiceSchema = {
 	name: "context",
 	created(this: any) {
-		this.aes = new Aes(loadKeys(configOf(this.broker)).aesSecret);
+		// Webhook credentials have a key of their own: a value sealed here never opens as an x-api-key, TOTP secret or
+		// APT cache record, nor the other way round.
+		this.aes = Aes.forPurpose(loadKeys(configOf(this.broker)).aesSecret, CQRS_CREDENTIALS);
 	},
 	mixins: [
 		collectionMixin(context, {
 			configs: {
 				// A CQRS value's `secret` and `authorization` are credentials: stored encrypted, never in a response or a
 				// change event (webhook and MQTT payloads, audit) after they were sent.
-				beforeCreate(ctx, doc) {
+				// `eid` is the caller's client (filled in when omitted), another client's only for the operator.
+				async beforeCreate(ctx, doc) {
+					doc.eid = normalEid(typeof doc.eid === "string" ? doc.eid : String(ctx.meta.token?.cid ?? ""));
+					const client = await eidClient(ctx, doc.eid as string);
+					if (isRbac(doc)) checkRbacDomains(doc.value, client);
 					if (isCqrs(doc) && isObject(doc.value)) doc.value = sealCredentials((ctx.service as any).aes, doc.value);
 				},
-				beforePatch(ctx, set, before) {
-					const key = set.key ?? before?.key;
-					if (key === "CQRS" && isObject(set.value)) set.value = sealCredentials((ctx.service as any).aes, set.value, before?.value);
+				async beforePatch(ctx, set, before) {
+					if ("eid" in set) {
+						if (typeof set.eid !== "string") throw badRequest("eid must not be null");
+						set.eid = normalEid(set.eid);
+					}
+					if (!before) {
+						// A bulk patch: one `set` for every config in view, so nothing that depends on each one's stored value.
+						if ("key" in set) throw badRequest("key cannot be set by a bulk patch of configs");
+						if ("value" in set) throw badRequest("value cannot be set by a bulk patch of configs");
+						if (set.eid !== undefined) await eidClient(ctx, set.eid as string);
+						return;
+					}
+					const eid = String(set.eid ?? before.eid);
+					const client = await eidClient(ctx, eid);
+					if (set.key !== undefined && set.key !== before.key && holdsCredentials(before)) throw badRequest("key cannot change while the config holds credentials");
+					const key = set.key ?? before.key;
+					if (key === "RBAC" && (set.value !== undefined || set.eid !== undefined || set.key !== undefined)) checkRbacDomains(set.value ?? before.value, client);
+					if (key !== "CQRS") return;
+					const aes = (ctx.service as any).aes as Aes;
+					if (before.key === "CQRS") {
+						if (isObject(set.value)) set.value = sealCredentials(aes, set.value, before.value);
+					} else {
+						// Becoming a CQRS config: whatever the value holds was written as plaintext, so it is sealed now.
+						const value = set.value !== undefined ? set.value : before.value;
+						if (isObject(value)) set.value = sealCredentials(aes, value);
+					}
 				},
+				// `secret` and `authorization` of a value are hidden in every config, whatever its key: the key, which a caller
+				// writes, never decides (a config that becomes CQRS must not show or emit what it held as another key).
 				redact(doc) {
-					if (doc.key !== "CQRS" || !isObject(doc.value)) return doc;
+					if (!isObject(doc.value) || !CREDENTIALS.some((k) => k in (doc.value as Record<string, unknown>))) return doc;
 					const { secret: _s, authorization: _a, ...value } = doc.value;
 					return { ...doc, value };
 				},

@@ -11,7 +11,8 @@ export const context: DomainDef = {
 			description: "Configuration entries (CQRS webhooks, RBAC roles, ...)",
 			fields: {
 				key: { type: "string", required: true, maxLength: 100, description: "CQRS, RBAC or an application key" },
-				eid: { type: "string", required: true, description: "Id of the owning client" },
+				// Not required: omitted, the caller's client is filled in (CONTRACTS.md "Tenants").
+				eid: { type: "string", description: "Id of the owning client: the caller's client (filled in when omitted); another client's only for the operator" },
 				value: { type: "any", required: true, description: "Object or array" },
 			},
 		},

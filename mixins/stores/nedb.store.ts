@@ -202,8 +202,16 @@ export class NedbStore implements DocumentStore {
 		for (const [k, v] of Object.entries(q))
 			if (indexes[k] && v && typeof v === "object" && Array.isArray((v as { $in?: unknown }).$in)) offer(indexes[k].getMatching((v as { $in: unknown[] }).$in));
 		const ors = [q.$or, ...(Array.isArray(q.$and) ? (q.$and as Filter[]).map((a) => a?.$or) : [])].filter(Array.isArray) as Filter[][];
+		// A branch is served by its first indexed equality, else its first indexed `$in` (the group zone:
+		// `{groups: {$in}, "clients.0": cid}`).
+		const pick = (b: Filter): [string, unknown] | undefined => {
+			const e = eq(b)[0];
+			if (e) return e;
+			const inKey = Object.entries(b).find(([k, v]) => k !== "_id" && indexes[k] && v && typeof v === "object" && Array.isArray((v as { $in?: unknown }).$in));
+			return inKey ? [inKey[0], (inKey[1] as { $in: unknown[] }).$in] : undefined;
+		};
 		for (const branches of ors) {
-			const picks = branches.map((b) => eq(b)[0]);
+			const picks = branches.map((b) => (b && typeof b === "object" ? pick(b) : undefined));
 			if (!picks.length || picks.some((p) => !p)) continue;
 			const union = new Map<string, StoredDoc>();
 			for (const [k, v] of picks as Array<[string, unknown]>) for (const d of indexes[k].getMatching(v)) union.set(d._id, d);

@@ -47,6 +47,8 @@ const OMIT: Record<string, readonly string[]> = {
 	"auth/apts": ["scopes", "subjects", "coworkers"],
 	// Generated and returned once when not given (the sweep checks exactly that).
 	"domain/clients": ["secret", "coworkers"],
+	// The caller's client is filled in; another client's id is the operator's only, and must name a client.
+	"context/configs": ["eid"],
 };
 
 function scalar(name: string, def: FieldDef, n: number, type = def.type): unknown {
@@ -123,7 +125,8 @@ function special(path: string, n: number, domain: string): Record<string, unknow
 			};
 		}
 		case "context/configs":
-			return { key: `SAMPLE_${n}_${unique()}`, eid: hexId(n), value: { enabled: true, n } };
+			// `eid` omitted: the caller's client is filled in (another client's id is the operator's only, and must exist).
+			return { key: `SAMPLE_${n}_${unique()}`, value: { enabled: true, n } };
 		case "context/settings":
 			return { key: `sample.${n}`, value: { theme: "dark" } };
 		case "essential/saga-stages":
@@ -159,11 +162,12 @@ export function sampleBody(ref: CollectionRef | string, n = 0, opts: SampleOptio
 
 /**
  * The field a patch changes: the collection's first plain string field (no format, enum or relation, not
- * write-only), else the common `description`. Login fields and grant fields carry meaning and are left alone.
+ * write-only), else the common `description`. Login fields, grant fields and config keys carry meaning and are left alone.
  */
 export function patchField(ref: CollectionRef | string): string {
 	const c = collectionRef(ref);
-	if (c.path === "identity/users" || c.path === "auth/grants") return "description";
+	// A config's key and value cannot be set by a bulk patch (each config's credentials decide): `description` instead.
+	if (c.path === "identity/users" || c.path === "auth/grants" || c.path === "context/configs") return "description";
 	const f = Object.entries(c.collection.fields).find(
 		([, d]) => d.type === "string" && !d.format && !d.enum && !d.relation && !d.writeOnly && !d.internal,
 	);

@@ -162,7 +162,8 @@ function inZones(d: Doc, zones: Zone[], c: Claims): boolean {
 	return zones.some((z) => {
 		if (z === "own") return d.owner === identity;
 		if (z === "share") return arr(d.shares).includes(identity);
-		if (z === "group") return arr(d.groups).some((g) => (c.groups ?? []).includes(g as string));
+		// A group acts only in its tenant: the document's first client is the caller's.
+		if (z === "group") return arr(d.clients)[0] === c.cid && arr(d.groups).some((g) => (c.groups ?? []).includes(g as string));
 		return arr(d.clients).includes(c.cid);
 	});
 }
@@ -450,6 +451,8 @@ describe.each([
 		// `shares` names principals of the caller's tenant only: T's client is one for A (the operator's token is not).
 		await mk(A, "a-shared-to-cc", { shares: [T.id] });
 		await mk(CC, "cc-own");
+		// TEAM in A's tenant (T); "b-team" carries the same group name in T2's tenant.
+		await mk(CC, "t-team", { groups: [TEAM] });
 		await mk(APT, "apt-own");
 		await mk(A, "a-deleted");
 		await ok(call(A, "DELETE", `${base}/${docs["a-deleted"]}`), "remove");
@@ -492,9 +495,10 @@ describe.each([
 			(await listIds(pr, base, { zone: z })).items.map((d) => d[label]).filter((n: string) => n in docs).sort();
 		expect(await names(A, "own")).toEqual(["a-other-group", "a-own", "a-shared-to-b", "a-shared-to-cc", "apt-own"]);
 		expect(await names(A, "share")).toEqual(["b-shared-to-a"]);
-		expect(await names(A, "group")).toEqual(["b-team"]);
-		expect(await names(A, "client")).toEqual(["a-other-group", "a-own", "a-shared-to-b", "a-shared-to-cc", "apt-own", "cc-own"]);
-		expect(await names(CC, "own,share")).toEqual(["a-shared-to-cc", "cc-own"]);
+		// A group acts only in its tenant: T2's "b-team" is not in A's group zone (CONTRACTS.md "Tenants").
+		expect(await names(A, "group")).toEqual(["t-team"]);
+		expect(await names(A, "client")).toEqual(["a-other-group", "a-own", "a-shared-to-b", "a-shared-to-cc", "apt-own", "cc-own", "t-team"]);
+		expect(await names(CC, "own,share")).toEqual(["a-shared-to-cc", "cc-own", "t-team"]);
 	}, 30_000);
 
 	test("a principal without a grant gets 403 on every operation, whatever the zone", async () => {
@@ -554,8 +558,10 @@ describe.each([
 					expectStatus(await call(pr, m, u, { body }), 404, `${pr.name} ${m} ${u}`);
 		}
 		// A document in view under another zone only: 404 in the requested zone.
-		expectStatus(await call(A, "GET", `${base}/${docs["b-team"]}`), 404, "group document in the default zones");
-		expect((await ok(call(A, "GET", `${base}/${docs["b-team"]}?zone=group`), "get in group")).data.id).toBe(docs["b-team"]);
+		expectStatus(await call(A, "GET", `${base}/${docs["t-team"]}`), 404, "group document in the default zones");
+		expect((await ok(call(A, "GET", `${base}/${docs["t-team"]}?zone=group`), "get in group")).data.id).toBe(docs["t-team"]);
+		// The same group name in another tenant: out of the group zone.
+		expectStatus(await call(A, "GET", `${base}/${docs["b-team"]}?zone=group`), 404, "another tenant's group document");
 		// A foreign soft-deleted document cannot be restored; unknown and malformed ids are 404 as well.
 		expectStatus(await call(D, "PUT", `${base}/${docs["a-deleted"]}/restore`), 403, "restore without grant");
 		expectStatus(await call(B, "PUT", `${base}/${docs["a-deleted"]}/restore`), 404, "foreign restore");
@@ -831,10 +837,13 @@ describe("probing content/notes", () => {
 		const mine = (await ok(call(owner, "POST", base, { body: { title: "for-editor", shares: [E.claims.uid] } }), "c")).data.id;
 		expectStatus(await call(E, "GET", base), 403, "before RBAC");
 		const value = [{ domain: DOMAIN, roles: { editor: ["notes-rw"], viewer: ["notes-r"] }, permissions: { "notes-rw": ["write:content:notes"], "notes-r": ["read:content:notes"] } }];
-		// A configuration owned by a client that does not register the domain grants nothing.
+		// A configuration owned by a client that does not register the domain is refused (CONTRACTS.md "Tenants").
 		const foreignClient = (await ok(call(root, "POST", "/domain/clients", { body: { name: "foreign", domains: ["foreign.example"] } }), "client")).data.id;
-		const foreign = (await ok(call(root, "POST", "/context/configs", { body: { key: "RBAC", eid: foreignClient, value } }), "config")).data.id;
-		expectStatus(await call(E, "GET", base), 403, "RBAC of a client without the domain");
+		const refused = await call(root, "POST", "/context/configs", { body: { key: "RBAC", eid: foreignClient, value } });
+		expectStatus(refused, 400, "RBAC of a client without the domain");
+		expect(refused.body).toEqual({ statusCode: 400, message: `value[0].domain: '${DOMAIN}' is not a domain of client ${foreignClient}`, error: "Bad Request" });
+		const foreign = (await ok(call(root, "POST", "/context/configs", { body: { key: "RBAC", eid: foreignClient, value: [] } }), "config")).data.id;
+		expectStatus(await call(E, "GET", base), 403, "before RBAC of the tenant");
 		const cfg = (await ok(call(root, "POST", "/context/configs", { body: { key: "RBAC", eid: T.id, value } }), "config")).data.id;
 		expect((await listIds(E, base)).ids).toEqual([mine]);
 		await ok(call(E, "PATCH", `${base}/${mine}`, { body: { content: "edited" } }), "patch via role");
@@ -934,7 +943,11 @@ describe("probing content/notes", () => {
 		const member = await login(await createUser("member", [TEAM]));
 		const outsider = await login(await createUser("outsider"));
 		const g = await grant({ subject: `${TEAM}@${DOMAIN}`, action: "read", object: "content:posts" });
-		const post = (await ok(call(root, "POST", "/content/posts", { body: { title: "team post", groups: [TEAM] } }), "post")).data.id;
+		// Written in the member's tenant (T): a group acts only there; the root tenant's post of the same group is not reached.
+		const w = await grant({ subject: subjectOf(owner.claims.uid!), action: "write", object: "content:posts" });
+		const post = (await ok(call(owner, "POST", "/content/posts", { body: { title: "team post", groups: [TEAM] } }), "post")).data.id;
+		await revoke(w);
+		await ok(call(root, "POST", "/content/posts", { body: { title: "root tenant's team post", groups: [TEAM] } }), "root post");
 		expect((await listIds(member, "/content/posts", { zone: "group" })).ids).toEqual([post]);
 		expectStatus(await call(outsider, "GET", "/content/posts"), 403, "not a member");
 		await revoke(g);

@@ -24,9 +24,10 @@ describe("zoneFilter", () => {
 		expect(zoneFilter(["share"], user)).toEqual({ shares: user.uid });
 		expect(zoneFilter(["share"], base)).toEqual({ shares: base.cid });
 	});
-	test("group intersects memberships; no groups matches nothing", () => {
-		expect(zoneFilter(["group"], user)).toEqual({ groups: { $in: ["eng@acme.com", "ops.acme.com"] } });
-		expect(zoneFilter(["group"], base)).toEqual({ groups: { $in: [] } });
+	test("group intersects memberships inside the caller's tenant (first entry of clients); no groups matches nothing", () => {
+		expect(zoneFilter(["group"], user)).toEqual({ groups: { $in: ["eng@acme.com", "ops.acme.com"] }, "clients.0": user.cid });
+		expect(zoneFilter(["group"], base)).toEqual({ groups: { $in: [] }, "clients.0": base.cid });
+		expect(zoneFilter(["group"], { ...user, cid: "" })).toEqual({ groups: { $in: [] } });
 	});
 	test("client is the token cid", () => {
 		expect(zoneFilter(["client"], user)).toEqual({ clients: user.cid });
@@ -34,7 +35,7 @@ describe("zoneFilter", () => {
 	test("several zones combine with $or, in order, de-duplicated", () => {
 		expect(zoneFilter(["own", "share"], user)).toEqual({ $or: [{ owner: user.uid }, { shares: user.uid }] });
 		expect(zoneFilter(["client", "group", "own", "client"], user)).toEqual({
-			$or: [{ clients: user.cid }, { groups: { $in: user.groups } }, { owner: user.uid }],
+			$or: [{ clients: user.cid }, { groups: { $in: user.groups }, "clients.0": user.cid }, { owner: user.uid }],
 		});
 	});
 	test("empty list is the default own,share; unknown zone is 400", () => {

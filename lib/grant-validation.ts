@@ -89,8 +89,8 @@ export function userSubjectProblem(entry: unknown, where: string): string | null
 	if (/\s/.test(entry)) return `${where}: must not contain whitespace`;
 	if (HEX24_RE.test(entry) || HEX24_RE.test(entry.split("@")[0])) return `${where}: must not be a 24-hex id`;
 	if (entry.startsWith("@")) return ROLE_RE.test(entry.slice(1)) ? null : `${where}: '${entry}' is not a role name (@name)`;
-	if (isEmailGroup(entry) || FQDN_RE.test(entry)) return null;
-	return `${where}: '${entry}' must be a role (@name) or a group name (an email or a domain name)`;
+	if (NAME_RE.test(entry) || isEmailGroup(entry) || FQDN_RE.test(entry)) return null;
+	return `${where}: '${entry}' must be a role (@name) or a group name (a name such as team-x, an email or a domain name)`;
 }
 
 function optionalList(body: Record<string, unknown>, key: string): unknown[] | null {

@@ -127,7 +127,7 @@ describe("item 1: a user logs in only through its tenant's client (or a client l
 			[["@editor", `${p.root.user_id}@root.local`], "subjects[1]: must not be a 24-hex id"],
 			[["team mates"], "subjects[0]: must not contain whitespace"],
 			[["@editor@a.example"], "subjects[0]: '@editor@a.example' is not a role name (@name)"],
-			[["editors"], "subjects[0]: 'editors' must be a role (@name) or a group name (an email or a domain name)"],
+			[["team!x"], "subjects[0]: 'team!x' must be a role (@name) or a group name (a name such as team-x, an email or a domain name)"],
 		];
 		for (const [subjects, message] of cases) {
 			const r = await createUser(B.admin, { username: "subjective", subjects });
@@ -135,7 +135,7 @@ describe("item 1: a user logs in only through its tenant's client (or a client l
 		}
 		const r = await http("PATCH", `/identity/users/${bob.id}`, { token: B.admin, body: { subjects: ["a b"] } });
 		expect(r.body).toEqual(errorBody(400, "subjects[0]: must not contain whitespace"));
-		expect((await createUser(B.admin, { username: "grouped", subjects: ["@editor", "team@b.example", "eng.b.example"] })).status).toBe(200);
+		expect((await createUser(B.admin, { username: "grouped", subjects: ["@editor", "team-x", "team@b.example", "eng.b.example"] })).status).toBe(200);
 	});
 
 	test("username, email and phone are unique together in a tenant; email and phone match after normalisation", async () => {

@@ -32,7 +32,7 @@ describe("totp", () => {
 	});
 
 	it("exposes its limits", () => {
-		expect(TOTP_LIMITS).toEqual({ maxPeriod: 3600, maxWindow: 10 });
+		expect(TOTP_LIMITS).toEqual({ maxPeriod: 3600, maxWindow: 5 });
 	});
 });
 

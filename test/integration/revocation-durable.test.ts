@@ -13,8 +13,6 @@ import path from "path";
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
 import { apiKey, createClient, createUser, errorBody, kvOf, tokenOf } from "../helpers/auth";
 import { blacklistKey } from "../../services/auth/authenticate";
-import { platformDoc } from "../../mixins/collection.mixin";
-import { grantCache } from "../../middlewares/grant-cache";
 
 let p: TestPlatform;
 let http: TestPlatform["http"];
@@ -201,10 +199,9 @@ describe("user and client changes revoke at once", () => {
 		const username = `${tag}-user-${Date.now().toString(36)}`;
 		const password = "client-user-Secret-1";
 		const user = await createUser(http, rootJwt, { username, password });
-		// The user may create APTs under the client's domain (stored directly: the operator may not name that domain here).
-		const grant = platformDoc({ subject: `${user.id}@${domain}`, action: "manage", object: "auth:apts" }, { owner: p.root.user_id, cid: p.root.client_id });
-		await (p.broker.getLocalService("auth") as any).collectionStore("grants").insert(grant);
-		grantCache.invalidate();
+		// The user may create APTs under the client's domain: the operator grants in any registered domain.
+		const g = await http("POST", "/auth/grants", { token: rootJwt, body: { subject: `${user.id}@${domain}`, action: "manage", object: "auth:apts" } });
+		expect(g.status).toBe(200);
 		const t = await tokenOf(http, { grant_type: "password", client_id: c.id, username, password });
 		const apt = await newApt(t.access_token);
 		const other = await tokenOf(http, { grant_type: "password", client_id: p.root.client_id, username, password });

@@ -16,8 +16,6 @@ import type { AddressInfo } from "net";
 import { bootPlatform, type HttpResult, type TestPlatform } from "../helpers/platform";
 import { aesOf, apiKey } from "../helpers/auth";
 import { sleep } from "../helpers/wait";
-import { platformDoc } from "../../mixins/collection.mixin";
-import { AUTHORITY_CHANGED } from "../../middlewares/grant-cache";
 import { sharedOutbox } from "../../mixins/outbox";
 
 let p: TestPlatform;
@@ -61,18 +59,10 @@ async function ok<T = any>(r: Promise<HttpResult<T>>, what: string): Promise<T> 
 
 const call = (token: string, method: string, url: string, body?: unknown, headers?: Record<string, string>) => p.http(method, url, { token, body, headers });
 
-/**
- * A grant written by the operator. CONTRACTS.md "Tenants": the operator may name any registered domain in a grant
- * subject. Where that rule is not in yet (the API answers 400 for a tenant's domain), the same grant document is
- * written to the store directly, as the platform's own seed does, so this suite tests the config rules either way.
- */
+/** A grant written by the operator, which may name any registered domain in a grant subject (CONTRACTS.md "Tenants"). */
 async function grant(body: { subject: string; action: string; object: string }): Promise<void> {
 	const r = await call(root, "POST", "/auth/grants", body);
-	if (r.status === 200) return;
-	if (r.status !== 400 || !/is not registered for the client/.test(r.body?.message)) throw new Error(`grant: ${r.status} ${r.text}`);
-	await (p.broker.getLocalService("auth") as any).collectionStore("grants").insert(platformDoc(body, { owner: p.root.user_id, cid: p.root.client_id }));
-	p.broker.broadcast(AUTHORITY_CHANGED, {});
-	await sleep(100);
+	if (r.status !== 200) throw new Error(`grant: ${r.status} ${r.text}`);
 }
 
 async function tenant(name: string, domain: string): Promise<Tenant> {

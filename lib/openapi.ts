@@ -148,7 +148,7 @@ function docSchema(d: DomainDef, c: CollectionDef, refs: Map<string, string>, re
 		properties[k] = fieldSchema(def, refs, { mode: "doc", readOnly: true, nullable: NULLABLE_PLATFORM.has(k) });
 	for (const [k, def] of Object.entries(SETTABLE_FIELDS)) properties[k] = fieldSchema(def, refs, { mode: "doc", nullable: true });
 	for (const [k, def] of Object.entries(c.fields))
-		properties[k] = fieldSchema(def, refs, { mode: "doc", nullable: !def.required, reveal: reveal[k] });
+		if (!def.internal) properties[k] = fieldSchema(def, refs, { mode: "doc", nullable: !def.required, reveal: reveal[k], readOnly: def.readOnly });
 	const required = ["id", ...Object.entries(c.fields).filter(([k, f]) => f.required && (!f.writeOnly || k in reveal)).map(([k]) => k)];
 	return {
 		type: "object",
@@ -163,7 +163,7 @@ function docSchema(d: DomainDef, c: CollectionDef, refs: Map<string, string>, re
 function bodyProperties(c: CollectionDef, patch: boolean, refs: Map<string, string>): Record<string, Schema> {
 	const properties: Record<string, Schema> = {};
 	for (const [k, def] of Object.entries(SETTABLE_FIELDS)) properties[k] = fieldSchema(def, refs, { mode: "write", nullable: patch });
-	for (const [k, def] of Object.entries(c.fields)) properties[k] = fieldSchema(def, refs, { mode: "write", nullable: patch && !def.required });
+	for (const [k, def] of Object.entries(c.fields)) if (!def.internal && !def.readOnly) properties[k] = fieldSchema(def, refs, { mode: "write", nullable: patch && !def.required });
 	return properties;
 }
 
@@ -418,7 +418,7 @@ const ERROR_RESPONSES: Record<number, { name: string; description: string; examp
 	403: { name: "Forbidden", description: "Scope, grant, strict api-key, location or time check failed", example: "access denied" },
 	404: { name: "NotFound", description: "No such document, or one the caller may not see", example: "document not found" },
 	405: { name: "MethodNotAllowed", description: "The collection is written only by the platform", example: "touch/push-histories is written by the platform only" },
-	409: { name: "Conflict", description: "`ref` already exists in the collection", example: "ref already exists" },
+	409: { name: "Conflict", description: "`ref` already exists in the collection, a saga is not in flight (`saga <id> is not in flight`), a state change the saga or document does not allow, or `insufficient balance`", example: "ref already exists" },
 	413: { name: "PayloadTooLarge", description: "Request body too large", example: "request entity too large" },
 	429: { name: "TooManyRequests", description: "Too many failed logins from this IP; wait 15 minutes", example: "too many failed login attempts from this IP" },
 	502: { name: "BadGateway", description: "Query enforcement reached without the authentication or grant layer", example: "Bad Gateway" },
@@ -577,6 +577,34 @@ const AUTH_OPS: Record<string, () => OpParts> = {
 	}),
 };
 
+/** A special action: body and answer from its catalog entry (SpecialDef `body`, `answer`, `errors`). */
+function specialOp(r: RouteDef): OpParts {
+	const s = r.special!;
+	const d = r.domain!;
+	const c = r.collection!;
+	let answer: Schema = {};
+	if (s.answer === "data") answer = envelope.data(ref("schemas", schemaName(d, c)));
+	else if (s.answer?.startsWith("data:")) {
+		const [svc, col] = s.answer.slice(5).split("/");
+		const target = d.name === svc ? d.collections.find((x) => x.name === col) : undefined;
+		answer = envelope.data(ref("schemas", target ? schemaName(d, target) : pascal(`${svc} ${col}`)));
+	}
+	let requestBody: Schema | undefined;
+	if (s.body) {
+		const properties: Record<string, Schema> = {};
+		for (const [k, def] of Object.entries(s.body)) properties[k] = fieldSchema(def, new Map(), { mode: "write" });
+		const required = Object.entries(s.body).filter(([, f]) => f.required).map(([k]) => k);
+		requestBody = { required: true, content: json({ type: "object", additionalProperties: false, properties, ...(required.length ? { required } : {}) }) };
+	}
+	return {
+		description: `Special action \`${s.action}\`.`,
+		parameters: r.path.includes("/:id") ? ["id"] : [],
+		requestBody,
+		responses: ok(s.description, answer),
+		errors: [400, 401, 403, ...(s.errors ?? []), ...(requestBody ? [413] : [])],
+	};
+}
+
 /** A route the table may gain later (a special action) still gets a truthful, if less precise, description. */
 function genericOp(r: RouteDef): OpParts {
 	const hasBody = r.method === "POST" || r.method === "PUT" || r.method === "PATCH";
@@ -592,7 +620,9 @@ function tagOf(r: RouteDef): string {
 }
 
 function operation(r: RouteDef): Schema {
-	const parts = r.op && r.domain && r.collection ? collectionOp(r, r.domain, r.collection) : (AUTH_OPS[r.action]?.() ?? genericOp(r));
+	const parts = r.special && r.domain && r.collection
+		? specialOp(r)
+		: r.op && r.domain && r.collection ? collectionOp(r, r.domain, r.collection) : (AUTH_OPS[r.action]?.() ?? genericOp(r));
 	const description = [
 		parts.description,
 		r.public ? "Public: no token needed." : r.scope ? `Needs scope \`${r.scope}\` and a matching grant.` : "Needs a valid bearer token.",

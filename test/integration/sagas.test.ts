@@ -131,3 +131,154 @@ describe("saga operations", () => {
 		expect(st.body.data.state).toBe("external");
 	});
 });
+
+/** Every write kind staged in one saga; returns what to check after compensation. */
+async function stagedWrites(saga: string, tag: string) {
+	// Documents that exist before the saga.
+	const pre = [];
+	for (const n of [1, 2, 3, 4, 5]) {
+		const r = await p.http("POST", "/content/notes", { token: root, body: { title: `${tag}-pre-${n}`, content: "before" } });
+		expect(r.status).toBe(200);
+		pre.push(r.body.data);
+	}
+	const deletedBefore = await p.http("DELETE", `/content/notes/${pre[3].id}`, { token: root });
+	expect(deletedBefore.status).toBe(200);
+	const preImages = await Promise.all(pre.map((d) => note(d.id)));
+
+	const created = await p.http("POST", "/content/notes", { token: root, headers: H(saga), body: { title: `${tag}-created` } });
+	expect(created.status).toBe(200);
+	expect(created.headers.get("x-saga-session")).toBe(saga);
+	const bulk = await p.http("POST", "/content/notes/bulk", { token: root, headers: H(saga), body: { items: [{ title: `${tag}-bulk-1` }, { title: `${tag}-bulk-2` }] } });
+	expect(bulk.status).toBe(200);
+	const patched = await p.http("PATCH", `/content/notes/${pre[0].id}`, { token: root, headers: H(saga), body: { content: "changed", description: "new field" } });
+	expect(patched.status).toBe(200);
+	const bulkPatched = await p.http("PATCH", `/content/notes/bulk?query=${encodeURIComponent(JSON.stringify({ title: { $in: [`${tag}-pre-2`, `${tag}-pre-3`] } }))}`, { token: root, headers: H(saga), body: { content: "bulk changed" } });
+	expect(bulkPatched.status).toBe(200);
+	expect(bulkPatched.body.total).toBe(2);
+	const removed = await p.http("DELETE", `/content/notes/${pre[1].id}`, { token: root, headers: H(saga) });
+	expect(removed.status).toBe(200);
+	const restored = await p.http("PUT", `/content/notes/${pre[3].id}/restore`, { token: root, headers: H(saga) });
+	expect(restored.status).toBe(200);
+	const destroyed = await p.http("DELETE", `/content/notes/${pre[4].id}/destroy`, { token: root, headers: H(saga) });
+	expect(destroyed.status).toBe(200);
+	// A read is a stage too.
+	const read = await p.http("GET", notes({ title: `${tag}-created` }), { token: root, headers: H(saga) });
+	expect(read.status).toBe(200);
+	expect(read.headers.get("x-saga-session")).toBe(saga);
+
+	const inserted = [created.body.data.id, ...bulk.body.items.map((d: any) => d.id)];
+	expect(await note(inserted[0])).not.toBeNull();
+	return { pre, preImages, inserted };
+}
+
+async function expectUndone(x: Awaited<ReturnType<typeof stagedWrites>>) {
+	for (const id of x.inserted) expect(await note(id)).toBeNull();
+	for (let i = 0; i < x.pre.length; i++) expect(await note(x.pre[i].id)).toEqual(x.preImages[i]);
+}
+
+describe("staged writes", () => {
+	test("create, bulk create, patch, bulk patch, delete, restore and destroy are each undone by abort, with their change events", async () => {
+		const s = await start();
+		const x = await stagedWrites(s.id, `ab-${randomBytes(3).toString("hex")}`);
+		const stages = await p.http("GET", `/essential/saga-stages?query=${encodeURIComponent(JSON.stringify({ saga: s.id }))}&pagination=${encodeURIComponent(JSON.stringify({ limit: 100, sort: { created_at: 1 } }))}`, { token: root });
+		expect(stages.status).toBe(200);
+		expect(stages.body.items.map((st: any) => st.action)).toEqual(["INSERT_MANY", "INSERT_MANY", "FIND_ONE_AND_UPDATE", "UPDATE_MANY", "FIND_ONE_AND_UPDATE", "FIND_ONE_AND_UPDATE", "FIND_ONE_AND_DELETE", "FIND"]);
+		expect(stages.body.items.every((st: any) => st.state === "done" && st.bucket === "content/notes" && st.images === undefined)).toBe(true);
+		expect(stages.body.items[0].req).toMatchObject({ body: { title: expect.stringMatching(/-created$/) } });
+		expect(stages.body.items[0].res).toMatchObject({ data: { id: x.inserted[0] } });
+
+		const a = await p.http("GET", `/essential/sagas/${s.id}/abort`, { token: root });
+		expect(a.status).toBe(200);
+		expect(a.body.data.state).toBe("ABORTED");
+		await expectUndone(x);
+		// Each undo has its change event: the inserted note c then d; the destroyed one d then c again.
+		expect(await eventsOf(x.inserted[0])).toEqual(["c", "d"]);
+		expect(await eventsOf(x.pre[4].id)).toEqual(["c", "d", "c"]);
+		// pre-2 was bulk patched, then deleted: undone newest first (restore, then the patch).
+		expect(await eventsOf(x.pre[1].id)).toEqual(["c", "u", "d", "r", "u"]);
+		expect(await eventsOf(x.pre[2].id)).toEqual(["c", "u", "u"]);
+		expect(await eventsOf(x.pre[3].id)).toEqual(["c", "d", "r", "d"]);
+		expect(await eventsOf(x.pre[0].id)).toEqual(["c", "u", "u"]);
+		const after = await p.http("GET", `/essential/saga-stages?query=${encodeURIComponent(JSON.stringify({ saga: s.id }))}&pagination=${encodeURIComponent(JSON.stringify({ limit: 100 }))}`, { token: root });
+		expect(after.body.items.map((st: any) => st.state).sort()).toEqual([...Array(8).fill("compensated")]);
+
+		// Compensation run again (a retry, another node) changes nothing more.
+		const svc: any = p.broker.getLocalService("essential");
+		const { abortSaga } = await import("../../services/essential/sagas");
+		const stored = await svc.collectionStore("saga-stages").find({ query: { saga: s.id } });
+		const countBefore = (await sharedOutbox(p.cfg).readFrom(0, 1_000_000)).length;
+		for (const st of stored) await p.broker.call(`content.notes.settle`, { images: st.images, reason: "abort" });
+		await abortSaga(svc, { meta: {}, call: p.broker.call.bind(p.broker), locals: {}, service: svc } as any, s.id, "abort");
+		expect((await sharedOutbox(p.cfg).readFrom(0, 1_000_000)).length).toBe(countBefore);
+		await expectUndone(x);
+	});
+
+	test("a document someone else changed after the stage is left alone; the stage records conflict and the rest is undone", async () => {
+		const s = await start();
+		const mine = await p.http("POST", "/content/notes", { token: root, headers: H(s.id), body: { title: "conflict-created" } });
+		const other = await p.http("POST", "/content/notes", { token: root, body: { title: "conflict-pre" } });
+		const patched = await p.http("PATCH", `/content/notes/${other.body.data.id}`, { token: root, headers: H(s.id), body: { content: "by the saga" } });
+		expect(patched.status).toBe(200);
+		await sleep(5);
+		// Someone else (no header) changes both afterwards.
+		const later = await p.http("PATCH", `/content/notes/${other.body.data.id}`, { token: root, body: { content: "by someone else" } });
+		expect(later.status).toBe(200);
+		const a = await p.http("GET", `/essential/sagas/${s.id}/abort`, { token: root });
+		expect(a.status).toBe(200);
+		expect(await note(other.body.data.id)).toEqual(later.body.data);
+		expect(await note(mine.body.data.id)).toBeNull();
+		const stages = await p.http("GET", `/essential/saga-stages?query=${encodeURIComponent(JSON.stringify({ saga: s.id }))}`, { token: root });
+		const byAction = Object.fromEntries(stages.body.items.map((st: any) => [st.action, st]));
+		expect(byAction.FIND_ONE_AND_UPDATE).toMatchObject({ state: "conflict", conflict: true });
+		expect(byAction.INSERT_MANY).toMatchObject({ state: "compensated", conflict: false });
+	});
+
+	test("a write with a saga that is committed, aborted, expired, unknown or someone else's is refused before it applies", async () => {
+		const committed = await start();
+		await p.http("GET", `/essential/sagas/${committed.id}/commit`, { token: root });
+		const aborted = await start();
+		await p.http("GET", `/essential/sagas/${aborted.id}/abort`, { token: root });
+		for (const id of [committed.id, aborted.id]) {
+			const title = `refused-${randomBytes(3).toString("hex")}`;
+			const r = await p.http("POST", "/content/notes", { token: root, headers: H(id), body: { title } });
+			expect(r.body).toEqual({ statusCode: 409, message: `saga ${id} is not in flight`, error: "Conflict" });
+			expect((await p.http("GET", notes({ title }), { token: root })).body.total).toBe(0);
+		}
+		// Someone else's saga: 404, as if it did not exist.
+		const username = `sg-${randomBytes(4).toString("hex")}`;
+		await createUser(p.http, root, { username, password: "pw-saga-user-1", subjects: [] });
+		for (const [action, object] of [["write", "content:notes"], ["start", "essential:sagas"]])
+			expect((await p.http("POST", "/auth/grants", { token: root, body: { subject: `${username}@${p.root.domain}`, action, object } })).status).toBe(200);
+		const t = (await tokenOf(p.http, { grant_type: "password", client_id: p.root.client_id, username, password: "pw-saga-user-1" })).access_token;
+		const mine = await start();
+		const r = await p.http("POST", "/content/notes", { token: t, headers: H(mine.id), body: { title: "not yours" } });
+		expect(r.body).toEqual({ statusCode: 404, message: `saga ${mine.id} not found`, error: "Not Found" });
+		const unknown = await p.http("POST", "/content/notes", { token: root, headers: H("nope"), body: { title: "x" } });
+		expect(unknown.body).toEqual({ statusCode: 404, message: "saga nope not found", error: "Not Found" });
+		// Its own saga works; another's commit/abort answers 404 (not in its view).
+		const own = await p.http("POST", "/essential/sagas/start", { token: t, body: { ttl: 10 } });
+		expect(own.status).toBe(200);
+		expect((await p.http("POST", "/content/notes", { token: t, headers: H(own.body.data.id), body: { title: "yours" } })).status).toBe(200);
+		expect((await p.http("GET", `/essential/sagas/${mine.id}/abort`, { token: t })).status).toBe(403); // no abort grant
+		expect((await p.http("POST", "/auth/grants", { token: root, body: { subject: `${username}@${p.root.domain}`, action: "abort", object: "essential:sagas" } })).status).toBe(200);
+		await sleep(100);
+		const other = await p.http("GET", `/essential/sagas/${mine.id}/abort`, { token: t });
+		expect(other.body).toEqual({ statusCode: 404, message: "document not found", error: "Not Found" });
+		expect((await p.http("GET", `/essential/sagas/${own.body.data.id}/abort`, { token: t })).body.data.state).toBe("ABORTED");
+	});
+
+	test("the special actions pass the authority layer: scope, then a grant for that action", async () => {
+		const username = `sc-${randomBytes(4).toString("hex")}`;
+		await createUser(p.http, root, { username, password: "pw-saga-user-2", subjects: [] });
+		const t = (await tokenOf(p.http, { grant_type: "password", client_id: p.root.client_id, username, password: "pw-saga-user-2" })).access_token;
+		const noGrant = await p.http("POST", "/essential/sagas/start", { token: t, body: { ttl: 10 } });
+		expect(noGrant.body).toEqual({ statusCode: 403, message: "no grant for start on essential:sagas", error: "Forbidden" });
+		const scoped = (await tokenOf(p.http, { grant_type: "password", client_id: p.root.client_id, username, password: "pw-saga-user-2", scopes: ["read:content:notes"] })).access_token;
+		const noScope = await p.http("POST", "/essential/sagas/start", { token: scoped, body: { ttl: 10 } });
+		expect(noScope.body).toEqual({ statusCode: 403, message: "token scope does not cover start:essential:sagas", error: "Forbidden" });
+		// A fixed segment never falls through to GET /:id.
+		expect((await p.http("GET", "/essential/sagas/start", { token: root })).status).toBe(404);
+		// Specials without a handler stay unrouted.
+		expect((await p.http("POST", "/special/stats/collect", { token: root, body: {} })).status).toBe(404);
+	});
+});

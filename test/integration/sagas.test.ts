@@ -282,3 +282,45 @@ describe("staged writes", () => {
 		expect((await p.http("POST", "/special/stats/collect", { token: root, body: {} })).status).toBe(404);
 	});
 });
+
+describe("expiry", () => {
+	test("a saga whose ttl (5 s) passes while AWAITING is compensated by the watcher and ABORTED within 15 s; every write kind undone", async () => {
+		const s = await start(root, 5);
+		const x = await stagedWrites(s.id, `ex-${randomBytes(3).toString("hex")}`);
+		const expiresAt = Date.parse(s.expires_at);
+		const done = await waitForValue(
+			"the expired saga compensated",
+			async () => {
+				const r = await p.http("GET", `/essential/sagas/${s.id}`, { token: root });
+				return r.body.data.state === "ABORTED" ? r.body.data : null;
+			},
+			25_000,
+		);
+		expect(done).toMatchObject({ state: "ABORTED", abort_reason: "expiry" });
+		expect(Date.parse(done.aborted_at) - expiresAt).toBeLessThan(15_000);
+		await expectUndone(x);
+		// Committing it now: 409.
+		expect((await p.http("GET", `/essential/sagas/${s.id}/commit`, { token: root })).body).toEqual({ statusCode: 409, message: `saga ${s.id} is not in flight`, error: "Conflict" });
+	});
+
+	test("several watchers scanning at once compensate each saga once (one undo event per document, one ABORTED change per saga)", async () => {
+		const sagas = [];
+		const created: string[] = [];
+		for (let i = 0; i < 5; i++) {
+			const s = await start(root, 5);
+			sagas.push(s);
+			const c = await p.http("POST", "/content/notes", { token: root, headers: H(s.id), body: { title: `w2-${i}` } });
+			created.push(c.body.data.id);
+		}
+		await sleep(Math.max(0, Date.parse(sagas[sagas.length - 1].expires_at) - Date.now() + 20));
+		// The platform's own watcher plus four more scans racing it.
+		await Promise.all(Array.from({ length: 4 }, () => p.broker.call("essential.sagas.expire", { limit: 100 })));
+		await waitForValue("all compensated", async () => {
+			const r = await p.http("GET", `/essential/sagas?query=${encodeURIComponent(JSON.stringify({ id: { $in: sagas.map((s) => s.id) }, state: "ABORTED" }))}`, { token: root });
+			return r.body.total === sagas.length;
+		}, 20_000);
+		for (const id of created) expect(await eventsOf(id)).toEqual(["c", "d"]);
+		const all = await sharedOutbox(p.cfg).readFrom(0, 1_000_000);
+		for (const s of sagas) expect(all.filter((r) => r.event.id === s.id && r.event.after?.state === "ABORTED").length).toBe(1);
+	});
+});

@@ -304,7 +304,7 @@ describe("expiry", () => {
 	});
 
 	test("several watchers scanning at once compensate each saga once (one undo event per document, one ABORTED change per saga)", async () => {
-		const sagas = [];
+		const sagas: any[] = [];
 		const created: string[] = [];
 		for (let i = 0; i < 5; i++) {
 			const s = await start(root, 5);

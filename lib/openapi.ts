@@ -407,7 +407,10 @@ const PARAMETERS: Record<string, Schema> = {
 	xZone: hp("x-zone", "Same as the `zone` query parameter (the query parameter wins)."),
 	xExcludeSoftDelete: hp("x-exclude-soft-delete-query", "When present (any value), soft-deleted documents are not filtered out."),
 	xApiKey: hp("x-api-key", "Required when the token is strict: the encrypted ApiToken (see schema `ApiToken`)."),
-	xSagaSession: hp("x-saga-session", "Saga id: makes this write a staged part of that saga."),
+	xSagaSession: hp(
+		"x-saga-session",
+		"Saga id (essential/sagas): the request is applied at once and recorded as a stage of that saga; a write is compensated if the saga is aborted or expires (docs/sagas.md). The saga must be the caller's (404 `saga <id> not found`) and in flight (409 `saga <id> is not in flight`). Echoed in the response.",
+	),
 	xCanWithPolicies: hp("x-can-with-policies", "When present, the response includes the matching policies."),
 	xCanWithIdPolicies: hp("x-can-with-id-policies", "When present, the response includes id-level policies."),
 };
@@ -473,9 +476,9 @@ function collectionOp(r: RouteDef, d: DomainDef, c: CollectionDef): OpParts {
 	const writeRefused = c.platformWritten ? [405] : [];
 	switch (r.op) {
 		case "count":
-			return { parameters: readParams, responses: ok("Number of matching documents", envelope.total()), errors: base };
+			return { parameters: [...readParams, "xSagaSession"], responses: ok("Number of matching documents", envelope.total()), errors: base };
 		case "list":
-			return { parameters: readParams, responses: ok("A page of documents and the total of matches", envelope.items(doc)), errors: base };
+			return { parameters: [...readParams, "xSagaSession"], responses: ok("A page of documents and the total of matches", envelope.items(doc)), errors: base };
 		case "cursor":
 			return {
 				parameters: readParams,
@@ -483,7 +486,7 @@ function collectionOp(r: RouteDef, d: DomainDef, c: CollectionDef): OpParts {
 				errors: base,
 			};
 		case "get":
-			return { parameters: ["id", "ref", "projection", "populate", "zone", "xZone", "xExcludeSoftDelete"], responses: ok("The document", envelope.data(doc)), errors: [...base, 404] };
+			return { parameters: ["id", "ref", "projection", "populate", "zone", "xZone", "xExcludeSoftDelete", "xSagaSession"], responses: ok("The document", envelope.data(doc)), errors: [...base, 404] };
 		case "create":
 			return {
 				parameters: ["xSagaSession"],
@@ -519,26 +522,26 @@ function collectionOp(r: RouteDef, d: DomainDef, c: CollectionDef): OpParts {
 				parameters: ["query", "zone", "xZone", "xExcludeSoftDelete", "xSagaSession"],
 				requestBody: body(ref("schemas", `${name}Patch`), "Fields to set on every matching document"),
 				responses: ok("Number of updated documents", envelope.total()),
-				errors: [...base, 413, ...writeRefused],
+				errors: [...base, 409, 413, ...writeRefused],
 			};
 		case "remove":
 			return {
 				parameters: ["id", "zone", "xZone", "xExcludeSoftDelete", "xSagaSession"],
 				responses: ok("The soft-deleted document, `deleted_at` set", envelope.data(doc)),
-				errors: [...base, 404],
+				errors: [...base, 404, 409],
 			};
 		case "restore":
 			return {
 				parameters: ["id", "zone", "xZone", "xSagaSession"],
 				responses: ok("The restored document, `deleted_at` cleared", envelope.data(doc)),
-				errors: [...base, 404],
+				errors: [...base, 404, 409],
 			};
 		case "destroy":
 			return {
 				description: "Irreversible; applies to live and soft-deleted documents.",
 				parameters: ["id", "zone", "xZone", "xSagaSession"],
 				responses: ok("The document as it was before its permanent removal", envelope.data(doc)),
-				errors: [...base, 404],
+				errors: [...base, 404, 409],
 			};
 		default:
 			return genericOp(r);

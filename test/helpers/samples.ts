@@ -93,6 +93,12 @@ function scalar(name: string, def: FieldDef, n: number, type = def.type): unknow
 	}
 }
 
+/**
+ * Values that must name a live record of the platform under test: a transaction links to a saga that exists and
+ * that its creator owns. A suite sets `saga` (POST /essential/sagas/start) before building transaction bodies.
+ */
+export const sampleLinks: { saga?: string } = {};
+
 /** Values the catalog cannot express, per collection. */
 function special(path: string, n: number, domain: string): Record<string, unknown> {
 	switch (path) {
@@ -128,6 +134,8 @@ function special(path: string, n: number, domain: string): Record<string, unknow
 			return { key: `sample.${n}`, value: { theme: "dark" } };
 		case "essential/saga-stages":
 			return { req: { query: { n } } };
+		case "financial/transactions":
+			return sampleLinks.saga ? { saga: sampleLinks.saga } : {};
 		case "touch/pushes":
 			return { keys: { p256dh: `BPk${n}sample`, auth: `auth${n}` }, expiration: 1_900_000_000 + n };
 		case "touch/emails":

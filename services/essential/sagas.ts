@@ -186,6 +186,11 @@ export const sagaHooks: CollectionHooks = {
 	beforeCreate(ctx, doc) {
 		doc.expires_at = new Date(Date.now() + Number(doc.ttl) * 1000).toISOString();
 	},
+	/** A saga's lifecycle moves only through start, commit, abort and expiry: never by a patch. */
+	beforePatch(ctx, set) {
+		const managed = ["state", "ttl", "job", "session"].find((k) => k in set);
+		if (managed) throw badRequest(`${managed} is managed by the saga operations (start, commit, abort)`);
+	},
 	specials: {
 		async start(ctx) {
 			const body = ctx.params.body;

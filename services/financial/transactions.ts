@@ -160,6 +160,11 @@ export const transactionHooks: CollectionHooks = {
 		const ok = await ctx.call("essential.sagas.visible", { id: doc.saga }, { meta: { headers: {} } } as any);
 		if (!ok) throw badRequest(`saga ${String(doc.saga)} does not exist`);
 	},
+	async beforePatch(ctx, set) {
+		if (!("saga" in set)) return;
+		const ok = await ctx.call("essential.sagas.visible", { id: set.saga }, { meta: { headers: {} } } as any);
+		if (!ok) throw badRequest(`saga ${String(set.saga)} does not exist`);
+	},
 	specials: {
 		async init(ctx) {
 			const svc = ctx.service as unknown as Svc;

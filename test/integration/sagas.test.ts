@@ -324,3 +324,21 @@ describe("expiry", () => {
 		for (const s of sagas) expect(all.filter((r) => r.event.id === s.id && r.event.after?.state === "ABORTED").length).toBe(1);
 	});
 });
+
+describe("the raw pattern cannot bypass the saga rules", () => {
+	test("a patch of state, ttl, job or session answers 400; expires_at and stage states are set by the platform only", async () => {
+		const s = await start();
+		await p.http("GET", `/essential/sagas/${s.id}/commit`, { token: root });
+		for (const [k, v] of [["state", "AWAITING"], ["ttl", 600], ["job", "00000000-0000-4000-8000-000000000000"], ["session", "ab"]] as const) {
+			const r = await p.http("PATCH", `/essential/sagas/${s.id}`, { token: root, body: { [k]: v } });
+			expect(r.body).toEqual({ statusCode: 400, message: `${k} is managed by the saga operations (start, commit, abort)`, error: "Bad Request" });
+		}
+		const bulk = await p.http("PATCH", `/essential/sagas/bulk?query=${encodeURIComponent(JSON.stringify({ id: s.id }))}`, { token: root, body: { state: "AWAITING" } });
+		expect(bulk.status).toBe(400);
+		const exp = await p.http("PATCH", `/essential/sagas/${s.id}`, { token: root, body: { expires_at: new Date(Date.now() + 1e6).toISOString() } });
+		expect(exp.body).toEqual({ statusCode: 400, message: "expires_at is set by the platform", error: "Bad Request" });
+		expect((await p.http("GET", `/essential/sagas/${s.id}`, { token: root })).body.data.state).toBe("COMMITTED");
+		const add = await p.http("POST", "/essential/saga-stages", { token: root, body: { saga: s.id, bucket: "content/notes", action: "FIND", req: {}, state: "compensated" } });
+		expect(add.body).toEqual({ statusCode: 400, message: "state is set by the platform", error: "Bad Request" });
+	});
+});

@@ -342,3 +342,34 @@ describe("the raw pattern cannot bypass the saga rules", () => {
 		expect(add.body).toEqual({ statusCode: 400, message: "state is set by the platform", error: "Bad Request" });
 	});
 });
+
+describe("write-ahead stages", () => {
+	test("a pending stage (crash between stage and write, or between write and answer) is compensated by inspecting the documents", async () => {
+		const s = await start();
+		const claims = JSON.parse(Buffer.from(root.split(".")[1], "base64url").toString());
+		const meta = { token: claims };
+		const { platformDoc } = await import("../../mixins/collection.mixin");
+		const { stampOf } = await import("../../mixins/saga-staging");
+		const notesStore = (p.broker.getLocalService("content") as any).collectionStore("notes");
+		// 1: the stage was recorded, the process died before the write: nothing to undo.
+		const never = platformDoc({ title: "never written" }, { owner: claims.uid, cid: claims.cid });
+		const b1: any = await p.broker.call("essential.saga-stages.begin", { saga: s.id, bucket: "content/notes", action: "INSERT_MANY", req: {}, images: [{ kind: "insert", id: never._id, after: stampOf(never) }] }, { meta });
+		await p.broker.call("essential.saga-stages.complete", { stage: b1.stage, lease: b1.lease, res: null }, { meta });
+		// 2: the write happened, the process died before completing the stage (the lease is released by its TTL; here by hand).
+		const written = platformDoc({ title: "written, never acknowledged" }, { owner: claims.uid, cid: claims.cid });
+		const b2: any = await p.broker.call("essential.saga-stages.begin", { saga: s.id, bucket: "content/notes", action: "INSERT_MANY", req: {}, images: [{ kind: "insert", id: written._id, after: stampOf(written) }] }, { meta });
+		await notesStore.insert(written);
+		const { releaseLease } = await import("../../lib/lock");
+		const { kvOf } = await import("../helpers/auth");
+		await releaseLease(kvOf(p), `saga:${s.id}`, b2.lease);
+		const stored = await (p.broker.getLocalService("essential") as any).collectionStore("saga-stages").findOne({ id: b2.stage });
+		expect(stored.state).toBe("pending");
+
+		const a = await p.http("GET", `/essential/sagas/${s.id}/abort`, { token: root });
+		expect(a.status).toBe(200);
+		expect(await notesStore.findOne({ id: written._id })).toBeNull();
+		expect(await notesStore.findOne({ id: never._id })).toBeNull();
+		const stages = await p.http("GET", `/essential/saga-stages?query=${encodeURIComponent(JSON.stringify({ saga: s.id }))}`, { token: root });
+		expect(stages.body.items.map((x: any) => x.state).sort()).toEqual(["compensated", "compensated"]);
+	});
+});

@@ -128,3 +128,66 @@ describe("a saga in flight when the platform is killed", () => {
 		expect((await http("GET", `/content/notes/${pre.body.data.id}`, { token: token2 })).body.data).toEqual(pre.body.data);
 	});
 });
+
+/** The change events a node's embedded outbox holds (its NeDB file, read without opening it as a store). */
+function outboxEvents(dataDir: string): Array<{ id: string; op: string; topic: string; after?: any }> {
+	const byId = new Map<string, any>();
+	for (const line of readFileSync(path.join(dataDir, "_outbox.db"), "utf8").split("\n")) {
+		if (!line.trim()) continue;
+		const d = JSON.parse(line);
+		if (d.$$deleted) byId.delete(d._id);
+		else if (d._id && d.event) byId.set(d._id, d);
+	}
+	return [...byId.values()].sort((a, b) => a.seq - b.seq).map((d) => d.event);
+}
+
+describe("two watcher processes over NATS", () => {
+	let up = false;
+	const nodes: ChildNode[] = [];
+	let http: ReturnType<typeof client>;
+	let main: ChildNode;
+
+	beforeAll(async () => {
+		up = await requireServer("NATS", 4222);
+		if (!up) return;
+		const d = testDeployment();
+		const port = await freePort();
+		const shared = { TRANSPORTER: NATS, NAMESPACE: d.namespace, JWT_SECRET: d.jwtSecret, AES_SECRET: d.aesSecret };
+		const workers = Object.keys(WORKER_PORTS).filter((w) => w !== "watcher");
+		main = startNode("main", { ...shared, SERVICES: ["api", ...DOMAINS.map((x) => x.name), ...workers].join(","), PORT: String(port), OPS_PORT_OFFSET: String(await freeOpsOffset()) });
+		nodes.push(main);
+		for (const n of ["watcher-1", "watcher-2"]) nodes.push(startNode(n, { ...shared, SERVICES: "watcher", OPS_PORT_OFFSET: String(await freeOpsOffset()) }));
+		http = client(`http://127.0.0.1:${port}`);
+		await waitForHttp(`http://127.0.0.1:${port}/status`, nodes);
+	});
+	afterAll(async () => {
+		await Promise.all(nodes.map((n) => stopNode(n)));
+	});
+
+	test("each expired saga is compensated once: one undo event per document, one ABORTED change per saga", async () => {
+		if (!up) return;
+		const token = await login(http, main.dataDir);
+		const sagas: string[] = [];
+		const created: string[] = [];
+		const pre: string[] = [];
+		for (let i = 0; i < 5; i++) {
+			const s = (await http("POST", "/essential/sagas/start", { token, body: { ttl: 5 } })).body.data.id;
+			sagas.push(s);
+			const n = await http("POST", "/content/notes", { token, body: { title: `pre ${i}` } });
+			pre.push(n.body.data.id);
+			created.push((await http("POST", "/content/notes", { token, headers: H(s), body: { title: `staged ${i}` } })).body.data.id);
+			expect((await http("PATCH", `/content/notes/${n.body.data.id}`, { token, headers: H(s), body: { content: "staged" } })).status).toBe(200);
+		}
+		await until("all compensated", async () => {
+			const r = await http("GET", `/essential/sagas?query=${encodeURIComponent(JSON.stringify({ id: { $in: sagas }, state: "ABORTED" }))}`, { token });
+			return r.body.total === sagas.length;
+		}, 25_000);
+		// Both watchers keep scanning: a few more rounds, then count.
+		await new Promise((r) => setTimeout(r, 4500));
+		const events = outboxEvents(main.dataDir);
+		for (const id of created) expect(events.filter((e) => e.id === id).map((e) => e.op)).toEqual(["c", "d"]);
+		for (const id of pre) expect(events.filter((e) => e.id === id).map((e) => e.op)).toEqual(["c", "u", "u"]);
+		for (const s of sagas) expect(events.filter((e) => e.id === s && e.after?.state === "ABORTED")).toHaveLength(1);
+		for (const id of pre) expect((await http("GET", `/content/notes/${id}`, { token })).body.data.content).toBeUndefined();
+	});
+});

@@ -385,9 +385,10 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 		// Saga compensation and commit settlement of this collection's stages (never routed).
 		actions[actionName(col.name, "settle")] = {
 			visibility: "public",
-			handler(this: any, ctx: Context<{ images: Image[]; reason: SettleReason }, RequestMeta>) {
+			handler(this: any, ctx: Context<{ images: Image[]; reason: SettleReason; conflicted?: boolean }, RequestMeta>) {
 				const store = state(this).stores.get(col.name)!;
-				return settle({ store, record: (changes) => recorders.get(col.name)!(ctx as unknown as Ctx, changes, this) }, ctx.params.images ?? [], ctx.params.reason);
+				const record = (changes: Change[]) => recorders.get(col.name)!(ctx as unknown as Ctx, changes, this);
+				return settle({ store, record }, ctx.params.images ?? [], ctx.params.reason, ctx.params.conflicted === true);
 			},
 		};
 		actions[actionName(col.name, PURGE_ACTION)] = {

@@ -53,7 +53,16 @@ export type Image =
 	/** A balance move: `$inc` of `by` on `field`, tagged `op` in the document's `saga_ops` (undone at most once). */
 	| { kind: "inc"; id: string; field: string; by: number; op: string }
 	/** A state the saga's end decides: `from` must still hold; `commit`, `abort` or `expiry` is `$set`. */
-	| { kind: "state"; id: string; from: Record<string, unknown>; commit?: Record<string, unknown>; abort?: Record<string, unknown>; expiry?: Record<string, unknown> };
+	| {
+			kind: "state";
+			id: string;
+			from: Record<string, unknown>;
+			commit?: Record<string, unknown>;
+			abort?: Record<string, unknown>;
+			expiry?: Record<string, unknown>;
+			/** Instead of abort/expiry when a newer stage of the saga could not be undone (a credit already spent). */
+			conflict?: Record<string, unknown>;
+	  };
 
 export type Outcome = "undone" | "already" | "conflict" | "settled";
 export type SettleReason = "abort" | "expiry" | "commit";
@@ -201,13 +210,41 @@ const now = () => new Date().toISOString();
  * document someone else changed since is left alone (`conflict`). With `commit`, only settles (balance-move tags
  * dropped, decided states set).
  */
-export async function settle(d: SettleDeps, images: Image[], reason: SettleReason): Promise<Outcome[]> {
+export async function settle(d: SettleDeps, images: Image[], reason: SettleReason, conflicted = false): Promise<Outcome[]> {
+	const incs = images.filter((i): i is Extract<Image, { kind: "inc" }> => i.kind === "inc");
+	if (reason !== "commit" && incs.length) return settleMoves(d, images, incs);
 	const out: Outcome[] = [];
-	for (const img of [...images].reverse()) out.unshift(await settleOne(d, img, reason));
+	for (const img of [...images].reverse()) out.unshift(await settleOne(d, img, reason, conflicted));
 	return out;
 }
 
-async function settleOne(d: SettleDeps, img: Image, reason: SettleReason): Promise<Outcome> {
+/**
+ * Balance moves are undone all or nothing: credits first (a credit the payee already spent cannot be taken back,
+ * and then the credits already taken back are given again and the debits stay: the whole stage is a conflict), then
+ * debits (giving money back always fits). So compensation never creates or destroys money.
+ */
+async function settleMoves(d: SettleDeps, images: Image[], incs: Array<Extract<Image, { kind: "inc" }>>): Promise<Outcome[]> {
+	const credits = incs.filter((i) => i.by > 0);
+	const debits = incs.filter((i) => i.by <= 0);
+	const outcome = new Map<Image, Outcome>();
+	const reversed: typeof credits = [];
+	for (const c of credits) {
+		const o = await settleOne(d, c, "abort");
+		outcome.set(c, o);
+		if (o === "undone") reversed.push(c);
+		if (o === "conflict") {
+			for (const r of reversed.reverse()) {
+				const after = await d.store.updateIf({ id: r.id }, { $inc: { [r.field]: r.by }, $push: { saga_ops: r.op } });
+				if (after) await d.record([{ op: "u", before: { ...after, [r.field]: (after[r.field] as number) - r.by }, after }]);
+			}
+			return images.map((i) => (i.kind === "inc" ? "conflict" : "already"));
+		}
+	}
+	for (const x of debits) outcome.set(x, await settleOne(d, x, "abort"));
+	return images.map((i) => outcome.get(i) ?? "already");
+}
+
+async function settleOne(d: SettleDeps, img: Image, reason: SettleReason, conflicted = false): Promise<Outcome> {
 	const { store } = d;
 	if (reason === "commit") {
 		if (img.kind === "inc") {
@@ -265,7 +302,7 @@ async function settleOne(d: SettleDeps, img: Image, reason: SettleReason): Promi
 			return "undone";
 		}
 		case "state": {
-			const set = reason === "expiry" ? img.expiry : img.abort;
+			const set = conflicted && img.conflict ? img.conflict : reason === "expiry" ? img.expiry : img.abort;
 			return set ? applyState(d, img, set) : "already";
 		}
 	}

@@ -102,10 +102,10 @@ async function stagesOf(svc: Svc, saga: string, states: string[]): Promise<Store
 	return svc.collectionStore("saga-stages").find({ query: { saga, state: { $in: states } }, sort: { seq: -1, _id: -1 } });
 }
 
-async function settleStage(ctx: Ctx, stage: StoredDoc, images: Image[], reason: SettleReason): Promise<Outcome[]> {
+async function settleStage(ctx: Ctx, stage: StoredDoc, images: Image[], reason: SettleReason, conflicted = false): Promise<Outcome[]> {
 	const [service, collection] = String(stage.bucket).split("/");
 	if (!images.length) return [];
-	return ctx.call(`${service}.${collection}.settle`, { images, reason }, { meta: { headers: {} } } as any);
+	return ctx.call(`${service}.${collection}.settle`, { images, reason, conflicted }, { meta: { headers: {} } } as any);
 }
 
 /**
@@ -152,9 +152,12 @@ export async function abortSaga(svc: Svc, ctx: Ctx, id: string, reason: "abort" 
 		if (saga.state !== "AWAITING") throw conflict(`saga ${id} is not in flight`);
 		if (reason === "expiry" && Date.parse(String(saga.expires_at)) > Date.now()) return null;
 		const stages = svc.collectionStore("saga-stages");
+		// A conflict of a newer stage is told to the older ones (a transaction whose credit was spent is not cancelled).
+		let conflicted = (await stages.count({ saga: id, state: "conflict" })) > 0;
 		for (const st of await stagesOf(svc, id, ["pending", "done"])) {
-			const outcomes = await settleStage(ctx, st, (st.images as Image[]) ?? [], reason);
+			const outcomes = await settleStage(ctx, st, (st.images as Image[]) ?? [], reason, conflicted);
 			const isConflict = outcomes.includes("conflict");
+			conflicted ||= isConflict;
 			const after = await stages.updateIf(
 				{ id: st._id, state: st.state },
 				{ $set: { state: isConflict ? "conflict" : "compensated", conflict: isConflict, compensated_at: nowIso(), updated_at: nowIso() } },

@@ -96,6 +96,8 @@ export async function initTransaction(svc: Svc, ctx: Ctx, b: InitBody): Promise<
 		commit: { state: "VERIFIED", verified_at: "$now" },
 		abort: { state: "CANCELLED", canceled_at: "$now" },
 		expiry: { state: "FAILED", failed_at: "$now" },
+		// A payee already spent its credit: nothing moves back, the transfer stands.
+		conflict: { state: "VERIFIED", verified_at: "$now" },
 	};
 	const tag = randomBytes(6).toString("hex");
 	const moves: Array<Extract<Image, { kind: "inc" }>> = [
@@ -149,7 +151,9 @@ async function finishTransaction(svc: Svc, ctx: Ctx, tx: StoredDoc, outcome: "co
 	if (tx.state === want) return tx;
 	if (tx.state !== "PENDING") throw conflict(`transaction ${tx._id} is ${String(tx.state).toLowerCase()}`);
 	await ctx.call("essential.sagas.finish", { id: tx.saga, outcome }, { meta: { headers: {} } } as any);
-	return (await svc.collectionStore("transactions").findOne({ id: tx._id }))!;
+	const after = (await svc.collectionStore("transactions").findOne({ id: tx._id }))!;
+	if (after.state !== want) throw conflict(`transaction ${tx._id} cannot be cancelled: a payee already spent its credit`);
+	return after;
 }
 
 const outTx = (ctx: Ctx, doc: StoredDoc) => present(TRANSACTIONS, doc, ctx.locals?.plan ? requirePlan(ctx.locals).fields : null);

@@ -196,3 +196,25 @@ test("an invoice is paid once: PAID, paid_at, transaction; a second payment answ
 	expect((await p.http("GET", `/financial/invoices/${inv2.body.data.id}`, { token: seller.token })).body.data.status).toBe("ISSUED");
 	expect([await balance(buyer.wallet), await balance(seller.wallet)]).toEqual([50, 200]);
 });
+
+test("a credit the payee already spent cannot be taken back: abort answers 409, nothing moves back, no money is created", async () => {
+	const a = await party(PAYER_GRANTS);
+	const b = await party(PAYER_GRANTS);
+	const c = await party(PAYER_GRANTS);
+	await deposit(a.wallet, 100);
+	const t = await p.http("POST", "/financial/transactions/init", { token: a.token, body: { amount: 100, payers: [{ wallet: a.wallet, amount: 100 }], payees: [{ wallet: b.wallet, amount: 100 }] } });
+	expect(t.status).toBe(200);
+	const spend = await p.http("POST", "/financial/transactions/init", { token: b.token, body: { amount: 100, payers: [{ wallet: b.wallet, amount: 100 }], payees: [{ wallet: c.wallet, amount: 100 }] } });
+	expect(spend.status).toBe(200);
+	const ab = await p.http("GET", `/financial/transactions/${t.body.data.id}/abort`, { token: a.token });
+	expect(ab.body).toEqual({ statusCode: 409, message: `transaction ${t.body.data.id} cannot be cancelled: a payee already spent its credit`, error: "Conflict" });
+	expect([await balance(a.wallet), await balance(b.wallet), await balance(c.wallet)]).toEqual([0, 0, 100]);
+	const tx = await p.http("GET", `/financial/transactions/${t.body.data.id}`, { token: a.token });
+	expect(tx.body.data.state).toBe("VERIFIED");
+	const stages = await (p.broker.getLocalService("essential") as any).collectionStore("saga-stages").find({ query: { saga: t.body.data.saga } });
+	expect(stages.find((s: any) => s.bucket === "financial/wallets")).toMatchObject({ state: "conflict", conflict: true });
+	// b's own transfer aborts cleanly afterwards: c gives the 100 back to b.
+	const back = await p.http("GET", `/financial/transactions/${spend.body.data.id}/abort`, { token: b.token });
+	expect(back.body.data.state).toBe("CANCELLED");
+	expect([await balance(a.wallet), await balance(b.wallet), await balance(c.wallet)]).toEqual([0, 100, 0]);
+});

@@ -10,6 +10,7 @@ import path from "path";
 import autocannon from "autocannon";
 import { micro } from "./micro";
 import { webhookBench, type WebhookRow } from "./webhooks";
+import { expiryBench, sagaBench } from "./sagas";
 
 const ROOT = path.resolve(__dirname, "..");
 const DURATION = Number(process.env.BENCH_DURATION ?? 10);
@@ -143,6 +144,12 @@ async function main() {
 		rows.push(
 			await load("create (full pipeline, outbox write)", { url: `${base}/content/notes`, method: "POST", headers: auth, body: JSON.stringify({ title: "bench", content: "x".repeat(200) }) }, ceiling.rps),
 		);
+		const saga = await sagaBench(base, token, DURATION);
+		console.log(`saga: ${saga.sagasPerSecond} sagas/s (${saga.rps} req/s), p50 ${saga.p50} ms p99 ${saga.p99} ms, ${saga.errors} errors`);
+		rows.push({ name: "saga: start, 3 staged creates, commit (10 clients, 5 requests per saga; latency of the whole saga)", rps: saga.rps, p50: saga.p50, p99: saga.p99, note: `${saga.sagasPerSecond} sagas/s` });
+		const expiry = await expiryBench(base, token);
+		console.log(`saga expiry to compensation: p50 ${expiry.p50} ms, max ${expiry.max} ms over ${expiry.count} sagas`);
+		sagaExpiry = expiry;
 		rows.push(
 			await load(
 				"login: password grant (bcrypt cost 10)",
@@ -204,6 +211,7 @@ async function webhookScenario(children: ChildProcess[]) {
 }
 
 const dirs: string[] = [];
+let sagaExpiry: { count: number; p50: number; max: number } | undefined;
 
 function stopAll(children: ChildProcess[]): Promise<unknown> {
 	return Promise.all(children.map((c) => (c.exitCode !== null || c.signalCode !== null ? undefined : new Promise((r) => (c.once("exit", r), c.kill("SIGTERM"))))));
@@ -228,6 +236,11 @@ function writeReport(rows: Row[], microRows: Array<{ name: string; us: number; n
 		`| burst (2 000 notes in bulks of 100): deliveries received | ${hooks.burst.deliveries} |`,
 		`| burst: deliveries per second | ${hooks.burst.perSecond} |`,
 		`| burst: delay p50 / p99 (queueing included) | ${hooks.burst.p50} / ${hooks.burst.p99} ms |`,
+		"",
+		"| Saga expiry (ttl 5 s, one staged write each, watcher scan every 2 s) | value |",
+		"|---|---:|",
+		`| sagas compensated | ${sagaExpiry?.count ?? "-"} |`,
+		`| delay from expires_at to aborted_at, p50 / max | ${sagaExpiry?.p50 ?? "-"} / ${sagaExpiry?.max ?? "-"} ms |`,
 		"",
 		"| Micro-benchmark (in process) | µs per operation | |",
 		"|---|---:|---|",

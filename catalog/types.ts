@@ -17,6 +17,8 @@ export interface FieldDef {
 	writeOnly?: boolean;
 	/** Kept by the platform for its own use: never settable by a caller, never returned (hashes, internal keys). */
 	internal?: boolean;
+	/** Set by the platform, returned like any field, never settable by a caller (400 in a body): saga `expires_at`. */
+	readOnly?: boolean;
 	/** Populatable relation: `service/collection` of the target. */
 	relation?: string;
 	/** Holds file ids (special/files) that are deliberately not populatable. */
@@ -39,6 +41,22 @@ export interface SpecialDef {
 	/** Path below the collection, e.g. `send`, `:id/abort`. */
 	path: string;
 	description: string;
+	/**
+	 * Built: the gateway routes it and the OpenAPI document describes it. A special without a handler yet stays
+	 * unrouted (404 like any unknown path); the handler lives beside the domain's hooks (services/<domain>/*.ts).
+	 */
+	implemented?: boolean;
+	/** Request body fields (OpenAPI and the handler's validation). */
+	body?: Record<string, FieldDef>;
+	/** What the answer holds: one document of this collection (`data`), or of another (`data:<service>/<collection>`). */
+	answer?: string;
+	/** Error statuses the special may answer beyond 400/401/403 (OpenAPI). */
+	errors?: readonly number[];
+}
+
+/** Moleculer action suffix of a special: its path without the `:id/` prefix (`:id/abort` -> `abort`). */
+export function specialName(s: SpecialDef): string {
+	return s.path.replace(/^:id\//, "");
 }
 
 export interface CollectionDef {

@@ -61,3 +61,19 @@ export async function withLease<T>(kv: KeyValue, key: string, ttlMs: number, wai
 		await new Promise((r) => setTimeout(r, 5 + Math.floor(Math.random() * 20)));
 	}
 }
+
+/** Releases a lease taken by another call (its token passed along), only if still held by that token. */
+export async function releaseLease(kv: KeyValue, key: string, token: string): Promise<void> {
+	const redis = redisOf(kv);
+	if (redis) await redis.eval(RELEASE_LUA, 1, key, token);
+	else if ((await kv.get(key)) === token) await kv.del(key);
+}
+
+/** Renews a lease taken by another call; false when it is no longer held by that token. */
+export async function renewLease(kv: KeyValue, key: string, token: string, ttlMs: number): Promise<boolean> {
+	const redis = redisOf(kv);
+	if (redis) return Number(await redis.eval(RENEW_LUA, 1, key, token, Math.round(ttlMs))) === 1;
+	if ((await kv.get(key)) !== token) return false;
+	await kv.set(key, token, ttlMs);
+	return true;
+}

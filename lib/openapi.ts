@@ -148,7 +148,7 @@ function docSchema(d: DomainDef, c: CollectionDef, refs: Map<string, string>, re
 		properties[k] = fieldSchema(def, refs, { mode: "doc", readOnly: true, nullable: NULLABLE_PLATFORM.has(k) });
 	for (const [k, def] of Object.entries(SETTABLE_FIELDS)) properties[k] = fieldSchema(def, refs, { mode: "doc", nullable: true });
 	for (const [k, def] of Object.entries(c.fields))
-		properties[k] = fieldSchema(def, refs, { mode: "doc", nullable: !def.required, reveal: reveal[k] });
+		if (!def.internal || k in reveal) properties[k] = fieldSchema(def, refs, { mode: "doc", nullable: !def.required, reveal: reveal[k], readOnly: def.readOnly });
 	const required = ["id", ...Object.entries(c.fields).filter(([k, f]) => f.required && (!f.writeOnly || k in reveal)).map(([k]) => k)];
 	return {
 		type: "object",
@@ -163,7 +163,7 @@ function docSchema(d: DomainDef, c: CollectionDef, refs: Map<string, string>, re
 function bodyProperties(c: CollectionDef, patch: boolean, refs: Map<string, string>): Record<string, Schema> {
 	const properties: Record<string, Schema> = {};
 	for (const [k, def] of Object.entries(SETTABLE_FIELDS)) properties[k] = fieldSchema(def, refs, { mode: "write", nullable: patch });
-	for (const [k, def] of Object.entries(c.fields)) properties[k] = fieldSchema(def, refs, { mode: "write", nullable: patch && !def.required });
+	for (const [k, def] of Object.entries(c.fields)) if (!def.internal && !def.readOnly) properties[k] = fieldSchema(def, refs, { mode: "write", nullable: patch && !def.required });
 	return properties;
 }
 
@@ -407,7 +407,10 @@ const PARAMETERS: Record<string, Schema> = {
 	xZone: hp("x-zone", "Same as the `zone` query parameter (the query parameter wins)."),
 	xExcludeSoftDelete: hp("x-exclude-soft-delete-query", "When present (any value), soft-deleted documents are not filtered out."),
 	xApiKey: hp("x-api-key", "Required when the token is strict: the encrypted ApiToken (see schema `ApiToken`)."),
-	xSagaSession: hp("x-saga-session", "Saga id: makes this write a staged part of that saga."),
+	xSagaSession: hp(
+		"x-saga-session",
+		"Saga id (essential/sagas): the request is applied at once and recorded as a stage of that saga; a write is compensated if the saga is aborted or expires (docs/sagas.md). The saga must be the caller's (404 `saga <id> not found`) and in flight (409 `saga <id> is not in flight`). Echoed in the response.",
+	),
 	xCanWithPolicies: hp("x-can-with-policies", "When present, the response includes the matching policies."),
 	xCanWithIdPolicies: hp("x-can-with-id-policies", "When present, the response includes id-level policies."),
 };
@@ -418,7 +421,7 @@ const ERROR_RESPONSES: Record<number, { name: string; description: string; examp
 	403: { name: "Forbidden", description: "Scope, grant, strict api-key, location or time check failed", example: "access denied" },
 	404: { name: "NotFound", description: "No such document, or one the caller may not see", example: "document not found" },
 	405: { name: "MethodNotAllowed", description: "The collection is written only by the platform", example: "touch/push-histories is written by the platform only" },
-	409: { name: "Conflict", description: "`ref` already exists in the collection", example: "ref already exists" },
+	409: { name: "Conflict", description: "`ref` already exists in the collection, a saga is not in flight (`saga <id> is not in flight`), a state change the saga or document does not allow, or `insufficient balance`", example: "ref already exists" },
 	413: { name: "PayloadTooLarge", description: "Request body too large", example: "request entity too large" },
 	429: { name: "TooManyRequests", description: "Too many failed logins from this IP; wait 15 minutes", example: "too many failed login attempts from this IP" },
 	502: { name: "BadGateway", description: "Query enforcement reached without the authentication or grant layer", example: "Bad Gateway" },
@@ -473,9 +476,9 @@ function collectionOp(r: RouteDef, d: DomainDef, c: CollectionDef): OpParts {
 	const writeRefused = c.platformWritten ? [405] : [];
 	switch (r.op) {
 		case "count":
-			return { parameters: readParams, responses: ok("Number of matching documents", envelope.total()), errors: base };
+			return { parameters: [...readParams, "xSagaSession"], responses: ok("Number of matching documents", envelope.total()), errors: base };
 		case "list":
-			return { parameters: readParams, responses: ok("A page of documents and the total of matches", envelope.items(doc)), errors: base };
+			return { parameters: [...readParams, "xSagaSession"], responses: ok("A page of documents and the total of matches", envelope.items(doc)), errors: base };
 		case "cursor":
 			return {
 				parameters: readParams,
@@ -483,7 +486,7 @@ function collectionOp(r: RouteDef, d: DomainDef, c: CollectionDef): OpParts {
 				errors: base,
 			};
 		case "get":
-			return { parameters: ["id", "ref", "projection", "populate", "zone", "xZone", "xExcludeSoftDelete"], responses: ok("The document", envelope.data(doc)), errors: [...base, 404] };
+			return { parameters: ["id", "ref", "projection", "populate", "zone", "xZone", "xExcludeSoftDelete", "xSagaSession"], responses: ok("The document", envelope.data(doc)), errors: [...base, 404] };
 		case "create":
 			return {
 				parameters: ["xSagaSession"],
@@ -519,26 +522,26 @@ function collectionOp(r: RouteDef, d: DomainDef, c: CollectionDef): OpParts {
 				parameters: ["query", "zone", "xZone", "xExcludeSoftDelete", "xSagaSession"],
 				requestBody: body(ref("schemas", `${name}Patch`), "Fields to set on every matching document"),
 				responses: ok("Number of updated documents", envelope.total()),
-				errors: [...base, 413, ...writeRefused],
+				errors: [...base, 409, 413, ...writeRefused],
 			};
 		case "remove":
 			return {
 				parameters: ["id", "zone", "xZone", "xExcludeSoftDelete", "xSagaSession"],
 				responses: ok("The soft-deleted document, `deleted_at` set", envelope.data(doc)),
-				errors: [...base, 404],
+				errors: [...base, 404, 409],
 			};
 		case "restore":
 			return {
 				parameters: ["id", "zone", "xZone", "xSagaSession"],
 				responses: ok("The restored document, `deleted_at` cleared", envelope.data(doc)),
-				errors: [...base, 404],
+				errors: [...base, 404, 409],
 			};
 		case "destroy":
 			return {
 				description: "Irreversible; applies to live and soft-deleted documents.",
 				parameters: ["id", "zone", "xZone", "xSagaSession"],
 				responses: ok("The document as it was before its permanent removal", envelope.data(doc)),
-				errors: [...base, 404],
+				errors: [...base, 404, 409],
 			};
 		default:
 			return genericOp(r);
@@ -577,6 +580,34 @@ const AUTH_OPS: Record<string, () => OpParts> = {
 	}),
 };
 
+/** A special action: body and answer from its catalog entry (SpecialDef `body`, `answer`, `errors`). */
+function specialOp(r: RouteDef): OpParts {
+	const s = r.special!;
+	const d = r.domain!;
+	const c = r.collection!;
+	let answer: Schema = {};
+	if (s.answer === "data") answer = envelope.data(ref("schemas", schemaName(d, c)));
+	else if (s.answer?.startsWith("data:")) {
+		const [svc, col] = s.answer.slice(5).split("/");
+		const target = d.name === svc ? d.collections.find((x) => x.name === col) : undefined;
+		answer = envelope.data(ref("schemas", target ? schemaName(d, target) : pascal(`${svc} ${col}`)));
+	}
+	let requestBody: Schema | undefined;
+	if (s.body) {
+		const properties: Record<string, Schema> = {};
+		for (const [k, def] of Object.entries(s.body)) properties[k] = fieldSchema(def, new Map(), { mode: "write" });
+		const required = Object.entries(s.body).filter(([, f]) => f.required).map(([k]) => k);
+		requestBody = { required: true, content: json({ type: "object", additionalProperties: false, properties, ...(required.length ? { required } : {}) }) };
+	}
+	return {
+		description: `Special action \`${s.action}\`.`,
+		parameters: r.path.includes("/:id") ? ["id"] : [],
+		requestBody,
+		responses: ok(s.description, answer),
+		errors: [400, 401, 403, ...(s.errors ?? []), ...(requestBody ? [413] : [])],
+	};
+}
+
 /** A route the table may gain later (a special action) still gets a truthful, if less precise, description. */
 function genericOp(r: RouteDef): OpParts {
 	const hasBody = r.method === "POST" || r.method === "PUT" || r.method === "PATCH";
@@ -592,7 +623,9 @@ function tagOf(r: RouteDef): string {
 }
 
 function operation(r: RouteDef): Schema {
-	const parts = r.op && r.domain && r.collection ? collectionOp(r, r.domain, r.collection) : (AUTH_OPS[r.action]?.() ?? genericOp(r));
+	const parts = r.special && r.domain && r.collection
+		? specialOp(r)
+		: r.op && r.domain && r.collection ? collectionOp(r, r.domain, r.collection) : (AUTH_OPS[r.action]?.() ?? genericOp(r));
 	const description = [
 		parts.description,
 		r.public ? "Public: no token needed." : r.scope ? `Needs scope \`${r.scope}\` and a matching grant.` : "Needs a valid bearer token.",

@@ -2,7 +2,7 @@
  * The HTTP surface derived from the catalog: one table that the gateway mounts and the OpenAPI document
  * describes, so the two cannot drift apart.
  */
-import { DOMAINS, STANDARD_OPS, type CollectionDef, type DomainDef, type StandardOp } from "../catalog";
+import { DOMAINS, STANDARD_OPS, specialName, type CollectionDef, type DomainDef, type SpecialDef, type StandardOp } from "../catalog";
 
 export type Method = "GET" | "POST" | "PUT" | "PATCH" | "DELETE";
 
@@ -21,6 +21,8 @@ export interface RouteDef {
 	summary: string;
 	/** The SSE cursor is produced on the gateway node itself. */
 	stream?: boolean;
+	/** A special action of the collection (catalog `specials`). */
+	special?: SpecialDef;
 }
 
 /** Order matters: fixed segments (`count`, `cursor`, `bulk`) before `:id`. */
@@ -47,9 +49,30 @@ export const AUTH_ROUTES: RouteDef[] = [
 	{ method: "POST", path: "/auth/can", action: "auth.can", summary: "Evaluate grants for an action on an object" },
 ];
 
+/**
+ * The collection's built special actions (catalog `implemented`), mounted before the pattern so a fixed segment
+ * (`/start`, `/search`) never falls through to `GET /:id`. Action `<service>.<collection>.<name>`, scope
+ * `<action>:<service>:<collection>`.
+ */
+export function specialRoutes(d: DomainDef, c: CollectionDef): RouteDef[] {
+	const base = `/${d.name}/${c.name}`;
+	return (c.specials ?? [])
+		.filter((s) => s.implemented)
+		.map((s) => ({
+			method: s.method,
+			path: `${base}/${s.path}`,
+			action: `${d.name}.${c.name}.${specialName(s)}`,
+			scope: `${s.action}:${d.name}:${c.name}`,
+			domain: d,
+			collection: c,
+			summary: s.description,
+			special: s,
+		}));
+}
+
 export function collectionRoutes(d: DomainDef, c: CollectionDef): RouteDef[] {
 	const base = `/${d.name}/${c.name}`;
-	return PATTERN.map((p) => ({
+	return [...specialRoutes(d, c), ...PATTERN.map((p) => ({
 		method: p.method,
 		path: base + p.suffix,
 		action: `${d.name}.${c.name}.${p.op}`,
@@ -59,7 +82,7 @@ export function collectionRoutes(d: DomainDef, c: CollectionDef): RouteDef[] {
 		collection: c,
 		summary: p.summary,
 		stream: p.op === "cursor",
-	}));
+	}))];
 }
 
 export function allRoutes(): RouteDef[] {

@@ -121,7 +121,7 @@ export function validateBody(col: CollectionDef, body: unknown, mode: WriteMode,
 	const out: Record<string, unknown> = {};
 	for (const key of Object.keys(body)) {
 		const name = prefix + key;
-		if (Object.prototype.hasOwnProperty.call(PLATFORM_FIELDS, key) || col.fields[key]?.internal) throw badRequest(`${name} is set by the platform`);
+		if (Object.prototype.hasOwnProperty.call(PLATFORM_FIELDS, key) || col.fields[key]?.internal || col.fields[key]?.readOnly) throw badRequest(`${name} is set by the platform`);
 		const def = FORBIDDEN_KEYS.has(key) ? undefined : fieldDef(col, key);
 		if (!def) throw badRequest(`${name} is not a field of ${col.name}`);
 		const v = body[key];

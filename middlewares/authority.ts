@@ -186,9 +186,44 @@ export function enforce(
 /** Every common field a document can return (the catalog's platform and settable fields), `id` excepted. */
 const COMMON_OUTPUT = [...Object.keys(PLATFORM_FIELDS), ...Object.keys(SETTABLE_FIELDS)].filter((f) => f !== "id");
 
+/**
+ * The caller's view of one collection for a special action: scope `<action>:<service>:<collection>`, a grant for
+ * that action, then the plan (zones + the grant's row filter, and `id` when given). Also used by handlers that
+ * address documents of another collection (a payer's wallet: `write` on financial:wallets).
+ */
+export async function callerView(ctx: Ctx, service: string, collection: string, action: string, id?: string): Promise<import("../lib/plan").AccessPlan> {
+	const ref = findCollection(service, collection);
+	if (!ref) throw notFound();
+	const token = ctx.meta.token;
+	if (!token) throw new ApiError(502, "authorization layers were not applied");
+	if (token.type !== "access") throw unauthorized();
+	checkScope(token, action, service, collection);
+	const index = await grantCache.get(ctx);
+	const decision = checkGrant(index, token, action, `${service}:${collection}`, ctx.meta.ip);
+	const meta = { service, collection, op: id !== undefined ? "get" : "count", level: action } as unknown as CollectionActionMeta;
+	const view = { params: { params: id !== undefined ? { id } : {}, query: id !== undefined ? {} : ctx.params.query }, meta: ctx.meta } as unknown as Ctx;
+	return enforce(view, index, ref.collection, meta, decision, token);
+}
+
+/** Metadata of a special action (`<collection>.<name>`), read by the middleware below. */
+export interface SpecialActionMeta {
+	service: string;
+	collection: string;
+	/** The grant action, also the scope's first part: `start`, `payment`, ... */
+	action: string;
+	/** Addressed by id (`:id/abort`): the plan's filter holds the id condition. */
+	byId: boolean;
+}
+
 export const AuthorityMiddleware = {
 	name: "Authority",
-	localAction(handler: (ctx: Ctx) => Promise<unknown>, action: { collection?: CollectionActionMeta }) {
+	localAction(handler: (ctx: Ctx) => Promise<unknown>, action: { collection?: CollectionActionMeta; special?: SpecialActionMeta }) {
+		const sp = action.special;
+		if (sp)
+			return async function specialAuthority(ctx: Ctx) {
+				ctx.locals.plan = await callerView(ctx, sp.service, sp.collection, sp.action, sp.byId ? (ctx.params.params?.id ?? "") : undefined);
+				return handler(ctx);
+			};
 		const meta = action.collection;
 		if (!meta) return handler;
 		const ref = findCollection(meta.service, meta.collection);

@@ -21,6 +21,9 @@ import { AUTHORITY_CHANGED, grantCache } from "../middlewares/grant-cache";
 import { healthBody, HEALTH_ACTION } from "../lib/health";
 import { sharedKeyValue } from "../lib/kv";
 import { opsPortMixin } from "./ops-port.mixin";
+import { settle, stagedAction, stagingStore, type Image, type SettleReason } from "./saga-staging";
+import { specialName } from "../catalog";
+import type { SpecialActionMeta } from "../middlewares/authority";
 
 export const MAX_BULK = 1000;
 const BATCH = 200;
@@ -46,6 +49,11 @@ export interface CollectionHooks {
 	beforeRestore?(ctx: Ctx, before: StoredDoc): Promise<void> | void;
 	/** Removes secrets nested in free-form fields from the `before`/`after` of change events (CQRS webhook credentials). */
 	redact?(doc: Doc): Doc;
+	/**
+	 * Handlers of the collection's special actions, by name (`start`, `abort` for `:id/abort`), run after the
+	 * authority layer (ctx.locals.plan: the caller's view for that action). The catalog marks them `implemented`.
+	 */
+	specials?: Record<string, (ctx: Ctx) => Promise<unknown>>;
 }
 
 /** Metadata the authority middleware reads on every collection action. */
@@ -163,7 +171,8 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 
 	function engine(col: CollectionDef) {
 		const h = hooks[col.name] ?? {};
-		const store = (ctx: Ctx) => state(ctx.service).stores.get(col.name)!;
+		// A write carrying x-saga-session goes through the staging store (mixins/saga-staging.ts).
+		const store = (ctx: Ctx) => stagingStore(ctx as any, state(ctx.service).stores.get(col.name)!);
 
 		function out(doc: StoredDoc, plan: AccessPlan): Doc {
 			const d = present(col, doc, plan.fields);
@@ -426,8 +435,24 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 		const handlers = engine(col);
 		for (const op of Object.keys(STANDARD_OPS) as StandardOp[]) {
 			const meta: CollectionActionMeta = { service: domain.name, collection: col.name, op, level: STANDARD_OPS[op] };
-			actions[actionName(col.name, op)] = { collection: meta, handler: handlers[op] } as any;
+			actions[actionName(col.name, op)] = { collection: meta, handler: stagedAction(domain, col, op, handlers[op]) } as any;
 		}
+		const specials = hooks[col.name]?.specials ?? {};
+		for (const sp of col.specials ?? []) {
+			const name = specialName(sp);
+			if (!specials[name]) continue;
+			const meta: SpecialActionMeta = { service: domain.name, collection: col.name, action: sp.action, byId: sp.path.startsWith(":id/") };
+			actions[actionName(col.name, name)] = { special: meta, handler: specials[name] } as any;
+		}
+		// Saga compensation and commit settlement of this collection's stages (never routed).
+		actions[actionName(col.name, "settle")] = {
+			visibility: "public",
+			handler(this: any, ctx: Context<{ images: Image[]; reason: SettleReason; conflicted?: boolean }, RequestMeta>) {
+				const store = state(this).stores.get(col.name)!;
+				const record = (changes: Change[]) => recorders.get(col.name)!(ctx as unknown as Ctx, changes, this);
+				return settle({ store, record }, ctx.params.images ?? [], ctx.params.reason, ctx.params.conflicted === true);
+			},
+		};
 		actions[actionName(col.name, PURGE_ACTION)] = {
 			visibility: "public",
 			handler: (ctx: Context<PurgeParams, RequestMeta>) => purge(col.name, ctx as unknown as Ctx),

@@ -12,6 +12,7 @@ import { isDuplicateKeyError, type StoredDoc } from "../mixins/stores";
 import { configOf } from "../lib/config";
 import { sha256Hex } from "../lib/crypto";
 import { sharedStream, type Consumer } from "../workers/stream";
+import { invoiceHooks, transactionHooks } from "./financial/transactions";
 
 export const WALLET_GROUP = "financial.wallets";
 export const WALLET_CURRENCY = "USD";
@@ -26,7 +27,7 @@ export function walletIdOf(user: string): string {
 
 const FinancialService: ServiceSchema = {
 	name: "financial",
-	mixins: [collectionMixin(financial)],
+	mixins: [collectionMixin(financial, { transactions: transactionHooks, invoices: invoiceHooks })],
 	methods: {
 		/** The user's wallet, created once: owner = the user, clients = the user document's clients. */
 		async ensureWallet(this: any, rec: OutboxRecord): Promise<StoredDoc | null> {

@@ -11,6 +11,11 @@
  * - context/configs with key CQRS → `context.cqrs.changed` `{ eids }` (dispatchers drop their copy).
  *
  * Every action is idempotent, so a redelivered event only repeats it.
+ *
+ * It also monitors sagas: every SAGA_SCAN_MS, and at once when it starts (a saga that expired while the platform
+ * was down), it asks essential to compensate the sagas still AWAITING past their `expires_at`
+ * (`essential.sagas.expire`). Several watchers may scan at once: each saga is compensated under its lease and by a
+ * conditional state change, so once.
  */
 import type { ServiceBroker } from "moleculer";
 import type { ChangeEvent } from "../lib/change-event";
@@ -28,6 +33,8 @@ import { workerService } from "./worker";
 export const CLIENT_CHANGED = "domain.client.changed";
 /** Grant changes come in bursts (seeding, bulk writes): one reload broadcast per burst is enough. */
 const AUTHORITY_COALESCE_MS = 50;
+/** Period of the saga expiry scan: an expired saga is compensated within this plus the compensation itself. */
+export const SAGA_SCAN_MS = Number(process.env.SAGA_SCAN_MS) || 2000;
 
 const docsOf = (ev: ChangeEvent): Doc[] => [ev.before, ev.after].filter((d): d is Doc => !!d);
 
@@ -68,7 +75,7 @@ export async function watch(d: WatchDeps, rec: OutboxRecord): Promise<void> {
 		case "domain.clients":
 			d.broker.broadcast(CLIENT_CHANGED, { id: ev.id, op: ev.op });
 			return;
-		// essential/sagas: compensation of sagas whose `ttl` ran out goes here once sagas exist (a later issue).
+		// essential/sagas: expiry is a periodic scan (below), not a change event: nothing happens when a ttl runs out.
 		default:
 			return;
 	}
@@ -104,11 +111,31 @@ export default workerService(
 				},
 			} satisfies WatchDeps;
 		},
+		started(this: any) {
+			// At start at once (once essential answers), then periodically.
+			this.sagaTimer = setInterval(() => this.scanSagas(), SAGA_SCAN_MS);
+			this.sagaTimer.unref?.();
+			this.broker
+				.waitForServices("essential", 60_000)
+				.then(() => this.scanSagas())
+				.catch(() => undefined);
+		},
 		async stopped(this: any) {
 			this.stopping = true;
+			clearInterval(this.sagaTimer);
 			if (this.authorityTimer) this.flushAuthority();
+			await this.sagaScan?.catch(() => undefined);
 		},
 		methods: {
+			/** One expiry scan at a time per watcher; a failure (essential not up yet) waits for the next tick. */
+			scanSagas(this: any): Promise<unknown> {
+				if (this.stopping || this.sagaScan) return this.sagaScan;
+				this.sagaScan = this.broker
+					.call("essential.sagas.expire", { limit: 100 }, { meta: {} })
+					.catch((err: unknown) => this.logger.debug("saga expiry scan failed", err))
+					.finally(() => (this.sagaScan = undefined));
+				return this.sagaScan;
+			},
 			flushAuthority(this: any) {
 				clearTimeout(this.authorityTimer);
 				this.authorityTimer = undefined;

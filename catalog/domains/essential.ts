@@ -25,12 +25,44 @@ export const essential: DomainDef = {
 				job: { type: "string", required: true, format: "uuid" },
 				state: { type: "string", required: true, enum: SAGA_STATES },
 				session: { type: "string", required: true, format: "hex" },
+				expires_at: { type: "date", readOnly: true, description: "When the saga is compensated if still AWAITING (start + ttl)" },
+				committed_at: { type: "date", readOnly: true },
+				aborted_at: { type: "date", readOnly: true },
+				/** Why it was aborted: `abort` (a caller) or `expiry` (the watcher). */
+				abort_reason: { type: "string", readOnly: true, enum: ["abort", "expiry"] },
 			},
 			specials: [
-				{ action: "start", method: "POST", path: "start", description: "Start a saga" },
-				{ action: "start", method: "POST", path: "add", description: "Append a stage to an in-flight saga" },
-				{ action: "abort", method: "GET", path: ":id/abort", description: "Abort a saga" },
-				{ action: "commit", method: "GET", path: ":id/commit", description: "Commit a saga" },
+				{
+					action: "start", method: "POST", path: "start", implemented: true,
+					description: "Start a saga owned by the caller: `AWAITING` until commit, abort or expiry (`ttl` seconds, 5 to 900)",
+					body: { ttl: { type: "integer", required: true, minimum: 5, description: "Lifetime in seconds, 5 to 900" } },
+					answer: "data",
+				},
+				{
+					action: "start", method: "POST", path: "add", implemented: true,
+					description: "Record a stage of work done outside the platform (never undone by the platform; participants learn of an abort from the saga's change event)",
+					body: {
+						saga: { type: "string", required: true, format: "objectId" },
+						bucket: { type: "string", required: true, description: "`service/collection` the work concerns" },
+						action: { type: "string", required: true, enum: SAGA_STAGE_ACTIONS },
+						req: { type: "object", required: true },
+						res: { type: "object" },
+					},
+					answer: "data:essential/saga-stages",
+					errors: [404, 409],
+				},
+				{
+					action: "abort", method: "GET", path: ":id/abort", implemented: true,
+					description: "Compensate every stage, newest first, then `ABORTED` with `aborted_at`; repeating it answers the same; a committed saga answers 409",
+					answer: "data",
+					errors: [404, 409],
+				},
+				{
+					action: "commit", method: "GET", path: ":id/commit", implemented: true,
+					description: "Make the staged writes final: `COMMITTED` with `committed_at`; repeating it answers the same; an aborted saga answers 409",
+					answer: "data",
+					errors: [404, 409],
+				},
 			],
 		},
 		{
@@ -41,6 +73,15 @@ export const essential: DomainDef = {
 				bucket: { type: "string", required: true, description: "Target collection `service/collection`; its enum is filled from the catalog in catalog/index.ts" },
 				action: { type: "string", required: true, enum: SAGA_STAGE_ACTIONS },
 				req: { type: "object", required: true },
+				res: { type: "any", description: "The operation's answer" },
+				/** `pending` (recorded before the write), `done`, `compensated`, `conflict`, or `external` (an `add`). */
+				state: { type: "string", readOnly: true, enum: ["pending", "done", "compensated", "conflict", "external"] },
+				conflict: { type: "boolean", readOnly: true, description: "Compensation left a document alone: someone else changed it after the stage" },
+				compensated_at: { type: "date", readOnly: true },
+				/** What compensation needs (ids, before- and after-images, balance moves): never returned. */
+				images: { type: "array", items: "object", internal: true },
+				/** Order of the stage in its saga (compensation runs newest first). */
+				seq: { type: "integer", internal: true },
 			},
 		},
 	],

@@ -74,6 +74,17 @@ export class MongoStore implements DocumentStore {
 		return r.deletedCount;
 	}
 
+	async updateIf(query: Filter, update: Record<string, unknown>): Promise<StoredDoc | null> {
+		const r = await this.model.collection.findOneAndUpdate(toStoreQuery(query) as any, update, { returnDocument: "after" });
+		return ((r as any)?.value ?? null) as StoredDoc | null;
+	}
+
+	async replaceIf(query: Filter, doc: StoredDoc): Promise<boolean> {
+		const { _id, ...rest } = doc;
+		const r = await this.model.collection.replaceOne({ ...toStoreQuery(query), _id } as any, rest);
+		return r.matchedCount > 0;
+	}
+
 	async ping(): Promise<boolean> {
 		try {
 			await mongoose.connection.db?.admin().ping();

@@ -289,6 +289,21 @@ export class NedbStore implements DocumentStore {
 		if (this.file) await (this.db as unknown as { compactDatafileAsync(): Promise<void> }).compactDatafileAsync();
 	}
 
+	updateIf(query: Filter, update: Record<string, unknown>): Promise<StoredDoc | null> {
+		return this.write(async () => {
+			const [n, doc] = await this.db.update(toStoreQuery(query), update, { returnUpdatedDocs: true, multi: false });
+			return n ? (doc as StoredDoc) : null;
+		});
+	}
+
+	replaceIf(query: Filter, doc: StoredDoc): Promise<boolean> {
+		return this.write(async () => {
+			const { _id, ...rest } = doc;
+			const [n] = await this.db.update({ ...toStoreQuery(query), _id }, rest, { multi: false });
+			return n > 0;
+		});
+	}
+
 	async ping(): Promise<boolean> {
 		return !!this.adapter.db;
 	}

@@ -27,6 +27,14 @@ export interface DocumentStore {
 	removeMany(query: Filter): Promise<number>;
 	/** Gives the space of removed documents back (NeDB: rewrites its append-only file). Optional: MongoDB reuses it. */
 	compact?(): Promise<void>;
+	/**
+	 * Compare-and-set: applies a store update (`$set`, `$unset`, `$inc`, `$push`, `$pull`) to the first document
+	 * matching `query`, atomically with the match; returns it as stored afterwards, or null when none matched
+	 * (`{ _id, balance: { $gte: 5 } }` with `{ $inc: { balance: -5 } }` never overdraws).
+	 */
+	updateIf(query: Filter, update: Record<string, unknown>): Promise<StoredDoc | null>;
+	/** Replaces the first document matching `query` by `doc` (same `_id`), atomically with the match; false when none matched. */
+	replaceIf(query: Filter, doc: StoredDoc): Promise<boolean>;
 	ping(): Promise<boolean>;
 }
 

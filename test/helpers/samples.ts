@@ -95,6 +95,12 @@ function scalar(name: string, def: FieldDef, n: number, type = def.type): unknow
 	}
 }
 
+/**
+ * Values that must name a live record of the platform under test: a transaction links to a saga that exists and
+ * that its creator owns. A suite sets `saga` (POST /essential/sagas/start) before building transaction bodies.
+ */
+export const sampleLinks: { saga?: string } = {};
+
 /** Values the catalog cannot express, per collection. */
 function special(path: string, n: number, domain: string): Record<string, unknown> {
 	switch (path) {
@@ -131,6 +137,8 @@ function special(path: string, n: number, domain: string): Record<string, unknow
 			return { key: `sample.${n}`, value: { theme: "dark" } };
 		case "essential/saga-stages":
 			return { req: { query: { n } } };
+		case "financial/transactions":
+			return sampleLinks.saga ? { saga: sampleLinks.saga } : {};
 		case "touch/pushes":
 			return { keys: { p256dh: `BPk${n}sample`, auth: `auth${n}` }, expiration: 1_900_000_000 + n };
 		case "touch/emails":
@@ -151,7 +159,7 @@ export function sampleBody(ref: CollectionRef | string, n = 0, opts: SampleOptio
 	const optional = opts.optional ?? true;
 	const omit = OMIT[c.path] ?? [];
 	const values: Record<string, unknown> = {};
-	for (const [name, def] of Object.entries(col.fields)) if (!def.internal && !omit.includes(name)) values[name] = scalar(name, def, n);
+	for (const [name, def] of Object.entries(col.fields)) if (!def.internal && !def.readOnly && !omit.includes(name)) values[name] = scalar(name, def, n);
 	Object.assign(values, special(c.path, n, opts.domain ?? "root.local"));
 	const body: Record<string, unknown> = {};
 	for (const [k, v] of Object.entries(values)) if (optional || col.fields[k]?.required) body[k] = v;

@@ -242,8 +242,12 @@ function sampleValue(field: string, def: FieldDef, i: number): unknown {
 }
 
 /** A valid create body: required fields, plus the first field of every "one of" rule. */
+/** A saga of the sweeper: a transaction must link to a saga that exists and that its creator sees. */
+let sweeperSaga: string | undefined;
+
 function sampleBody(col: CollectionDef, path: string, i: number): Record<string, unknown> {
 	if (path === "auth/grants") return { subject: `nobody${i}@${DOMAIN}`, action: "read", object: "content:notes" };
+	if (path === "financial/transactions" && sweeperSaga) return { amount: 100 + i, saga: sweeperSaga };
 	const body: Record<string, unknown> = {};
 	for (const [k, def] of Object.entries(col.fields)) if (def.required && !def.internal) body[k] = sampleValue(k, def, i);
 	for (const rule of col.rules ?? []) if (!rule.anyOf.some((f) => body[f] !== undefined)) body[rule.anyOf[0]] = sampleValue(rule.anyOf[0], col.fields[rule.anyOf[0]], i);
@@ -323,6 +327,11 @@ describe("every collection × 11 operations (user JWT, manage grant on service:c
 		const object = `${svc}:${name}`;
 		const c = sweeper.claims;
 		const readOnly = !!ref.collection.platformWritten;
+		if (colPath === "financial/transactions" && !sweeperSaga) {
+			const saga = platformDoc({ ttl: 60, job: "00000000-0000-4000-8000-000000000000", state: "AWAITING", session: "00", expires_at: new Date(Date.now() + 60_000).toISOString() }, { owner: c.uid!, cid: c.cid });
+			await store("essential", "sagas").insert(saga);
+			sweeperSaga = saga._id;
+		}
 
 		// Without a grant: 403 on all 11 operations, before any lookup (the id need not exist).
 		for (const op of OPS) {

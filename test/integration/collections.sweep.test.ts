@@ -5,7 +5,7 @@
 import { COLLECTIONS, type CollectionRef } from "../../catalog";
 import { platformDoc } from "../../mixins/collection.mixin";
 import { bootPlatform, parseSse, type HttpResult, type TestPlatform } from "../helpers/platform";
-import { hiddenFields, patchBody, patchField, sampleBody, unique } from "../helpers/samples";
+import { hiddenFields, patchBody, patchField, sampleBody, sampleLinks, unique } from "../helpers/samples";
 
 jest.setTimeout(60_000);
 
@@ -34,6 +34,8 @@ const clientSecrets: string[] = [];
 beforeAll(async () => {
 	p = await bootPlatform();
 	token = await p.rootToken();
+	// Transactions link to a saga of their creator.
+	sampleLinks.saga = (await p.http("POST", "/essential/sagas/start", { token, body: { ttl: 900 } })).body.data.id;
 });
 afterAll(() => p?.cleanup());
 

@@ -43,13 +43,16 @@ describe("openApiDocument", () => {
 		for (const { domain: d, collection: c } of COLLECTIONS) {
 			const tag = `${d.name}/${c.name}`;
 			const ops = Object.values(doc.paths as Obj).flatMap((item: Obj) => Object.values(item)).filter((o: Obj) => o.tags.includes(tag));
-			expect(ops).toHaveLength(Object.keys(STANDARD_OPS).length);
-			expect(ops).toHaveLength(11);
+			// The 11 operations, plus the collection's built special actions (catalog `implemented`).
+			const specials = (c.specials ?? []).filter((s) => s.implemented).length;
+			expect(ops).toHaveLength(Object.keys(STANDARD_OPS).length + specials);
+			expect(ops).toHaveLength(11 + specials);
 			for (const o of ops) ids.add(o.operationId);
 		}
 		const all = Object.values(doc.paths as Obj).flatMap((item: Obj) => Object.values(item)).map((o: Obj) => o.operationId);
 		expect(new Set(all).size).toBe(all.length);
-		expect(ids.size).toBe(COLLECTIONS.length * 11);
+		const specials = COLLECTIONS.reduce((n, { collection: c }) => n + (c.specials ?? []).filter((s) => s.implemented).length, 0);
+		expect(ids.size).toBe(COLLECTIONS.length * 11 + specials);
 		expect(op("/auth/token", "post").tags).toEqual(["auth"]);
 	});
 
@@ -189,5 +192,32 @@ describe("openApiDocument", () => {
 		walk(doc, "#");
 		expect(missing).toEqual([]);
 		expect(refs).toBeGreaterThan(100);
+	});
+});
+
+describe("special actions in the OpenAPI document", () => {
+	const doc = openApiDocument() as any;
+	test("the saga and financial operations are described with their bodies, answers and scopes; unbuilt specials are absent", () => {
+		const start = doc.paths["/essential/sagas/start"].post;
+		expect(start.operationId).toBe("essential_sagas_start");
+		expect(start.description).toContain("start:essential:sagas");
+		expect(start.requestBody.content["application/json"].schema).toMatchObject({ required: ["ttl"], properties: { ttl: { type: "integer", minimum: 5 } } });
+		expect(start.responses["200"].content["application/json"].schema.properties.data).toEqual({ $ref: "#/components/schemas/EssentialSagas" });
+		expect(doc.paths["/essential/sagas/add"].post.responses["200"].content["application/json"].schema.properties.data).toEqual({ $ref: "#/components/schemas/EssentialSagaStages" });
+		for (const op of ["abort", "commit"]) {
+			const o = doc.paths[`/essential/sagas/{id}/${op}`].get;
+			expect(o.description).toContain(`${op}:essential:sagas`);
+			expect(Object.keys(o.responses)).toEqual(expect.arrayContaining(["200", "404", "409"]));
+		}
+		expect(doc.paths["/financial/transactions/init"].post.requestBody.content["application/json"].schema.required).toEqual(["amount"]);
+		expect(doc.paths["/financial/transactions/{id}/verify"].get).toBeDefined();
+		expect(doc.paths["/financial/transactions/{id}/abort"].get.description).toContain("init:financial:transactions");
+		expect(doc.paths["/financial/invoices/{id}/payment"].post.requestBody.content["application/json"].schema.required).toEqual(["wallet"]);
+		expect(doc.paths["/special/stats/collect"]).toBeUndefined();
+		// Internal fields never appear, platform-set ones are read-only and not in the create body.
+		expect(doc.components.schemas.EssentialSagaStages.properties.images).toBeUndefined();
+		expect(doc.components.schemas.EssentialSagas.properties.expires_at.readOnly).toBe(true);
+		expect(doc.components.schemas.EssentialSagasCreate.properties.expires_at).toBeUndefined();
+		expect(doc.components.schemas.FinancialWalletsPatch.properties.balance).toBeUndefined();
 	});
 });

@@ -1,0 +1,228 @@
+/**
+ * Financial transactions and payments on sagas (CONTRACTS.md "Financial transactions and payments").
+ *
+ * `init` starts a saga and records two stages before touching anything (write-ahead): the transaction's state
+ * (decided by the saga's end: commit → VERIFIED, abort → CANCELLED, expiry → FAILED) and the balance moves. Each
+ * move is a compare-and-set on the wallet (`balance >= amount` in the update's condition, so concurrent transfers
+ * from one wallet never overdraw it, on any number of nodes) tagged with an op id in the wallet's `saga_ops`: the
+ * compensation reverses a move only while its tag is there, so at most once. A move that does not fit undoes the
+ * moves already made and answers 409 `insufficient balance`; the saga is aborted and no transaction is stored.
+ */
+import { randomBytes } from "crypto";
+import { TRANSACTION_TYPES, financial } from "../../catalog/domains/financial";
+import { objectId } from "../../lib/crypto";
+import { badRequest, conflict, notFound } from "../../lib/errors";
+import { requirePlan } from "../../lib/plan";
+import { present } from "../../lib/present";
+import { isPlainObject } from "../../lib/validate";
+import { callerView } from "../../middlewares/authority";
+import { platformDoc, type CollectionHooks, type Ctx } from "../../mixins/collection.mixin";
+import { settle, type Image } from "../../mixins/saga-staging";
+import type { DocumentStore, StoredDoc } from "../../mixins/stores";
+import { identityOf } from "../../lib/types";
+
+const TRANSACTIONS = financial.collections.find((c) => c.name === "transactions")!;
+const INVOICES = financial.collections.find((c) => c.name === "invoices")!;
+const OBJECT_ID = /^[0-9a-f]{24}$/i;
+const DEFAULT_TTL = 300;
+
+type Svc = { collectionStore(name: string): DocumentStore; recordChanges(ctx: Ctx, name: string, changes: any[]): Promise<void> };
+interface Leg {
+	wallet: string;
+	amount: number;
+}
+
+function legs(name: string, v: unknown): Leg[] {
+	if (v === undefined || v === null) return [];
+	if (!Array.isArray(v)) throw badRequest(`${name} must be an array`);
+	if (v.length > 100) throw badRequest(`${name} accepts at most 100 entries`);
+	return v.map((x, i) => {
+		if (!isPlainObject(x)) throw badRequest(`${name}[${i}] must be an object { wallet, amount }`);
+		const extra = Object.keys(x).find((k) => k !== "wallet" && k !== "amount");
+		if (extra) throw badRequest(`${name}[${i}].${extra} is not allowed`);
+		if (typeof x.wallet !== "string" || !OBJECT_ID.test(x.wallet)) throw badRequest(`${name}[${i}].wallet must be a wallet id`);
+		if (typeof x.amount !== "number" || !Number.isSafeInteger(x.amount) || x.amount < 1) throw badRequest(`${name}[${i}].amount must be a positive integer (minor units)`);
+		return { wallet: x.wallet.toLowerCase(), amount: x.amount };
+	});
+}
+
+const sum = (l: Leg[]) => l.reduce((a, b) => a + b.amount, 0);
+
+export interface InitBody {
+	amount: number;
+	currency?: string;
+	type: (typeof TRANSACTION_TYPES)[number];
+	payers: Leg[];
+	payees: Leg[];
+	ttl: number;
+}
+
+export function parseInit(body: unknown): InitBody {
+	if (!isPlainObject(body)) throw badRequest("body must be a JSON object");
+	const extra = Object.keys(body).find((k) => !["amount", "currency", "type", "payers", "payees", "ttl"].includes(k));
+	if (extra) throw badRequest(`${extra} is not allowed`);
+	const { amount, currency } = body;
+	if (typeof amount !== "number" || !Number.isSafeInteger(amount) || amount < 1) throw badRequest("amount must be a positive integer (minor units)");
+	if (currency !== undefined && (typeof currency !== "string" || currency.length > 10)) throw badRequest("currency must be a string of at most 10 characters");
+	const type = (body.type ?? "TRANSFER") as InitBody["type"];
+	if (!TRANSACTION_TYPES.includes(type)) throw badRequest(`type must be one of ${TRANSACTION_TYPES.join(", ")}`);
+	const payers = legs("payers", body.payers);
+	const payees = legs("payees", body.payees);
+	if (type === "DEPOSIT" && payers.length) throw badRequest("a DEPOSIT has payees only");
+	if (type === "WITHDRAW" && payees.length) throw badRequest("a WITHDRAW has payers only");
+	if (type !== "DEPOSIT" && sum(payers) !== amount) throw badRequest("payers must sum to amount");
+	if (type !== "WITHDRAW" && sum(payees) !== amount) throw badRequest("payees must sum to amount");
+	const ttl = body.ttl ?? DEFAULT_TTL;
+	return { amount, currency: currency as string | undefined, type, payers, payees, ttl: ttl as number };
+}
+
+/** Runs init for the caller: answers the stored transaction (PENDING). */
+export async function initTransaction(svc: Svc, ctx: Ctx, b: InitBody): Promise<StoredDoc> {
+	const wallets = svc.collectionStore("wallets");
+	if (b.type !== "TRANSFER") await callerView(ctx, "financial", "wallets", "manage");
+	// Every payer wallet must be in the caller's write view; payees must exist.
+	for (const l of b.payers) {
+		const plan = await callerView(ctx, "financial", "wallets", "write", l.wallet);
+		if (!(await wallets.findOne(plan.filter))) throw notFound(`wallet ${l.wallet} not found`);
+	}
+	for (const l of b.payees) if (!(await wallets.findOne({ id: l.wallet, deleted_at: null }))) throw notFound(`wallet ${l.wallet} not found`);
+
+	const saga = (await ctx.call("essential.sagas.open", { ttl: b.ttl })) as StoredDoc;
+	const id = objectId();
+	const stateImage: Image = {
+		kind: "state",
+		id,
+		from: { state: "PENDING" },
+		commit: { state: "VERIFIED", verified_at: "$now" },
+		abort: { state: "CANCELLED", canceled_at: "$now" },
+		expiry: { state: "FAILED", failed_at: "$now" },
+		// A payee already spent its credit: nothing moves back, the transfer stands.
+		conflict: { state: "VERIFIED", verified_at: "$now" },
+	};
+	const tag = randomBytes(6).toString("hex");
+	const moves: Array<Extract<Image, { kind: "inc" }>> = [
+		...b.payers.map((l, i) => ({ kind: "inc" as const, id: l.wallet, field: "balance", by: -l.amount, op: `${saga._id}:${tag}:p${i}` })),
+		...b.payees.map((l, i) => ({ kind: "inc" as const, id: l.wallet, field: "balance", by: l.amount, op: `${saga._id}:${tag}:r${i}` })),
+	];
+	const req = { body: { amount: b.amount, currency: b.currency, type: b.type, payers: b.payers, payees: b.payees } };
+	const call = (action: string, params: unknown) => ctx.call(action, params, { meta: { headers: {} } } as any) as Promise<any>;
+
+	// Stage 1: the transaction's state; stage 2: the balance moves. Both recorded before anything changes.
+	const s1 = await call("essential.saga-stages.begin", { saga: saga._id, bucket: "financial/transactions", action: "INSERT_MANY", req, images: [stateImage] });
+	await call("essential.saga-stages.complete", { stage: s1.stage, lease: s1.lease, res: { id } });
+	const s2 = await call("essential.saga-stages.begin", { saga: saga._id, bucket: "financial/wallets", action: "UPDATE_MANY", req, images: moves });
+	const record = (changes: any[]) => svc.recordChanges(ctx, "wallets", changes);
+	const done: typeof moves = [];
+	let short = false;
+	try {
+		for (const m of moves) {
+			const cond: Record<string, unknown> = { id: m.id, deleted_at: null };
+			if (m.by < 0) cond.balance = { $gte: -m.by };
+			const after = await wallets.updateIf(cond, { $inc: { balance: m.by }, $push: { saga_ops: m.op } });
+			if (!after) {
+				short = true;
+				break;
+			}
+			done.push(m);
+			await record([{ op: "u", before: { ...after, balance: (after.balance as number) - m.by }, after }]);
+		}
+		if (short) await settle({ store: wallets, record }, done, "abort");
+		else {
+			const doc = platformDoc(
+				{ amount: b.amount, ...(b.currency ? { currency: b.currency } : {}), type: b.type, payers: b.payers, payees: b.payees, saga: saga._id, state: "PENDING" },
+				{ owner: identityOf(ctx.meta.token!), cid: ctx.meta.token!.cid, aid: ctx.meta.token!.aid, coworkers: ctx.meta.token!.coworker?.split(" ").filter(Boolean) },
+			);
+			doc._id = id;
+			await svc.collectionStore("transactions").insert(doc);
+			await svc.recordChanges(ctx, "transactions", [{ op: "c", before: null, after: doc }]);
+		}
+	} finally {
+		await call("essential.saga-stages.complete", { stage: s2.stage, lease: s2.lease, res: short ? null : { moved: moves.length } }).catch(() => undefined);
+	}
+	if (short) {
+		await call("essential.sagas.finish", { id: saga._id, outcome: "abort" }).catch(() => undefined);
+		throw conflict("insufficient balance");
+	}
+	return (await svc.collectionStore("transactions").findOne({ id }))!;
+}
+
+async function finishTransaction(svc: Svc, ctx: Ctx, tx: StoredDoc, outcome: "commit" | "abort"): Promise<StoredDoc> {
+	const want = outcome === "commit" ? "VERIFIED" : "CANCELLED";
+	if (tx.state === want) return tx;
+	if (tx.state !== "PENDING") throw conflict(`transaction ${tx._id} is ${String(tx.state).toLowerCase()}`);
+	await ctx.call("essential.sagas.finish", { id: tx.saga, outcome }, { meta: { headers: {} } } as any);
+	const after = (await svc.collectionStore("transactions").findOne({ id: tx._id }))!;
+	if (after.state !== want) throw conflict(`transaction ${tx._id} cannot be cancelled: a payee already spent its credit`);
+	return after;
+}
+
+const outTx = (ctx: Ctx, doc: StoredDoc) => present(TRANSACTIONS, doc, ctx.locals?.plan ? requirePlan(ctx.locals).fields : null);
+
+export const transactionHooks: CollectionHooks = {
+	/** A raw create names a saga that exists and that its creator sees (400 otherwise). */
+	async beforeCreate(ctx, doc) {
+		const ok = await ctx.call("essential.sagas.visible", { id: doc.saga }, { meta: { headers: {} } } as any);
+		if (!ok) throw badRequest(`saga ${String(doc.saga)} does not exist`);
+	},
+	async beforePatch(ctx, set) {
+		if (!("saga" in set)) return;
+		const ok = await ctx.call("essential.sagas.visible", { id: set.saga }, { meta: { headers: {} } } as any);
+		if (!ok) throw badRequest(`saga ${String(set.saga)} does not exist`);
+	},
+	specials: {
+		async init(ctx) {
+			const svc = ctx.service as unknown as Svc;
+			return { data: outTx(ctx, await initTransaction(svc, ctx, parseInit(ctx.params.body))) };
+		},
+		async verify(ctx) {
+			const svc = ctx.service as unknown as Svc;
+			const tx = await svc.collectionStore("transactions").findOne(requirePlan(ctx.locals).filter);
+			if (!tx) throw notFound();
+			return { data: outTx(ctx, await finishTransaction(svc, ctx, tx, "commit")) };
+		},
+		async abort(ctx) {
+			const svc = ctx.service as unknown as Svc;
+			const tx = await svc.collectionStore("transactions").findOne(requirePlan(ctx.locals).filter);
+			if (!tx) throw notFound();
+			return { data: outTx(ctx, await finishTransaction(svc, ctx, tx, "abort")) };
+		},
+	},
+};
+
+export const invoiceHooks: CollectionHooks = {
+	specials: {
+		/** Pays the invoice from the caller's wallet to its owner's: init + verify; PAID, paid_at, transaction. */
+		async payment(ctx) {
+			const svc = ctx.service as unknown as Svc;
+			const body = ctx.params.body;
+			if (!isPlainObject(body)) throw badRequest("body must be a JSON object");
+			const extra = Object.keys(body).find((k) => k !== "wallet");
+			if (extra) throw badRequest(`${extra} is not allowed`);
+			if (typeof body.wallet !== "string" || !OBJECT_ID.test(body.wallet)) throw badRequest("wallet must be a wallet id");
+			const invoices = svc.collectionStore("invoices");
+			const invoice = await invoices.findOne(requirePlan(ctx.locals).filter);
+			if (!invoice) throw notFound();
+			if (invoice.status === "PAID") throw conflict(`invoice ${invoice._id} is already paid`);
+			const amount = invoice.amount as number;
+			if (!Number.isSafeInteger(amount) || amount < 1) throw badRequest("the invoice amount must be a positive integer");
+			const payee = await svc.collectionStore("wallets").findOne({ user: invoice.owner, deleted_at: null });
+			if (!payee) throw conflict("the invoice's owner has no wallet");
+			// Claimed first (compare-and-set): two payments of one invoice never both pay.
+			const claimed = await invoices.updateIf({ id: invoice._id, status: invoice.status ?? { $exists: false } }, { $set: { status: "PAID" } });
+			if (!claimed) throw conflict(`invoice ${invoice._id} is already paid`);
+			let tx: StoredDoc;
+			try {
+				const b = parseInit({ amount, ...(invoice.currency ? { currency: invoice.currency } : {}), payers: [{ wallet: body.wallet, amount }], payees: [{ wallet: payee._id, amount }] });
+				tx = await initTransaction(svc, ctx, b);
+				tx = await finishTransaction(svc, ctx, tx, "commit");
+			} catch (err) {
+				await invoices.updateIf({ id: invoice._id, status: "PAID" }, invoice.status === undefined ? { $unset: { status: true } } : { $set: { status: invoice.status } });
+				throw err;
+			}
+			const now = new Date().toISOString();
+			const after = (await invoices.updateIf({ id: invoice._id }, { $set: { paid_at: now, transaction: tx._id, updated_at: now } }))!;
+			await svc.recordChanges(ctx, "invoices", [{ op: "u", before: invoice, after }]);
+			return { data: present(INVOICES, after, requirePlan(ctx.locals).fields) };
+		},
+	},
+};

@@ -1,0 +1,63 @@
+/**
+ * Conformance of the two compare-and-set methods sagas and wallets rely on (DocumentStore.updateIf/replaceIf):
+ * NeDB always, MongoDB when MONGO_URI is set. The concurrency case is the wallet's: many conditional decrements
+ * race, none overdraws.
+ */
+import { rmSync } from "fs";
+import path from "path";
+import { MongoStore, NedbStore, type DocumentStore } from "../../mixins/stores";
+import { tempDir } from "../helpers/platform";
+import { unique } from "../helpers/samples";
+
+const dir = tempDir("sagas-store-");
+const impls: Array<{ name: string; make(): DocumentStore }> = [{ name: "NedbStore", make: () => new NedbStore(path.join(dir, `s-${unique()}.db`)) }];
+if (process.env.MONGO_URI) impls.push({ name: "MongoStore", make: () => new MongoStore(process.env.MONGO_URI!, `sagas_${unique()}`) });
+else console.warn("SKIPPED: MongoDB conformance of updateIf/replaceIf: MONGO_URI is not set");
+
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+for (const impl of impls) {
+	describe(impl.name, () => {
+		let store: DocumentStore;
+		beforeAll(async () => {
+			store = impl.make();
+			await store.connect();
+		});
+		afterAll(async () => {
+			await store.removeMany({});
+			await store.disconnect();
+		});
+		beforeEach(async () => {
+			await store.removeMany({});
+			await store.insert({ _id: "a".repeat(24), balance: 100, ops: [], state: "AWAITING", note: "x", deleted_at: null });
+		});
+
+		test("updateIf applies the update only when the condition matches, and returns the document after", async () => {
+			const id = "a".repeat(24);
+			expect(await store.updateIf({ id, balance: { $gte: 150 } }, { $inc: { balance: -150 } })).toBeNull();
+			const after = await store.updateIf({ id, balance: { $gte: 60 } }, { $inc: { balance: -60 }, $push: { ops: "s1:0" } });
+			expect(after).toMatchObject({ _id: id, balance: 40, ops: ["s1:0"] });
+			expect(await store.updateIf({ id, ops: "s1:0" }, { $inc: { balance: 60 }, $pull: { ops: "s1:0" } })).toMatchObject({ balance: 100, ops: [] });
+			// The op id is gone: the same undo a second time matches nothing.
+			expect(await store.updateIf({ id, ops: "s1:0" }, { $inc: { balance: 60 }, $pull: { ops: "s1:0" } })).toBeNull();
+			expect(await store.findOne({ id })).toMatchObject({ balance: 100 });
+			expect(await store.updateIf({ id, state: "AWAITING" }, { $set: { state: "COMMITTED" } })).toMatchObject({ state: "COMMITTED" });
+			expect(await store.updateIf({ id, state: "AWAITING" }, { $set: { state: "ABORTED" } })).toBeNull();
+		});
+
+		test("concurrent conditional decrements never overdraw: 30 × 10 from 100 → exactly 10 succeed", async () => {
+			const id = "a".repeat(24);
+			const results = await Promise.all(Array.from({ length: 30 }, () => store.updateIf({ id, balance: { $gte: 10 } }, { $inc: { balance: -10 } })));
+			expect(results.filter(Boolean)).toHaveLength(10);
+			expect(await store.findOne({ id })).toMatchObject({ balance: 0 });
+		});
+
+		test("replaceIf replaces the whole document (fields not in the image go) only when the condition matches", async () => {
+			const id = "a".repeat(24);
+			expect(await store.replaceIf({ id, note: "y" }, { _id: id, balance: 1, deleted_at: null })).toBe(false);
+			expect(await store.replaceIf({ id, note: "x" }, { _id: id, balance: 1, deleted_at: null })).toBe(true);
+			const doc = await store.findOne({ id });
+			expect(doc).toEqual({ _id: id, balance: 1, deleted_at: null });
+		});
+	});
+}

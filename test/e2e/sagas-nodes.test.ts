@@ -9,7 +9,7 @@ import { mkdtempSync, readFileSync, rmSync } from "fs";
 import os from "os";
 import path from "path";
 import { DOMAINS } from "../../catalog";
-import { requireServer } from "../helpers/platform";
+import { dataDirHoldingOutbox, requireServer } from "../helpers/platform";
 import { client, crashNode, startNode, stopNode, testDeployment, waitForHttp, type ChildNode } from "../helpers/nodes";
 import { freeOpsOffset, freePort } from "../helpers/ports";
 import { WORKER_PORTS } from "../../workers";
@@ -116,7 +116,7 @@ describe("a saga in flight when the platform is killed", () => {
 		const removed = await http("DELETE", `/content/notes/${pre.body.data.id}`, { token, headers: H(saga) });
 		expect(removed.status).toBe(200);
 		await crashNode(node);
-		await stopNode(node); // removes its unused temp dir only: the data lives in dataDir
+		await stopNode(node); // the data stays in dataDir (given by this test)
 		// Down past the saga's expiry.
 		await new Promise((r) => setTimeout(r, Math.max(0, Date.parse(s.body.data.expires_at) - Date.now() + 1000)));
 		node = startNode("crash-again", env);
@@ -159,7 +159,8 @@ describe("two watcher processes over NATS", () => {
 		const port = await freePort();
 		const shared = { TRANSPORTER: NATS, NAMESPACE: d.namespace, JWT_SECRET: d.jwtSecret, AES_SECRET: d.aesSecret };
 		const workers = Object.keys(WORKER_PORTS).filter((w) => w !== "watcher");
-		main = startNode("main", { ...shared, SERVICES: ["api", ...DOMAINS.map((x) => x.name), ...workers].join(","), PORT: String(port), OPS_PORT_OFFSET: String(await freeOpsOffset()) });
+		// The outbox keeps every event: the test reads the main node's outbox file.
+		main = startNode("main", { ...shared, DATA_DIR: dataDirHoldingOutbox(), SERVICES: ["api", ...DOMAINS.map((x) => x.name), ...workers].join(","), PORT: String(port), OPS_PORT_OFFSET: String(await freeOpsOffset()) });
 		nodes.push(main);
 		for (const n of ["watcher-1", "watcher-2"]) nodes.push(startNode(n, { ...shared, SERVICES: "watcher", OPS_PORT_OFFSET: String(await freeOpsOffset()) }));
 		http = client(`http://127.0.0.1:${port}`);
@@ -167,6 +168,7 @@ describe("two watcher processes over NATS", () => {
 	});
 	afterAll(async () => {
 		await Promise.all(nodes.map((n) => stopNode(n)));
+		if (main) rmSync(main.dataDir, { recursive: true, force: true });
 	});
 
 	test("each expired saga is compensated once: one undo event per document, one ABORTED change per saga", async () => {

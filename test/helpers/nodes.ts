@@ -34,6 +34,8 @@ export interface ChildNode {
 	name: string;
 	pid: number;
 	dataDir: string;
+	/** False when the caller gave DATA_DIR: the caller removes it (it may outlive the node, e.g. a restart). */
+	ownsDataDir: boolean;
 	child: ChildProcess;
 	/** Everything the node printed so far (shown when a test fails). */
 	output(): string;
@@ -50,7 +52,8 @@ const OWN_SETTINGS = [
 ];
 
 export function startNode(name: string, env: Record<string, string>): ChildNode {
-	const dataDir = mkdtempSync(path.join(os.tmpdir(), `node-${name}-`));
+	// A DATA_DIR given by the caller is used as is, and left for the caller to remove.
+	const dataDir = env.DATA_DIR ?? mkdtempSync(path.join(os.tmpdir(), `node-${name}-`));
 	const base: NodeJS.ProcessEnv = { ...process.env };
 	for (const k of OWN_SETTINGS) delete base[k];
 	const child = spawn(TSX, ["start.ts"], {
@@ -68,12 +71,12 @@ export function startNode(name: string, env: Record<string, string>): ChildNode 
 	child.stderr!.on("data", keep);
 	const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
 	if (!child.pid) throw new Error(`could not start ${name}`);
-	return { name, pid: child.pid, dataDir, child, output: () => out, exited };
+	return { name, pid: child.pid, dataDir, ownsDataDir: env.DATA_DIR === undefined, child, output: () => out, exited };
 }
 
 /**
  * SIGTERM to the node's PID (tsx relays it once to the node process: a clean broker stop that tells the other
- * nodes), SIGKILL to its process group after `graceMs` or once it has exited; removes its DATA_DIR.
+ * nodes), SIGKILL to its process group after `graceMs` or once it has exited; removes the DATA_DIR it made.
  */
 export async function stopNode(node: ChildNode | undefined, graceMs = 5000): Promise<void> {
 	if (!node) return;
@@ -92,7 +95,7 @@ export async function stopNode(node: ChildNode | undefined, graceMs = 5000): Pro
 	}
 	// Whatever of the group is left (tsx's own child, if tsx went first) goes too.
 	kill(-node.pid, "SIGKILL");
-	rmSync(node.dataDir, { recursive: true, force: true });
+	if (node.ownsDataDir) rmSync(node.dataDir, { recursive: true, force: true });
 }
 
 /**

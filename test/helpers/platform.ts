@@ -1,5 +1,5 @@
 /** Boots a whole platform in-process on a fresh DATA_DIR and a free port, with HTTP helpers for tests. */
-import { mkdtempSync, readFileSync, rmSync } from "fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "fs";
 import os from "os";
 import path from "path";
 import { startPlatform, type Platform } from "../../platform";
@@ -57,6 +57,15 @@ export function client(base: string) {
 
 export function tempDir(prefix = "platform-test-"): string {
 	return mkdtempSync(path.join(os.tmpdir(), prefix));
+}
+
+/**
+ * A DATA_DIR where a consumer group that is down has stored its position at the start: the outbox keeps every event
+ * until every group has passed it (CONTRACTS.md "Limits the platform keeps"), so a test can read all of its events.
+ */
+export function dataDirHoldingOutbox(dir = tempDir()): string {
+	writeFileSync(path.join(dir, "_stream_offsets.db"), JSON.stringify({ _id: "test-hold", seq: 0 }) + "\n");
+	return dir;
 }
 
 export async function bootPlatform(overrides: Partial<PlatformConfig> = {}): Promise<TestPlatform> {

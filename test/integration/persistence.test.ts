@@ -2,10 +2,10 @@
  * Durability across a restart on the same DATA_DIR: documents in every lifecycle state, the change-event outbox
  * (CONTRACTS.md "Change events", spec "Change webhook"), secrets kept out of events, and root seeding done once.
  */
-import { readdirSync, readFileSync, statSync, writeFileSync } from "fs";
+import { readdirSync, readFileSync, statSync } from "fs";
 import path from "path";
 import { sharedOutbox, type OutboxRecord } from "../../mixins/outbox";
-import { bootPlatform, tempDir, type TestPlatform } from "../helpers/platform";
+import { bootPlatform, dataDirHoldingOutbox, type TestPlatform } from "../helpers/platform";
 import { sampleBody, unique } from "../helpers/samples";
 
 const EXCLUDE = { "x-exclude-soft-delete-query": "1" };
@@ -45,11 +45,7 @@ async function call(method: string, url: string, opts: { body?: unknown; headers
 
 beforeAll(async () => {
 	startedAt = Date.now();
-	// A consumer group that is down (its position stored, at the start): the outbox keeps every event until every
-	// group has passed it (CONTRACTS.md "Limits the platform keeps"), so all of this run's events stay observable.
-	const dataDir = tempDir();
-	writeFileSync(path.join(dataDir, "_stream_offsets.db"), JSON.stringify({ _id: "persistence-test-hold", seq: 0 }) + "\n");
-	p = await bootPlatform({ dataDir });
+	p = await bootPlatform({ dataDir: dataDirHoldingOutbox() });
 	token = await p.rootToken();
 	plaintexts.push(p.root.password, p.root.client_secret);
 

@@ -4,7 +4,7 @@
  * nothing more; the authority layer on the special actions.
  */
 import { randomBytes } from "crypto";
-import { bootPlatform, type TestPlatform } from "../helpers/platform";
+import { bootPlatform, dataDirHoldingOutbox, type TestPlatform } from "../helpers/platform";
 import { createUser, tokenOf } from "../helpers/auth";
 import { sharedOutbox } from "../../mixins/outbox";
 import { sleep, waitForValue } from "../helpers/wait";
@@ -16,7 +16,8 @@ let root: string;
 const H = (saga: string) => ({ "x-saga-session": saga });
 
 beforeAll(async () => {
-	p = await bootPlatform();
+	// Every change event stays readable (eventsOf reads the outbox from its start).
+	p = await bootPlatform({ dataDir: dataDirHoldingOutbox() });
 	root = await p.rootToken();
 }, 60_000);
 afterAll(async () => {

@@ -17,6 +17,8 @@ export interface FieldDef {
 	writeOnly?: boolean;
 	/** Kept by the platform for its own use: never settable by a caller, never returned (hashes, internal keys). */
 	internal?: boolean;
+	/** Set by the platform only (a body naming it answers 400), returned and queryable like any field (delivery state). */
+	platformSet?: boolean;
 	/** Populatable relation: `service/collection` of the target. */
 	relation?: string;
 	/** Holds file ids (special/files) that are deliberately not populatable. */

@@ -116,7 +116,7 @@ export function validateBody(col: CollectionDef, body: unknown, mode: WriteMode,
 	const out: Record<string, unknown> = {};
 	for (const key of Object.keys(body)) {
 		const name = prefix + key;
-		if (Object.prototype.hasOwnProperty.call(PLATFORM_FIELDS, key) || col.fields[key]?.internal) throw badRequest(`${name} is set by the platform`);
+		if (Object.prototype.hasOwnProperty.call(PLATFORM_FIELDS, key) || col.fields[key]?.internal || col.fields[key]?.platformSet) throw badRequest(`${name} is set by the platform`);
 		const def = FORBIDDEN_KEYS.has(key) ? undefined : fieldDef(col, key);
 		if (!def) throw badRequest(`${name} is not a field of ${col.name}`);
 		const v = body[key];
@@ -128,7 +128,7 @@ export function validateBody(col: CollectionDef, body: unknown, mode: WriteMode,
 		out[key] = validateValue(name, def, v);
 	}
 	if (mode === "create") {
-		for (const [key, def] of Object.entries(col.fields)) if (def.required && !def.internal && out[key] === undefined) throw badRequest(`${prefix}${key} is required`);
+		for (const [key, def] of Object.entries(col.fields)) if (def.required && !def.internal && !def.platformSet && out[key] === undefined) throw badRequest(`${prefix}${key} is required`);
 		checkRules(col, out);
 	} else if (Object.keys(out).length === 0) throw badRequest(`${prefix || "body"} must change at least one field`);
 	return out;

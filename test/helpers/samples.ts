@@ -148,7 +148,7 @@ export function sampleBody(ref: CollectionRef | string, n = 0, opts: SampleOptio
 	const optional = opts.optional ?? true;
 	const omit = OMIT[c.path] ?? [];
 	const values: Record<string, unknown> = {};
-	for (const [name, def] of Object.entries(col.fields)) if (!def.internal && !omit.includes(name)) values[name] = scalar(name, def, n);
+	for (const [name, def] of Object.entries(col.fields)) if (!def.internal && !def.platformSet && !omit.includes(name)) values[name] = scalar(name, def, n);
 	Object.assign(values, special(c.path, n, opts.domain ?? "root.local"));
 	const body: Record<string, unknown> = {};
 	for (const [k, v] of Object.entries(values)) if (optional || col.fields[k]?.required) body[k] = v;
@@ -165,7 +165,7 @@ export function patchField(ref: CollectionRef | string): string {
 	const c = collectionRef(ref);
 	if (c.path === "identity/users" || c.path === "auth/grants") return "description";
 	const f = Object.entries(c.collection.fields).find(
-		([, d]) => d.type === "string" && !d.format && !d.enum && !d.relation && !d.writeOnly && !d.internal,
+		([, d]) => d.type === "string" && !d.format && !d.enum && !d.relation && !d.writeOnly && !d.internal && !d.platformSet,
 	);
 	return f ? f[0] : "description";
 }

@@ -11,6 +11,7 @@ import type { StoredDoc } from "../mixins/stores";
 import { Aes } from "../lib/crypto";
 import { configOf, loadKeys } from "../lib/config";
 import { badRequest } from "../lib/errors";
+import { redactSmsValue, sealSmsValue } from "../lib/touch";
 
 const isRbac = (d: StoredDoc | null) => d?.key === "RBAC";
 const isCqrs = (d: StoredDoc | null) => d?.key === "CQRS";
@@ -69,6 +70,11 @@ export function cqrsOf(d: StoredDoc, aes?: Aes): CqrsConfig {
 	return { id: d._id, eid: String(d.eid), value, active: value.active !== false, since: Number.isNaN(since) ? 0 : since };
 }
 
+/** SMS provider credentials (touch): each provider's `key` sealed at rest (lib/touch.ts), never returned or in an event. */
+function sealSms(ctx: Ctx, key: unknown, target: Record<string, unknown>, previous?: unknown): void {
+	if (key === "SMS" && isObject(target.value)) target.value = sealSmsValue((ctx.service as any).aes, target.value, previous);
+}
+
 const ContextService: ServiceSchema = {
 	name: "context",
 	created(this: any) {
@@ -81,12 +87,15 @@ const ContextService: ServiceSchema = {
 				// change event (webhook and MQTT payloads, audit) after they were sent.
 				beforeCreate(ctx, doc) {
 					if (isCqrs(doc) && isObject(doc.value)) doc.value = sealCredentials((ctx.service as any).aes, doc.value);
+					sealSms(ctx, doc.key, doc);
 				},
 				beforePatch(ctx, set, before) {
 					const key = set.key ?? before?.key;
 					if (key === "CQRS" && isObject(set.value)) set.value = sealCredentials((ctx.service as any).aes, set.value, before?.value);
+					sealSms(ctx, key, set, before?.value);
 				},
 				redact(doc) {
+					if (doc.key === "SMS" && isObject(doc.value)) return { ...doc, value: redactSmsValue(doc.value) };
 					if (doc.key !== "CQRS" || !isObject(doc.value)) return doc;
 					const { secret: _s, authorization: _a, ...value } = doc.value;
 					return { ...doc, value };
@@ -108,6 +117,15 @@ const ContextService: ServiceSchema = {
 			async handler(this: any) {
 				const docs: StoredDoc[] = await this.collectionStore("configs").find({ query: { key: "RBAC", deleted_at: null } });
 				return docs.map((d) => ({ eid: d.eid, value: d.value }));
+			},
+		},
+		/** Live `SMS` and `SMS_TEMPLATE` entries of a client, newest first, values as stored (sealed). Internal (touch). */
+		"configs.touch": {
+			visibility: "public",
+			params: { eid: "string" },
+			async handler(this: any, ctx: Context<{ eid: string }>) {
+				const docs: StoredDoc[] = await this.collectionStore("configs").find({ query: { key: { $in: ["SMS", "SMS_TEMPLATE"] }, eid: ctx.params.eid, deleted_at: null }, sort: { updated_at: -1 } });
+				return docs.map((d) => ({ key: d.key, value: d.value }));
 			},
 		},
 		/**

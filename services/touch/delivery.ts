@@ -160,10 +160,11 @@ export function deliveryActions(): Record<string, unknown> {
 					if (c === "push-histories") {
 						const attempt = Number(before.attempt ?? 1);
 						if (outcome.gone) {
-							await write(this, ctx, c, before, { ...common, status: "GONE", reason, next_at: null });
+							// The subscription goes first: once the attempt reads GONE, the subscription is already removed.
 							const sub: StoredDoc | null = await this.collectionStore("pushes").findOne({ id: before.to });
 							if (sub && (await this.collectionStore("pushes").removeMany({ id: sub._id })) > 0)
 								await this.recordChanges(ctx as unknown as Ctx, "pushes", [{ op: "d", before: sub, after: null }]);
+							await write(this, ctx, c, before, { ...common, status: "GONE", reason, next_at: null });
 							return { settled: true, state: "GONE" };
 						}
 						const delay = outcome.permanent ? undefined : touchRetryDelay(this.cfg.touchRetrySchedule, attempt);

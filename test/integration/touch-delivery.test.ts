@@ -421,7 +421,7 @@ describe("notices, health, metrics, leaks", () => {
 		expect(m.text).toMatch(/publisher_touch_sends_total\{[^}]*channel="push"[^}]*\} \d+/);
 		expect(m.text).toMatch(/publisher_touch_retries_total\{[^}]*channel="sms"[^}]*\} 1/);
 		expect(m.text).toMatch(/publisher_touch_failures_total\{[^}]*channel="push"[^}]*\} \d+/);
-		expect(m.text).toMatch(/publisher_touch_delivery_latency_count\{[^}]*channel="email"/);
+		expect(m.text).toMatch(/publisher_touch_delivery_latency_bucket\{[^}]*channel="email",le="\+Inf"\} [1-9]/);
 	});
 
 	test("no secret in any response, record, event or data file (VAPID private key only in vapid.json)", async () => {

@@ -16,19 +16,17 @@ const queue = {
 	beforeCreate(_ctx: unknown, doc: Record<string, unknown>) {
 		Object.assign(doc, queuedFields(doc.date));
 	},
+	// A new `date` on a queued message reschedules it.
+	beforePatch(_ctx: unknown, set: Record<string, unknown>, before: Record<string, unknown> | null) {
+		if (typeof set.date === "string" && before?.state === "QUEUED") set.next_at = queuedFields(set.date).next_at;
+	},
 };
 
 const TouchService: ServiceSchema = {
 	name: "touch",
 	mixins: [
 		collectionMixin(touch, {
-			emails: {
-				...queue,
-				// A new `date` on a queued email reschedules it.
-				beforePatch(_ctx, set, before) {
-					if (typeof set.date === "string" && before?.state === "QUEUED") set.next_at = queuedFields(set.date).next_at;
-				},
-			},
+			emails: queue,
 			smss: queue,
 			pushes: {
 				// The subscription's keys encrypt every message to it: sealed at rest (AES), never returned (write-only).

@@ -67,6 +67,7 @@ export const touch: DomainDef = {
 				message: { type: "string", required: true, maxLength: 2000 },
 				receptors: { type: "array", items: "string", format: "e164", required: true },
 				sender: { type: "string", maxLength: 100 },
+				date: { type: "date", description: "Scheduled send time (like an email's `date`)" },
 				res: { type: "object", platformSet: true, description: "The provider's answer (without credentials)" },
 				template: { type: "string", platformSet: true, description: "Name of the SMS_TEMPLATE the message was filled from" },
 				state: { type: "string", enum: ["QUEUED", "SENDING", "SENT", "FAILED"], platformSet: true, description: "Delivery state (docs/communications.md)" },

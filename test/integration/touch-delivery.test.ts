@@ -302,7 +302,7 @@ describe("web push", () => {
 		const r = await sendPush(ctx, { session: (jwt.decode(token) as any).session, title: "t", body: "b" });
 		const mine = r.data.items.find((i: any) => i.to === sub);
 		expect(mine).toBeDefined();
-		await until(async () => (await get(`/touch/push-histories/${mine.id}`)).body.data.status === "GONE");
+		await until(async () => (await get(`/touch/push-histories/${mine!.id}`)).body.data.status === "GONE");
 		expect((await get(`/touch/pushes/${sub}`)).status).toBe(404);
 	});
 

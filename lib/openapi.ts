@@ -148,7 +148,7 @@ function docSchema(d: DomainDef, c: CollectionDef, refs: Map<string, string>, re
 		properties[k] = fieldSchema(def, refs, { mode: "doc", readOnly: true, nullable: NULLABLE_PLATFORM.has(k) });
 	for (const [k, def] of Object.entries(SETTABLE_FIELDS)) properties[k] = fieldSchema(def, refs, { mode: "doc", nullable: true });
 	for (const [k, def] of Object.entries(c.fields))
-		if (!def.internal) properties[k] = fieldSchema(def, refs, { mode: "doc", nullable: !def.required, reveal: reveal[k], readOnly: def.platformSet });
+		if (!def.internal || k in reveal) properties[k] = fieldSchema(def, refs, { mode: "doc", nullable: !def.required, reveal: reveal[k], readOnly: def.platformSet });
 	const required = ["id", ...Object.entries(c.fields).filter(([k, f]) => f.required && (!f.writeOnly || k in reveal)).map(([k]) => k)];
 	return {
 		type: "object",

@@ -78,6 +78,17 @@ export interface PlatformConfig {
 	cursorIdleMs: number;
 	/** RATE_LIMIT (`<n>/s[,<burst>]`): requests per principal (per IP unauthenticated); undefined = off (default). */
 	rateLimit?: RateLimit;
+	/** SMTP_URL: `smtp(s)://user:pass@host:port` of the mail relay (pooled); unset = emails fail with `no transport`. Never logged. */
+	smtpUrl?: string;
+	/** VAPID_PUBLIC_KEY / VAPID_PRIVATE_KEY (base64url): unset = generated once and kept in DATA_DIR/vapid.json (0600). */
+	vapidPublicKey?: string;
+	vapidPrivateKey?: string;
+	/** VAPID_SUBJECT: `mailto:` or `https:` contact of the push sender; default `mailto:operator@<PLATFORM_ROOT_DOMAIN>`. */
+	vapidSubject?: string;
+	/** SMS_<PROVIDER>_URL / _KEY / _FROM: platform-wide SMS provider credentials (a tenant's `SMS` config entry wins). */
+	smsProviders: Record<string, { url?: string; key?: string; from?: string }>;
+	/** TOUCH_RETRY_SCHEDULE: seconds before each delivery attempt of an email, SMS or push (its length is the attempt count). */
+	touchRetrySchedule: number[];
 }
 
 export interface RateLimit {
@@ -133,12 +144,15 @@ function portOffset(v: string | undefined): number {
 /** Immediately, 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h: eight attempts over about 28 hours. */
 export const DEFAULT_RETRY_SCHEDULE = [0, 5, 300, 1800, 7200, 18000, 36000, 36000];
 
-export function retrySchedule(v: string | undefined): number[] {
-	if (v === undefined) return [...DEFAULT_RETRY_SCHEDULE];
+/** Communications: immediately, 10 s, 1 min, 5 min, 30 min, 2 h: six attempts over about 2.6 hours. */
+export const DEFAULT_TOUCH_RETRY_SCHEDULE = [0, 10, 60, 300, 1800, 7200];
+
+export function retrySchedule(v: string | undefined, fallback: readonly number[] = DEFAULT_RETRY_SCHEDULE, name = "WEBHOOK_RETRY_SCHEDULE"): number[] {
+	if (v === undefined) return [...fallback];
 	const list = v.split(",").map((x) => x.trim());
 	const nums = list.map(Number);
 	if (!list.length || list.some((x) => x === "") || nums.some((n) => !Number.isFinite(n) || n < 0))
-		throw new Error(`WEBHOOK_RETRY_SCHEDULE must be comma-separated non-negative seconds, got ${v}`);
+		throw new Error(`${name} must be comma-separated non-negative seconds, got ${v}`);
 	return nums;
 }
 
@@ -197,6 +211,18 @@ function rootUsername(v: string | undefined): string {
 	return u;
 }
 
+export const SMS_PROVIDERS = ["kavenegar", "twilio"] as const;
+
+function smsProviders(): PlatformConfig["smsProviders"] {
+	const out: PlatformConfig["smsProviders"] = {};
+	for (const p of SMS_PROVIDERS) {
+		const P = p.toUpperCase();
+		const entry = { url: env(`SMS_${P}_URL`), key: env(`SMS_${P}_KEY`), from: env(`SMS_${P}_FROM`) };
+		if (entry.url || entry.key) out[p] = entry;
+	}
+	return out;
+}
+
 export function readConfig(): PlatformConfig {
 	const services = env("SERVICES");
 	return {
@@ -240,6 +266,12 @@ export function readConfig(): PlatformConfig {
 		webhookRetrySchedule: retrySchedule(env("WEBHOOK_RETRY_SCHEDULE")),
 		cursorIdleMs: cursorIdle(env("CURSOR_IDLE_MS")),
 		rateLimit: rateLimit(env("RATE_LIMIT")),
+		smtpUrl: env("SMTP_URL"),
+		vapidPublicKey: env("VAPID_PUBLIC_KEY"),
+		vapidPrivateKey: env("VAPID_PRIVATE_KEY"),
+		vapidSubject: env("VAPID_SUBJECT"),
+		smsProviders: smsProviders(),
+		touchRetrySchedule: retrySchedule(env("TOUCH_RETRY_SCHEDULE"), DEFAULT_TOUCH_RETRY_SCHEDULE, "TOUCH_RETRY_SCHEDULE"),
 	};
 }
 

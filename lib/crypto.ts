@@ -14,6 +14,10 @@ const B64_ANY = /^[A-Za-z0-9+/_-]+={0,2}$/;
 
 /** Purpose label of the key that seals CQRS webhook credentials (context/configs). */
 export const CQRS_CREDENTIALS = "platform/cqrs-credentials";
+/** Provider keys of a tenant's `SMS` config entries. */
+export const SMS_CREDENTIALS = "platform/sms-credentials";
+/** The `keys` of a web push subscription (needed to encrypt, so sealed rather than hashed). */
+export const PUSH_KEYS = "platform/push-keys";
 
 /**
  * AES-256-GCM per contract: `base64url(iv) + "." + base64url(ciphertext ‖ tag)`. `new Aes(secret)` is the contract key,

@@ -133,7 +133,7 @@ export function validateBody(col: CollectionDef, body: unknown, mode: WriteMode,
 		out[key] = validateValue(name, def, v);
 	}
 	if (mode === "create") {
-		for (const [key, def] of Object.entries(col.fields)) if (def.required && !def.internal && out[key] === undefined) throw badRequest(`${prefix}${key} is required`);
+		for (const [key, def] of Object.entries(col.fields)) if (def.required && !def.internal && !def.readOnly && out[key] === undefined) throw badRequest(`${prefix}${key} is required`);
 		checkRules(col, out);
 	} else if (Object.keys(out).length === 0) throw badRequest(`${prefix || "body"} must change at least one field`);
 	return out;

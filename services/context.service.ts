@@ -8,10 +8,11 @@ import { context } from "../catalog/domains/context";
 import { collectionMixin, type Ctx } from "../mixins/collection.mixin";
 import { AUTHORITY_CHANGED } from "../middlewares/grant-cache";
 import type { StoredDoc } from "../mixins/stores";
-import { Aes, CQRS_CREDENTIALS } from "../lib/crypto";
+import { Aes, CQRS_CREDENTIALS, SMS_CREDENTIALS } from "../lib/crypto";
 import { configOf, loadKeys } from "../lib/config";
 import { badRequest, forbidden } from "../lib/errors";
 import { callerClient, type ClientInfo } from "./domain.service";
+import { redactSmsValue, sealSmsValue } from "../lib/touch";
 
 const isRbac = (d: StoredDoc | null) => d?.key === "RBAC";
 const isCqrs = (d: StoredDoc | null) => d?.key === "CQRS";
@@ -58,7 +59,9 @@ export function sealCredentials(aes: Aes, value: Record<string, unknown>, previo
 /** Whether a stored config holds webhook credentials: a CQRS config with a `secret` or `authorization`. */
 function holdsCredentials(d: StoredDoc | Record<string, unknown>): boolean {
 	const v = d.value;
-	return d.key === "CQRS" && isObject(v) && CREDENTIALS.some((k) => typeof v[k] === "string");
+	if (!isObject(v)) return false;
+	if (d.key === "SMS") return Object.values(v).some((e) => isObject(e) && typeof e.key === "string");
+	return d.key === "CQRS" && CREDENTIALS.some((k) => typeof v[k] === "string");
 }
 
 const NOT_CALLERS = "eid must be the caller's client";
@@ -107,12 +110,19 @@ export function cqrsOf(d: StoredDoc, aes?: Aes): CqrsConfig {
 	return { id: d._id, eid: String(d.eid), value, active: value.active !== false, since: Number.isNaN(since) ? 0 : since };
 }
 
+/** SMS provider credentials (touch): each provider's `key` sealed at rest (lib/touch.ts), never returned or in an event. */
+function sealSms(ctx: Ctx, key: unknown, target: Record<string, unknown>, previous?: unknown): void {
+	if (key === "SMS" && isObject(target.value)) target.value = sealSmsValue((ctx.service as any).smsAes, target.value, previous);
+}
+
 const ContextService: ServiceSchema = {
 	name: "context",
 	created(this: any) {
 		// Webhook credentials have a key of their own: a value sealed here never opens as an x-api-key, TOTP secret or
 		// APT cache record, nor the other way round.
-		this.aes = Aes.forPurpose(loadKeys(configOf(this.broker)).aesSecret, CQRS_CREDENTIALS);
+		const secret = loadKeys(configOf(this.broker)).aesSecret;
+		this.aes = Aes.forPurpose(secret, CQRS_CREDENTIALS);
+		this.smsAes = Aes.forPurpose(secret, SMS_CREDENTIALS);
 	},
 	mixins: [
 		collectionMixin(context, {
@@ -125,6 +135,7 @@ const ContextService: ServiceSchema = {
 					const client = await eidClient(ctx, doc.eid as string);
 					if (isRbac(doc)) checkRbacDomains(doc.value, client);
 					if (isCqrs(doc) && isObject(doc.value)) doc.value = sealCredentials((ctx.service as any).aes, doc.value);
+					sealSms(ctx, doc.key, doc);
 				},
 				async beforePatch(ctx, set, before) {
 					if ("eid" in set) {
@@ -143,6 +154,7 @@ const ContextService: ServiceSchema = {
 					if (set.key !== undefined && set.key !== before.key && holdsCredentials(before)) throw badRequest("key cannot change while the config holds credentials");
 					const key = set.key ?? before.key;
 					if (key === "RBAC" && (set.value !== undefined || set.eid !== undefined || set.key !== undefined)) checkRbacDomains(set.value ?? before.value, client);
+					sealSms(ctx, key, set, before.value);
 					if (key !== "CQRS") return;
 					const aes = (ctx.service as any).aes as Aes;
 					if (before.key === "CQRS") {
@@ -156,6 +168,7 @@ const ContextService: ServiceSchema = {
 				// `secret` and `authorization` of a value are hidden in every config, whatever its key: the key, which a caller
 				// writes, never decides (a config that becomes CQRS must not show or emit what it held as another key).
 				redact(doc) {
+					if (doc.key === "SMS" && isObject(doc.value)) doc = { ...doc, value: redactSmsValue(doc.value) };
 					if (!isObject(doc.value) || !CREDENTIALS.some((k) => k in (doc.value as Record<string, unknown>))) return doc;
 					const { secret: _s, authorization: _a, ...value } = doc.value;
 					return { ...doc, value };
@@ -177,6 +190,15 @@ const ContextService: ServiceSchema = {
 			async handler(this: any) {
 				const docs: StoredDoc[] = await this.collectionStore("configs").find({ query: { key: "RBAC", deleted_at: null } });
 				return docs.map((d) => ({ eid: d.eid, value: d.value }));
+			},
+		},
+		/** Live `SMS` and `SMS_TEMPLATE` entries of a client, newest first, values as stored (sealed). Internal (touch). */
+		"configs.touch": {
+			visibility: "public",
+			params: { eid: "string" },
+			async handler(this: any, ctx: Context<{ eid: string }>) {
+				const docs: StoredDoc[] = await this.collectionStore("configs").find({ query: { key: { $in: ["SMS", "SMS_TEMPLATE"] }, eid: ctx.params.eid, deleted_at: null }, sort: { updated_at: -1 } });
+				return docs.map((d) => ({ key: d.key, value: d.value }));
 			},
 		},
 		/**

@@ -1,8 +1,48 @@
-/** touch: the standard collection pattern on every collection of the domain (catalog/domains/touch.ts). */
+/**
+ * touch: the standard collection pattern on every collection of the domain (catalog/domains/touch.ts), plus what
+ * communications need (docs/communications.md): emails and SMS are queued for delivery as they are created (a future
+ * `date` schedules an email), push subscription `keys` are sealed at rest, and the internal delivery actions the
+ * publisher's delivery engine claims and settles records through (services/touch/delivery.ts). The send operations
+ * are the functions of services/touch/send.ts, routed as special actions.
+ */
 import type { ServiceSchema } from "moleculer";
 import { touch } from "../catalog/domains/touch";
 import { collectionMixin } from "../mixins/collection.mixin";
+import { sealPushKeys } from "../lib/touch";
+import { deliveryActions, deliveryState } from "./touch/delivery";
+import { queuedFields } from "./touch/send";
 
-const TouchService: ServiceSchema = { name: "touch", mixins: [collectionMixin(touch)] };
+const queue = {
+	beforeCreate(_ctx: unknown, doc: Record<string, unknown>) {
+		Object.assign(doc, queuedFields(doc.date));
+	},
+	// A new `date` on a queued message reschedules it.
+	beforePatch(_ctx: unknown, set: Record<string, unknown>, before: Record<string, unknown> | null) {
+		if (typeof set.date === "string" && before?.state === "QUEUED") set.next_at = queuedFields(set.date).next_at;
+	},
+};
+
+const TouchService: ServiceSchema = {
+	name: "touch",
+	mixins: [
+		collectionMixin(touch, {
+			emails: queue,
+			smss: queue,
+			pushes: {
+				// The subscription's keys encrypt every message to it: sealed at rest (AES), never returned (write-only).
+				beforeCreate(ctx, doc) {
+					doc.keys = sealPushKeys((ctx.service as any).aes, doc.keys);
+				},
+				beforePatch(ctx, set) {
+					if (set.keys !== undefined) set.keys = sealPushKeys((ctx.service as any).aes, set.keys);
+				},
+			},
+		}),
+	],
+	actions: deliveryActions() as ServiceSchema["actions"],
+	created(this: any) {
+		deliveryState(this);
+	},
+};
 
 export default TouchService;

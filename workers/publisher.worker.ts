@@ -4,6 +4,7 @@
  * (found through `preserver.brokerUrl`). Reads the change stream as its own consumer group: a change counts as
  * handled once the broker acknowledged every one of its messages (PUBACK), so a broker outage delays messages and
  * never loses them (at least once: a subscriber may see a message twice).
+ * It is also the outbound relay of email, SMS and Web Push (workers/publisher/delivery.ts, docs/communications.md).
  */
 import mqtt, { type MqttClient } from "mqtt";
 import { randomBytes } from "crypto";
@@ -13,6 +14,7 @@ import type { OutboxRecord } from "../mixins/outbox";
 import { WORKER_PORTS } from "./index";
 import { BROKER_URL_ACTION } from "./preserver.worker";
 import { workerService } from "./worker";
+import { Delivery } from "./publisher/delivery";
 
 const CONNECT_WAIT_MS = 5_000;
 const PUBACK_TIMEOUT_MS = 10_000;
@@ -47,7 +49,7 @@ export default workerService(
 			await this.publishChange(rec);
 		},
 		async checks(this: any) {
-			return { "mqtt broker": !!(this.mqtt as MqttClient | undefined)?.connected };
+			return { "mqtt broker": !!(this.mqtt as MqttClient | undefined)?.connected, ...(await (this.delivery as Delivery).checks()) };
 		},
 	},
 	{
@@ -57,15 +59,19 @@ export default workerService(
 			this.publisherSecret = publisherPassword(loadKeys(cfg).jwtSecret);
 			if (this.broker.isMetricsEnabled() && !this.broker.metrics.hasMetric(MESSAGES_TOTAL))
 				this.broker.metrics.register({ type: "counter", name: MESSAGES_TOTAL, labelNames: ["kind"], description: "MQTT messages acknowledged by the broker, by topic kind" });
+			// Outbound email, SMS and Web Push (workers/publisher/delivery.ts): its own consumer group of the change stream.
+			this.delivery = new Delivery(this.broker, cfg, this.logger);
 		},
 
 		async started(this: any) {
+			await (this.delivery as Delivery).start(this.stream);
 			// Connect now so /status reports the broker from the start; a broker that is down is retried on use.
 			await this.client().catch((err: Error) => this.logger.warn(`publisher: MQTT broker not reachable yet (${err.message}); retrying`));
 		},
 
 		async stopped(this: any) {
 			this.stopping = true;
+			await (this.delivery as Delivery).stop();
 			await this.dropClient();
 		},
 

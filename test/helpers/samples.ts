@@ -142,15 +142,20 @@ function special(path: string, n: number, domain: string): Record<string, unknow
 		case "touch/pushes":
 			return { keys: { p256dh: `BPk${n}sample`, auth: `auth${n}` }, expiration: 1_900_000_000 + n };
 		case "touch/emails":
-			return { from: `Sample Sender <sender${n}@example.com>`, html: `<p>hello ${n}</p>`, text: `hello ${n}` };
+			// Scheduled far ahead: sample messages stay QUEUED (the publisher would otherwise change them while a test reads).
+			return { from: `Sample Sender <sender${n}@example.com>`, html: `<p>hello ${n}</p>`, text: `hello ${n}`, date: scheduled(n) };
 		case "touch/smss":
-			return { receptors: ["+14155550123"] };
+			return { receptors: ["+14155550123"], date: scheduled(n) };
+		case "touch/push-histories":
+			return { next_at: scheduled(n) };
 		case "special/stats":
 			return { period: "daily", bucket: "2024-01-01", created: n, updated: 0, deleted: 0, restored: 0 };
 		default:
 			return {};
 	}
 }
+
+const scheduled = (n: number) => new Date(Date.UTC(2100, 0, 1 + (n % 28), 12, 0, 0)).toISOString();
 
 /** A valid create body for the collection. `n` varies the values (bulk items, several documents). */
 export function sampleBody(ref: CollectionRef | string, n = 0, opts: SampleOptions = {}): Record<string, unknown> {
@@ -177,7 +182,7 @@ export function patchField(ref: CollectionRef | string): string {
 	// A config's key and value cannot be set by a bulk patch (each config's credentials decide): `description` instead.
 	if (c.path === "identity/users" || c.path === "auth/grants" || c.path === "context/configs") return "description";
 	const f = Object.entries(c.collection.fields).find(
-		([, d]) => d.type === "string" && !d.format && !d.enum && !d.relation && !d.writeOnly && !d.internal,
+		([, d]) => d.type === "string" && !d.format && !d.enum && !d.relation && !d.writeOnly && !d.internal && !d.readOnly,
 	);
 	return f ? f[0] : "description";
 }

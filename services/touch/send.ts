@@ -1,0 +1,144 @@
+/**
+ * The send operations of touch (CONTRACTS.md "Communications (touch)"), as plain functions the special-action routing
+ * calls after the authority layer (`send:touch:<collection>`). Each validates its body, records the message through
+ * the collection engine's write path (one change event per record) and answers at once: delivery happens later, from
+ * the change stream, in the publisher's delivery engine (workers/publisher/delivery.ts).
+ *
+ * `ctx` is the action context of the touch service: `ctx.service` the touch service instance, `ctx.locals.plan` the
+ * access plan the authority middleware attached (its `token`, its `filter` = the caller's view of the collection, its
+ * `fields`), or, without a plan, `ctx.meta.token` (then the caller's view of pushes is its own subscriptions).
+ */
+import type { Context } from "moleculer";
+import { findCollection } from "../../catalog";
+import { objectId } from "../../lib/crypto";
+import { ApiError, badRequest, conflict, notFound } from "../../lib/errors";
+import type { AccessPlan } from "../../lib/plan";
+import { present } from "../../lib/present";
+import { fillTemplate } from "../../lib/touch";
+import { identityOf, type Doc, type TokenClaims } from "../../lib/types";
+import { isPlainObject, validateBody, validateValue } from "../../lib/validate";
+import { loadVapid } from "../../lib/vapid";
+import { configOf } from "../../lib/config";
+import { platformDoc } from "../../mixins/collection.mixin";
+import { isDuplicateKeyError, type StoredDoc } from "../../mixins/stores";
+
+/** What every send needs from its context (a Moleculer Context of the touch service, or the same shape). */
+export type SendCtx = Pick<Context, "call"> & {
+	service: any;
+	meta: { token?: TokenClaims };
+	locals?: Record<string, unknown>;
+};
+
+const col = (name: string) => findCollection("touch", name)!.collection;
+
+/** Largest JSON of a push message: RFC 8291 records carry at most 4,096 bytes, less the encryption overhead. */
+export const MAX_PUSH_BYTES = 3000;
+
+function callerOf(ctx: SendCtx): { token: TokenClaims; plan?: AccessPlan } {
+	const plan = ctx.locals?.plan as AccessPlan | undefined;
+	const token = plan?.token ?? ctx.meta?.token;
+	if (!token) throw new ApiError(502, "authorization layers were not applied");
+	return { token, plan };
+}
+
+function stampsOf(token: TokenClaims) {
+	return { owner: identityOf(token), cid: token.cid, aid: token.aid, coworkers: token.coworker ? token.coworker.split(" ").filter(Boolean) : [] };
+}
+
+/** The delivery fields of a new email or SMS: queued, due at `date` (a future one schedules it) or now. */
+export function queuedFields(date?: unknown): Record<string, unknown> {
+	const now = new Date().toISOString();
+	const at = typeof date === "string" && date > now ? date : now;
+	return { state: "QUEUED", attempts: 0, next_at: at };
+}
+
+async function insertRecords(ctx: SendCtx, collection: string, docs: StoredDoc[]): Promise<void> {
+	const store = ctx.service.collectionStore(collection);
+	try {
+		if (docs.length === 1) await store.insert(docs[0]);
+		else await store.insertMany(docs);
+	} catch (err) {
+		if (isDuplicateKeyError(err)) throw conflict("ref already exists");
+		throw err;
+	}
+	await ctx.service.recordChanges(ctx, collection, docs.map((after) => ({ op: "c" as const, before: null, after })));
+}
+
+async function createQueued(ctx: SendCtx, collection: "emails" | "smss", body: Record<string, unknown>, extra: Record<string, unknown> = {}): Promise<{ data: Doc }> {
+	const { token, plan } = callerOf(ctx);
+	const c = col(collection);
+	const clean = validateBody(c, body, "create");
+	const doc = platformDoc({ ...clean, ...extra, ...queuedFields(clean.date) }, stampsOf(token));
+	await insertRecords(ctx, collection, [doc]);
+	return { data: present(c, doc, plan?.fields ?? null) };
+}
+
+/** `POST /touch/emails/send` `{ ...email fields }` → `{ data: email }` (state QUEUED; `provider` defaults to nodemailer). */
+export function sendEmail(ctx: SendCtx, body: unknown): Promise<{ data: Doc }> {
+	if (!isPlainObject(body)) throw badRequest("body must be a JSON object");
+	return createQueued(ctx, "emails", { provider: "nodemailer", ...body });
+}
+
+/** `POST /touch/smss/send` `{ provider, receptors, message, sender? }` → `{ data: sms }` (state QUEUED). */
+export function sendSms(ctx: SendCtx, body: unknown): Promise<{ data: Doc }> {
+	if (!isPlainObject(body)) throw badRequest("body must be a JSON object");
+	return createQueued(ctx, "smss", body);
+}
+
+/**
+ * `POST /touch/smss/send/template` `{ provider, receptors, template, params, sender? }` → `{ data: sms }`: the caller's
+ * tenant's `SMS_TEMPLATE` config entry named `template`, its `{{param}}` slots filled from `params`, sent as the message.
+ */
+export async function sendSmsTemplate(ctx: SendCtx, body: unknown): Promise<{ data: Doc }> {
+	if (!isPlainObject(body)) throw badRequest("body must be a JSON object");
+	const { template, params, ...rest } = body;
+	for (const k of Object.keys(rest)) if (!["provider", "receptors", "sender"].includes(k)) throw badRequest(`${k} is not allowed in a template SMS (provider, receptors, template, params, sender)`);
+	if (typeof template !== "string" || !template || template.length > 200) throw badRequest("template must be the name of an SMS_TEMPLATE config entry");
+	if (params !== undefined && !isPlainObject(params)) throw badRequest("params must be an object");
+	const { token } = callerOf(ctx);
+	const entries = (await ctx.call("context.configs.touch", { eid: token.cid })) as Array<{ key: string; value: any }>;
+	const entry = entries.find((e) => e.key === "SMS_TEMPLATE" && isPlainObject(e.value) && e.value.name === template && typeof e.value.text === "string");
+	if (!entry) throw notFound(`SMS template ${template} is not defined`);
+	const message = fillTemplate(entry.value.text, (params as Record<string, unknown>) ?? {});
+	return createQueued(ctx, "smss", { ...rest, message }, { template });
+}
+
+/**
+ * `POST /touch/pushes/send` `{ push?, session?, title, body, url?, data? }` → `{ data: { items: <push-histories>, total } }`:
+ * one queued push-histories record per target subscription (the named one, or every one of the session) in the
+ * caller's view. A named subscription outside the view answers 404.
+ */
+export async function sendPush(ctx: SendCtx, body: unknown): Promise<{ data: { items: Doc[]; total: number } }> {
+	if (!isPlainObject(body)) throw badRequest("body must be a JSON object");
+	for (const k of Object.keys(body)) if (!["push", "session", "title", "body", "url", "data"].includes(k)) throw badRequest(`${k} is not allowed in a push (push, session, title, body, url, data)`);
+	const { push, session, title, body: text, url, data } = body;
+	if (push === undefined && session === undefined) throw badRequest("push or session is required");
+	if (push !== undefined) validateValue("push", { type: "string", format: "objectId" }, push);
+	if (session !== undefined) validateValue("session", { type: "string", format: "objectId" }, session);
+	if (typeof title !== "string" || !title) throw badRequest("title is required");
+	validateValue("title", { type: "string", maxLength: 1000 }, title);
+	if (typeof text !== "string") throw badRequest("body is required");
+	validateValue("body", { type: "string", maxLength: 3000 }, text);
+	if (url !== undefined) validateValue("url", { type: "string", format: "uri", maxLength: 2000 }, url);
+	if (data !== undefined) validateValue("data", { type: "object" }, data);
+	const message: Record<string, unknown> = { title, body: text, ...(url !== undefined ? { url } : {}), ...(data !== undefined ? { data } : {}) };
+	if (Buffer.byteLength(JSON.stringify(message)) > MAX_PUSH_BYTES) throw badRequest(`the push message is too large (at most ${MAX_PUSH_BYTES} bytes of JSON)`);
+
+	const { token, plan } = callerOf(ctx);
+	const view = plan?.filter ?? { owner: identityOf(token), deleted_at: null };
+	const target = push !== undefined ? { id: push, ...(session !== undefined ? { session } : {}) } : { session };
+	const subs: StoredDoc[] = await ctx.service.collectionStore("pushes").find({ query: { $and: [view, { deleted_at: null }, target] }, sort: { _id: 1 }, limit: 1000 });
+	if (push !== undefined && !subs.length) throw notFound();
+	const now = new Date().toISOString();
+	const docs = subs.map((s) =>
+		platformDoc({ _id: objectId(), to: s._id, session: s.session, message, status: "QUEUED", attempt: 1, next_at: now }, stampsOf(token)),
+	);
+	if (docs.length) await insertRecords(ctx, "push-histories", docs);
+	const histories = col("push-histories");
+	return { data: { items: docs.map((d) => present(histories, d)), total: docs.length } };
+}
+
+/** `GET /touch/pushes/vapid` (read:touch:pushes) → `{ data: { public_key } }`: the applicationServerKey for subscriptions. */
+export function vapidPublicKey(ctx: Pick<SendCtx, "service">): { data: { public_key: string } } {
+	return { data: { public_key: loadVapid(configOf(ctx.service.broker)).publicKey } };
+}

@@ -48,8 +48,12 @@ export interface SpecialDef {
 	implemented?: boolean;
 	/** Request body fields (OpenAPI and the handler's validation). */
 	body?: Record<string, FieldDef>;
-	/** What the answer holds: one document of this collection (`data`), or of another (`data:<service>/<collection>`). */
-	answer?: string;
+	/**
+	 * What the answer holds: `data` (one document of this collection), `items` (`{ items, total }` of them),
+	 * `data-items` (`{ data: { items, total } }`), each optionally of another collection (`items:<service>/<collection>`);
+	 * or `{ data: fields }`, a plain object under `data`.
+	 */
+	answer?: string | { data: Record<string, FieldDef> };
 	/** Error statuses the special may answer beyond 400/401/403 (OpenAPI). */
 	errors?: readonly number[];
 }

@@ -586,11 +586,18 @@ function specialOp(r: RouteDef): OpParts {
 	const d = r.domain!;
 	const c = r.collection!;
 	let answer: Schema = {};
-	if (s.answer === "data") answer = envelope.data(ref("schemas", schemaName(d, c)));
-	else if (s.answer?.startsWith("data:")) {
-		const [svc, col] = s.answer.slice(5).split("/");
-		const target = d.name === svc ? d.collections.find((x) => x.name === col) : undefined;
-		answer = envelope.data(ref("schemas", target ? schemaName(d, target) : pascal(`${svc} ${col}`)));
+	if (typeof s.answer === "object") {
+		// A plain object under `data` (not a document), described field by field.
+		const properties: Record<string, Schema> = {};
+		for (const [k, def] of Object.entries(s.answer.data)) properties[k] = fieldSchema(def, new Map(), { mode: "doc" });
+		answer = envelope.data({ type: "object", properties, required: Object.keys(s.answer.data) });
+	} else if (s.answer) {
+		// `<kind>` or `<kind>:<service>/<collection>`: documents of this collection, or of the named one.
+		const [kind, target] = s.answer.split(":");
+		const [svc, col] = target ? target.split("/") : [d.name, c.name];
+		const own = d.name === svc ? d.collections.find((x) => x.name === col) : undefined;
+		const doc = ref("schemas", own ? schemaName(d, own) : pascal(`${svc} ${col}`));
+		answer = kind === "items" ? envelope.items(doc) : kind === "data-items" ? envelope.data(envelope.items(doc)) : envelope.data(doc);
 	}
 	let requestBody: Schema | undefined;
 	if (s.body) {

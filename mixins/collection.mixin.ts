@@ -146,7 +146,7 @@ export const USERS_OUTSIDE_TENANT = "identity.users.outsideTenant";
  * client of its token and the coworkers the token acts for (where the document lands), or those clients themselves.
  * One call for every id of the request, none when no `shares` is given.
  */
-async function assertShares(ctx: Ctx, token: TokenClaims, lists: unknown[]): Promise<void> {
+export async function assertShares(ctx: Ctx, token: TokenClaims, lists: unknown[]): Promise<void> {
 	const ids = [...new Set(lists.flatMap((l) => (Array.isArray(l) ? l : [])).map(String))];
 	if (!ids.length) return;
 	const { outside } = await ctx.call<{ outside: string[] }, { tenants: string[]; uid?: string; ids: string[] }>(USERS_OUTSIDE_TENANT, { tenants: clientsOf(token), uid: token.uid, ids });

@@ -10,7 +10,7 @@ import { touch } from "../catalog/domains/touch";
 import { collectionMixin } from "../mixins/collection.mixin";
 import { sealPushKeys } from "../lib/touch";
 import { deliveryActions, deliveryState } from "./touch/delivery";
-import { queuedFields } from "./touch/send";
+import { queuedFields, sendEmail, sendPush, sendSms, sendSmsTemplate, vapidPublicKey } from "./touch/send";
 
 const queue = {
 	beforeCreate(_ctx: unknown, doc: Record<string, unknown>) {
@@ -26,9 +26,10 @@ const TouchService: ServiceSchema = {
 	name: "touch",
 	mixins: [
 		collectionMixin(touch, {
-			emails: queue,
-			smss: queue,
+			emails: { ...queue, specials: { send: (ctx) => sendEmail(ctx, ctx.params.body) } },
+			smss: { ...queue, specials: { send: (ctx) => sendSms(ctx, ctx.params.body), "send/template": (ctx) => sendSmsTemplate(ctx, ctx.params.body) } },
 			pushes: {
+				specials: { send: (ctx) => sendPush(ctx, ctx.params.body), vapid: async (ctx) => vapidPublicKey(ctx) },
 				// The subscription's keys encrypt every message to it: sealed at rest (AES), never returned (write-only).
 				beforeCreate(ctx, doc) {
 					doc.keys = sealPushKeys((ctx.service as any).aes, doc.keys);

@@ -1,4 +1,7 @@
-import type { DomainDef } from "../types";
+import type { DomainDef, FieldDef } from "../types";
+
+/** A send's body: the collection's settable fields (the record it creates), set below from the definitions. */
+const SEND_BODY: Record<"emails" | "smss", Record<string, FieldDef>> = { emails: {}, smss: {} };
 
 export const touch: DomainDef = {
 	name: "touch",
@@ -31,7 +34,13 @@ export const touch: DomainDef = {
 				lease_until: { type: "date", internal: true },
 			},
 			rules: [{ anyOf: ["html", "text"], message: "an email needs html or text" }],
-			specials: [{ action: "send", method: "POST", path: "send", description: "Send an email" }],
+			specials: [
+				{
+					action: "send", method: "POST", path: "send", implemented: true,
+					description: "Record an email and queue it for delivery over SMTP (a future `date` schedules it); answers once queued, `state: QUEUED`",
+					body: SEND_BODY.emails, answer: "data",
+				},
+			],
 		},
 		{
 			name: "notices",
@@ -57,7 +66,26 @@ export const touch: DomainDef = {
 				endpoint: { type: "string", required: true, format: "uri" },
 				expiration: { type: "number", required: true },
 			},
-			specials: [{ action: "send", method: "POST", path: "send", description: "Send a web push" }],
+			specials: [
+				{
+					action: "send", method: "POST", path: "send", implemented: true,
+					description: "Queue a Web Push message to the named subscription (`push`) or to every subscription of a session: one push-histories record per target",
+					body: {
+						push: { type: "string", format: "objectId", description: "A subscription (touch/pushes id) of the caller's view" },
+						session: { type: "string", format: "objectId", description: "Every subscription of this session" },
+						title: { type: "string", required: true, maxLength: 1000 },
+						body: { type: "string", required: true, maxLength: 3000 },
+						url: { type: "string", format: "uri", description: "Opened when the notification is clicked" },
+						data: { type: "object", description: "Free-form data for the service worker" },
+					},
+					answer: "data-items:touch/push-histories", errors: [404],
+				},
+				{
+					action: "read", method: "GET", path: "vapid", implemented: true,
+					description: "The VAPID public key (applicationServerKey) browsers subscribe with",
+					answer: { data: { public_key: { type: "string", description: "Base64url P-256 public key" } } },
+				},
+			],
 		},
 		{
 			name: "smss",
@@ -79,8 +107,23 @@ export const touch: DomainDef = {
 				lease_until: { type: "date", internal: true },
 			},
 			specials: [
-				{ action: "send", method: "POST", path: "send", description: "Send an SMS" },
-				{ action: "send", method: "POST", path: "send/template", description: "Send a template SMS with parameters" },
+				{
+					action: "send", method: "POST", path: "send", implemented: true,
+					description: "Record an SMS and queue it for delivery through the named provider (`kavenegar`, `twilio`)",
+					body: SEND_BODY.smss, answer: "data",
+				},
+				{
+					action: "send", method: "POST", path: "send/template", implemented: true,
+					description: "Fill a tenant's SMS_TEMPLATE config entry with `params` and queue it like a send",
+					body: {
+						provider: { type: "string", required: true, enum: ["kavenegar", "twilio"] },
+						receptors: { type: "array", items: "string", format: "e164", required: true },
+						template: { type: "string", required: true, maxLength: 200, description: "`name` of an SMS_TEMPLATE config entry of the caller's client" },
+						params: { type: "object", description: "Values of the template's `{{param}}` slots" },
+						sender: { type: "string", maxLength: 100 },
+					},
+					answer: "data", errors: [404],
+				},
 			],
 		},
 		{
@@ -103,3 +146,8 @@ export const touch: DomainDef = {
 		},
 	],
 };
+
+for (const name of ["emails", "smss"] as const) {
+	const fields = touch.collections.find((c) => c.name === name)!.fields;
+	for (const [k, def] of Object.entries(fields)) if (!def.internal && !def.readOnly) SEND_BODY[name][k] = def;
+}

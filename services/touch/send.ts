@@ -11,7 +11,7 @@
 import type { Context } from "moleculer";
 import { findCollection } from "../../catalog";
 import { objectId } from "../../lib/crypto";
-import { ApiError, badRequest, conflict, notFound } from "../../lib/errors";
+import { ApiError, badRequest, conflict, forbidden, notFound } from "../../lib/errors";
 import type { AccessPlan } from "../../lib/plan";
 import { present } from "../../lib/present";
 import { fillTemplate } from "../../lib/touch";
@@ -19,7 +19,8 @@ import { identityOf, type Doc, type TokenClaims } from "../../lib/types";
 import { isPlainObject, validateBody, validateValue } from "../../lib/validate";
 import { loadVapid } from "../../lib/vapid";
 import { configOf } from "../../lib/config";
-import { platformDoc } from "../../mixins/collection.mixin";
+import { assertShares, platformDoc, type Ctx } from "../../mixins/collection.mixin";
+import { matchesFilter } from "../../mixins/stores/nedb.store";
 import { isDuplicateKeyError, type StoredDoc } from "../../mixins/stores";
 
 /** What every send needs from its context (a Moleculer Context of the touch service, or the same shape). */
@@ -69,6 +70,9 @@ async function createQueued(ctx: SendCtx, collection: "emails" | "smss", body: R
 	const c = col(collection);
 	const clean = validateBody(c, body, "create");
 	const doc = platformDoc({ ...clean, ...extra, ...queuedFields(clean.date) }, stampsOf(token));
+	// The same rules as a create: the record stays inside the caller's view (grant row filter), shares stay in the tenant.
+	if (plan && !matchesFilter(doc, plan.filter)) throw forbidden("document is outside the grant filter");
+	await assertShares(ctx as unknown as Ctx, token, [doc.shares]);
 	await insertRecords(ctx, collection, [doc]);
 	return { data: present(c, doc, plan?.fields ?? null) };
 }

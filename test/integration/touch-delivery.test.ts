@@ -13,7 +13,6 @@ import mqtt from "mqtt";
 import { SMTPServer } from "smtp-server";
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
 import { LeakWatch } from "../helpers/auth";
-import { sendEmail, sendPush, sendSms, sendSmsTemplate, vapidPublicKey, type SendCtx } from "../../services/touch/send";
 import { Delivery } from "../../workers/publisher/delivery";
 import { sharedStream } from "../../workers/stream";
 import type { Job } from "../../services/touch/delivery";
@@ -47,7 +46,6 @@ let smsServer: http.Server;
 let pushBase = "";
 let smsBase = "";
 let token = "";
-let ctx: SendCtx;
 let leak: LeakWatch;
 let flaky = 0;
 let kavFailures = 0;
@@ -128,8 +126,6 @@ beforeAll(async () => {
 	leak = new LeakWatch(p);
 	for (const [v, k] of [[SMTP_PASS, "smtp password"], [KAV_KEY, "kavenegar key"], [TW_TOKEN, "twilio token"], [TW_SID, "twilio sid"]] as const) leak.secret(v, k, true);
 	token = await p.rootToken();
-	const svc = p.broker.getLocalService("touch") as any;
-	ctx = { service: svc, meta: { token: jwt.decode(token) as any }, call: ((a: string, prm: unknown) => p.broker.call(a, prm)) as any };
 });
 
 afterAll(async () => {
@@ -138,6 +134,23 @@ afterAll(async () => {
 	pushServer?.close();
 	smsServer?.close();
 });
+
+/** The send routes, over HTTP through the gateway and the authority layer; a non-200 answer rejects with its error body. */
+async function send(pth: string, body: unknown): Promise<any> {
+	const r = await leak.http("POST", pth, { token, body });
+	if (r.status !== 200) throw { code: r.status, message: r.body?.message, body: r.body };
+	expect(r.headers.get("content-type")).toMatch(/^application\/json/);
+	return r.body;
+}
+const sendEmail = (body: unknown) => send("/touch/emails/send", body);
+const sendSms = (body: unknown) => send("/touch/smss/send", body);
+const sendSmsTemplate = (body: unknown) => send("/touch/smss/send/template", body);
+const sendPush = (body: unknown) => send("/touch/pushes/send", body);
+async function vapidPublicKey(): Promise<string> {
+	const r = await get("/touch/pushes/vapid");
+	expect(r.status).toBe(200);
+	return r.body.data.public_key;
+}
 
 const email = (n: number, extra: Record<string, unknown> = {}) => ({
 	to: [`user${n}@example.com`],
@@ -149,7 +162,7 @@ const email = (n: number, extra: Record<string, unknown> = {}) => ({
 
 describe("email", () => {
 	test("sendEmail queues the record and the SMTP server receives it; the record becomes SENT with smtp metadata", async () => {
-		const r = await sendEmail(ctx, email(1));
+		const r = await sendEmail(email(1));
 		expect(r.data.state).toBe("QUEUED");
 		expect(r.data.provider).toBe("nodemailer");
 		const id = r.data.id;
@@ -176,13 +189,13 @@ describe("email", () => {
 		const r = await leak.http("POST", "/touch/emails", { token, body: { provider: "nodemailer", ...email(3), state: "SENT" } });
 		expect(r.status).toBe(400);
 		expect(r.body).toEqual({ statusCode: 400, message: "state is set by the platform", error: "Bad Request" });
-		await expect(sendEmail(ctx, { ...email(3), smtp: { accepted: [] } })).rejects.toMatchObject({ code: 400, message: "smtp is set by the platform" });
-		await expect(sendEmail(ctx, { subject: "x" })).rejects.toMatchObject({ code: 400, message: "to is required" });
+		await expect(sendEmail({ ...email(3), smtp: { accepted: [] } })).rejects.toMatchObject({ code: 400, message: "smtp is set by the platform" });
+		await expect(sendEmail({ subject: "x" })).rejects.toMatchObject({ code: 400, message: "to is required" });
 	});
 
 	test("a future date schedules the email: nothing is sent before it", async () => {
 		const at = new Date(Date.now() + 2500).toISOString();
-		const r = await sendEmail(ctx, email(4, { date: at }));
+		const r = await sendEmail(email(4, { date: at }));
 		expect(r.data.next_at).toBe(at);
 		await sleep(1500);
 		expect(mails.find((m) => m.id === r.data.id)).toBeUndefined();
@@ -197,7 +210,7 @@ describe("email", () => {
 		await second.start(sharedStream(p.cfg));
 		try {
 			const ids: string[] = [];
-			for (let i = 0; i < 12; i++) ids.push((await sendEmail(ctx, email(100 + i))).data.id);
+			for (let i = 0; i < 12; i++) ids.push((await sendEmail(email(100 + i))).data.id);
 			await until(async () => {
 				const r = await get(`/touch/emails?query=${encodeURIComponent(JSON.stringify({ id: { $in: ids }, state: "SENT" }))}&pagination=${encodeURIComponent(JSON.stringify({ limit: 100 }))}`);
 				return r.body.total === 12;
@@ -282,14 +295,14 @@ describe("web push", () => {
 	test("the push service receives an aes128gcm payload the subscription's private key decrypts, with a valid VAPID JWT", async () => {
 		leak.secret(keys().auth, "push auth secret", true);
 		const sub = await subscribe("/push/ok/1");
-		const r = await sendPush(ctx, { push: sub, title: "Hi", body: "there", url: "https://example.com/x", data: { n: 1 } });
+		const r = await sendPush({ push: sub, title: "Hi", body: "there", url: "https://example.com/x", data: { n: 1 } });
 		expect(r.data.total).toBe(1);
 		expect(r.data.items[0]).toMatchObject({ to: sub, status: "QUEUED", attempt: 1 });
 		const hit = await until(() => pushHits.find((h) => h.url === "/push/ok/1"));
 		expect(hit.headers["content-encoding"]).toBe("aes128gcm");
 		expect(Number(hit.headers.ttl)).toBeGreaterThan(0);
 		expect(JSON.parse(decryptPush(hit.body, ua, auth))).toEqual({ title: "Hi", body: "there", url: "https://example.com/x", data: { n: 1 } });
-		verifyVapid(String(hit.headers.authorization), pushBase, vapidPublicKey(ctx).data.public_key);
+		verifyVapid(String(hit.headers.authorization), pushBase, await vapidPublicKey());
 		const h = await until(async () => {
 			const d = (await get(`/touch/push-histories/${r.data.items[0].id}`)).body.data;
 			return d.status === "SENT" ? d : undefined;
@@ -299,7 +312,7 @@ describe("web push", () => {
 
 	test("a 410 marks the attempt GONE and removes the subscription", async () => {
 		const sub = await subscribe("/push/gone/1");
-		const r = await sendPush(ctx, { session: (jwt.decode(token) as any).session, title: "t", body: "b" });
+		const r = await sendPush({ session: (jwt.decode(token) as any).session, title: "t", body: "b" });
 		const mine = r.data.items.find((i: any) => i.to === sub);
 		expect(mine).toBeDefined();
 		await until(async () => (await get(`/touch/push-histories/${mine!.id}`)).body.data.status === "GONE");
@@ -308,7 +321,7 @@ describe("web push", () => {
 
 	test("a failing push service is retried with backoff, one push-histories record per attempt, then SENT once", async () => {
 		const sub = await subscribe("/push/flaky/1");
-		await sendPush(ctx, { push: sub, title: "retry", body: "me" });
+		await sendPush({ push: sub, title: "retry", body: "me" });
 		const q = encodeURIComponent(JSON.stringify({ to: sub }));
 		const items = await until(async () => {
 			const l = (await get(`/touch/push-histories?query=${q}&sort=${encodeURIComponent(JSON.stringify({ attempt: 1 }))}`)).body;
@@ -321,10 +334,10 @@ describe("web push", () => {
 	});
 
 	test("a push naming a subscription outside the caller's view answers 404; bad bodies answer 400", async () => {
-		await expect(sendPush(ctx, { push: "f".repeat(24), title: "t", body: "b" })).rejects.toMatchObject({ code: 404 });
-		await expect(sendPush(ctx, { title: "t", body: "b" })).rejects.toMatchObject({ code: 400, message: "push or session is required" });
-		await expect(sendPush(ctx, { push: "f".repeat(24), title: "t", body: "x".repeat(2990), data: { y: "z".repeat(100) } })).rejects.toMatchObject({ code: 400 });
-		await expect(sendPush(ctx, { push: "f".repeat(24), title: "t", body: "b", keys: {} })).rejects.toMatchObject({ code: 400, message: "keys is not allowed in a push (push, session, title, body, url, data)" });
+		await expect(sendPush({ push: "f".repeat(24), title: "t", body: "b" })).rejects.toMatchObject({ code: 404 });
+		await expect(sendPush({ title: "t", body: "b" })).rejects.toMatchObject({ code: 400, message: "push or session is required" });
+		await expect(sendPush({ push: "f".repeat(24), title: "t", body: "x".repeat(2990), data: { y: "z".repeat(100) } })).rejects.toMatchObject({ code: 400 });
+		await expect(sendPush({ push: "f".repeat(24), title: "t", body: "b", keys: {} })).rejects.toMatchObject({ code: 400, message: "keys is not allowed in a push (push, session, title, body, url, data)" });
 	});
 
 	test("subscription keys are sealed at rest: no data file holds them", async () => {
@@ -346,7 +359,7 @@ describe("sms", () => {
 		expect(cfg.status).toBe(200);
 		expect(cfg.body.data.value).toEqual({ kavenegar: { url: smsBase, from: "10004346" } });
 		kavFailures = 1;
-		const r = await sendSms(ctx, { provider: "kavenegar", receptors: ["+989121234567", "+989127654321"], message: "سلام 1" });
+		const r = await sendSms({ provider: "kavenegar", receptors: ["+989121234567", "+989127654321"], message: "سلام 1" });
 		expect(r.data.state).toBe("QUEUED");
 		const doc = await until(async () => {
 			const d = (await get(`/touch/smss/${r.data.id}`)).body.data;
@@ -368,10 +381,10 @@ describe("sms", () => {
 
 	test("twilio from a template: one request per receptor, form To/From/Body, HTTP Basic sid:token; the answer is kept without the sid", async () => {
 		expect((await leak.http("POST", "/context/configs", { token, body: { key: "SMS_TEMPLATE", eid: (jwt.decode(token) as any).cid, value: { name: "otp", text: "Your code is {{code}}" } } })).status).toBe(200);
-		await expect(sendSmsTemplate(ctx, { provider: "twilio", receptors: ["+14155550100"], template: "otp", params: {} })).rejects.toMatchObject({ code: 400, message: "params.code is required by the template" });
-		await expect(sendSmsTemplate(ctx, { provider: "twilio", receptors: ["+14155550100"], template: "nope", params: {} })).rejects.toMatchObject({ code: 404, message: "SMS template nope is not defined" });
+		await expect(sendSmsTemplate({ provider: "twilio", receptors: ["+14155550100"], template: "otp", params: {} })).rejects.toMatchObject({ code: 400, message: "params.code is required by the template" });
+		await expect(sendSmsTemplate({ provider: "twilio", receptors: ["+14155550100"], template: "nope", params: {} })).rejects.toMatchObject({ code: 404, message: "SMS template nope is not defined" });
 		const before = smsHits.length;
-		const r = await sendSmsTemplate(ctx, { provider: "twilio", receptors: ["+14155550100", "+14155550101"], template: "otp", params: { code: "4321" } });
+		const r = await sendSmsTemplate({ provider: "twilio", receptors: ["+14155550100", "+14155550101"], template: "otp", params: { code: "4321" } });
 		expect(r.data).toMatchObject({ message: "Your code is 4321", template: "otp", state: "QUEUED" });
 		const doc = await until(async () => {
 			const d = (await get(`/touch/smss/${r.data.id}`)).body.data;

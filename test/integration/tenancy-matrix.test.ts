@@ -29,6 +29,7 @@ let root: string;
 const T: Partial<Record<"a" | "b", Tenant>> = {};
 const A = () => T.a!;
 const B = () => T.b!;
+let sagaOfA = "";
 const ZONES = ["own", "share", "group", "client", "own,share,group,client"];
 
 function qs(params: Record<string, unknown>): string {
@@ -93,13 +94,17 @@ function bodyFor(path: string, t: Tenant, n: number): Doc {
 	const body: Doc = sampleBody(path, n, { domain: t.domain });
 	if (path === "context/configs") delete body.eid;
 	if (path === "domain/clients") body.scopes = ["read:content:notes"];
+	if (path === "financial/transactions") body.saga = sagaOfA;
 	return { ...body, groups: ["team-x"], shares: [t.user.id] };
 }
 
-describe("every collection: tenant A's documents are invisible and untouchable from tenant B, in every zone", () => {
-	const created = new Map<string, Doc>();
+/** One document of tenant A per writable collection (made by A's admin in the first block). */
+const created = new Map<string, Doc>();
 
+describe("every collection: tenant A's documents are invisible and untouchable from tenant B, in every zone", () => {
 	beforeAll(async () => {
+		// A transaction links to a saga its creator owns.
+		sagaOfA = (await ok(as(A().admin.token, "POST", "/essential/sagas/start", { ttl: 900 }), "A's saga")).data.id;
 		for (const c of writable) {
 			const r = await as(A().admin.token, "POST", `/${c.path}`, bodyFor(c.path, A(), 1));
 			if (r.status !== 200) throw new Error(`A creates ${c.path}: ${r.status} ${r.text.slice(0, 300)}`);
@@ -140,6 +145,48 @@ describe("every collection: tenant A's documents are invisible and untouchable f
 	test("the standard pattern has 11 operations and every writable collection was swept", () => {
 		expect(Object.keys(STANDARD_OPS)).toHaveLength(11);
 		expect(created.size).toBe(writable.length);
+	});
+});
+
+/** Every special action the gateway routes (catalog `implemented`). */
+const specials = COLLECTIONS.flatMap((c) =>
+	(c.collection.specials ?? []).filter((sp) => sp.implemented).map((sp) => ({ c, sp, object: `${c.domain.name}:${c.collection.name}`, byId: sp.path.startsWith(":id/") })),
+);
+const specialPath = (path: string, sp: { path: string }, id: string) => `/${path}/${sp.path.replace(":id", id)}`;
+
+describe("every special action: scope, grant and the tenant's view apply", () => {
+	let nobody = "";
+	let narrow = "";
+	let walletOfB = "";
+	const bodyOf = (x: (typeof specials)[number]) => (x.sp.method === "GET" ? undefined : x.c.path === "financial/invoices" ? { wallet: walletOfB } : {});
+	beforeAll(async () => {
+		// A user of B without any grant, and B's admin with a token narrowed to one scope.
+		const cc = (await ok(p.http("POST", "/auth/token", { body: { grant_type: "client_credential", client_id: B().client.id, client_secret: B().client.secret } }), "cc")).data.access_token;
+		await ok(as(cc, "POST", "/identity/users", { username: "nobody", password: "pw-nobody-Secret1" }), "nobody");
+		nobody = (await ok(login(B().client, "nobody", "pw-nobody-Secret1"), "nobody login")).data.access_token;
+		// B's admin's own wallet: a payment body that is valid on B's side, so only the invoice's tenant decides.
+		walletOfB = (await waitForValue("B admin's wallet", async () => (await as(B().admin.token, "GET", "/financial/wallets")).body.items?.[0]?.id)) as string;
+		narrow = (await ok(p.http("POST", "/auth/token", { body: { grant_type: "password", client_id: B().client.id, username: "admin-b", password: "pw-admin-b-Secret1", scopes: ["read:content:notes"] } }), "narrow")).data.access_token;
+	});
+
+	test("there are routed special actions to check", () => {
+		expect(specials.length).toBeGreaterThanOrEqual(10);
+	});
+
+	test.each(specials.map((x) => [`${x.sp.method} /${x.c.path}/${x.sp.path}`, x]))("%s", async (_name, x) => {
+		const id = created.get(x.c.path)?.id ?? "0123456789abcdef01234567";
+		const pth = specialPath(x.c.path, x.sp, id);
+		const body = bodyOf(x);
+		const noScope = await as(narrow, x.sp.method, pth, body);
+		expect({ status: noScope.status, body: noScope.body }).toEqual({ status: 403, body: { statusCode: 403, message: `token scope does not cover ${x.sp.action}:${x.object}`, error: "Forbidden" } });
+		const noGrant = await as(nobody, x.sp.method, pth, body);
+		expect({ status: noGrant.status, body: noGrant.body }).toEqual({ status: 403, body: { statusCode: 403, message: `no grant for ${x.sp.action} on ${x.object}`, error: "Forbidden" } });
+		if (x.byId) {
+			// A's document, addressed by B's admin (scope and grant held): not found, as if it did not exist.
+			expect(created.has(x.c.path)).toBe(true);
+			const foreign = await as(B().admin.token, x.sp.method, pth, body);
+			expect({ status: foreign.status, body: foreign.body }).toEqual({ status: 404, body: { statusCode: 404, message: expect.any(String), error: "Not Found" } });
+		}
 	});
 });
 
@@ -233,10 +280,16 @@ describe("nothing of one tenant is routable to the other", () => {
 		const got: string[] = [];
 		c.on("message", (topic) => got.push(topic));
 		try {
-			const refused = await c.subscribeAsync(`platform/client/${A().client.id}/content/notes/#`, { qos: 1 });
-			expect(refused[0].qos).toBe(128);
-			const mine = await c.subscribeAsync([`platform/client/${B().client.id}/content/notes/#`, `platform/share/${B().user.id}/content/notes/#`, `platform/owner/${B().user.id}/content/notes/#`], { qos: 1 });
-			expect(mine.map((g) => g.qos)).toEqual([1, 1, 1]);
+			// mqtt.js rejects a SUBACK whose return code is 128 (failure): that rejection is the refusal.
+			const granted = (topic: string) =>
+				c.subscribeAsync(topic, { qos: 1 }).then(
+					(g) => g[0].qos,
+					(e: Error) => (/Subscribe error/.test(e.message) ? 128 : Promise.reject(e)),
+				);
+			expect(await granted(`platform/client/${A().client.id}/content/notes/#`)).toBe(128);
+			expect(await granted(`platform/owner/${A().user.id}/content/notes/#`)).toBe(128);
+			for (const t of [`platform/client/${B().client.id}/content/notes/#`, `platform/share/${B().user.id}/content/notes/#`, `platform/owner/${B().user.id}/content/notes/#`])
+				expect(await granted(t)).toBe(1);
 			const aNote = (await ok(as(A().admin.token, "POST", "/content/notes", { title: "A for mqtt", groups: ["team-x"] }), "A note")).data;
 			const bNote = (await ok(as(B().user.token, "POST", "/content/notes", { title: "B for mqtt" }), "B note")).data;
 			await waitForValue("B's own message", async () => got.some((t) => t.endsWith(bNote.id)));

@@ -48,8 +48,20 @@ export interface SpecialDef {
 	implemented?: boolean;
 	/** Request body fields (OpenAPI and the handler's validation). */
 	body?: Record<string, FieldDef>;
-	/** What the answer holds: one document of this collection (`data`), or of another (`data:<service>/<collection>`). */
+	/**
+	 * Query parameters of their own (OpenAPI), e.g. search's `q`; `listParams` adds the list's `query`, `pagination`,
+	 * `zone` and `x-zone` (the caller's view of the collection, narrowed like a list).
+	 */
+	query?: Record<string, FieldDef>;
+	listParams?: boolean;
+	/**
+	 * What the answer holds: one document of this collection (`data`), or of another (`data:<service>/<collection>`),
+	 * a page of this collection's documents (`items`: `{ items, total }`), or an object made of `answerFields`
+	 * (`data:object`, `items:object`).
+	 */
 	answer?: string;
+	/** With `data`/`items`: fields each answered document carries beyond the collection's (`score`, `distance`); with `*:object`: the object's fields. */
+	answerFields?: Record<string, FieldDef>;
 	/** Error statuses the special may answer beyond 400/401/403 (OpenAPI). */
 	errors?: readonly number[];
 }

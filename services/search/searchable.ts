@@ -92,6 +92,7 @@ export function searchableMixin(domain: DomainDef, names: string[]): Partial<Ser
 			const onAppend = () => wake?.();
 			state.ready = (async () => {
 				await outbox.connect();
+				outbox.setMaxListeners(outbox.getMaxListeners() + 1);
 				outbox.on("appended", onAppend);
 				for (const c of cols) await build(this.collectionStore(c.name), indexes.get(c.name)!);
 			})();
@@ -125,6 +126,7 @@ export function searchableMixin(domain: DomainDef, names: string[]): Partial<Ser
 				wake?.();
 				await loop;
 				outbox.off("appended", onAppend);
+				outbox.setMaxListeners(Math.max(10, outbox.getMaxListeners() - 1));
 				await outbox.disconnect();
 			};
 		},

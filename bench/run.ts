@@ -11,6 +11,7 @@ import autocannon from "autocannon";
 import { micro } from "./micro";
 import { webhookBench, type WebhookRow } from "./webhooks";
 import { expiryBench, sagaBench } from "./sagas";
+import { searchBench } from "./search";
 
 const ROOT = path.resolve(__dirname, "..");
 const DURATION = Number(process.env.BENCH_DURATION ?? 10);
@@ -144,6 +145,7 @@ async function main() {
 		rows.push(
 			await load("create (full pipeline, outbox write)", { url: `${base}/content/notes`, method: "POST", headers: auth, body: JSON.stringify({ title: "bench", content: "x".repeat(200) }) }, ceiling.rps),
 		);
+		rows.push(...(await searchBench(base, auth, DURATION, CONNECTIONS)));
 		const saga = await sagaBench(base, token, DURATION);
 		console.log(`saga: ${saga.sagasPerSecond} sagas/s (${saga.rps} req/s), p50 ${saga.p50} ms p99 ${saga.p99} ms, ${saga.errors} errors`);
 		rows.push({ name: "saga: start, 3 staged creates, commit (10 clients, 5 requests per saga; latency of the whole saga)", rps: saga.rps, p50: saga.p50, p99: saga.p99, note: `${saga.sagasPerSecond} sagas/s` });

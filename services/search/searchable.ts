@@ -141,7 +141,9 @@ export async function visibleHits(store: DocumentStore, plan: AccessPlan, hits: 
 	const out: Hit[] = [];
 	for (let i = 0; i < hits.length; i += CHECK_BATCH) {
 		const chunk = hits.slice(i, i + CHECK_BATCH);
-		const docs = await store.find({ query: and([plan.filter, { id: { $in: chunk.map((h) => h.id) } }]), projection: { _id: 1 } });
+		// No projection: the embedded store's planner then serves `_id $in` from its index (a projection takes NeDB's own
+		// path, which may pick a far larger index).
+		const docs = await store.find({ query: and([plan.filter, { id: { $in: chunk.map((h) => h.id) } }]) });
 		const seen = new Set(docs.map((d) => d._id));
 		for (const h of chunk) if (seen.has(h.id)) out.push(h);
 	}

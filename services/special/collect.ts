@@ -84,6 +84,11 @@ export async function collect(ctx: Ctx): Promise<{ items: CollectedStat[]; total
 		if (batch.length < BATCH) break;
 		last = batch[batch.length - 1]._id;
 	}
-	const items = [...sums.values()].sort((x, y) => (x.service + "/" + x.collection < y.service + "/" + y.collection ? -1 : 1));
+	const sorted = [...sums.values()].sort((x, y) => (x.service + "/" + x.collection < y.service + "/" + y.collection ? -1 : 1));
+	// A field the grant hides is not answered as a sum either (`from`/`to` come from `bucket`).
+	const allowed = plan.fields;
+	const items = allowed
+		? sorted.map((it) => Object.fromEntries(Object.entries(it).filter(([k]) => allowed.includes(k === "from" || k === "to" ? "bucket" : k))) as unknown as CollectedStat)
+		: sorted;
 	return { items, total: items.length };
 }

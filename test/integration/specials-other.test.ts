@@ -80,6 +80,13 @@ describe("collect: the caller's tenant's stats summed over the range", () => {
 		expect(y.body).toEqual({ items: [{ service: "content", collection: "notes", period: "yearly", from: "2024", to: "2024", created: 1, updated: 0, deleted: 0, restored: 0 }], total: 1 });
 	});
 
+	test("a user reads its tenant's stats with zone=client; fields its grant hides are not summed", async () => {
+		const u = await user([["collect", "special:stats", { field: ["service", "collection", "period", "created"] }]]);
+		expect((await post(u.token, "/special/stats/collect", { period: "monthly", service: "career" })).body).toEqual({ items: [], total: 0 });
+		const r = await post(u.token, "/special/stats/collect?zone=client", { period: "monthly", service: "career", collection: "products", to: "2025-06" });
+		expect(r.body).toEqual({ items: [{ service: "career", collection: "products", period: "monthly", created: 4 }], total: 1 });
+	});
+
 	test("bad bodies: 400 with the exact message", async () => {
 		const cases: Array<[unknown, string]> = [
 			[{}, "period is required"],

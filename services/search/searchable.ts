@@ -136,15 +136,25 @@ export function searchableMixin(domain: DomainDef, names: string[]): Partial<Ser
 	};
 }
 
-/** Ids of `hits` inside the caller's view, best first (every candidate is checked, so `total` is exact). */
+/**
+ * Ids of `hits` inside the caller's view, best first (every candidate is checked, so `total` is exact). Per batch a
+ * count first: when the view holds all of the batch or none of it (the usual cases), no document is read or copied;
+ * only a mixed batch is read to tell which.
+ */
 export async function visibleHits(store: DocumentStore, plan: AccessPlan, hits: Hit[]): Promise<Hit[]> {
 	const out: Hit[] = [];
 	for (let i = 0; i < hits.length; i += CHECK_BATCH) {
 		const chunk = hits.slice(i, i + CHECK_BATCH);
-		// No projection: the embedded store's planner then serves `_id $in` from its index (a projection takes NeDB's own
-		// path, which may pick a far larger index).
-		const docs = await store.find({ query: and([plan.filter, { id: { $in: chunk.map((h) => h.id) } }]) });
-		const seen = new Set(docs.map((d) => d._id));
+		const query = and([plan.filter, { id: { $in: chunk.map((h) => h.id) } }]);
+		const n = await store.count(query);
+		if (n === 0) continue;
+		if (n === chunk.length) {
+			out.push(...chunk);
+			continue;
+		}
+		// No projection: the embedded store's planner then serves `_id $in` from its index (a projection takes NeDB's
+		// own path, which may pick a far larger index).
+		const seen = new Set((await store.find({ query })).map((d) => d._id));
 		for (const h of chunk) if (seen.has(h.id)) out.push(h);
 	}
 	return out;

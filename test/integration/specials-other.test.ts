@@ -369,3 +369,25 @@ describe("the authority layer on every special: allowed, no scope, no grant, out
 		}
 	});
 });
+
+describe("no input yields a 500", () => {
+	test("odd bodies and parameters on every special answer 4xx in the error shape", async () => {
+		const bodies: unknown[] = [null, [], "x", 1, true, {}, { lat: null, lng: null }, { lat: 1e309 }, { origin: {}, destination: [] }, { origin: { lat: 1, lng: 1, x: 1 }, destination: "a".repeat(24) },
+			{ period: ["daily"] }, { period: "daily", from: {}, to: [] }, { period: "daily", service: "content", collection: {} }, { name: { $ne: 1 } }, { query: ["a"] }, { query: { $regex: "a" } }, { __proto__: { lat: 1 } }];
+		const paths = ["/special/stats/collect", "/conjoint/accounts/generate", "/logistic/locations/resolve", "/logistic/travels/resolve"];
+		for (const path of paths)
+			for (const body of bodies) {
+				const r = await p.http("POST", path, { token: root, body });
+				expect({ path, body, status: r.status < 500, shape: r.status === 200 || (r.body?.statusCode === r.status && typeof r.body.message === "string") }).toEqual({ path, body, status: true, shape: true });
+			}
+		for (const path of paths) {
+			const r = await p.http("POST", path, { token: root, raw: "{not json" });
+			expect(r.status).toBe(400);
+		}
+		for (const qs of ["q[a]=1", "q=%00%01", `q=${"é".repeat(200)}`, "q=a&pagination=x", "q=a&pagination=%7B%22skip%22%3A-1%7D", "q=a&query=%5B%5D", "q=*&zone=client,own"])
+			for (const col of ["content/posts", "career/products", "conjoint/messages"]) {
+				const r = await p.http("GET", `/${col}/search?${qs}`, { token: root });
+				expect({ col, qs, ok: r.status < 500 && (r.status === 200 || r.body?.statusCode === r.status) }).toEqual({ col, qs, ok: true });
+			}
+	});
+});

@@ -49,11 +49,19 @@ export interface SpecialDef {
 	/** Request body fields (OpenAPI and the handler's validation). */
 	body?: Record<string, FieldDef>;
 	/**
-	 * What the answer holds: `data` (one document of this collection), `items` (`{ items, total }` of them),
-	 * `data-items` (`{ data: { items, total } }`), each optionally of another collection (`items:<service>/<collection>`);
-	 * or `{ data: fields }`, a plain object under `data`.
+	 * Query parameters of their own (OpenAPI), e.g. search's `q`; `listParams` adds the list's `query`, `pagination`,
+	 * `zone` and `x-zone` (the caller's view of the collection, narrowed like a list).
 	 */
-	answer?: string | { data: Record<string, FieldDef> };
+	query?: Record<string, FieldDef>;
+	listParams?: boolean;
+	/**
+	 * What the answer holds: one document of this collection (`data`), or of another (`data:<service>/<collection>`),
+	 * a page of this collection's documents (`items`: `{ items, total }`), such a page under `data` (`data-items`), or an object made of `answerFields`
+	 * (`data:object`, `items:object`).
+	 */
+	answer?: string;
+	/** With `data`/`items`: fields each answered document carries beyond the collection's (`score`, `distance`); with `*:object`: the object's fields. */
+	answerFields?: Record<string, FieldDef>;
 	/** Error statuses the special may answer beyond 400/401/403 (OpenAPI). */
 	errors?: readonly number[];
 }

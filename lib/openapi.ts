@@ -464,6 +464,8 @@ interface OpParts {
 	errors: number[];
 	/** An error whose meaning on this route differs from the shared response's (401 on /auth/token). */
 	errorOverrides?: Record<number, Schema>;
+	/** Parameters of this operation only (a special's own query parameters). */
+	inlineParameters?: Schema[];
 }
 
 function collectionOp(r: RouteDef, d: DomainDef, c: CollectionDef): OpParts {
@@ -585,20 +587,20 @@ function specialOp(r: RouteDef): OpParts {
 	const s = r.special!;
 	const d = r.domain!;
 	const c = r.collection!;
-	let answer: Schema = {};
-	if (typeof s.answer === "object") {
-		// A plain object under `data` (not a document), described field by field.
-		const properties: Record<string, Schema> = {};
-		for (const [k, def] of Object.entries(s.answer.data)) properties[k] = fieldSchema(def, new Map(), { mode: "doc" });
-		answer = envelope.data({ type: "object", properties, required: Object.keys(s.answer.data) });
-	} else if (s.answer) {
-		// `<kind>` or `<kind>:<service>/<collection>`: documents of this collection, or of the named one.
-		const [kind, target] = s.answer.split(":");
-		const [svc, col] = target ? target.split("/") : [d.name, c.name];
-		const own = d.name === svc ? d.collections.find((x) => x.name === col) : undefined;
-		const doc = ref("schemas", own ? schemaName(d, own) : pascal(`${svc} ${col}`));
-		answer = kind === "items" ? envelope.items(doc) : kind === "data-items" ? envelope.data(envelope.items(doc)) : envelope.data(doc);
-	}
+	const objectOf = (fields: Record<string, FieldDef>): Schema => ({
+		type: "object",
+		properties: Object.fromEntries(Object.entries(fields).map(([k, def]) => [k, fieldSchema(def, new Map(), { mode: "doc" })])),
+	});
+	const [kind, target] = (s.answer ?? "").split(":");
+	let item: Schema | undefined;
+	if (target === "object") item = objectOf(s.answerFields ?? {});
+	else if (target) {
+		const [svc, col] = target.split("/");
+		const other = d.name === svc ? d.collections.find((x) => x.name === col) : undefined;
+		item = ref("schemas", other ? schemaName(d, other) : pascal(`${svc} ${col}`));
+	} else if (kind) item = ref("schemas", schemaName(d, c));
+	if (item && target !== "object" && s.answerFields) item = { allOf: [item, objectOf(s.answerFields)] };
+	const answer: Schema = !item ? {} : kind === "items" ? envelope.items(item) : kind === "data-items" ? envelope.data(envelope.items(item)) : envelope.data(item);
 	let requestBody: Schema | undefined;
 	if (s.body) {
 		const properties: Record<string, Schema> = {};
@@ -606,9 +608,17 @@ function specialOp(r: RouteDef): OpParts {
 		const required = Object.entries(s.body).filter(([, f]) => f.required).map(([k]) => k);
 		requestBody = { required: true, content: json({ type: "object", additionalProperties: false, properties, ...(required.length ? { required } : {}) }) };
 	}
+	const inline = Object.entries(s.query ?? {}).map(([name, def]) => ({
+		name,
+		in: "query",
+		required: !!def.required,
+		...(def.description ? { description: def.description } : {}),
+		schema: fieldSchema({ ...def, description: undefined }, new Map(), { mode: "write" }),
+	}));
 	return {
 		description: `Special action \`${s.action}\`.`,
-		parameters: r.path.includes("/:id") ? ["id"] : [],
+		parameters: [...(r.path.includes("/:id") ? ["id"] : []), ...(s.listParams ? ["query", ...(s.method === "GET" ? ["pagination"] : []), "zone", "xZone"] : [])],
+		inlineParameters: inline,
 		requestBody,
 		responses: ok(s.description, answer),
 		errors: [400, 401, 403, ...(s.errors ?? []), ...(requestBody ? [413] : [])],
@@ -656,7 +666,7 @@ function operation(r: RouteDef): Schema {
 		description,
 		operationId: r.action.replace(/\./g, "_"),
 	};
-	const params = [...names.map((n) => ref("parameters", n)), ...extra];
+	const params = [...names.map((n) => ref("parameters", n)), ...(parts.inlineParameters ?? []), ...extra];
 	if (params.length) op.parameters = params;
 	if (parts.requestBody) op.requestBody = parts.requestBody;
 	op.responses = responses;

@@ -11,6 +11,7 @@ import { sharedKeyValue } from "../lib/kv";
 import { withLease } from "../lib/lock";
 import { isDuplicateKeyError, type DocumentStore } from "../mixins/stores";
 import { bucketOf, COUNTERS, PERIODS, SEQ_WINDOW, statId, type Counter } from "../workers/observer/buckets";
+import { collect } from "./special/collect";
 
 export interface StatsIncrement {
 	/** Stream position of the change event: the redelivery guard. */
@@ -78,7 +79,7 @@ async function bump(store: DocumentStore, client: string, p: StatsIncrement): Pr
 
 const SpecialService: ServiceSchema = {
 	name: "special",
-	mixins: [collectionMixin(special)],
+	mixins: [collectionMixin(special, { stats: { specials: { collect } } })],
 	actions: {
 		/**
 		 * The observer's write into special/stats (internal, never routed): +1 on `counter` in the daily, monthly and

@@ -15,7 +15,14 @@ export const career: DomainDef = {
 			name: "products",
 			description: "Products",
 			fields: { ...named, price: { type: "number", minimum: 0 } },
-			specials: [{ action: "search", method: "GET", path: "search", description: "Search products" }],
+			specials: [{
+					action: "search", method: "GET", path: "search", implemented: true,
+					description: "Search products: the caller's view (zones, grant rows and fields, `query`), ranked by relevance of `q` to the text fields the caller may read (whole words; the last word also as a prefix), best first, each with its `score`",
+					query: { q: { type: "string", required: true, maxLength: 200, description: "The text to search for" } },
+					listParams: true,
+					answer: "items",
+					answerFields: { score: { type: "number", description: "Relevance (BM25); higher is better" } },
+				}],
 		},
 		{ name: "services", description: "Services offered", fields: { ...named, price: { type: "number", minimum: 0 } } },
 		{

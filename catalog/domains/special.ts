@@ -35,7 +35,32 @@ export const special: DomainDef = {
 				restored: { type: "integer" },
 				seqs: { type: "array", items: "integer", internal: true, description: "Stream positions of the latest change events counted (redelivery guard)" },
 			},
-			specials: [{ action: "collect", method: "POST", path: "collect", description: "Collect statistics" }],
+			specials: [
+				{
+					action: "collect", method: "POST", path: "collect", implemented: true,
+					description: "The caller's tenant's statistics (its client's) summed per service and collection over the buckets of `period` from `from` to `to` (inclusive, either may be omitted), read through the caller's view (a user token reads them with `zone=client`)",
+					listParams: true,
+					body: {
+						period: { type: "string", required: true, enum: ["daily", "monthly", "yearly"] },
+						service: { type: "string", description: "Only this service" },
+						collection: { type: "string", description: "Only this collection" },
+						from: { type: "string", description: "First bucket: a date (YYYY, YYYY-MM, YYYY-MM-DD or ISO 8601), taken as its bucket of `period`" },
+						to: { type: "string", description: "Last bucket, like `from`" },
+					},
+					answer: "items:object",
+					answerFields: {
+						service: { type: "string" },
+						collection: { type: "string" },
+						period: { type: "string" },
+						from: { type: "string", description: "First bucket counted" },
+						to: { type: "string", description: "Last bucket counted" },
+						created: { type: "integer" },
+						updated: { type: "integer" },
+						deleted: { type: "integer" },
+						restored: { type: "integer" },
+					},
+				},
+			],
 		},
 	],
 };

@@ -83,7 +83,7 @@ export const touch: DomainDef = {
 				{
 					action: "read", method: "GET", path: "vapid", implemented: true,
 					description: "The VAPID public key (applicationServerKey) browsers subscribe with",
-					answer: { data: { public_key: { type: "string", description: "Base64url P-256 public key" } } },
+					answer: "data:object", answerFields: { public_key: { type: "string", description: "Base64url P-256 public key" } },
 				},
 			],
 		},

@@ -1,0 +1,205 @@
+/**
+ * The `search` special of content/posts, career/products, conjoint/messages (and the text form of
+ * logistic/locations `resolve`): see docs/search.md.
+ *
+ * Index upkeep: each node holds its own in-memory index per searchable collection (lib/search.ts). At start it is
+ * built from the document store (so it survives a restart), then it follows the change stream's source, the durable
+ * outbox, from a position taken before the build: every create, patch, bulk patch, soft delete, restore, destroy and
+ * purge of any node reaches every node's index (the same process: at once, on the outbox's `appended` signal; other
+ * nodes sharing the store: within one poll, 500 ms). It reads the outbox directly rather than as a consumer group,
+ * because each node needs every event (a group hands each event to one member only) and a per-node group would hold
+ * the outbox back forever after the node is gone. Replaying an event is harmless: the last image wins.
+ *
+ * Reading: the index ranks, the store decides. The ranked ids are read back from the store through the caller's view
+ * (plan.filter: zones, the grant's rows, soft delete, the caller's `query`), in rank order, so a document outside the
+ * view never appears whatever its score, and `total` counts visible matches only. Matching runs only over the text
+ * fields the caller's grant may read.
+ */
+import type { ServiceSchema } from "moleculer";
+import type { CollectionDef, DomainDef } from "../../catalog";
+import { configOf } from "../../lib/config";
+import { badRequest } from "../../lib/errors";
+import { requirePlan, type AccessPlan } from "../../lib/plan";
+import { present } from "../../lib/present";
+import { parsePagination } from "../../lib/query-safety";
+import { CollectionIndex, parseQueryText, searchableFor, type Hit } from "../../lib/search";
+import { and } from "../../middlewares/authority";
+import type { Ctx } from "../../mixins/collection.mixin";
+import { sharedOutbox, type Outbox, type OutboxRecord } from "../../mixins/outbox";
+import type { DocumentStore, StoredDoc } from "../../mixins/stores";
+
+const BUILD_BATCH = 1000;
+const TAIL_BATCH = 500;
+const POLL_MS = 500;
+/** The tail starts this far before the build's first read: events racing the build are replayed (harmless). */
+const START_MARGIN_MS = 2000;
+/** Candidate ids checked against the caller's view per store query. */
+const CHECK_BATCH = 500;
+
+interface SearchState {
+	indexes: Map<string, CollectionIndex>;
+	ready: Promise<void>;
+	outbox?: Outbox;
+	stop?: () => Promise<void>;
+}
+
+type Svc = { collectionStore(name: string): DocumentStore; $search: SearchState; broker: any; logger: any };
+
+async function build(store: DocumentStore, index: CollectionIndex): Promise<void> {
+	index.clear();
+	let last = "";
+	for (;;) {
+		const query: Record<string, unknown> = last ? { deleted_at: null, _id: { $gt: last } } : { deleted_at: null };
+		const batch = await store.find({ query, sort: { _id: 1 }, limit: BUILD_BATCH });
+		for (const d of batch) index.upsert(d);
+		if (batch.length < BUILD_BATCH) return;
+		last = batch[batch.length - 1]._id;
+	}
+}
+
+function apply(indexes: Map<string, CollectionIndex>, topics: Map<string, string>, rec: OutboxRecord): void {
+	const ev = rec.event;
+	const name = ev && topics.get(ev.topic);
+	if (!name) return;
+	const index = indexes.get(name)!;
+	if (ev.op === "d" || !ev.after) index.remove(String(ev.id));
+	else index.upsert(ev.after);
+}
+
+/**
+ * Mixin of a domain service: indexes of `names` built at start and kept from the outbox. Placed after the collection
+ * mixin in `mixins`, so its `started` runs once the stores are connected.
+ */
+export function searchableMixin(domain: DomainDef, names: string[]): Partial<ServiceSchema> {
+	const cols = names.map((n) => domain.collections.find((c) => c.name === n)!);
+	return {
+		methods: {
+			/** The collection's index on this node, once built. */
+			async searchIndex(this: any, name: string): Promise<CollectionIndex> {
+				await this.$search.ready;
+				return this.$search.indexes.get(name)!;
+			},
+		},
+		async started(this: any) {
+			const indexes = new Map(cols.map((c) => [c.name, new CollectionIndex(c)]));
+			const topics = new Map(cols.map((c) => [`${domain.name}.${c.name}`, c.name]));
+			const outbox = sharedOutbox(configOf(this.broker));
+			const state: SearchState = { indexes, ready: Promise.resolve(), outbox };
+			this.$search = state;
+			let position = (Date.now() - START_MARGIN_MS) * 1000;
+			let stopped = false;
+			let wake: (() => void) | undefined;
+			const onAppend = () => wake?.();
+			state.ready = (async () => {
+				await outbox.connect();
+				outbox.setMaxListeners(outbox.getMaxListeners() + 1);
+				outbox.on("appended", onAppend);
+				for (const c of cols) await build(this.collectionStore(c.name), indexes.get(c.name)!);
+			})();
+			await state.ready;
+			const loop = (async () => {
+				while (!stopped) {
+					let batch: OutboxRecord[] = [];
+					try {
+						batch = await outbox.readFrom(position, TAIL_BATCH);
+					} catch {
+						batch = [];
+					}
+					for (const rec of batch) {
+						apply(indexes, topics, rec);
+						position = rec.seq;
+					}
+					if (batch.length === TAIL_BATCH || stopped) continue;
+					await new Promise<void>((resolve) => {
+						const t = setTimeout(done, POLL_MS);
+						function done() {
+							clearTimeout(t);
+							wake = undefined;
+							resolve();
+						}
+						wake = done;
+					});
+				}
+			})();
+			state.stop = async () => {
+				stopped = true;
+				wake?.();
+				await loop;
+				outbox.off("appended", onAppend);
+				outbox.setMaxListeners(Math.max(10, outbox.getMaxListeners() - 1));
+				await outbox.disconnect();
+			};
+		},
+		async stopped(this: any) {
+			await this.$search?.stop?.();
+		},
+	};
+}
+
+/**
+ * Ids of `hits` inside the caller's view, best first (every candidate is checked, so `total` is exact). Per batch a
+ * count first: when the view holds all of the batch or none of it (the usual cases), no document is read or copied;
+ * only a mixed batch is read to tell which.
+ */
+export async function visibleHits(store: DocumentStore, plan: AccessPlan, hits: Hit[]): Promise<Hit[]> {
+	const out: Hit[] = [];
+	for (let i = 0; i < hits.length; i += CHECK_BATCH) {
+		const chunk = hits.slice(i, i + CHECK_BATCH);
+		const query = and([plan.filter, { id: { $in: chunk.map((h) => h.id) } }]);
+		const n = await store.count(query);
+		if (n === 0) continue;
+		if (n === chunk.length) {
+			out.push(...chunk);
+			continue;
+		}
+		// No projection: the embedded store's planner then serves `_id $in` from its index (a projection takes NeDB's
+		// own path, which may pick a far larger index).
+		const seen = new Set((await store.find({ query })).map((d) => d._id));
+		for (const h of chunk) if (seen.has(h.id)) out.push(h);
+	}
+	return out;
+}
+
+const round = (n: number) => Math.round(n * 1e6) / 1e6;
+
+/** The search special of one collection: `GET /<service>/<collection>/search?q=...&pagination=...`. */
+export function searchHandler(col: CollectionDef) {
+	return async function search(ctx: Ctx): Promise<{ items: Record<string, unknown>[]; total: number }> {
+		const plan = requirePlan(ctx.locals);
+		const q = (ctx.params.query ?? {}) as Record<string, unknown>;
+		const text = parseQueryText(q.q);
+		const page = parsePagination(q.pagination);
+		if (page.sort) throw badRequest("pagination.sort is not allowed in a search: results are ranked by relevance");
+		const svc = ctx.service as unknown as Svc & { searchIndex(name: string): Promise<CollectionIndex> };
+		const index = await svc.searchIndex(col.name);
+		const hits = index.search(text, searchableFor(index.fields, plan.fields));
+		if (!hits.length) return { items: [], total: 0 };
+		const store = svc.collectionStore(col.name);
+		const visible = await visibleHits(store, plan, hits);
+		const pageHits = visible.slice(page.skip, page.skip + page.limit);
+		if (!pageHits.length) return { items: [], total: visible.length };
+		const docs = await store.find({ query: and([plan.filter, { id: { $in: pageHits.map((h) => h.id) } }]) });
+		const byId = new Map<string, StoredDoc>(docs.map((d) => [d._id, d]));
+		const items = pageHits
+			.filter((h) => byId.has(h.id))
+			.map((h) => ({ ...present(col, byId.get(h.id)!, plan.fields), score: round(h.score) }));
+		return { items, total: visible.length };
+	};
+}
+
+/** The best visible match of `q` (logistic/locations `resolve` with `{ query }`), or null. */
+export async function bestMatch(ctx: Ctx, col: CollectionDef, text: string): Promise<{ doc: StoredDoc; score: number } | null> {
+	const plan = requirePlan(ctx.locals);
+	const svc = ctx.service as unknown as Svc & { searchIndex(name: string): Promise<CollectionIndex> };
+	const index = await svc.searchIndex(col.name);
+	const hits = index.search(text, searchableFor(index.fields, plan.fields));
+	const store = svc.collectionStore(col.name);
+	// In rank order, one batch at a time: the first visible candidate is the answer.
+	for (let i = 0; i < hits.length; i += CHECK_BATCH) {
+		const chunk = hits.slice(i, i + CHECK_BATCH);
+		const docs = await store.find({ query: and([plan.filter, { id: { $in: chunk.map((h) => h.id) } }]) });
+		const byId = new Map(docs.map((d) => [d._id, d]));
+		for (const h of chunk) if (byId.has(h.id)) return { doc: byId.get(h.id)!, score: h.score };
+	}
+	return null;
+}

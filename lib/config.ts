@@ -74,6 +74,8 @@ export interface PlatformConfig {
 	webhookAllowPrivate: boolean;
 	/** WEBHOOK_RETRY_SCHEDULE: seconds before each delivery attempt (first is usually 0); its length is the attempt count. */
 	webhookRetrySchedule: number[];
+	/** OUTBOX_GRACE_MS: how long an event every consumer group has passed stays in the outbox (readers that tail it). */
+	outboxGraceMs?: number;
 	/** CURSOR_IDLE_MS: a `/cursor` stream whose client reads nothing (no 'drain') for this long is closed; default 30 s. */
 	cursorIdleMs: number;
 	/** RATE_LIMIT (`<n>/s[,<burst>]`): requests per principal (per IP unauthenticated); undefined = off (default). */
@@ -111,6 +113,12 @@ export function rateLimit(v: string | undefined): RateLimit | undefined {
 	if (!m || !(rate > 0) || !Number.isFinite(rate) || !Number.isInteger(burst) || burst < 1 || burst > 1e9)
 		throw new Error(`RATE_LIMIT must be <requests>/s (or /m, /h) with an optional ,<burst>, e.g. 50/s,200, got ${v}`);
 	return { rate, burst };
+}
+
+function nonNegativeInt(name: string, v: string): number {
+	const n = Number(v);
+	if (!Number.isInteger(n) || n < 0) throw new Error(`${name} must be a non-negative integer, got ${v}`);
+	return n;
 }
 
 function cursorIdle(v: string | undefined): number {
@@ -265,6 +273,7 @@ export function readConfig(): PlatformConfig {
 		webhookAllowPrivate: flag("WEBHOOK_ALLOW_PRIVATE") ?? false,
 		webhookRetrySchedule: retrySchedule(env("WEBHOOK_RETRY_SCHEDULE")),
 		cursorIdleMs: cursorIdle(env("CURSOR_IDLE_MS")),
+		outboxGraceMs: env("OUTBOX_GRACE_MS") === undefined ? undefined : nonNegativeInt("OUTBOX_GRACE_MS", env("OUTBOX_GRACE_MS")!),
 		rateLimit: rateLimit(env("RATE_LIMIT")),
 		smtpUrl: env("SMTP_URL"),
 		vapidPublicKey: env("VAPID_PUBLIC_KEY"),

@@ -84,11 +84,14 @@ export class Outbox extends EventEmitter {
 	 * disk (and what a restart loads) stays within about twice the backlog, at an amortised cost. Returns how many
 	 * were removed. One pass at a time.
 	 */
-	prune(passedAll: number, retentionHours: number): Promise<number> {
+	prune(passedAll: number, retentionHours: number, graceMs = PRUNE_GRACE_MS): Promise<number> {
 		this.pruning ??= (async () => {
 			try {
 				const cutoff = (Date.now() - retentionHours * 3_600_000) * 1000;
-				const upTo = Math.max(passedAll, cutoff);
+				// Passed records stay a short while for the readers that are not consumer groups (each node's search
+				// index tails the outbox): one that stalls less than the grace misses nothing.
+				const graced = Math.min(passedAll, (Date.now() - graceMs) * 1000);
+				const upTo = Math.max(graced, cutoff);
 				const removed = upTo > 0 ? await this.store.removeMany({ seq: { $lte: upTo } }) : 0;
 				this.garbage += removed;
 				if (this.garbage > 0 && this.store.compact && this.garbage >= (await this.store.count({}))) {
@@ -134,6 +137,9 @@ const PRUNE_EVERY_MS = 10 * 60 * 1000;
  * Runs Outbox.prune for one kind of consumer: `passedAll` answers the position every consumer has passed (the
  * embedded stream: the lowest group position; the relay: the lowest relay position), 0 when there is none yet.
  */
+/** How long a record every consumer group has passed is still kept by default (OUTBOX_GRACE_MS). */
+export const PRUNE_GRACE_MS = 60_000;
+
 export class OutboxPruner {
 	private timer?: NodeJS.Timeout;
 	private every?: NodeJS.Timeout;
@@ -144,6 +150,7 @@ export class OutboxPruner {
 		private readonly outbox: Outbox,
 		private readonly passedAll: () => Promise<number>,
 		private readonly retentionHours: number = DEFAULT_RETENTION_HOURS,
+		private readonly graceMs: number = PRUNE_GRACE_MS,
 	) {}
 
 	start(): void {
@@ -166,7 +173,7 @@ export class OutboxPruner {
 	runOnce(): Promise<void> {
 		this.running ??= (async () => {
 			try {
-				await this.outbox.prune(await this.passedAll(), this.retentionHours);
+				await this.outbox.prune(await this.passedAll(), this.retentionHours, this.graceMs);
 			} catch {
 				/* the next pass retries */
 			} finally {

@@ -106,6 +106,7 @@ export class Relay {
 				return all.length ? Math.min(...all.map((d) => Number(d.seq ?? 0))) : 0;
 			},
 			cfg.streamRetentionHours,
+			cfg.outboxGraceMs,
 		);
 	}
 

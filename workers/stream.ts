@@ -52,10 +52,10 @@ export class OutboxStream implements ChangeStream {
 	 */
 	readonly pruner: OutboxPruner;
 
-	constructor(cfg: Pick<PlatformConfig, "dataDir" | "mongoUri" | "streamRetentionHours">) {
+	constructor(cfg: Pick<PlatformConfig, "dataDir" | "mongoUri" | "streamRetentionHours" | "outboxGraceMs">) {
 		this.outbox = sharedOutbox(cfg);
 		this.offsets = createStore(cfg, "_stream_offsets");
-		this.pruner = new OutboxPruner(this.outbox, () => this.passedAll(), cfg.streamRetentionHours);
+		this.pruner = new OutboxPruner(this.outbox, () => this.passedAll(), cfg.streamRetentionHours, cfg.outboxGraceMs);
 	}
 
 	private init(): Promise<void> {

@@ -48,8 +48,15 @@ export interface SpecialDef {
 	implemented?: boolean;
 	/** Request body fields (OpenAPI and the handler's validation). */
 	body?: Record<string, FieldDef>;
-	/** What the answer holds: one document of this collection (`data`), or of another (`data:<service>/<collection>`). */
+	/**
+	 * What the answer holds: one document of this collection (`data`), or of another (`data:<service>/<collection>`),
+	 * or `{ items, total }` of this collection's documents (`items`).
+	 */
 	answer?: string;
+	/** The answer is `{ data: { ...these fields } }` (an answer that is not a document). */
+	answerFields?: Record<string, FieldDef>;
+	/** The body is multipart/form-data with `file` parts (binary) and the `body` fields as form fields. */
+	multipart?: boolean;
 	/** Error statuses the special may answer beyond 400/401/403 (OpenAPI). */
 	errors?: readonly number[];
 }

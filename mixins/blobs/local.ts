@@ -39,6 +39,13 @@ export class LocalBlobStore implements BlobStore {
 		}
 	}
 
+	/** Moves a complete file of the same file system in as the blob `key` (the upload's spool file: no second write). */
+	async adopt(key: string, file: string): Promise<void> {
+		const target = this.file(key);
+		await this.ensure();
+		await fs.rename(file, target);
+	}
+
 	async get(key: string, range?: { start: number; end: number }): Promise<Readable | null> {
 		const file = this.file(key);
 		// Opened before answering, so a missing blob is null rather than a stream that fails later.

@@ -257,6 +257,32 @@ export const filesMixin = {
 			},
 		},
 		/**
+		 * Email attachments (the publisher): the files `ids` as `{ id, name, mimetype, size }`, each readable by the
+		 * email's owner in its tenant (a live file of the tenant that the owner owns or is shared with); 404
+		 * `attachment <id> is not available` otherwise.
+		 */
+		"files.attachments": {
+			visibility: "public",
+			async handler(this: Svc, ctx: Context<AttachmentParams>) {
+				const out = [];
+				for (const id of ctx.params.ids ?? []) {
+					const d = await attachable(this, id, ctx.params);
+					out.push({ id: d._id, name: String(d.name ?? "file"), mimetype: String(d.mimetype ?? "application/octet-stream"), size: Number(d.size ?? 0) });
+				}
+				return out;
+			},
+		},
+		/** The content of one attachment (same check as `files.attachments`), as a stream. */
+		"files.content": {
+			visibility: "public",
+			async handler(this: Svc, ctx: Context<AttachmentParams & { id: string }>): Promise<Readable> {
+				const d = await attachable(this, ctx.params.id, ctx.params);
+				const stream = await this.blobs.get(String(d.storage));
+				if (!stream) throw notFound(`attachment ${ctx.params.id} is not available`);
+				return stream;
+			},
+		},
+		/**
 		 * The cleaner's orphan pass: blobs older than the grace period that no file record holds (an upload that died
 		 * between its blob and its record, a destroy inside a committed saga), and partial writes left by a crash.
 		 */
@@ -289,6 +315,25 @@ export const filesMixin = {
 		await this.blobs?.close();
 	},
 };
+
+/** Who wants a file attached: the email's owner (identity) and its clients (the first is its tenant). */
+export interface AttachmentParams {
+	ids?: string[];
+	owner: string;
+	clients: string[];
+}
+
+async function attachable(svc: Svc, id: unknown, who: AttachmentParams): Promise<StoredDoc> {
+	const missing = notFound(`attachment ${String(id).slice(0, 40)} is not available`);
+	if (typeof id !== "string" || !OBJECT_ID.test(id) || typeof who.owner !== "string" || !Array.isArray(who.clients) || !who.clients[0]) throw missing;
+	const d: StoredDoc | null = await svc.collectionStore("files").findOne({ id: id.toLowerCase(), deleted_at: null });
+	if (!d || typeof d.storage !== "string") throw missing;
+	const tenant = who.clients[0];
+	const inTenant = Array.isArray(d.clients) && (d.clients as string[]).includes(tenant);
+	const mine = d.owner === who.owner || (Array.isArray(d.shares) && (d.shares as string[]).includes(who.owner));
+	if (!inTenant || !mine) throw missing;
+	return d;
+}
 
 /** Removes files of `dir` older than `olderThanMs` (spool files of uploads a crash cut short). */
 async function sweepDir(dir: string, olderThanMs: number): Promise<number> {

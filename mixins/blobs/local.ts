@@ -56,7 +56,7 @@ export class LocalBlobStore implements BlobStore {
 			if ((err as NodeJS.ErrnoException).code === "ENOENT") return null;
 			throw err;
 		}
-		return handle.createReadStream(range ? { start: range.start, end: range.end } : {});
+		return handle.createReadStream({ highWaterMark: 256 * 1024, ...(range ? { start: range.start, end: range.end } : {}) });
 	}
 
 	async stat(key: string): Promise<BlobInfo | null> {

@@ -355,6 +355,16 @@ describe("content lifecycle", () => {
 		expect(blobExists(b.id)).toBe(false);
 	});
 
+	test("a destroy inside a saga keeps the content: the aborted saga brings the record back, downloadable", async () => {
+		const f = await uploadOne(root, "staged");
+		const saga = (await p.http("POST", "/essential/sagas/start", { token: root, body: { ttl: 60 } })).body.data.id;
+		expect((await p.http("DELETE", `/special/files/${f.id}/destroy`, { token: root, headers: { "x-saga-session": saga } })).status).toBe(200);
+		expect(await download(f.id, { token: root })).toMatchObject({ status: 404, body: NOT_FOUND });
+		expect(blobExists(f.id)).toBe(true);
+		expect((await p.http("GET", `/essential/sagas/${saga}/abort`, { token: root })).body.data.state).toBe("ABORTED");
+		expect((await download(f.id, { token: root })).buf.toString()).toBe("staged");
+	});
+
 	test("an interrupted upload leaves no record, no blob and no spool file; a crash's leftovers go at the cleaner's pass after the grace period", async () => {
 		const count = async () => store().count({});
 		const live = await uploadOne(root, "a live file");

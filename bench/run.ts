@@ -12,6 +12,7 @@ import { micro } from "./micro";
 import { webhookBench, type WebhookRow } from "./webhooks";
 import { expiryBench, sagaBench } from "./sagas";
 import { searchBench } from "./search";
+import { fileBench, type FileRow } from "./files";
 
 const ROOT = path.resolve(__dirname, "..");
 const DURATION = Number(process.env.BENCH_DURATION ?? 10);
@@ -151,6 +152,8 @@ async function main() {
 		const expiry = await expiryBench(base, token);
 		console.log(`saga expiry to compensation: p50 ${expiry.p50} ms, max ${expiry.max} ms over ${expiry.count} sagas`);
 		sagaExpiry = expiry;
+		files = await fileBench(base, token, DURATION);
+		console.log(`files: upload ${files.uploadMiBs} MiB/s (${files.uploads} files), download ${files.downloadMiBs} MiB/s (${files.downloads} files), ${files.errors} errors`);
 		rows.push(
 			await load(
 				"login: password grant (bcrypt cost 10)",
@@ -215,6 +218,7 @@ async function webhookScenario(children: ChildProcess[]) {
 
 const dirs: string[] = [];
 let sagaExpiry: { count: number; p50: number; max: number } | undefined;
+let files: FileRow | undefined;
 
 function stopAll(children: ChildProcess[]): Promise<unknown> {
 	return Promise.all(children.map((c) => (c.exitCode !== null || c.signalCode !== null ? undefined : new Promise((r) => (c.once("exit", r), c.kill("SIGTERM"))))));
@@ -244,6 +248,11 @@ function writeReport(rows: Row[], microRows: Array<{ name: string; us: number; n
 		"|---|---:|",
 		`| sagas compensated | ${sagaExpiry?.count ?? "-"} |`,
 		`| delay from expires_at to aborted_at, p50 / max | ${sagaExpiry?.p50 ?? "-"} / ${sagaExpiry?.max ?? "-"} ms |`,
+		"",
+		`| Files (${files?.clients ?? "-"} clients, ${files ? files.size / 2 ** 20 : "-"} MiB files, streamed multipart to DATA_DIR/files and back) | value |`,
+		"|---|---:|",
+		`| upload throughput | ${files?.uploadMiBs ?? "-"} MiB/s (${files?.uploads ?? "-"} files) |`,
+		`| download throughput (bearer, whole file) | ${files?.downloadMiBs ?? "-"} MiB/s (${files?.downloads ?? "-"} files) |`,
 		"",
 		"| Micro-benchmark (in process) | µs per operation | |",
 		"|---|---:|---|",

@@ -62,6 +62,8 @@ export interface SpecialDef {
 	answer?: string;
 	/** With `data`/`items`: fields each answered document carries beyond the collection's (`score`, `distance`); with `*:object`: the object's fields. */
 	answerFields?: Record<string, FieldDef>;
+	/** The body is multipart/form-data with `file` parts (binary) and the `body` fields as form fields. */
+	multipart?: boolean;
 	/** Error statuses the special may answer beyond 400/401/403 (OpenAPI). */
 	errors?: readonly number[];
 }

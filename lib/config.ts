@@ -91,6 +91,12 @@ export interface PlatformConfig {
 	smsProviders: Record<string, { url?: string; key?: string; from?: string }>;
 	/** TOUCH_RETRY_SCHEDULE: seconds before each delivery attempt of an email, SMS or push (its length is the attempt count). */
 	touchRetrySchedule: number[];
+	/** FILE_MAX_BYTES: largest file an upload accepts (413 above); default 8 MiB (docs/files.md). */
+	fileMaxBytes: number;
+	/** FILE_ORPHAN_GRACE_MINUTES: a stored blob without a file record is removed by the cleaner once this old; default 60. */
+	fileOrphanGraceMinutes: number;
+	/** S3_URL / S3_BUCKET / S3_ACCESS_KEY / S3_SECRET_KEY / S3_REGION: file content in S3-compatible storage; unset = DATA_DIR/files. */
+	s3?: { url: string; bucket: string; accessKey?: string; secretKey?: string; region: string };
 }
 
 export interface RateLimit {
@@ -281,7 +287,19 @@ export function readConfig(): PlatformConfig {
 		vapidSubject: env("VAPID_SUBJECT"),
 		smsProviders: smsProviders(),
 		touchRetrySchedule: retrySchedule(env("TOUCH_RETRY_SCHEDULE"), DEFAULT_TOUCH_RETRY_SCHEDULE, "TOUCH_RETRY_SCHEDULE"),
+		fileMaxBytes: Math.floor(positive("FILE_MAX_BYTES") ?? 8 * 1024 * 1024),
+		fileOrphanGraceMinutes: positive("FILE_ORPHAN_GRACE_MINUTES") ?? 60,
+		s3: s3Settings(),
 	};
+}
+
+/** S3_URL and S3_BUCKET together choose S3-compatible storage for file content; one without the other refuses to start. */
+function s3Settings(): PlatformConfig["s3"] {
+	const url = env("S3_URL");
+	const bucket = env("S3_BUCKET");
+	if (!url && !bucket) return undefined;
+	if (!url || !bucket) throw new Error("S3_URL and S3_BUCKET must be set together");
+	return { url, bucket, accessKey: env("S3_ACCESS_KEY"), secretKey: env("S3_SECRET_KEY"), region: env("S3_REGION") ?? "us-east-1" };
 }
 
 export function ensureDir(dir: string): string {

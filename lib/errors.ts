@@ -13,6 +13,7 @@ export const STATUS_NAMES: Record<number, string> = {
 	409: "Conflict",
 	413: "Payload Too Large",
 	415: "Unsupported Media Type",
+	416: "Range Not Satisfiable",
 	422: "Unprocessable Entity",
 	429: "Too Many Requests",
 	500: "Internal Server Error",

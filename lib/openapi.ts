@@ -413,6 +413,8 @@ const PARAMETERS: Record<string, Schema> = {
 	),
 	xCanWithPolicies: hp("x-can-with-policies", "When present, the response includes the matching policies."),
 	xCanWithIdPolicies: hp("x-can-with-id-policies", "When present, the response includes id-level policies."),
+	shareKey: qp("key", "A share key of the file (POST /special/files/{id}/share)."),
+	range: hp("range", "One byte range, `bytes=<start>-<end>`, `bytes=<start>-` or `bytes=-<suffix>`: 206 with `Content-Range`; several ranges are ignored (200)."),
 };
 
 const ERROR_RESPONSES: Record<number, { name: string; description: string; example: string }> = {
@@ -423,6 +425,8 @@ const ERROR_RESPONSES: Record<number, { name: string; description: string; examp
 	405: { name: "MethodNotAllowed", description: "The collection is written only by the platform", example: "touch/push-histories is written by the platform only" },
 	409: { name: "Conflict", description: "`ref` already exists in the collection, a saga is not in flight (`saga <id> is not in flight`), a state change the saga or document does not allow, or `insufficient balance`", example: "ref already exists" },
 	413: { name: "PayloadTooLarge", description: "Request body too large", example: "request entity too large" },
+	415: { name: "UnsupportedMediaType", description: "The body is not of the type the operation takes (an upload is multipart/form-data)", example: "body must be multipart/form-data" },
+	416: { name: "RangeNotSatisfiable", description: "The range starts past the end of the content (`Content-Range: bytes */<size>`)", example: "range not satisfiable" },
 	429: { name: "TooManyRequests", description: "Too many failed logins from this IP; wait 15 minutes", example: "too many failed login attempts from this IP" },
 	502: { name: "BadGateway", description: "Query enforcement reached without the authentication or grant layer", example: "Bad Gateway" },
 };
@@ -551,6 +555,25 @@ function collectionOp(r: RouteDef, d: DomainDef, c: CollectionDef): OpParts {
 }
 
 const AUTH_OPS: Record<string, () => OpParts> = {
+	"special.files.download": () => {
+		const binary = { "*/*": { schema: { type: "string", format: "binary" } } };
+		const headers = {
+			ETag: { description: "The content's SHA-256 (quoted hex)", schema: { type: "string" } },
+			"Content-Disposition": { description: "`inline` for images, PDF, plain text, audio and video, else `attachment`; `filename` and RFC 5987 `filename*`", schema: { type: "string" } },
+			"Accept-Ranges": { schema: { type: "string", enum: ["bytes"] } },
+		};
+		return {
+			description:
+				"The file's content with its mimetype, `Content-Length`, `ETag` and `Content-Disposition` (and `X-Content-Type-Options: nosniff`), when the request carries a valid share `key` or a bearer (header, `token` query parameter or `authorization` cookie) whose read view holds the file. Anything else (no key, an expired or revoked key, a bearer that may not read it, a soft-deleted or unknown file) answers 404, never 401 or 403. `If-None-Match` with the etag answers 304.",
+			parameters: ["id", "shareKey", "token", "range"],
+			responses: {
+				"200": { description: "The whole content", headers, content: binary },
+				"206": { description: "The requested range, with `Content-Range`", headers, content: binary },
+				"304": { description: "Not modified (`If-None-Match` matched the etag)" },
+			},
+			errors: [404, 416],
+		};
+	},
 	"auth.token": () => ({
 		description: "Grant types: `password` (username, password, client_id), `refresh_token` (refresh_token, client_id; the refresh token is single-use), `client_credential` (client_id, client_secret; no refresh token), `authorization_code` (code, client_id).",
 		requestBody: { required: true, content: json(ref("schemas", "TokenRequest")) },
@@ -615,6 +638,11 @@ function specialOp(r: RouteDef): OpParts {
 		...(def.description ? { description: def.description } : {}),
 		schema: fieldSchema({ ...def, description: undefined }, new Map(), { mode: "write" }),
 	}));
+	if (s.multipart && requestBody) {
+		const form = (requestBody.content as Record<string, Schema>)["application/json"].schema as Schema;
+		const properties = { file: { type: "array", items: { type: "string", format: "binary" }, description: "File content (repeatable)" }, ...(form.properties as Schema) };
+		requestBody = { required: true, content: { "multipart/form-data": { schema: { type: "object", required: ["file"], properties } } } };
+	}
 	return {
 		description: `Special action \`${s.action}\`.`,
 		parameters: [...(r.path.includes("/:id") ? ["id"] : []), ...(s.listParams ? ["query", ...(s.method === "GET" ? ["pagination"] : []), "zone", "xZone"] : [])],

@@ -23,6 +23,10 @@ export interface RouteDef {
 	stream?: boolean;
 	/** A special action of the collection (catalog `specials`). */
 	special?: SpecialDef;
+	/** A multipart special: the gateway streams each file part to the action (services/api/files.ts). */
+	upload?: boolean;
+	/** The public file download, served by the gateway from the special domain's stream (services/api/files.ts). */
+	download?: boolean;
 }
 
 /** Order matters: fixed segments (`count`, `cursor`, `bulk`) before `:id`. */
@@ -67,6 +71,7 @@ export function specialRoutes(d: DomainDef, c: CollectionDef): RouteDef[] {
 			collection: c,
 			summary: s.description,
 			special: s,
+			...(s.multipart ? { upload: true } : {}),
 		}));
 }
 
@@ -85,6 +90,15 @@ export function collectionRoutes(d: DomainDef, c: CollectionDef): RouteDef[] {
 	}))];
 }
 
+/** Public routes of collections (no scope: the handler decides, and answers 404 for anything it refuses). */
+export function publicCollectionRoutes(): RouteDef[] {
+	const d = DOMAINS.find((x) => x.name === "special")!;
+	const c = d.collections.find((x) => x.name === "files")!;
+	return [
+		{ method: "GET", path: "/special/files/:id/download", action: "special.files.download", public: true, download: true, domain: d, collection: c, summary: "Download a file's content (share key or bearer)" },
+	];
+}
+
 export function allRoutes(): RouteDef[] {
-	return [...AUTH_ROUTES, ...DOMAINS.flatMap((d) => d.collections.flatMap((c) => collectionRoutes(d, c)))];
+	return [...AUTH_ROUTES, ...DOMAINS.flatMap((d) => d.collections.flatMap((c) => collectionRoutes(d, c))), ...publicCollectionRoutes()];
 }

@@ -18,6 +18,7 @@ import { docsAsset, docsHtml, setDocsSecurityHeaders } from "../lib/docs-page";
 import { collectHealth } from "../lib/health";
 import { metricsText, observeHttp } from "../lib/metrics";
 import { emitAudit } from "../lib/audit";
+import { fileMethods } from "./api/files";
 
 type Req = IncomingMessage & { $ctx: Context<any, any>; $params: any; $route?: any; $alias?: any; query?: Record<string, unknown>; $startedAt?: bigint };
 type Res = ServerResponse & { $route?: any };
@@ -64,9 +65,10 @@ function aliasesOf(routes: RouteDef[]): Record<string, unknown> {
 	const aliases: Record<string, unknown> = {};
 	for (const r of routes) {
 		const key = `${r.method} ${r.path}`;
-		aliases[key] = r.stream
+		const custom = r.stream ? "streamCursor" : r.upload ? "handleUpload" : r.download ? "handleDownload" : undefined;
+		aliases[key] = custom
 			? function (this: any, req: Req, res: Res) {
-					return this.streamCursor(req, res, r.action).catch((err: unknown) => this.sendErrorBody(req, res, err));
+					return this[custom](req, res, r.action).catch((err: unknown) => this.sendErrorBody(req, res, err));
 				}
 			: r.action;
 	}
@@ -171,6 +173,7 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 	},
 
 	methods: {
+		...fileMethods,
 		async authenticate(this: any, ctx: Context<any, any>, route: unknown, req: Req, res: Res) {
 			const { token, kind } = await this.limitedAuthentication(ctx, req, res);
 			ctx.meta.token = token;

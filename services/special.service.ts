@@ -1,6 +1,7 @@
 /**
- * special: the standard collection pattern on every collection of the domain (catalog/domains/special.ts), and the
- * observer's internal write path into special/stats (`stats.increment`).
+ * special: the standard collection pattern on every collection of the domain (catalog/domains/special.ts), file
+ * content (services/special/files.ts: upload, share, download, orphans), and the observer's internal write path
+ * into special/stats (`stats.increment`).
  */
 import type { ServiceSchema } from "moleculer";
 import { special } from "../catalog/domains/special";
@@ -12,6 +13,7 @@ import { withLease } from "../lib/lock";
 import { isDuplicateKeyError, type DocumentStore } from "../mixins/stores";
 import { bucketOf, COUNTERS, PERIODS, SEQ_WINDOW, statId, type Counter } from "../workers/observer/buckets";
 import { collect } from "./special/collect";
+import { filesHooks, filesMixin } from "./special/files";
 
 export interface StatsIncrement {
 	/** Stream position of the change event: the redelivery guard. */
@@ -79,7 +81,7 @@ async function bump(store: DocumentStore, client: string, p: StatsIncrement): Pr
 
 const SpecialService: ServiceSchema = {
 	name: "special",
-	mixins: [collectionMixin(special, { stats: { specials: { collect } } })],
+	mixins: [collectionMixin(special, { stats: { specials: { collect } }, files: filesHooks }), filesMixin as unknown as Partial<ServiceSchema>],
 	actions: {
 		/**
 		 * The observer's write into special/stats (internal, never routed): +1 on `counter` in the daily, monthly and

@@ -6,7 +6,9 @@
  *   collection's internal `purge` action (each removal is a `d` change event, see mixins/collection.mixin.ts);
  * - finished webhook delivery records older than DELIVERY_RETENTION_DAYS (delivered, failed or disabled; never
  *   pending ones) when the dispatcher's `deliveries` table exists (their attempts go with them);
- * - audit entries older than AUDIT_RETENTION_DAYS.
+ * - audit entries older than AUDIT_RETENTION_DAYS;
+ * - file content no special/files record holds, older than FILE_ORPHAN_GRACE_MINUTES (`special.files.orphans`:
+ *   uploads cut short by a crash); content of purged records goes with them (the files hooks).
  * `cleaner.run` (internal) runs one pass now and answers what it removed, or `{ ran: false }` when another pass holds
  * the lease.
  */
@@ -22,6 +24,7 @@ import { workerService } from "./worker";
 import { cutoff, retentionDays } from "./cleaner/retention";
 
 export const LOCK_KEY = "cleaner:lock";
+export const ORPHANS_ACTION = "special.files.orphans";
 /** The lease outlives a stalled holder by at most this long; a working pass renews it every third of it. */
 const LOCK_TTL_MS = 5 * 60 * 1000;
 /** Documents per purge call, rows per DELETE: bounded calls and short row locks. */
@@ -36,6 +39,8 @@ export interface CleanerPass {
 	documents?: Record<string, number>;
 	deliveries?: number;
 	audit?: number;
+	/** Orphaned file blobs (and partial writes) removed. */
+	blobs?: number;
 	/** What could not be cleaned this time (the next pass retries). */
 	errors?: string[];
 	ms?: number;
@@ -99,8 +104,9 @@ export default workerService(
 				try {
 					const documents = await this.purgeDocuments(cfg, errors);
 					const { deliveries, audit } = await this.purgeRelational(cfg, errors);
-					const pass: CleanerPass = { ran: true, documents, deliveries, audit, errors, ms: Date.now() - started };
-					const total = Object.values(documents).reduce((a: number, b) => a + (b as number), 0) + deliveries + audit;
+					const blobs = await this.collectOrphans(errors);
+					const pass: CleanerPass = { ran: true, documents, deliveries, audit, blobs, errors, ms: Date.now() - started };
+					const total = Object.values(documents).reduce((a: number, b) => a + (b as number), 0) + deliveries + audit + blobs;
 					if (total || errors.length) this.logger.info(`cleaner: ${total} removed in ${pass.ms} ms${errors.length ? `; ${errors.length} errors` : ""}`);
 					return pass;
 				} finally {
@@ -132,6 +138,18 @@ export default workerService(
 					}
 				}
 				return out;
+			},
+
+			/** File content without a record (after the purge, so purged records' content is already gone). */
+			async collectOrphans(this: any, errors: string[]): Promise<number> {
+				if (!this.broker.registry.actions.isAvailable(ORPHANS_ACTION)) return 0;
+				try {
+					const r = (await this.broker.call(ORPHANS_ACTION, {}, { timeout: 0 })) as { removed: number; partial: number };
+					return r.removed + r.partial;
+				} catch (err) {
+					errors.push(`file content: ${(err as Error)?.message ?? err}`);
+					return 0;
+				}
 			},
 
 			async purgeRelational(this: any, cfg: PlatformConfig, errors: string[]): Promise<{ deliveries: number; audit: number }> {

@@ -1,7 +1,7 @@
 /** The OpenAPI document must describe exactly the route table, with the spec's envelopes and no dangling refs. */
 import { COLLECTIONS, STANDARD_OPS } from "../../catalog";
 import { OPENAPI_MAX_BULK, openApiDocument, schemaName } from "../../lib/openapi";
-import { allRoutes } from "../../lib/routes";
+import { allRoutes, publicCollectionRoutes } from "../../lib/routes";
 import { MAX_BULK } from "../../mixins/collection.mixin";
 
 type Obj = Record<string, any>;
@@ -43,8 +43,8 @@ describe("openApiDocument", () => {
 		for (const { domain: d, collection: c } of COLLECTIONS) {
 			const tag = `${d.name}/${c.name}`;
 			const ops = Object.values(doc.paths as Obj).flatMap((item: Obj) => Object.values(item)).filter((o: Obj) => o.tags.includes(tag));
-			// The 11 operations, plus the collection's built special actions (catalog `implemented`).
-			const specials = (c.specials ?? []).filter((s) => s.implemented).length;
+			// The 11 operations, plus the collection's built special actions (catalog `implemented`) and public routes (file download).
+			const specials = (c.specials ?? []).filter((s) => s.implemented).length + publicCollectionRoutes().filter((r) => r.collection === c).length;
 			expect(ops).toHaveLength(Object.keys(STANDARD_OPS).length + specials);
 			expect(ops).toHaveLength(11 + specials);
 			for (const o of ops) ids.add(o.operationId);
@@ -52,7 +52,7 @@ describe("openApiDocument", () => {
 		const all = Object.values(doc.paths as Obj).flatMap((item: Obj) => Object.values(item)).map((o: Obj) => o.operationId);
 		expect(new Set(all).size).toBe(all.length);
 		const specials = COLLECTIONS.reduce((n, { collection: c }) => n + (c.specials ?? []).filter((s) => s.implemented).length, 0);
-		expect(ids.size).toBe(COLLECTIONS.length * 11 + specials);
+		expect(ids.size).toBe(COLLECTIONS.length * 11 + specials + publicCollectionRoutes().length);
 		expect(op("/auth/token", "post").tags).toEqual(["auth"]);
 	});
 

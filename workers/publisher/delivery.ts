@@ -11,6 +11,7 @@
  */
 import { randomBytes } from "crypto";
 import nodemailer, { type Transporter } from "nodemailer";
+import type { Readable } from "stream";
 import webpush from "web-push";
 import type { PlatformConfig } from "../../lib/config";
 import { answerOf, DELIVERABLE, isDeliverable, redactUrl, scrub, secretsOf, smsRequests, type Deliverable } from "../../lib/touch";
@@ -188,8 +189,18 @@ export class Delivery {
 		const mailer = this.transport();
 		if (!mailer) return { ok: false, permanent: true, reason: "no transport" };
 		const d = job.doc as Record<string, any>;
+		let attachments: Array<{ filename: string; contentType: string; content: Readable }> | undefined;
+		try {
+			attachments = await this.attachmentsOf(d);
+		} catch (err) {
+			// A file the email's owner may not read (or gone): will not change on a retry. An unreachable store retries.
+			const e = err as { code?: unknown; message?: string };
+			if (e.code === 404) return { ok: false, permanent: true, reason: String(e.message) };
+			throw err;
+		}
 		try {
 			const info = await mailer.sendMail({
+				attachments,
 				from: d.from,
 				to: d.to,
 				cc: d.cc,
@@ -210,6 +221,20 @@ export class Delivery {
 			const permanent = typeof e.responseCode === "number" && e.responseCode >= 500;
 			return { ok: false, permanent, info: smtp, reason: scrub(e.message, this.smtpSecrets()) };
 		}
+	}
+
+	/**
+	 * `attachments` are special/files ids: resolved through the blob store by the special domain (docs/files.md),
+	 * each readable by the email's owner in its tenant; content is streamed into the message, never held whole here.
+	 */
+	private async attachmentsOf(d: Record<string, any>): Promise<Array<{ filename: string; contentType: string; content: Readable }> | undefined> {
+		const ids: string[] = Array.isArray(d.attachments) ? d.attachments : [];
+		if (!ids.length) return undefined;
+		const who = { owner: d.owner, clients: d.clients };
+		const files = (await this.broker.call("special.files.attachments", { ids, ...who })) as Array<{ id: string; name: string; mimetype: string }>;
+		return Promise.all(
+			files.map(async (f) => ({ filename: f.name, contentType: f.mimetype, content: (await this.broker.call("special.files.content", { id: f.id, ...who })) as Readable })),
+		);
 	}
 
 	private smtpSecrets(): string[] {

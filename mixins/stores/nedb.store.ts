@@ -81,9 +81,6 @@ type Datastore = {
 	insert<T>(d: T): Promise<T>;
 	update(q: Filter, u: object, o: object): Promise<[number, StoredDoc | StoredDoc[]]>;
 	remove(q: Filter, o: object): Promise<number>;
-	setAutocompactionInterval?(ms: number): void;
-	stopAutocompaction?(): void;
-	persistence?: { setAutocompactionInterval(ms: number): void; stopAutocompaction(): void };
 };
 
 const INDEXES = [
@@ -109,8 +106,12 @@ function queryError(err: unknown): Error {
 	return /comparison function|logical operator|Unknown|\$/.test(msg) ? badRequest(`query is not supported by the document store: ${msg}`) : (err as Error);
 }
 
+/** The append-only files are rewritten this often (and on load). */
+const COMPACT_EVERY_MS = 10 * 60 * 1000;
+
 export class NedbStore implements DocumentStore {
 	readonly kind = "nedb" as const;
+	private compactor?: NodeJS.Timeout;
 	private cache = new Map<string, unknown>();
 	private adapter: { connect(): Promise<void>; disconnect(): Promise<void>; db: Datastore; init(b: unknown, s: unknown): void };
 
@@ -134,14 +135,16 @@ export class NedbStore implements DocumentStore {
 		if (this.file) {
 			// A file an earlier version left 0644 (loading compacts it into a new 0600 file; this covers the rest).
 			await chmod(this.file, 0o600).catch(() => undefined);
-			if (this.db.setAutocompactionInterval) this.db.setAutocompactionInterval(10 * 60 * 1000);
-			else this.db.persistence?.setAutocompactionInterval(10 * 60 * 1000);
+			// Our own timer rather than NeDB's autocompaction, whose failures (a DATA_DIR removed under a store that was
+			// never disconnected) are unhandled rejections that end the process; unref'd, so it keeps nothing alive.
+			this.compactor = setInterval(() => void this.compact().catch(() => undefined), COMPACT_EVERY_MS);
+			this.compactor.unref();
 		}
 	}
 
 	async disconnect(): Promise<void> {
-		if (this.db?.stopAutocompaction) this.db.stopAutocompaction();
-		else this.db?.persistence?.stopAutocompaction();
+		if (this.compactor) clearInterval(this.compactor);
+		this.compactor = undefined;
 		await this.adapter.disconnect();
 	}
 

@@ -26,6 +26,7 @@ import { webhookHeaders, webhookId } from "./dispatcher/signature";
 import { DeliveryStore, MIGRATIONS, type AttemptRecord, type ClaimedDelivery, type DeliveryRow, type NewDelivery } from "./dispatcher/store";
 import type { Consumer } from "./stream";
 import { workerService } from "./worker";
+import { nap } from "../lib/nap";
 
 export const DISPATCHER_PORT = 4010;
 /** Deliveries in flight at once per dispatcher (different documents or clients). */
@@ -365,16 +366,7 @@ export default workerService(
 					if (this.stopping) break;
 					if (free > 0 && claimed.length === free) continue;
 					if (this.woken) continue;
-					await new Promise<void>((resolve) => {
-						const t = setTimeout(done, POLL_MS);
-						const self = this;
-						function done() {
-							clearTimeout(t);
-							self.wakeUp = undefined;
-							resolve();
-						}
-						this.wakeUp = done;
-					});
+					await nap(POLL_MS, (wake) => (this.wakeUp = wake));
 				}
 			},
 		},

@@ -1,5 +1,16 @@
 import type { DomainDef, FieldDef } from "../types";
 
+/** What the platform keeps about the delivery of an email or SMS (set by the platform only). */
+const DELIVERY_FIELDS: Record<string, FieldDef> = {
+	state: { type: "string", enum: ["QUEUED", "SENDING", "SENT", "FAILED"], readOnly: true, description: "Delivery state (docs/communications.md)" },
+	sent_at: { type: "date", readOnly: true },
+	attempts: { type: "integer", readOnly: true, description: "Delivery attempts made so far" },
+	next_at: { type: "date", readOnly: true, description: "When the next delivery attempt is due" },
+	reason: { type: "string", readOnly: true, description: "Why the last attempt failed (`no transport`, provider answer)" },
+	lease: { type: "string", internal: true },
+	lease_until: { type: "date", internal: true },
+};
+
 /** A send's body: the collection's settable fields (the record it creates), set below from the definitions. */
 const SEND_BODY: Record<"emails" | "smss", Record<string, FieldDef>> = { emails: {}, smss: {} };
 
@@ -25,13 +36,7 @@ export const touch: DomainDef = {
 				date: { type: "date" },
 				attachments: { type: "array", items: "string", format: "objectId", fileRef: true },
 				smtp: { type: "object", readOnly: true, description: "Delivery metadata: message_id, accepted, rejected, response" },
-				state: { type: "string", enum: ["QUEUED", "SENDING", "SENT", "FAILED"], readOnly: true, description: "Delivery state (docs/communications.md)" },
-				sent_at: { type: "date", readOnly: true },
-				attempts: { type: "integer", readOnly: true, description: "Delivery attempts made so far" },
-				next_at: { type: "date", readOnly: true, description: "When the next delivery attempt is due" },
-				reason: { type: "string", readOnly: true, description: "Why the last attempt failed (`no transport`, provider answer)" },
-				lease: { type: "string", internal: true },
-				lease_until: { type: "date", internal: true },
+				...DELIVERY_FIELDS,
 			},
 			rules: [{ anyOf: ["html", "text"], message: "an email needs html or text" }],
 			specials: [
@@ -98,13 +103,7 @@ export const touch: DomainDef = {
 				date: { type: "date", description: "Scheduled send time (like an email's `date`)" },
 				res: { type: "object", readOnly: true, description: "The provider's answer (without credentials)" },
 				template: { type: "string", readOnly: true, description: "Name of the SMS_TEMPLATE the message was filled from" },
-				state: { type: "string", enum: ["QUEUED", "SENDING", "SENT", "FAILED"], readOnly: true, description: "Delivery state (docs/communications.md)" },
-				sent_at: { type: "date", readOnly: true },
-				attempts: { type: "integer", readOnly: true, description: "Delivery attempts made so far" },
-				next_at: { type: "date", readOnly: true, description: "When the next delivery attempt is due" },
-				reason: { type: "string", readOnly: true, description: "Why the last attempt failed (`no transport`, provider answer)" },
-				lease: { type: "string", internal: true },
-				lease_until: { type: "date", internal: true },
+				...DELIVERY_FIELDS,
 			},
 			specials: [
 				{

@@ -20,6 +20,7 @@ import type { OutboxRecord } from "../../mixins/outbox";
 import { CLAIM_ACTION, DUE_ACTION, SETTLE_ACTION, type Job, type Outcome } from "../../services/touch/delivery";
 import type { ChangeStream, Consumer } from "../stream";
 import { guardedRequest } from "./http";
+import { nap } from "../../lib/nap";
 
 export const DELIVERY_GROUP = "publisher-delivery";
 const CONCURRENCY = 16;
@@ -143,16 +144,7 @@ export class Delivery {
 				this.logger.debug(`publisher: looking for due messages failed: ${(err as Error).message}`);
 			}
 			if (this.stopping) break;
-			await new Promise<void>((resolve) => {
-				const t = setTimeout(done, POLL_MS);
-				const self = this;
-				function done() {
-					clearTimeout(t);
-					self.wakeUp = undefined;
-					resolve();
-				}
-				this.wakeUp = done;
-			});
+			await nap(POLL_MS, (wake) => (this.wakeUp = wake));
 		}
 	}
 

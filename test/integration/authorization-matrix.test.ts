@@ -248,6 +248,8 @@ let sweeperSaga: string | undefined;
 function sampleBody(col: CollectionDef, path: string, i: number): Record<string, unknown> {
 	if (path === "auth/grants") return { subject: `nobody${i}@${DOMAIN}`, action: "read", object: "content:notes" };
 	if (path === "financial/transactions" && sweeperSaga) return { amount: 100 + i, saga: sweeperSaga };
+	// A push subscription's keys are what encrypts each message to it: the two strings a browser hands out.
+	if (path === "touch/pushes") return { session: "0123456789abcdef01234567", endpoint: `https://push.example.com/${i}`, expiration: 1_900_000_000 + i, keys: { p256dh: `BPk${i}sample`, auth: `auth${i}` } };
 	const body: Record<string, unknown> = {};
 	for (const [k, def] of Object.entries(col.fields)) if (def.required && !def.internal) body[k] = sampleValue(k, def, i);
 	for (const rule of col.rules ?? []) if (!rule.anyOf.some((f) => body[f] !== undefined)) body[rule.anyOf[0]] = sampleValue(rule.anyOf[0], col.fields[rule.anyOf[0]], i);

@@ -136,7 +136,8 @@ export class Delivery {
 		while (!this.stopping) {
 			try {
 				const free = CONCURRENCY - this.inflight.size;
-				if (free > 0) {
+				// Until a touch node is up there is nothing to ask (and no warning to print on every round).
+				if (free > 0 && this.broker.registry.hasService("touch")) {
 					const due = (await this.broker.call(`touch.${DUE_ACTION}`, { limit: free })) as Array<{ collection: Deliverable; id: string }>;
 					for (const d of due) this.kick(d.collection, d.id);
 				}

@@ -42,6 +42,7 @@ interface Broker {
 	call(action: string, params?: unknown): Promise<any>;
 	isMetricsEnabled(): boolean;
 	metrics: any;
+	registry: { hasService(name: string): boolean };
 }
 interface Logger {
 	warn(...a: unknown[]): void;

@@ -229,6 +229,7 @@ describe("email", () => {
 			nodeID: "fake",
 			isMetricsEnabled: () => false,
 			metrics: {},
+			registry: { hasService: () => true },
 			call: async (action: string, params: any) => {
 				if (action.endsWith("claim")) return job;
 				settled.push(params);

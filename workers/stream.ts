@@ -73,6 +73,11 @@ export class OutboxStream implements ChangeStream {
 		return groups.length ? Math.min(...groups.map((g) => Number(g.seq ?? 0))) : 0;
 	}
 
+	/** Whether every group has passed every event appended so far (tests and operators: "the workers caught up"). */
+	async drained(): Promise<boolean> {
+		return (await this.outbox.readFrom(await this.passedAll(), 1)).length === 0;
+	}
+
 	async consume(group: string, handler: ChangeHandler): Promise<Consumer> {
 		await this.init();
 		const saved = await this.offsets.findOne({ id: group });
@@ -156,7 +161,15 @@ export class OutboxStream implements ChangeStream {
 	}
 }
 
-const shared = new Map<string, ChangeStream>();
+const shared = new Map<string, OutboxStream>();
+
+/** The embedded stream (the persisted outbox read by consumer groups): one per process and data location. */
+export function embeddedStream(cfg: Pick<PlatformConfig, "dataDir" | "mongoUri"> & Partial<PlatformConfig>): OutboxStream {
+	const key = cfg.mongoUri ?? cfg.dataDir;
+	let s = shared.get(key);
+	if (!s) shared.set(key, (s = new OutboxStream(cfg)));
+	return s;
+}
 
 /**
  * The node's change stream, as EVENT_STREAM says. Embedded: one per process and data location. Production: the
@@ -164,10 +177,7 @@ const shared = new Map<string, ChangeStream>();
  */
 export function sharedStream(cfg: Pick<PlatformConfig, "dataDir" | "mongoUri"> & Partial<PlatformConfig>): ChangeStream {
 	if (cfg.eventStream && cfg.eventStream !== "outbox") return channelsStreamFor(cfg as PlatformConfig);
-	const key = cfg.mongoUri ?? cfg.dataDir;
-	let s = shared.get(key);
-	if (!s) shared.set(key, (s = new OutboxStream(cfg)));
-	return s;
+	return embeddedStream(cfg);
 }
 
 /**

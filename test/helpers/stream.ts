@@ -1,4 +1,6 @@
 /** Change records made up for stream tests, and small helpers to publish and compare them. */
+import { embeddedStream } from "../../workers/stream";
+import { waitForValue } from "./wait";
 import { randomBytes } from "crypto";
 import type { OutboxRecord } from "../../mixins/outbox";
 
@@ -28,3 +30,8 @@ export async function publishRecords(stream: { publish(rec: OutboxRecord): Promi
 
 export const settle = (ms = 500) => new Promise((r) => setTimeout(r, ms));
 export const sorted = (xs: number[]) => [...xs].sort((a, b) => a - b);
+
+/** Waits until every worker group of an embedded platform has handled every change event written so far. */
+export async function drained(cfg: Parameters<typeof embeddedStream>[0], ms = 15_000): Promise<void> {
+	await waitForValue("the workers to catch up with the change stream", () => embeddedStream(cfg).drained(), ms);
+}

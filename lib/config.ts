@@ -308,10 +308,10 @@ export function ensureDir(dir: string): string {
 }
 
 /**
- * A directory of DATA_DIR: its owner's only (0700), created so or narrowed when it exists. One exception for
- * DATA_DIR itself (`keepSearch`): as root the embedded PostgreSQL runs as its own system user, which must traverse
- * DATA_DIR to reach its data directory, so an existing search bit for others (`o+x`, never read) is kept there
- * (lib/relational.ts adds it when needed).
+ * A directory of DATA_DIR: its owner's only (0700), created so or narrowed when it exists. One exception
+ * (`keepSearch`, for DATA_DIR itself): as root the embedded PostgreSQL runs as its own system user, which must traverse
+ * DATA_DIR to reach its data directory, so an existing search bit for others (`o+x`, never read) is kept (lib/relational.ts
+ * adds it when needed); whatever opens a store directly in DATA_DIR must keep it too.
  */
 export function ensurePrivateDir(dir: string, keepSearch = false): string {
 	if (!existsSync(dir)) mkdirSync(dir, { recursive: true, mode: 0o700 });

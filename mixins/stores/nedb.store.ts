@@ -117,7 +117,7 @@ export class NedbStore implements DocumentStore {
 
 	/** `file` undefined keeps the store in memory (tests). */
 	constructor(private readonly file: string | undefined, private readonly extraIndexes: string[] = []) {
-		if (file) ensurePrivateDir(path.dirname(file));
+		if (file) ensurePrivateDir(path.dirname(file), true); // may be DATA_DIR itself: keep its search bit
 		// Owner-only files (0600): NeDB creates the data file, its compaction copies and appends with these modes.
 		this.adapter = new (DbService as any).MemoryAdapter(file ? { filename: file, modes: { fileMode: 0o600, dirMode: 0o700 } } : {});
 	}

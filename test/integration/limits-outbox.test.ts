@@ -108,7 +108,7 @@ test("retention: records older than STREAM_RETENTION_HOURS go even when a group 
 test("production relay: the leader removes what the relay has published", async () => {
 	const dir = tempDir("outbox-relay-");
 	dirs.push(dir);
-	const cfg = { ...readConfig(), dataDir: dir, mongoUri: undefined, redisUrl: undefined, namespace: `relay-prune-${Date.now()}` };
+	const cfg = { ...readConfig(), dataDir: dir, mongoUri: undefined, redisUrl: undefined, namespace: `relay-prune-${Date.now()}`, outboxGraceMs: 0 };
 	const published: number[] = [];
 	const stream = { opts: { channel: "changes" }, subject: "changes", isConnected: () => true, publish: async (r: { seq: number }) => void published.push(r.seq) };
 	const writer = sharedOutbox(cfg);

@@ -1,0 +1,296 @@
+/**
+ * The PostgreSQL document store (DOCUMENT_STORE=postgres): one table per collection, `(id text, doc jsonb)`, in the
+ * database at DATABASE_URL (the embedded PostgreSQL under DATA_DIR when unset, lib/relational.ts), shared by every
+ * node. Queries are translated to parameterised SQL (mixins/stores/pg.query.ts); writes join the caller's unit of
+ * work (mixins/stores/unit.ts), so a document and its change events commit together.
+ *
+ * Indexes: GIN `jsonb_path_ops` on the document (every top-level equality: the zones' owner, shares, groups,
+ * clients, and `ref`), the soft-delete condition (partial index of the live rows, by id and by created_at), unique
+ * `tenant_ref` (sparse), and the engine's extra sort fields.
+ */
+import { createHash } from "crypto";
+import type { PoolClient } from "pg";
+import { openRelational, releaseRelational, type Relational } from "../../lib/relational";
+import type { PlatformConfig } from "../../lib/config";
+import { ApiError, badRequest } from "../../lib/errors";
+import type { DocumentStore, FindOptions, Filter, StoredDoc } from "./types";
+import { renameIdKeys, TENANT_REF, toStoreQuery, updateOf } from "./types";
+import { lit, orderOf, Params, valueAt, whereOf } from "./pg.query";
+import { openTransaction, unitTransaction } from "./unit";
+import { matchesFilter } from "./nedb.store";
+
+// NeDB's update operators, comparator and projection: the JavaScript side keeps the embedded store's semantics.
+// eslint-disable-next-line @typescript-eslint/no-var-requires
+const model = require("@seald-io/nedb/lib/model") as {
+	modify(doc: unknown, update: unknown): StoredDoc;
+	compareThings(a: unknown, b: unknown): number;
+	getDotValue(doc: unknown, key: string): unknown;
+};
+// eslint-disable-next-line @typescript-eslint/no-var-requires
+const Cursor = require("@seald-io/nedb/lib/cursor") as { prototype: { _project(this: { _projection: unknown }, docs: StoredDoc[]): StoredDoc[] } };
+
+export type PgConfig = Pick<PlatformConfig, "dataDir"> & Partial<Pick<PlatformConfig, "databaseUrl">>;
+type Query = (text: string, params?: unknown[]) => Promise<{ rows: any[]; rowCount: number | null }>;
+
+/** Errors of the caller's data or query: 400, never 500. */
+export function pgError(err: unknown): Error {
+	if (err instanceof ApiError) return err;
+	const e = err as { code?: string; message?: string };
+	if (e?.code === "22P05" || e?.code === "22021") return badRequest("text containing NUL characters or unpaired surrogates cannot be stored");
+	if (typeof e?.code === "string" && e.code.startsWith("2203")) return badRequest(`query is not supported by the document store: ${e.message}`);
+	return err as Error;
+}
+
+/**
+ * The database of one configuration: statements run in the caller's unit of work when it has one (writes begin it),
+ * else on the pool; `tx` runs several statements in one transaction (the unit's, or one of its own).
+ */
+export class PgDatabase {
+	constructor(readonly rel: Relational) {}
+
+	private async on(client: Promise<PoolClient>, text: string, params?: unknown[]) {
+		const r = await (await client).query(text, params as unknown[]);
+		return { rows: r.rows, rowCount: r.rowCount };
+	}
+
+	read: Query = async (text, params) => {
+		const c = openTransaction(this.rel);
+		try {
+			return c ? await this.on(c, text, params) : await this.rel.query(text, params);
+		} catch (err) {
+			throw pgError(err);
+		}
+	};
+
+	write: Query = async (text, params) => {
+		const c = unitTransaction(this.rel);
+		try {
+			return c ? await this.on(c, text, params) : await this.rel.query(text, params);
+		} catch (err) {
+			throw pgError(err);
+		}
+	};
+
+	async tx<T>(fn: (q: Query) => Promise<T>): Promise<T> {
+		const unit = unitTransaction(this.rel);
+		if (unit) return fn((text, params) => this.on(unit, text, params).catch((err) => Promise.reject(pgError(err))));
+		const client = await this.rel.client();
+		const q: Query = async (text, params) => {
+			try {
+				const r = await client.query(text, params as unknown[]);
+				return { rows: r.rows, rowCount: r.rowCount };
+			} catch (err) {
+				throw pgError(err);
+			}
+		};
+		try {
+			await client.query("begin");
+			const out = await fn(q);
+			await client.query("commit");
+			client.release();
+			return out;
+		} catch (err) {
+			await client.query("rollback").catch(() => undefined);
+			client.release();
+			throw err;
+		}
+	}
+}
+
+/** A quoted table (or index) identifier: short names as they are, long ones shortened with a hash (63 bytes). */
+export function ident(name: string): string {
+	const n = Buffer.byteLength(name) <= 60 ? name : `${name.slice(0, 36)}#${createHash("sha256").update(name).digest("hex").slice(0, 16)}`;
+	return `"${n.replace(/"/g, '""')}"`;
+}
+
+const LIVE = () => whereOf({ deleted_at: null }, new Params()).sql;
+
+/** Serialises schema changes of every node and store (concurrent `create table if not exists` can collide). */
+export const DDL_LOCK = "select pg_advisory_xact_lock(hashtext('platform-documents-ddl'))";
+
+export class PgStore implements DocumentStore {
+	readonly kind = "postgres" as const;
+	private db?: PgDatabase;
+	private readonly table: string;
+	private readonly short: string;
+
+	constructor(
+		private readonly cfg: PgConfig,
+		readonly name: string,
+		private readonly extraIndexes: string[] = [],
+	) {
+		this.table = ident(`docs/${name}`);
+		this.short = createHash("sha256").update(name).digest("hex").slice(0, 12);
+	}
+
+	private get d(): PgDatabase {
+		if (!this.db) throw new Error(`document store ${this.name} is not connected`);
+		return this.db;
+	}
+
+	async connect(): Promise<void> {
+		const rel = await openRelational(this.cfg);
+		this.db = new PgDatabase(rel);
+		const t = this.table;
+		const i = (s: string) => ident(`docs_${this.short}_${s}`);
+		await rel.transaction(async (q) => {
+			await q(DDL_LOCK);
+			await q(`create table if not exists ${t} (id text collate "C" primary key, doc jsonb not null)`);
+			await q(`create index if not exists ${i("doc")} on ${t} using gin (doc jsonb_path_ops)`);
+			await q(`create unique index if not exists ${i("tref")} on ${t} ((doc->${lit(TENANT_REF)})) where doc ? ${lit(TENANT_REF)}`);
+			await q(`create index if not exists ${i("live")} on ${t} (id) where ${LIVE()}`);
+			await q(`create index if not exists ${i("created")} on ${t} (${valueAt("created_at")} nulls first, id) where ${LIVE()}`);
+			for (const f of this.extraIndexes) await q(`create index if not exists ${i(`x_${f}`)} on ${t} (${valueAt(f)} nulls first, id)`);
+		});
+	}
+
+	async disconnect(): Promise<void> {
+		if (!this.db) return;
+		this.db = undefined;
+		await releaseRelational(this.cfg);
+	}
+
+	/** SQL for a platform filter, and whether it is exact (else the rows are matched in JavaScript too). */
+	private where(query: Filter, p: Params) {
+		return whereOf(toStoreQuery(query), p);
+	}
+
+	private match(docs: StoredDoc[], query: Filter): StoredDoc[] {
+		return docs.filter((d) => matchesFilter(d, query));
+	}
+
+	async find(o: FindOptions): Promise<StoredDoc[]> {
+		const p = new Params();
+		const w = this.where(o.query, p);
+		const sort = o.sort ? renameIdKeys(o.sort)! : undefined;
+		let docs: StoredDoc[];
+		if (w.exact) {
+			let sql = `select doc from ${this.table} where ${w.sql} order by ${orderOf(sort)}`;
+			if (o.limit) sql += ` limit ${p.add(o.limit)}`;
+			if (o.skip) sql += ` offset ${p.add(o.skip)}`;
+			docs = (await this.d.read(sql, p.values)).rows.map((r) => r.doc);
+		} else {
+			const rows = (await this.d.read(`select doc from ${this.table} where ${w.sql} order by id`, p.values)).rows.map((r) => r.doc as StoredDoc);
+			docs = this.match(rows, o.query);
+			if (sort) {
+				const criteria = Object.entries(sort);
+				docs.sort((a, b) => {
+					for (const [k, dir] of criteria) {
+						const c = dir * model.compareThings(model.getDotValue(a, k), model.getDotValue(b, k));
+						if (c !== 0) return c;
+					}
+					return 0;
+				});
+			}
+			const start = o.skip ?? 0;
+			docs = docs.slice(start, o.limit ? start + o.limit : undefined);
+		}
+		if (!o.projection) return docs;
+		try {
+			return Cursor.prototype._project.call({ _projection: renameIdKeys(o.projection) }, docs);
+		} catch (err) {
+			throw badRequest(`projection is not supported by the document store: ${(err as Error).message}`);
+		}
+	}
+
+	async findOne(query: Filter): Promise<StoredDoc | null> {
+		return (await this.find({ query, limit: 1 }))[0] ?? null;
+	}
+
+	async count(query: Filter): Promise<number> {
+		const p = new Params();
+		const w = this.where(query, p);
+		if (w.exact) return Number((await this.d.read(`select count(*)::int as n from ${this.table} where ${w.sql}`, p.values)).rows[0].n);
+		const rows = (await this.d.read(`select doc from ${this.table} where ${w.sql}`, p.values)).rows.map((r) => r.doc as StoredDoc);
+		return this.match(rows, query).length;
+	}
+
+	async insert(doc: StoredDoc): Promise<StoredDoc> {
+		await this.d.write(`insert into ${this.table} (id, doc) values ($1, $2::jsonb)`, [doc._id, JSON.stringify(doc)]);
+		return doc;
+	}
+
+	async insertMany(docs: StoredDoc[]): Promise<StoredDoc[]> {
+		if (!docs.length) return docs;
+		// One statement: all or nothing, like NeDB's array insert.
+		await this.d.write(`insert into ${this.table} (id, doc) select x->>'_id', x from jsonb_array_elements($1::jsonb) x`, [JSON.stringify(docs)]);
+		return docs;
+	}
+
+	/** A `$set`/`$unset` on top-level fields only is one SQL statement; dotted paths go through `modify`. */
+	private flat(update: Record<string, unknown>): { set: Record<string, unknown>; unset: string[] } | null {
+		const set = (update.$set ?? {}) as Record<string, unknown>;
+		const unset = Object.keys((update.$unset ?? {}) as Record<string, unknown>);
+		if (Object.keys(update).some((k) => k !== "$set" && k !== "$unset")) return null;
+		if ([...Object.keys(set), ...unset].some((k) => k.includes(".") || k === "_id")) return null;
+		return { set, unset };
+	}
+
+	async setMany(ids: string[], set: Record<string, unknown>): Promise<number> {
+		if (!ids.length) return 0;
+		const update = updateOf(set);
+		const f = this.flat(update);
+		if (f) {
+			const r = await this.d.write(`update ${this.table} set doc = (doc || $2::jsonb) - $3::text[] where id = any($1::text[])`, [ids, JSON.stringify(f.set), f.unset]);
+			return r.rowCount ?? 0;
+		}
+		return this.d.tx(async (q) => {
+			const { rows } = await q(`select doc from ${this.table} where id = any($1::text[]) order by id for update`, [ids]);
+			for (const r of rows) await q(`update ${this.table} set doc = $2::jsonb where id = $1`, [r.doc._id, JSON.stringify(model.modify(r.doc, update))]);
+			return rows.length;
+		});
+	}
+
+	async setOne(id: string, set: Record<string, unknown>): Promise<StoredDoc | null> {
+		const update = updateOf(set);
+		const f = this.flat(update);
+		if (f) {
+			const r = await this.d.write(`update ${this.table} set doc = (doc || $2::jsonb) - $3::text[] where id = $1 returning doc`, [id, JSON.stringify(f.set), f.unset]);
+			return (r.rows[0]?.doc as StoredDoc) ?? null;
+		}
+		return this.updateIf({ _id: id }, update);
+	}
+
+	async removeMany(query: Filter): Promise<number> {
+		const p = new Params();
+		const w = this.where(query, p);
+		if (w.exact) return (await this.d.write(`delete from ${this.table} where ${w.sql}`, p.values)).rowCount ?? 0;
+		const rows = (await this.d.read(`select doc from ${this.table} where ${w.sql}`, p.values)).rows.map((r) => r.doc as StoredDoc);
+		const ids = this.match(rows, query).map((d) => d._id);
+		if (!ids.length) return 0;
+		return (await this.d.write(`delete from ${this.table} where id = any($1::text[])`, [ids])).rowCount ?? 0;
+	}
+
+	/**
+	 * Locks the matching rows (`for update`: a concurrent writer waits, and PostgreSQL re-checks the condition on the
+	 * row version it then sees), applies the update to the first one that still matches, writes it back.
+	 */
+	updateIf(query: Filter, update: Record<string, unknown>): Promise<StoredDoc | null> {
+		const p = new Params();
+		const w = this.where(query, p);
+		return this.d.tx(async (q) => {
+			const { rows } = await q(`select doc from ${this.table} where ${w.sql} order by id ${w.exact ? "limit 1 " : ""}for update`, p.values);
+			const doc = (w.exact ? rows : this.match(rows.map((r) => r.doc), query).map((doc) => ({ doc })))[0]?.doc as StoredDoc | undefined;
+			if (!doc) return null;
+			const after = model.modify(doc, update);
+			await q(`update ${this.table} set doc = $2::jsonb where id = $1`, [doc._id, JSON.stringify(after)]);
+			return after;
+		});
+	}
+
+	replaceIf(query: Filter, doc: StoredDoc): Promise<boolean> {
+		const p = new Params();
+		const w = this.where({ $and: [query, { _id: doc._id }] }, p);
+		return this.d.tx(async (q) => {
+			const { rows } = await q(`select doc from ${this.table} where ${w.sql} for update`, p.values);
+			const found = w.exact ? rows.length > 0 : this.match(rows.map((r) => r.doc), query).length > 0;
+			if (!found) return false;
+			await q(`update ${this.table} set doc = $2::jsonb where id = $1`, [doc._id, JSON.stringify(doc)]);
+			return true;
+		});
+	}
+
+	async ping(): Promise<boolean> {
+		return !!this.db && (await this.db.rel.ping());
+	}
+}

@@ -83,10 +83,32 @@ function not(p: Sql): Sql {
 	return p.exact ? ok(`(not ${p.sql})`) : TRUE;
 }
 
-function pathExists(field: string, p: Params, filter?: string, vars?: Record<string, unknown>): string {
-	const path = filter ? `${jsonPath(field)} ? (${filter})` : jsonPath(field);
-	return vars ? `jsonb_path_exists(doc, ${p.add(path)}::jsonpath, ${p.json(vars)})` : `jsonb_path_exists(doc, ${p.add(path)}::jsonpath)`;
+/**
+ * Where a dotted path starts: the document, or for `f.N...` (N numeric: the grouping zone's `clients.0`) the N-th
+ * element of an array `f`, or the key "N" of a sub-document `f`, as MongoDB reads it (lax SQL/JSON would also take a
+ * scalar `f` for its own element 0). Undefined: a numeric segment deeper in the path, evaluated in JavaScript.
+ */
+function rooted(field: string): { base: string; rest: string } | undefined {
+	const segs = field.split(".");
+	const n = segs.findIndex(isNum);
+	if (n === -1) return { base: "doc", rest: field };
+	if (n !== 1) return undefined;
+	const f = `(doc->${lit(segs[0])})`;
+	const base = `(case jsonb_typeof(${f}) when 'array' then ${f}->${Number(segs[1])} when 'object' then ${f}->${lit(segs[1])} end)`;
+	return { base, rest: segs.slice(2).join(".") };
 }
+
+function pathExists(field: string, p: Params, filter?: string, vars?: Record<string, unknown>): string | undefined {
+	const r = rooted(field);
+	if (!r) return undefined;
+	const root = r.rest ? jsonPath(r.rest) : "$";
+	const path = filter ? `${root} ? (${filter})` : root;
+	const call = vars ? `jsonb_path_exists(${r.base}, ${p.add(path)}::jsonpath, ${p.json(vars)})` : `jsonb_path_exists(${r.base}, ${p.add(path)}::jsonpath)`;
+	// A missing base (no such element) is no match, never SQL's unknown (which NOT would keep unknown).
+	return r.base === "doc" ? call : `coalesce(${call}, false)`;
+}
+
+const sqlOf = (sql: string | undefined): Sql => (sql === undefined ? TRUE : ok(sql));
 
 /** `{field: v}` with MongoDB's meaning: equal, or (arrays) an element equal; null also matches a missing field. */
 function eq(field: string, v: unknown, p: Params): Sql {
@@ -100,11 +122,19 @@ function eq(field: string, v: unknown, p: Params): Sql {
 			const x = valueAt(field);
 			return ok(`(${x} is null or ${x} = 'null'::jsonb or (jsonb_typeof(${x}) = 'array' and ${x} @> '[null]'::jsonb))`);
 		}
-		return ok(`(not ${pathExists(field, p)} or ${pathExists(field, p, "@ == null")})`);
+		const has = pathExists(field, p);
+		const isNull = pathExists(field, p, "@ == null");
+		if (has === undefined || isNull === undefined) return TRUE;
+		// Also missing in one of the sub-documents an array holds (`{lines: [{sku: 1}, {}]}` for `lines.sku`).
+		const segs = field.split(".");
+		const last = segs.pop()!;
+		const parent = isNum(last) ? undefined : pathExists(segs.join("."), p, `!exists(@."${last.replace(/\\/g, "\\\\").replace(/"/g, '\\"')}")`);
+		if (parent === undefined && !isNum(last)) return TRUE;
+		return ok(`(not ${has} or ${isNull}${parent ? ` or ${parent}` : ""})`);
 	}
 	if (isScalar(v)) {
 		if (top) return ok(`(doc @> ${p.json({ [field]: v })} or doc @> ${p.json({ [field]: [v] })})`);
-		return ok(pathExists(field, p, "@ == $v", { v }));
+		return sqlOf(pathExists(field, p, "@ == $v", { v }));
 	}
 	if (v instanceof RegExp) return TRUE;
 	if (top && (Array.isArray(v) || (typeof v === "object" && v !== null))) {
@@ -139,14 +169,14 @@ function operators(field: string, ops: Record<string, unknown>, p: Params): Sql 
 			case "$lt":
 			case "$lte":
 				if (field === "_id") parts.push(typeof v === "string" ? ok(`(id ${CMP[op]} ${p.add(v)})`) : typeof v === "number" ? ok("false") : TRUE);
-				else if (typeof v === "string" || (typeof v === "number" && Number.isFinite(v))) parts.push(ok(pathExists(field, p, `@ ${CMP[op]} $v`, { v })));
+				else if (typeof v === "string" || (typeof v === "number" && Number.isFinite(v))) parts.push(sqlOf(pathExists(field, p, `@ ${CMP[op]} $v`, { v })));
 				else parts.push(TRUE);
 				break;
 			case "$exists":
 				if (field === "_id") parts.push(ok(v ? "true" : "false"));
 				else {
 					const has = field.includes(".") ? pathExists(field, p) : `(doc ? ${lit(field)})`;
-					parts.push(ok(v ? has : `(not ${has})`));
+					parts.push(has === undefined ? TRUE : ok(v ? has : `(not ${has})`));
 				}
 				break;
 			case "$size":
@@ -200,4 +230,63 @@ export function orderOf(sort: Record<string, 1 | -1> | undefined): string {
 	}
 	if (!hasId) keys.push("id asc");
 	return keys.join(", ");
+}
+
+/**
+ * The form of a filter for the JavaScript matcher (NeDB's, after its MongoDB normalisation) with MongoDB's meaning of
+ * null, which the SQL side has: `{f: null}` also matches a missing field (NeDB's does not), so do `$in: [null]`, and
+ * `$ne: null` / `$nin: [null]` exclude it; a field-level `$not` (MongoDB's form) becomes the query-level one NeDB has.
+ */
+export function forMatcher(q: Filter): Filter {
+	const out: Filter = {};
+	const and: Filter[] = [];
+	const nullEq = (k: string): Filter => ({ $or: [{ [k]: null }, { [k]: { $exists: false } }] });
+	for (const [k, v] of Object.entries(q)) {
+		if ((k === "$and" || k === "$or") && Array.isArray(v)) out[k] = v.map((x) => forMatcher(x as Filter));
+		else if (k === "$not" && v && typeof v === "object" && !Array.isArray(v) && !(v instanceof RegExp)) out[k] = forMatcher(v as Filter);
+		else if (k.startsWith("$")) out[k] = v;
+		else if (v === null) and.push(nullEq(k));
+		else if (isOperatorObject(v)) {
+			const rest: Record<string, unknown> = { ...v };
+			if ("$ne" in rest && rest.$ne === null) {
+				delete rest.$ne;
+				and.push({ $not: nullEq(k) });
+			}
+			if (Array.isArray(rest.$in) && rest.$in.includes(null)) {
+				const vals = rest.$in.filter((x) => x !== null);
+				delete rest.$in;
+				and.push(vals.length ? { $or: [{ [k]: { $in: vals } }, nullEq(k)] } : nullEq(k));
+			}
+			if (Array.isArray(rest.$nin) && rest.$nin.includes(null)) {
+				rest.$nin = rest.$nin.filter((x) => x !== null);
+				if (!(rest.$nin as unknown[]).length) delete rest.$nin;
+				and.push({ $not: nullEq(k) });
+			}
+			if ("$not" in rest) {
+				const n = rest.$not;
+				delete rest.$not;
+				and.push({ $not: forMatcher({ [k]: n instanceof RegExp ? { $regex: n } : n }) });
+			}
+			if (Object.keys(rest).length) out[k] = rest;
+		} else out[k] = v;
+	}
+	return and.length ? { $and: [out, ...and] } : out;
+}
+
+/**
+ * The statement and its values, parameters renumbered: a node that fell back to JavaScript (TRUE) leaves values no
+ * placeholder refers to, which PostgreSQL refuses.
+ */
+export function bind(sql: string, p: Params): [string, unknown[]] {
+	const values: unknown[] = [];
+	const map = new Map<number, number>();
+	const text = sql.replace(/\$(\d+)/g, (_m, n: string) => {
+		let to = map.get(Number(n));
+		if (to === undefined) {
+			values.push(p.values[Number(n) - 1]);
+			map.set(Number(n), (to = values.length));
+		}
+		return `$${to}`;
+	});
+	return [text, values];
 }

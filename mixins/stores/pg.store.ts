@@ -15,7 +15,7 @@ import type { PlatformConfig } from "../../lib/config";
 import { ApiError, badRequest } from "../../lib/errors";
 import type { DocumentStore, FindOptions, Filter, StoredDoc } from "./types";
 import { renameIdKeys, TENANT_REF, toStoreQuery, updateOf } from "./types";
-import { lit, orderOf, Params, valueAt, whereOf } from "./pg.query";
+import { bind, forMatcher, lit, orderOf, Params, valueAt, whereOf } from "./pg.query";
 import { openTransaction, unitTransaction } from "./unit";
 import { matchesFilter } from "./nedb.store";
 
@@ -36,7 +36,7 @@ type Query = (text: string, params?: unknown[]) => Promise<{ rows: any[]; rowCou
 export function pgError(err: unknown): Error {
 	if (err instanceof ApiError) return err;
 	const e = err as { code?: string; message?: string };
-	if (e?.code === "22P05" || e?.code === "22021") return badRequest("text containing NUL characters or unpaired surrogates cannot be stored");
+	if (e?.code === "22P05" || e?.code === "22021" || (e?.code === "22P02" && /json|unicode/i.test(e.message ?? ""))) return badRequest("text containing NUL characters or unpaired surrogates cannot be stored");
 	if (typeof e?.code === "string" && e.code.startsWith("2203")) return badRequest(`query is not supported by the document store: ${e.message}`);
 	return err as Error;
 }
@@ -156,7 +156,8 @@ export class PgStore implements DocumentStore {
 	}
 
 	private match(docs: StoredDoc[], query: Filter): StoredDoc[] {
-		return docs.filter((d) => matchesFilter(d, query));
+		const q = forMatcher(toStoreQuery(query));
+		return docs.filter((d) => matchesFilter(d, q));
 	}
 
 	async find(o: FindOptions): Promise<StoredDoc[]> {
@@ -168,9 +169,9 @@ export class PgStore implements DocumentStore {
 			let sql = `select doc from ${this.table} where ${w.sql} order by ${orderOf(sort)}`;
 			if (o.limit) sql += ` limit ${p.add(o.limit)}`;
 			if (o.skip) sql += ` offset ${p.add(o.skip)}`;
-			docs = (await this.d.read(sql, p.values)).rows.map((r) => r.doc);
+			docs = (await this.d.read(...bind(sql, p))).rows.map((r) => r.doc);
 		} else {
-			const rows = (await this.d.read(`select doc from ${this.table} where ${w.sql} order by id`, p.values)).rows.map((r) => r.doc as StoredDoc);
+			const rows = (await this.d.read(...bind(`select doc from ${this.table} where ${w.sql} order by id`, p))).rows.map((r) => r.doc as StoredDoc);
 			docs = this.match(rows, o.query);
 			if (sort) {
 				const criteria = Object.entries(sort);
@@ -200,8 +201,8 @@ export class PgStore implements DocumentStore {
 	async count(query: Filter): Promise<number> {
 		const p = new Params();
 		const w = this.where(query, p);
-		if (w.exact) return Number((await this.d.read(`select count(*)::int as n from ${this.table} where ${w.sql}`, p.values)).rows[0].n);
-		const rows = (await this.d.read(`select doc from ${this.table} where ${w.sql}`, p.values)).rows.map((r) => r.doc as StoredDoc);
+		if (w.exact) return Number((await this.d.read(...bind(`select count(*)::int as n from ${this.table} where ${w.sql}`, p))).rows[0].n);
+		const rows = (await this.d.read(...bind(`select doc from ${this.table} where ${w.sql}`, p))).rows.map((r) => r.doc as StoredDoc);
 		return this.match(rows, query).length;
 	}
 
@@ -254,8 +255,8 @@ export class PgStore implements DocumentStore {
 	async removeMany(query: Filter): Promise<number> {
 		const p = new Params();
 		const w = this.where(query, p);
-		if (w.exact) return (await this.d.write(`delete from ${this.table} where ${w.sql}`, p.values)).rowCount ?? 0;
-		const rows = (await this.d.read(`select doc from ${this.table} where ${w.sql}`, p.values)).rows.map((r) => r.doc as StoredDoc);
+		if (w.exact) return (await this.d.write(...bind(`delete from ${this.table} where ${w.sql}`, p))).rowCount ?? 0;
+		const rows = (await this.d.read(...bind(`select doc from ${this.table} where ${w.sql}`, p))).rows.map((r) => r.doc as StoredDoc);
 		const ids = this.match(rows, query).map((d) => d._id);
 		if (!ids.length) return 0;
 		return (await this.d.write(`delete from ${this.table} where id = any($1::text[])`, [ids])).rowCount ?? 0;
@@ -269,7 +270,7 @@ export class PgStore implements DocumentStore {
 		const p = new Params();
 		const w = this.where(query, p);
 		return this.d.tx(async (q) => {
-			const { rows } = await q(`select doc from ${this.table} where ${w.sql} order by id ${w.exact ? "limit 1 " : ""}for update`, p.values);
+			const { rows } = await q(...bind(`select doc from ${this.table} where ${w.sql} order by id ${w.exact ? "limit 1 " : ""}for update`, p));
 			const doc = (w.exact ? rows : this.match(rows.map((r) => r.doc), query).map((doc) => ({ doc })))[0]?.doc as StoredDoc | undefined;
 			if (!doc) return null;
 			const after = model.modify(doc, update);
@@ -282,7 +283,7 @@ export class PgStore implements DocumentStore {
 		const p = new Params();
 		const w = this.where({ $and: [query, { _id: doc._id }] }, p);
 		return this.d.tx(async (q) => {
-			const { rows } = await q(`select doc from ${this.table} where ${w.sql} for update`, p.values);
+			const { rows } = await q(...bind(`select doc from ${this.table} where ${w.sql} for update`, p));
 			const found = w.exact ? rows.length > 0 : this.match(rows.map((r) => r.doc), query).length > 0;
 			if (!found) return false;
 			await q(`update ${this.table} set doc = $2::jsonb where id = $1`, [doc._id, JSON.stringify(doc)]);

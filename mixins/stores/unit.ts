@@ -110,3 +110,10 @@ export async function commitUnit(db: Transactional): Promise<void> {
 		throw err;
 	}
 }
+
+/** Commits every open transaction of the current unit (before a call to another action). */
+export async function flushUnit(): Promise<void> {
+	const unit = als.getStore();
+	if (!unit?.open || !unit.txs.size) return;
+	for (const db of [...unit.txs.keys()]) await commitUnit(db as Transactional);
+}

@@ -1,0 +1,23 @@
+/**
+ * Every local action runs in a unit of work (mixins/stores/unit.ts): on PostgreSQL, its document writes and its
+ * change events commit together. Before the action calls another one (local or remote), what it has written is
+ * committed: the callee never waits on a row lock its caller holds (no deadlock across actions or nodes) and reads
+ * what was written, as it does on the embedded store. A no-op for stores without transactions.
+ */
+import type { Middleware } from "moleculer";
+import { flushUnit, unitOfWork } from "./unit";
+
+export const UnitOfWorkMiddleware: Middleware = {
+	name: "UnitOfWork",
+	localAction(handler: (ctx: unknown) => Promise<unknown>) {
+		return function (this: unknown, ctx: unknown) {
+			return unitOfWork(() => handler.call(this, ctx));
+		};
+	},
+	call(next: (...args: unknown[]) => Promise<unknown>) {
+		return async function (...args: unknown[]) {
+			await flushUnit();
+			return next(...args);
+		};
+	},
+} as unknown as Middleware;

@@ -72,7 +72,7 @@ export class PgOutbox {
 	}
 
 	async readFrom<T>(after: number, limit: number): Promise<PgOutboxRow<T>[]> {
-		const { rows } = await this.d.read(`select seq::text as seq, rec from ${TABLE} where seq > $1 order by seq limit $2`, [after, limit]);
+		const { rows } = await this.d.read(`select seq, rec from ${TABLE} where seq > $1 order by seq limit $2`, [after, limit]);
 		return rows.map((r) => ({ seq: Number(r.seq), rec: r.rec as T }));
 	}
 

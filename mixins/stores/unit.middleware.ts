@@ -5,7 +5,7 @@
  * what was written, as it does on the embedded store. A no-op for stores without transactions.
  */
 import type { Middleware } from "moleculer";
-import { flushUnit, unitOfWork } from "./unit";
+import { flushUnit, hasOpenTransaction, unitOfWork } from "./unit";
 
 export const UnitOfWorkMiddleware: Middleware = {
 	name: "UnitOfWork",
@@ -14,10 +14,14 @@ export const UnitOfWorkMiddleware: Middleware = {
 			return unitOfWork(() => handler.call(this, ctx));
 		};
 	},
-	call(next: (...args: unknown[]) => Promise<unknown>) {
-		return async function (...args: unknown[]) {
-			await flushUnit();
-			return next(...args);
+	call(next: (...args: unknown[]) => Promise<unknown> & { ctx?: unknown }) {
+		return function (...args: unknown[]) {
+			// Nothing to commit: the broker's own promise, whose `ctx` carries the callee's meta back to the caller.
+			if (!hasOpenTransaction()) return next(...args);
+			let inner: (Promise<unknown> & { ctx?: unknown }) | undefined;
+			const p = flushUnit().then(() => (inner = next(...args)));
+			Object.defineProperty(p, "ctx", { get: () => inner?.ctx });
+			return p;
 		};
 	},
 } as unknown as Middleware;

@@ -117,3 +117,9 @@ export async function flushUnit(): Promise<void> {
 	if (!unit?.open || !unit.txs.size) return;
 	for (const db of [...unit.txs.keys()]) await commitUnit(db as Transactional);
 }
+
+/** Whether the current unit holds an open transaction. */
+export function hasOpenTransaction(): boolean {
+	const unit = als.getStore();
+	return !!unit?.open && unit.txs.size > 0;
+}

@@ -218,17 +218,21 @@ export function whereOf(q: Filter, p: Params): Sql {
 	return and(parts);
 }
 
-/** ORDER BY of a store sort: jsonb order per field (missing first ascending, like MongoDB), then `id`. */
+/**
+ * ORDER BY of a store sort: jsonb order per field (missing first ascending, like MongoDB), then `id` in the direction
+ * of the first key (ties in a stable order; `created_at` descending then walks its index backwards).
+ */
 export function orderOf(sort: Record<string, 1 | -1> | undefined): string {
 	const keys: string[] = [];
 	let hasId = false;
+	const first = Object.values(sort ?? {})[0] ?? 1;
 	for (const [f, dir] of Object.entries(sort ?? {})) {
 		if (f === "_id") {
 			hasId = true;
 			keys.push(`id ${dir === -1 ? "desc" : "asc"}`);
 		} else keys.push(`${valueAt(f)} ${dir === -1 ? "desc nulls last" : "asc nulls first"}`);
 	}
-	if (!hasId) keys.push("id asc");
+	if (!hasId) keys.push(`id ${first === -1 ? "desc" : "asc"}`);
 	return keys.join(", ");
 }
 

@@ -135,7 +135,9 @@ export class PgStore implements DocumentStore {
 		const i = (s: string) => ident(`docs_${this.short}_${s}`);
 		await rel.transaction(async (q) => {
 			await q(DDL_LOCK);
-			await q(`create table if not exists ${t} (id text collate "C" primary key, doc jsonb not null)`);
+			// `body` keeps the document as written (key order included: what a read returns is what was stored, as on
+			// NeDB); `doc`, derived from it, is what queries and indexes use.
+			await q(`create table if not exists ${t} (id text collate "C" primary key, body json not null, doc jsonb generated always as (body::jsonb) stored)`);
 			await q(`create index if not exists ${i("doc")} on ${t} using gin (doc jsonb_path_ops)`);
 			await q(`create unique index if not exists ${i("tref")} on ${t} ((doc->${lit(TENANT_REF)})) where doc ? ${lit(TENANT_REF)}`);
 			await q(`create index if not exists ${i("live")} on ${t} (id) where ${LIVE()}`);
@@ -166,12 +168,12 @@ export class PgStore implements DocumentStore {
 		const sort = o.sort ? renameIdKeys(o.sort)! : undefined;
 		let docs: StoredDoc[];
 		if (w.exact) {
-			let sql = `select doc from ${this.table} where ${w.sql} order by ${orderOf(sort)}`;
+			let sql = `select body as doc from ${this.table} where ${w.sql} order by ${orderOf(sort)}`;
 			if (o.limit) sql += ` limit ${p.add(o.limit)}`;
 			if (o.skip) sql += ` offset ${p.add(o.skip)}`;
 			docs = (await this.d.read(...bind(sql, p))).rows.map((r) => r.doc);
 		} else {
-			const rows = (await this.d.read(...bind(`select doc from ${this.table} where ${w.sql} order by id`, p))).rows.map((r) => r.doc as StoredDoc);
+			const rows = (await this.d.read(...bind(`select body as doc from ${this.table} where ${w.sql} order by id`, p))).rows.map((r) => r.doc as StoredDoc);
 			docs = this.match(rows, o.query);
 			if (sort) {
 				const criteria = Object.entries(sort);
@@ -202,61 +204,47 @@ export class PgStore implements DocumentStore {
 		const p = new Params();
 		const w = this.where(query, p);
 		if (w.exact) return Number((await this.d.read(...bind(`select count(*)::int as n from ${this.table} where ${w.sql}`, p))).rows[0].n);
-		const rows = (await this.d.read(...bind(`select doc from ${this.table} where ${w.sql}`, p))).rows.map((r) => r.doc as StoredDoc);
+		const rows = (await this.d.read(...bind(`select body as doc from ${this.table} where ${w.sql}`, p))).rows.map((r) => r.doc as StoredDoc);
 		return this.match(rows, query).length;
 	}
 
 	async insert(doc: StoredDoc): Promise<StoredDoc> {
-		await this.d.write(`insert into ${this.table} (id, doc) values ($1, $2::jsonb)`, [doc._id, JSON.stringify(doc)]);
+		await this.d.write(`insert into ${this.table} (id, body) values ($1, $2::json)`, [doc._id, JSON.stringify(doc)]);
 		return doc;
 	}
 
 	async insertMany(docs: StoredDoc[]): Promise<StoredDoc[]> {
 		if (!docs.length) return docs;
 		// One statement: all or nothing, like NeDB's array insert.
-		await this.d.write(`insert into ${this.table} (id, doc) select x->>'_id', x from jsonb_array_elements($1::jsonb) x`, [JSON.stringify(docs)]);
+		await this.d.write(`insert into ${this.table} (id, body) select x->>'_id', x from json_array_elements($1::json) x`, [JSON.stringify(docs)]);
 		return docs;
 	}
 
-	/** A `$set`/`$unset` on top-level fields only is one SQL statement; dotted paths go through `modify`. */
-	private flat(update: Record<string, unknown>): { set: Record<string, unknown>; unset: string[] } | null {
-		const set = (update.$set ?? {}) as Record<string, unknown>;
-		const unset = Object.keys((update.$unset ?? {}) as Record<string, unknown>);
-		if (Object.keys(update).some((k) => k !== "$set" && k !== "$unset")) return null;
-		if ([...Object.keys(set), ...unset].some((k) => k.includes(".") || k === "_id")) return null;
-		return { set, unset };
+	/** Writes documents back after a change made in JavaScript (NeDB's `modify`: existing keys keep their place). */
+	private async rewrite(q: Query, docs: StoredDoc[]): Promise<void> {
+		if (!docs.length) return;
+		await q(`update ${this.table} t set body = v.b from unnest($1::text[], $2::json[]) as v(i, b) where t.id = v.i`, [docs.map((d) => d._id), docs.map((d) => JSON.stringify(d))]);
 	}
 
 	async setMany(ids: string[], set: Record<string, unknown>): Promise<number> {
 		if (!ids.length) return 0;
 		const update = updateOf(set);
-		const f = this.flat(update);
-		if (f) {
-			const r = await this.d.write(`update ${this.table} set doc = (doc || $2::jsonb) - $3::text[] where id = any($1::text[])`, [ids, JSON.stringify(f.set), f.unset]);
-			return r.rowCount ?? 0;
-		}
 		return this.d.tx(async (q) => {
-			const { rows } = await q(`select doc from ${this.table} where id = any($1::text[]) order by id for update`, [ids]);
-			for (const r of rows) await q(`update ${this.table} set doc = $2::jsonb where id = $1`, [r.doc._id, JSON.stringify(model.modify(r.doc, update))]);
+			const { rows } = await q(`select body as doc from ${this.table} where id = any($1::text[]) order by id for update`, [ids]);
+			await this.rewrite(q, rows.map((r) => model.modify(r.doc, update)));
 			return rows.length;
 		});
 	}
 
-	async setOne(id: string, set: Record<string, unknown>): Promise<StoredDoc | null> {
-		const update = updateOf(set);
-		const f = this.flat(update);
-		if (f) {
-			const r = await this.d.write(`update ${this.table} set doc = (doc || $2::jsonb) - $3::text[] where id = $1 returning doc`, [id, JSON.stringify(f.set), f.unset]);
-			return (r.rows[0]?.doc as StoredDoc) ?? null;
-		}
-		return this.updateIf({ _id: id }, update);
+	setOne(id: string, set: Record<string, unknown>): Promise<StoredDoc | null> {
+		return this.updateIf({ _id: id }, updateOf(set));
 	}
 
 	async removeMany(query: Filter): Promise<number> {
 		const p = new Params();
 		const w = this.where(query, p);
 		if (w.exact) return (await this.d.write(...bind(`delete from ${this.table} where ${w.sql}`, p))).rowCount ?? 0;
-		const rows = (await this.d.read(...bind(`select doc from ${this.table} where ${w.sql}`, p))).rows.map((r) => r.doc as StoredDoc);
+		const rows = (await this.d.read(...bind(`select body as doc from ${this.table} where ${w.sql}`, p))).rows.map((r) => r.doc as StoredDoc);
 		const ids = this.match(rows, query).map((d) => d._id);
 		if (!ids.length) return 0;
 		return (await this.d.write(`delete from ${this.table} where id = any($1::text[])`, [ids])).rowCount ?? 0;
@@ -270,11 +258,11 @@ export class PgStore implements DocumentStore {
 		const p = new Params();
 		const w = this.where(query, p);
 		return this.d.tx(async (q) => {
-			const { rows } = await q(...bind(`select doc from ${this.table} where ${w.sql} order by id ${w.exact ? "limit 1 " : ""}for update`, p));
+			const { rows } = await q(...bind(`select body as doc from ${this.table} where ${w.sql} order by id ${w.exact ? "limit 1 " : ""}for update`, p));
 			const doc = (w.exact ? rows : this.match(rows.map((r) => r.doc), query).map((doc) => ({ doc })))[0]?.doc as StoredDoc | undefined;
 			if (!doc) return null;
 			const after = model.modify(doc, update);
-			await q(`update ${this.table} set doc = $2::jsonb where id = $1`, [doc._id, JSON.stringify(after)]);
+			await this.rewrite(q, [after]);
 			return after;
 		});
 	}
@@ -283,10 +271,10 @@ export class PgStore implements DocumentStore {
 		const p = new Params();
 		const w = this.where({ $and: [query, { _id: doc._id }] }, p);
 		return this.d.tx(async (q) => {
-			const { rows } = await q(...bind(`select doc from ${this.table} where ${w.sql} for update`, p));
+			const { rows } = await q(...bind(`select body as doc from ${this.table} where ${w.sql} for update`, p));
 			const found = w.exact ? rows.length > 0 : this.match(rows.map((r) => r.doc), query).length > 0;
 			if (!found) return false;
-			await q(`update ${this.table} set doc = $2::jsonb where id = $1`, [doc._id, JSON.stringify(doc)]);
+			await this.rewrite(q, [doc]);
 			return true;
 		});
 	}

@@ -232,6 +232,17 @@ describe("PgStore: parameterised SQL", () => {
 		expect(newest.map((d) => d._id)).toEqual(many.slice(-3).reverse().map((d) => d._id));
 	}, 60_000);
 
+	test("a read returns the keys in the order written; a change keeps existing keys in place and appends new ones", async () => {
+		if (!up()) return;
+		await store.removeMany({});
+		const doc = { _id: hexId(700), zeta: 1, alpha: { y: 1, b: 2 }, mid: "m", deleted_at: null };
+		await store.insert({ ...doc });
+		expect(JSON.stringify(await store.findOne({ id: doc._id }))).toBe(JSON.stringify(doc));
+		const after = await store.setOne(doc._id, { mid: "n", added: true, "alpha.a": 0 });
+		expect(JSON.stringify(after)).toBe(JSON.stringify({ _id: doc._id, zeta: 1, alpha: { y: 1, b: 2, a: 0 }, mid: "n", deleted_at: null, added: true }));
+		expect(JSON.stringify(await store.findOne({ id: doc._id }))).toBe(JSON.stringify(after));
+	});
+
 	test("text PostgreSQL cannot store (NUL, unpaired surrogates) is a 400 with a clear message", async () => {
 		if (!up()) return;
 		for (const bad of ["a\u0000b", "\ud800x"]) {

@@ -61,6 +61,8 @@ function freePort(): Promise<number> {
 	});
 }
 
+const guarded = new WeakSet<PoolClient>();
+
 class PgRelational implements Relational {
 	constructor(readonly kind: Relational["kind"], private pool: Pool, private onClose: () => Promise<void> = async () => undefined) {
 		// A dropped idle connection must not crash the process; the next query reconnects.
@@ -88,8 +90,15 @@ class PgRelational implements Relational {
 			client.release();
 		}
 	}
-	client(): Promise<PoolClient> {
-		return this.pool.connect();
+	async client(): Promise<PoolClient> {
+		const c = await this.pool.connect();
+		// A checked-out client has no listener of the pool's: a dropped connection (server restart, shutdown) would be
+		// an unhandled 'error' event that ends the process. The query in flight fails instead.
+		if (!guarded.has(c)) {
+			guarded.add(c);
+			c.on("error", () => undefined);
+		}
+		return c;
 	}
 	async ping() {
 		try {

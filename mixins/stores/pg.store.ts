@@ -5,8 +5,8 @@
  * work (mixins/stores/unit.ts), so a document and its change events commit together.
  *
  * Indexes: GIN `jsonb_path_ops` on the document (every top-level equality: the zones' owner, shares, groups,
- * clients, and `ref`), the soft-delete condition (partial index of the live rows, by id and by created_at), unique
- * `tenant_ref` (sparse), and the engine's extra sort fields.
+ * clients, and `ref`), `created_at` (the common sort), the soft-deleted rows (partial), unique `tenant_ref`
+ * (sparse), and the engine's extra sort fields; `id` is the primary key.
  */
 import { createHash } from "crypto";
 import type { PoolClient } from "pg";
@@ -71,6 +71,21 @@ export class PgDatabase {
 		}
 	};
 
+	/** A read with sorting discouraged (`enable_sort` off, no parallel workers: for this statement's transaction only). */
+	readOrdered: Query = async (text, params) => {
+		if (openTransaction(this.rel)) return this.read(text, params);
+		try {
+			return await this.rel.transaction(async (q) => {
+				await q("set local enable_sort = off");
+				// A page of 20 along an index: starting a parallel worker costs more than the whole walk.
+				await q("set local max_parallel_workers_per_gather = 0");
+				return q(text, params);
+			});
+		} catch (err) {
+			throw pgError(err);
+		}
+	};
+
 	async tx<T>(fn: (q: Query) => Promise<T>): Promise<T> {
 		const unit = unitTransaction(this.rel);
 		if (unit) return fn((text, params) => this.on(unit, text, params).catch((err) => Promise.reject(pgError(err))));
@@ -105,6 +120,9 @@ export function ident(name: string): string {
 
 const LIVE = () => whereOf({ deleted_at: null }, new Params()).sql;
 
+/** Keys whose equality selects few rows through an index: a page filtered by one is better sorted than walked. */
+const SELECTIVE = ["owner", "shares", "groups", "clients", "clients.0", "ref", TENANT_REF, "_id", "id"];
+
 /** Serialises schema changes of every node and store (concurrent `create table if not exists` can collide). */
 export const DDL_LOCK = "select pg_advisory_xact_lock(hashtext('platform-documents-ddl'))";
 
@@ -138,10 +156,15 @@ export class PgStore implements DocumentStore {
 			// `body` keeps the document as written (key order included: what a read returns is what was stored, as on
 			// NeDB); `doc`, derived from it, is what queries and indexes use.
 			await q(`create table if not exists ${t} (id text collate "C" primary key, body json not null, doc jsonb generated always as (body::jsonb) stored)`);
-			await q(`create index if not exists ${i("doc")} on ${t} using gin (doc jsonb_path_ops)`);
+			// No pending list: rows inserted since the last vacuum would make the index look costly and zone reads scan.
+			await q(`create index if not exists ${i("doc")} on ${t} using gin (doc jsonb_path_ops) with (fastupdate = off)`);
 			await q(`create unique index if not exists ${i("tref")} on ${t} ((doc->${lit(TENANT_REF)})) where doc ? ${lit(TENANT_REF)}`);
-			await q(`create index if not exists ${i("live")} on ${t} (id) where ${LIVE()}`);
-			await q(`create index if not exists ${i("created")} on ${t} (${valueAt("created_at")} nulls first, id) where ${LIVE()}`);
+			// The common sort (and, walked backwards, root's newest-first pages). Not partial on the live rows: PostgreSQL
+			// cannot estimate the soft-delete condition and would take such an index for selective, walking every live
+			// row where the GIN index finds a zone's few directly.
+			await q(`create index if not exists ${i("created_at")} on ${t} (${valueAt("created_at")} nulls first, id)`);
+			// The soft-deleted rows (restore, the cleaner's purge): few, and a predicate live queries never imply.
+			await q(`create index if not exists ${i("deleted")} on ${t} (id) where not ${LIVE()}`);
 			for (const f of this.extraIndexes) await q(`create index if not exists ${i(`x_${f}`)} on ${t} (${valueAt(f)} nulls first, id)`);
 		});
 	}
@@ -155,6 +178,20 @@ export class PgStore implements DocumentStore {
 	/** SQL for a platform filter, and whether it is exact (else the rows are matched in JavaScript too). */
 	private where(query: Filter, p: Params) {
 		return whereOf(toStoreQuery(query), p);
+	}
+
+	/**
+	 * A page in index order: PostgreSQL cannot estimate how many rows a JSON path or a containment keeps (it assumes
+	 * very few), so for a page of a broad filter (root's list: every live row, a different query each time) it reads
+	 * all matches and sorts them, where walking the sort's index stops after the page. Pages sorted by `id` or
+	 * `created_at` whose filter names no selective key (a zone's owner, shares, groups, clients, a ref or an id) are
+	 * read with sorting discouraged, so the index order wins.
+	 */
+	private ordered(o: FindOptions): boolean {
+		const first = Object.keys(o.sort ?? { _id: 1 })[0];
+		if (!o.limit || (first !== "_id" && first !== "id" && first !== "created_at")) return false;
+		const text = JSON.stringify(o.query);
+		return !SELECTIVE.some((k) => text.includes(`"${k}"`));
 	}
 
 	private match(docs: StoredDoc[], query: Filter): StoredDoc[] {
@@ -171,7 +208,8 @@ export class PgStore implements DocumentStore {
 			let sql = `select body as doc from ${this.table} where ${w.sql} order by ${orderOf(sort)}`;
 			if (o.limit) sql += ` limit ${p.add(o.limit)}`;
 			if (o.skip) sql += ` offset ${p.add(o.skip)}`;
-			docs = (await this.d.read(...bind(sql, p))).rows.map((r) => r.doc);
+			const [text, values] = bind(sql, p);
+			docs = (this.ordered(o) ? await this.d.readOrdered(text, values) : await this.d.read(text, values)).rows.map((r) => r.doc);
 		} else {
 			const rows = (await this.d.read(...bind(`select body as doc from ${this.table} where ${w.sql} order by id`, p))).rows.map((r) => r.doc as StoredDoc);
 			docs = this.match(rows, o.query);

@@ -14,6 +14,12 @@ export const UnitOfWorkMiddleware: Middleware = {
 			return unitOfWork(() => handler.call(this, ctx));
 		};
 	},
+	// Local event handlers (broker events, not the change stream) get a unit of their own too: never the emitter's.
+	localEvent(handler: (ctx: unknown) => Promise<unknown>) {
+		return function (this: unknown, ctx: unknown) {
+			return unitOfWork(() => handler.call(this, ctx));
+		};
+	},
 	call(next: (...args: unknown[]) => Promise<unknown> & { ctx?: unknown }) {
 		return function (...args: unknown[]) {
 			// Nothing to commit: the broker's own promise, whose `ctx` carries the callee's meta back to the caller.

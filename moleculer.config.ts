@@ -5,6 +5,7 @@ import type { PlatformConfig } from "./lib/config";
 import { AuthorityMiddleware } from "./middlewares/authority";
 import { TextPrometheusReporter } from "./lib/metrics";
 import { channelsMiddleware } from "./workers/channels.stream";
+import { UnitOfWorkMiddleware } from "./mixins/stores/unit.middleware";
 
 export function brokerOptions(cfg: PlatformConfig): BrokerOptions {
 	return {
@@ -22,7 +23,7 @@ export function brokerOptions(cfg: PlatformConfig): BrokerOptions {
 		},
 		tracing: { enabled: false },
 		// The production event stream (EVENT_STREAM=nats|redis): @moleculer/channels, see workers/channels.stream.ts.
-		middlewares: [AuthorityMiddleware, ...(cfg.eventStream && cfg.eventStream !== "outbox" ? [channelsMiddleware(cfg)] : [])],
+		middlewares: [UnitOfWorkMiddleware, AuthorityMiddleware, ...(cfg.eventStream && cfg.eventStream !== "outbox" ? [channelsMiddleware(cfg)] : [])],
 	};
 }
 

@@ -13,6 +13,7 @@ import { webhookBench, type WebhookRow } from "./webhooks";
 import { expiryBench, sagaBench } from "./sagas";
 import { searchBench } from "./search";
 import { fileBench, type FileRow } from "./files";
+import { storesBench, storesReport, type StoreRow } from "./stores";
 
 const ROOT = path.resolve(__dirname, "..");
 const DURATION = Number(process.env.BENCH_DURATION ?? 10);
@@ -174,8 +175,9 @@ async function main() {
 		await stopAll(children);
 		const hooks = await webhookScenario(children);
 		console.log(`webhooks paced: delay p50 ${hooks.paced.p50} ms p99 ${hooks.paced.p99} ms; burst: ${hooks.burst.deliveries} delivered, ${hooks.burst.perSecond}/s`);
+		const stores = await storesBench();
 		const microRows = await micro();
-		writeReport(rows, microRows, hooks);
+		writeReport(rows, microRows, hooks, stores);
 	} finally {
 		// Stop the children and let them exit (the embedded PostgreSQL writes on shutdown) before removing their data.
 		await stopAll(children);
@@ -224,7 +226,7 @@ function stopAll(children: ChildProcess[]): Promise<unknown> {
 	return Promise.all(children.map((c) => (c.exitCode !== null || c.signalCode !== null ? undefined : new Promise((r) => (c.once("exit", r), c.kill("SIGTERM"))))));
 }
 
-function writeReport(rows: Row[], microRows: Array<{ name: string; us: number; note?: string }>, hooks: { paced: WebhookRow; burst: WebhookRow }) {
+function writeReport(rows: Row[], microRows: Array<{ name: string; us: number; note?: string }>, hooks: { paced: WebhookRow; burst: WebhookRow }, stores: StoreRow[]) {
 	const cpu = os.cpus();
 	const lines = [
 		"# Benchmarks",
@@ -254,6 +256,7 @@ function writeReport(rows: Row[], microRows: Array<{ name: string; us: number; n
 		`| upload throughput | ${files?.uploadMiBs ?? "-"} MiB/s (${files?.uploads ?? "-"} files) |`,
 		`| download throughput (bearer, whole file) | ${files?.downloadMiBs ?? "-"} MiB/s (${files?.downloads ?? "-"} files) |`,
 		"",
+		...storesReport(stores),
 		"| Micro-benchmark (in process) | µs per operation | |",
 		"|---|---:|---|",
 		...microRows.map((m) => `| ${m.name} | ${m.us.toFixed(2)} | ${m.note ?? ""} |`),

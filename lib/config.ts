@@ -16,6 +16,11 @@ export interface PlatformConfig {
 	/** Services this node runs; undefined = all (one-process default). */
 	services?: string[];
 	mongoUri?: string;
+	/**
+	 * DOCUMENT_STORE: `nedb` (default: files under DATA_DIR) or `postgres` (JSONB documents, transactional outbox, at
+	 * DATABASE_URL or the embedded PostgreSQL). MONGO_URI, when set, still selects MongoDB.
+	 */
+	documentStore?: "nedb" | "postgres";
 	redisUrl?: string;
 	databaseUrl?: string;
 	mqttUrl?: string;
@@ -196,6 +201,12 @@ function topicRoot(v: string | undefined): string {
 	return root;
 }
 
+function documentStore(v: string | undefined): PlatformConfig["documentStore"] {
+	const k = (v ?? "nedb").toLowerCase();
+	if (k !== "nedb" && k !== "postgres") throw new Error(`DOCUMENT_STORE must be nedb or postgres, got ${v}`);
+	return k;
+}
+
 function eventStream(v: string | undefined): PlatformConfig["eventStream"] {
 	const k = (v ?? "outbox").toLowerCase();
 	if (k !== "outbox" && k !== "nats" && k !== "redis") throw new Error(`EVENT_STREAM must be outbox, nats or redis, got ${v}`);
@@ -251,6 +262,7 @@ export function readConfig(): PlatformConfig {
 		transporter: env("TRANSPORTER"),
 		services: services ? services.split(",").map((s) => s.trim()).filter(Boolean) : undefined,
 		mongoUri: env("MONGO_URI"),
+		documentStore: documentStore(env("DOCUMENT_STORE")),
 		redisUrl: env("REDIS_URL"),
 		databaseUrl: env("DATABASE_URL"),
 		mqttUrl: env("MQTT_URL"),

@@ -5,7 +5,7 @@
  */
 import net from "net";
 import path from "path";
-import { Pool } from "pg";
+import { Pool, type PoolClient } from "pg";
 import type { PlatformConfig } from "./config";
 import { randomBytes } from "crypto";
 import { ensurePrivateDir, readJson, writePrivateJson } from "./config";
@@ -20,6 +20,8 @@ export interface Relational {
 	 * connection, so a transaction written as query("begin") ... query("commit") may span several of them.
 	 */
 	transaction<T>(fn: (query: Relational["query"]) => Promise<T>): Promise<T>;
+	/** One pooled connection of its own (the document store's transactions span several statements); release it. */
+	client(): Promise<PoolClient>;
 }
 
 /**
@@ -59,6 +61,8 @@ function freePort(): Promise<number> {
 	});
 }
 
+const guarded = new WeakSet<PoolClient>();
+
 class PgRelational implements Relational {
 	constructor(readonly kind: Relational["kind"], private pool: Pool, private onClose: () => Promise<void> = async () => undefined) {
 		// A dropped idle connection must not crash the process; the next query reconnects.
@@ -85,6 +89,16 @@ class PgRelational implements Relational {
 		} finally {
 			client.release();
 		}
+	}
+	async client(): Promise<PoolClient> {
+		const c = await this.pool.connect();
+		// A checked-out client has no listener of the pool's: a dropped connection (server restart, shutdown) would be
+		// an unhandled 'error' event that ends the process. The query in flight fails instead.
+		if (!guarded.has(c)) {
+			guarded.add(c);
+			c.on("error", () => undefined);
+		}
+		return c;
 	}
 	async ping() {
 		try {
@@ -161,7 +175,7 @@ async function openEmbedded(dataDir: string): Promise<Relational> {
 	});
 	if (!initialised) await pg.initialise();
 	await pg.start();
-	const poolOf = (pw: string) => new Pool({ host: "127.0.0.1", port, user: "postgres", password: pw, database: "postgres", max: 5 });
+	const poolOf = (pw: string) => new Pool({ host: "127.0.0.1", port, user: "postgres", password: pw, database: "postgres", max: 10 });
 	if (initial) {
 		const first = poolOf(initial);
 		try {
@@ -192,7 +206,7 @@ export async function openRelational(cfg: Pick<PlatformConfig, "databaseUrl" | "
 	let entry = shared.get(key);
 	if (!entry) {
 		const rel = cfg.databaseUrl
-			? Promise.resolve(new PgRelational("postgres", new Pool({ connectionString: cfg.databaseUrl, max: 10 })) as Relational)
+			? Promise.resolve(new PgRelational("postgres", new Pool({ connectionString: cfg.databaseUrl, max: 20 })) as Relational)
 			: openEmbedded(cfg.dataDir);
 		shared.set(key, (entry = { rel, users: 0 }));
 		rel.catch(() => shared.delete(key));

@@ -1,12 +1,15 @@
 /**
  * The durable outbox of change events: every write appends here, in the same store family as the documents, so
  * events survive a restart and consumers read them from a position (`seq`). The workers' stream reads from it.
+ * On PostgreSQL (DOCUMENT_STORE=postgres) the events commit in the same transaction as the documents, and
+ * positions follow commit order (mixins/stores/pg.outbox.ts); elsewhere a write and its events are two appends.
  */
 import { EventEmitter } from "events";
 import type { PlatformConfig } from "../lib/config";
 import type { ChangeEvent } from "../lib/change-event";
 import { objectId } from "../lib/crypto";
-import { createStore, type DocumentStore } from "./stores";
+import { createStore, locationOf, onPostgres, type DocumentStore, type StoreConfig } from "./stores";
+import { PgOutbox } from "./stores/pg.outbox";
 
 /** Who caused a change: for audit and per-client routing, never part of the webhook payload itself. */
 export interface ChangeActor {
@@ -29,18 +32,27 @@ export interface OutboxRecord {
 
 export class Outbox extends EventEmitter {
 	private store: DocumentStore;
+	/** Set on PostgreSQL: the transactional outbox, which every method below uses instead of `store`. */
+	private readonly pg?: PgOutbox;
 	private seq = 0;
 	private connecting?: Promise<void>;
 	private users = 0;
 
-	constructor(cfg: Pick<PlatformConfig, "dataDir" | "mongoUri">) {
+	constructor(cfg: StoreConfig) {
 		super();
+		if (onPostgres(cfg)) this.pg = new PgOutbox(cfg);
 		this.store = createStore(cfg, "_outbox", ["seq"]);
+	}
+
+	/** Whether a write and its events commit together (PostgreSQL). */
+	get transactional(): boolean {
+		return !!this.pg;
 	}
 
 	connect(): Promise<void> {
 		this.users++;
 		this.connecting ??= (async () => {
+			if (this.pg) return this.pg.connect();
 			await this.store.connect();
 			const [last] = await this.store.find({ query: {}, sort: { seq: -1 }, limit: 1 });
 			this.seq = Math.max(Number(last?.seq ?? 0), Date.now() * 1000);
@@ -52,7 +64,8 @@ export class Outbox extends EventEmitter {
 		if (--this.users > 0) return;
 		await this.connecting;
 		this.connecting = undefined;
-		await this.store.disconnect();
+		if (this.pg) await this.pg.disconnect();
+		else await this.store.disconnect();
 	}
 
 	/**
@@ -61,6 +74,12 @@ export class Outbox extends EventEmitter {
 	 */
 	async append(records: Omit<OutboxRecord, "seq">[]): Promise<OutboxRecord[]> {
 		if (!records.length) return [];
+		if (this.pg) {
+			const seqs = await this.pg.append(records);
+			const out = records.map((r, i) => ({ ...r, seq: seqs[i] }) as OutboxRecord);
+			this.emit("appended", out);
+			return out;
+		}
 		const stored = records.map((r) => ({ _id: objectId(), ...r, seq: (this.seq = Math.max(this.seq + 1, Date.now() * 1000)) }));
 		await this.store.insertMany(stored);
 		const out = stored.map(({ _id, ...r }) => r as OutboxRecord);
@@ -69,6 +88,7 @@ export class Outbox extends EventEmitter {
 	}
 
 	async readFrom(after: number, limit = 100): Promise<OutboxRecord[]> {
+		if (this.pg) return (await this.pg.readFrom<Omit<OutboxRecord, "seq">>(after, limit)).map(({ seq, rec }) => ({ ...rec, seq }) as OutboxRecord);
 		const docs = await this.store.find({ query: { seq: { $gt: after } }, sort: { seq: 1 }, limit });
 		return docs.map(({ _id, ...r }) => r as unknown as OutboxRecord);
 	}
@@ -87,6 +107,7 @@ export class Outbox extends EventEmitter {
 	prune(passedAll: number, retentionHours: number, graceMs = PRUNE_GRACE_MS): Promise<number> {
 		this.pruning ??= (async () => {
 			try {
+				if (this.pg) return await this.pg.prune(passedAll, retentionHours);
 				const cutoff = (Date.now() - retentionHours * 3_600_000) * 1000;
 				// Passed records stay a short while for the readers that are not consumer groups (each node's search
 				// index tails the outbox): one that stalls less than the grace misses nothing.
@@ -107,11 +128,11 @@ export class Outbox extends EventEmitter {
 	}
 
 	count(): Promise<number> {
-		return this.store.count({});
+		return this.pg ? this.pg.count() : this.store.count({});
 	}
 
 	ping(): Promise<boolean> {
-		return this.store.ping();
+		return this.pg ? this.pg.ping() : this.store.ping();
 	}
 }
 
@@ -121,8 +142,8 @@ export const DEFAULT_RETENTION_HOURS = 168;
 const shared = new Map<string, Outbox>();
 
 /** One outbox per data location and process, shared by every domain service the process hosts. */
-export function sharedOutbox(cfg: Pick<PlatformConfig, "dataDir" | "mongoUri">): Outbox {
-	const key = cfg.mongoUri ?? cfg.dataDir;
+export function sharedOutbox(cfg: StoreConfig): Outbox {
+	const key = locationOf(cfg);
 	let o = shared.get(key);
 	if (!o) shared.set(key, (o = new Outbox(cfg)));
 	return o;

@@ -24,7 +24,7 @@ import type { ServiceSchema } from "moleculer";
 import { configOf, type PlatformConfig } from "../lib/config";
 import { sharedKeyValue, type KeyValue } from "../lib/kv";
 import { OutboxPruner, sharedOutbox, type Outbox, type OutboxRecord } from "../mixins/outbox";
-import { createStore, type DocumentStore } from "../mixins/stores";
+import { createStore, locationOf, onPostgres, type DocumentStore } from "../mixins/stores";
 import { channelsStreamFor, type ChannelsStream } from "./channels.stream";
 
 const LOCK_TTL_MS = 15_000;
@@ -40,8 +40,8 @@ interface Logger {
 /** Relay positions, one store per data location and process, shared by the relays of that location. */
 const offsetStores = new Map<string, { store: DocumentStore; users: number; ready: Promise<void> }>();
 
-function acquireOffsets(cfg: Pick<PlatformConfig, "dataDir" | "mongoUri">): { store: DocumentStore; ready: Promise<void>; release(): Promise<void> } {
-	const key = cfg.mongoUri ?? cfg.dataDir;
+function acquireOffsets(cfg: PlatformConfig): { store: DocumentStore; ready: Promise<void>; release(): Promise<void> } {
+	const key = locationOf(cfg);
 	let e = offsetStores.get(key);
 	if (!e) {
 		const store = createStore(cfg, "_relay_offsets");
@@ -93,7 +93,8 @@ export class Relay {
 		this.outbox = sharedOutbox(cfg);
 		this.offsets = acquireOffsets(cfg);
 		this.kv = sharedKeyValue(cfg.redisUrl, cfg.redisPrefix);
-		const location = cfg.mongoUri ?? `${os.hostname()}:${cfg.dataDir}`;
+		// Nodes sharing one store (MongoDB, PostgreSQL) share one outbox, so one lock.
+		const location = cfg.mongoUri || onPostgres(cfg) ? locationOf(cfg) : `${os.hostname()}:${cfg.dataDir}`;
 		const where = createHash("sha256").update(location).digest("hex").slice(0, 16);
 		this.lockKey = `relay:${cfg.namespace}:${stream.opts.channel}:${where}`;
 		this.positionId = `relay:${cfg.namespace}.${stream.opts.channel}`;

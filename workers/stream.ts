@@ -10,7 +10,7 @@
  */
 import type { PlatformConfig } from "../lib/config";
 import { OutboxPruner, sharedOutbox, type Outbox, type OutboxRecord } from "../mixins/outbox";
-import { createStore, type DocumentStore } from "../mixins/stores";
+import { createStore, locationOf, type DocumentStore, type StoreConfig } from "../mixins/stores";
 import { channelsStreamFor } from "./channels.stream";
 
 export type ChangeHandler = (rec: OutboxRecord) => Promise<void>;
@@ -52,7 +52,7 @@ export class OutboxStream implements ChangeStream {
 	 */
 	readonly pruner: OutboxPruner;
 
-	constructor(cfg: Pick<PlatformConfig, "dataDir" | "mongoUri" | "streamRetentionHours" | "outboxGraceMs">) {
+	constructor(cfg: StoreConfig & Pick<PlatformConfig, "streamRetentionHours" | "outboxGraceMs">) {
 		this.outbox = sharedOutbox(cfg);
 		this.offsets = createStore(cfg, "_stream_offsets");
 		this.pruner = new OutboxPruner(this.outbox, () => this.passedAll(), cfg.streamRetentionHours, cfg.outboxGraceMs);
@@ -164,8 +164,8 @@ export class OutboxStream implements ChangeStream {
 const shared = new Map<string, OutboxStream>();
 
 /** The embedded stream (the persisted outbox read by consumer groups): one per process and data location. */
-export function embeddedStream(cfg: Pick<PlatformConfig, "dataDir" | "mongoUri"> & Partial<PlatformConfig>): OutboxStream {
-	const key = cfg.mongoUri ?? cfg.dataDir;
+export function embeddedStream(cfg: StoreConfig & Partial<PlatformConfig>): OutboxStream {
+	const key = locationOf(cfg);
 	let s = shared.get(key);
 	if (!s) shared.set(key, (s = new OutboxStream(cfg)));
 	return s;
@@ -175,7 +175,7 @@ export function embeddedStream(cfg: Pick<PlatformConfig, "dataDir" | "mongoUri">
  * The node's change stream, as EVENT_STREAM says. Embedded: one per process and data location. Production: the
  * one the broker's channels middleware drives (moleculer.config.ts), found by the node's configuration object.
  */
-export function sharedStream(cfg: Pick<PlatformConfig, "dataDir" | "mongoUri"> & Partial<PlatformConfig>): ChangeStream {
+export function sharedStream(cfg: StoreConfig & Partial<PlatformConfig>): ChangeStream {
 	if (cfg.eventStream && cfg.eventStream !== "outbox") return channelsStreamFor(cfg as PlatformConfig);
 	return embeddedStream(cfg);
 }
@@ -184,9 +184,9 @@ export function sharedStream(cfg: Pick<PlatformConfig, "dataDir" | "mongoUri"> &
  * Closes the embedded streams of this data location (all without `cfg`): another platform of the same process
  * (tests) keeps its own. Production streams close with their broker (the channels middleware).
  */
-export async function closeSharedStreams(cfg?: Pick<PlatformConfig, "dataDir" | "mongoUri">): Promise<void> {
+export async function closeSharedStreams(cfg?: StoreConfig): Promise<void> {
 	for (const [key, s] of [...shared]) {
-		if (cfg && key !== (cfg.mongoUri ?? cfg.dataDir)) continue;
+		if (cfg && key !== locationOf(cfg)) continue;
 		shared.delete(key);
 		await s.close();
 	}

@@ -1,15 +1,29 @@
-/** Chooses the document store from the environment: MongoDB with MONGO_URI, else NeDB files under DATA_DIR. */
+/**
+ * Chooses the document store from the environment: MongoDB with MONGO_URI; PostgreSQL with DOCUMENT_STORE=postgres
+ * (DATABASE_URL, else the embedded PostgreSQL); else NeDB files under DATA_DIR (the default).
+ */
 import path from "path";
 import type { PlatformConfig } from "../../lib/config";
 import type { DocumentStore } from "./types";
 import { NedbStore } from "./nedb.store";
 import { MongoStore } from "./mongo.store";
+import { PgStore } from "./pg.store";
 
 export * from "./types";
-export { NedbStore, MongoStore };
+export { unitOfWork } from "./unit";
+export { NedbStore, MongoStore, PgStore };
+
+export type StoreConfig = Pick<PlatformConfig, "dataDir" | "mongoUri"> & Partial<Pick<PlatformConfig, "documentStore" | "databaseUrl">>;
+
+/** Whether documents (and so the outbox) live in PostgreSQL. */
+export const onPostgres = (cfg: StoreConfig): boolean => !cfg.mongoUri && cfg.documentStore === "postgres";
+
+/** One key per data location: nodes (and stores) with the same key share documents and outbox. */
+export const locationOf = (cfg: StoreConfig): string => cfg.mongoUri ?? (onPostgres(cfg) ? `postgres:${cfg.databaseUrl ?? cfg.dataDir}` : cfg.dataDir);
 
 /** `name` is `service/collection` (or an internal name such as `_outbox`). */
-export function createStore(cfg: Pick<PlatformConfig, "dataDir" | "mongoUri">, name: string, extraIndexes: string[] = []): DocumentStore {
+export function createStore(cfg: StoreConfig, name: string, extraIndexes: string[] = []): DocumentStore {
 	if (cfg.mongoUri) return new MongoStore(cfg.mongoUri, name.replace("/", "_"), extraIndexes);
+	if (onPostgres(cfg)) return new PgStore(cfg, name, extraIndexes);
 	return new NedbStore(path.join(cfg.dataDir, `${name}.db`), extraIndexes);
 }

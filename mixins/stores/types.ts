@@ -12,7 +12,7 @@ export interface FindOptions {
 }
 
 export interface DocumentStore {
-	readonly kind: "nedb" | "mongo";
+	readonly kind: "nedb" | "mongo" | "postgres";
 	connect(): Promise<void>;
 	disconnect(): Promise<void>;
 	find(opts: FindOptions): Promise<StoredDoc[]>;
@@ -80,6 +80,7 @@ const UNSET_WHEN_NULL = ["ref", TENANT_REF];
 
 /** Unique-index violations surface from both stores under different names; the engine maps them to 409. */
 export function isDuplicateKeyError(err: unknown): boolean {
-	const e = err as { errorType?: string; code?: number };
-	return e?.errorType === "uniqueViolated" || e?.code === 11000;
+	const e = err as { errorType?: string; code?: number | string };
+	// PostgreSQL: unique_violation.
+	return e?.errorType === "uniqueViolated" || e?.code === 11000 || e?.code === "23505";
 }

@@ -1,33 +1,51 @@
 /**
  * Conformance of the two compare-and-set methods sagas and wallets rely on (DocumentStore.updateIf/replaceIf):
- * NeDB always, MongoDB when MONGO_URI is set. The concurrency case is the wallet's: many conditional decrements
+ * NeDB always, PostgreSQL on the local server (skipped with a message when it does not answer), MongoDB when
+ * MONGO_URI is set. The concurrency case is the wallet's: many conditional decrements
  * race, none overdraws.
  */
 import { rmSync } from "fs";
 import path from "path";
-import { MongoStore, NedbStore, type DocumentStore } from "../../mixins/stores";
+import { MongoStore, NedbStore, PgStore, type DocumentStore } from "../../mixins/stores";
+import { testDatabase, type TestDatabase } from "../helpers/pg";
 import { tempDir } from "../helpers/platform";
 import { unique } from "../helpers/samples";
 
 const dir = tempDir("sagas-store-");
-const impls: Array<{ name: string; make(): DocumentStore }> = [{ name: "NedbStore", make: () => new NedbStore(path.join(dir, `s-${unique()}.db`)) }];
+const impls: Array<{ name: string; make(): DocumentStore; unavailable?(): boolean }> = [{ name: "NedbStore", make: () => new NedbStore(path.join(dir, `s-${unique()}.db`)) }];
 if (process.env.MONGO_URI) impls.push({ name: "MongoStore", make: () => new MongoStore(process.env.MONGO_URI!, `sagas_${unique()}`) });
 else console.warn("SKIPPED: MongoDB conformance of updateIf/replaceIf: MONGO_URI is not set");
 
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
+let pg: TestDatabase | undefined;
+let pgChecked = false;
+impls.push({ name: "PgStore", make: () => new PgStore({ dataDir: dir, databaseUrl: pg!.url }, `sagas_${unique()}`), unavailable: () => pgChecked && !pg });
+beforeAll(async () => {
+	pg = await testDatabase();
+	pgChecked = true;
+}, 30_000);
+
+afterAll(async () => {
+	rmSync(dir, { recursive: true, force: true });
+	await pg?.drop();
+});
 
 for (const impl of impls) {
 	describe(impl.name, () => {
 		let store: DocumentStore;
+		const off = () => !!impl.unavailable?.();
+		const test = (name: string, fn: () => Promise<void>) => it(name, async () => (off() ? undefined : fn()));
 		beforeAll(async () => {
+			if (off()) return;
 			store = impl.make();
 			await store.connect();
 		});
 		afterAll(async () => {
+			if (off()) return;
 			await store.removeMany({});
 			await store.disconnect();
 		});
 		beforeEach(async () => {
+			if (off()) return;
 			await store.removeMany({});
 			await store.insert({ _id: "a".repeat(24), balance: 100, ops: [], state: "AWAITING", note: "x", deleted_at: null });
 		});

@@ -1,10 +1,12 @@
 /**
  * One conformance suite for every DocumentStore implementation: what the collection engine relies on must behave
- * the same on the embedded store (NeDB, always) and on MongoDB (when MONGO_URI is set).
+ * the same on the embedded store (NeDB, always), on PostgreSQL (a database of its own on the local server; skipped
+ * with a message when it does not answer, a failure under REQUIRE_SERVERS=1) and on MongoDB (when MONGO_URI is set).
  */
 import { rmSync, writeFileSync } from "fs";
 import path from "path";
-import { isDuplicateKeyError, MongoStore, NedbStore, type DocumentStore, type StoredDoc } from "../../mixins/stores";
+import { isDuplicateKeyError, MongoStore, NedbStore, PgStore, type DocumentStore, type StoredDoc } from "../../mixins/stores";
+import { testDatabase, type TestDatabase } from "../helpers/pg";
 import { tempDir } from "../helpers/platform";
 import { hexId, unique } from "../helpers/samples";
 
@@ -12,6 +14,8 @@ interface Impl {
 	name: string;
 	make(): DocumentStore;
 	cleanup?(): void;
+	/** True when the implementation's server does not answer (requireServer printed why). */
+	unavailable?(): boolean;
 }
 
 const dir = tempDir("store-conformance-");
@@ -21,7 +25,22 @@ if (MONGO_URI) impls.push({ name: "MongoStore", make: () => new MongoStore(MONGO
 // Not a failure under REQUIRE_SERVERS=1: no MongoDB can run on this machine or in CI.
 else console.warn("SKIPPED: MongoDB conformance: MONGO_URI is not set (MongoDB cannot run on this machine)");
 
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
+let pg: TestDatabase | undefined;
+let pgChecked = false;
+impls.push({
+	name: "PgStore",
+	make: () => new PgStore({ dataDir: dir, databaseUrl: pg!.url }, `conformance_${unique()}`, ["seq"]),
+	unavailable: () => pgChecked && !pg,
+});
+beforeAll(async () => {
+	pg = await testDatabase();
+	pgChecked = true;
+}, 30_000);
+
+afterAll(async () => {
+	rmSync(dir, { recursive: true, force: true });
+	await pg?.drop();
+});
 
 /** Ten documents shaped like the engine's: ids in creation order, deleted_at always present. */
 function fixtures(): StoredDoc[] {
@@ -45,16 +64,21 @@ for (const impl of impls) {
 	describe(impl.name, () => {
 		let store: DocumentStore;
 		let docs: StoredDoc[];
+		const off = () => !!impl.unavailable?.();
+		const test = (name: string, fn: () => Promise<void>) => it(name, async () => (off() ? undefined : fn()));
 
 		beforeAll(async () => {
+			if (off()) return;
 			store = impl.make();
 			await store.connect();
 		});
 		afterAll(async () => {
+			if (off()) return;
 			await store.removeMany({});
 			await store.disconnect();
 		});
 		beforeEach(async () => {
+			if (off()) return;
 			await store.removeMany({});
 			docs = fixtures();
 			expect(await store.insertMany(docs.map((d) => ({ ...d })))).toHaveLength(10);

@@ -1,0 +1,139 @@
+/**
+ * The document stores side by side (`npm run bench`, or alone with `npx tsx bench/stores.ts`): the same platform,
+ * once on NeDB (default) and once on PostgreSQL (DOCUMENT_STORE=postgres; BENCH_DATABASE_URL, else the embedded
+ * PostgreSQL), each seeded with 10 000 notes; get by id, root's list of 20 with a different query every request
+ * (no read cache can help), and create, through the full pipeline.
+ */
+import { spawn, type ChildProcess } from "child_process";
+import { mkdtempSync, readFileSync, rmSync } from "fs";
+import os from "os";
+import path from "path";
+import autocannon from "autocannon";
+
+const ROOT = path.resolve(__dirname, "..");
+const DURATION = Number(process.env.BENCH_DURATION ?? 10);
+const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
+const DOCS = 10_000;
+
+export interface StoreRow {
+	name: string;
+	nedb: { rps: number; p99: number };
+	postgres: { rps: number; p99: number };
+}
+
+function freePort(): Promise<number> {
+	return new Promise((resolve) => {
+		const s = require("net").createServer();
+		s.listen(0, "127.0.0.1", () => {
+			const p = s.address().port;
+			s.close(() => resolve(p));
+		});
+	});
+}
+
+async function waitFor(url: string, ms = 120_000): Promise<void> {
+	const until = Date.now() + ms;
+	while (Date.now() < until) {
+		try {
+			if ((await fetch(url)).status < 500) return;
+		} catch {
+			/* not yet */
+		}
+		await new Promise((r) => setTimeout(r, 300));
+	}
+	throw new Error(`${url} did not answer`);
+}
+
+async function run(opts: autocannon.Options): Promise<{ rps: number; p99: number }> {
+	const r = await autocannon({ connections: CONNECTIONS, duration: DURATION, ...opts });
+	if (r.non2xx || r.errors) console.warn(`${opts.url}: ${r.non2xx} non-2xx, ${r.errors} errors`);
+	return { rps: Math.round(r.requests.average), p99: r.latency.p99 };
+}
+
+async function scenarios(store: "nedb" | "postgres"): Promise<Record<string, { rps: number; p99: number }>> {
+	const dataDir = mkdtempSync(path.join(os.tmpdir(), `bench-${store}-`));
+	const port = await freePort();
+	const base = `http://127.0.0.1:${port}`;
+	const env: Record<string, string> = { ...(process.env as Record<string, string>), LOG_LEVEL: "warn", PORT: String(port), DATA_DIR: dataDir };
+	delete env.DOCUMENT_STORE;
+	delete env.DATABASE_URL;
+	if (store === "postgres") {
+		env.DOCUMENT_STORE = "postgres";
+		if (process.env.BENCH_DATABASE_URL) env.DATABASE_URL = process.env.BENCH_DATABASE_URL;
+	}
+	const child: ChildProcess = spawn(path.join(ROOT, "node_modules/.bin/tsx"), ["start.ts"], { cwd: ROOT, env, stdio: ["ignore", "ignore", "inherit"], detached: true });
+	try {
+		await waitFor(`${base}/status`);
+		const root = JSON.parse(readFileSync(path.join(dataDir, "bootstrap.json"), "utf8"));
+		const login = (await fetch(`${base}/auth/token`, {
+			method: "POST",
+			headers: { "content-type": "application/json" },
+			body: JSON.stringify({ grant_type: "password", client_id: root.client_id, username: root.username, password: root.password }),
+		}).then((r) => r.json())) as any;
+		const auth = { authorization: `Bearer ${login.data.access_token}`, "content-type": "application/json" };
+		for (let i = 0; i < DOCS; i += 1000) {
+			const items = Array.from({ length: 1000 }, (_, j) => ({ title: `note ${i + j}`, content: "x".repeat(200), tags: [(i + j) % 2 ? "odd" : "even"], props: { n: i + j } }));
+			const r = await fetch(`${base}/content/notes/bulk`, { method: "POST", headers: auth, body: JSON.stringify({ items }) });
+			if (r.status !== 200) throw new Error(`seeding failed: ${r.status} ${await r.text()}`);
+		}
+		const one = (await fetch(`${base}/content/notes?pagination=${encodeURIComponent(JSON.stringify({ limit: 1 }))}`, { headers: auth }).then((r) => r.json())) as any;
+		const pag = encodeURIComponent(JSON.stringify({ limit: 20, sort: { created_at: -1 } }));
+		const out: Record<string, { rps: number; p99: number }> = {};
+		out.get = await run({ url: `${base}/content/notes/${one.items[0].id}`, headers: auth });
+		out.list = await run({
+			url: `${base}/content/notes`,
+			headers: auth,
+			requests: [
+				{
+					setupRequest: (req: any) => ({
+						...req,
+						path: `/content/notes?query=${encodeURIComponent(JSON.stringify({ tags: "odd", "props.n": { $gte: Math.floor(Math.random() * DOCS) } }))}&pagination=${pag}`,
+					}),
+				},
+			],
+		});
+		out.create = await run({ url: `${base}/content/notes`, method: "POST", headers: auth, body: JSON.stringify({ title: "bench", content: "x".repeat(200) }) });
+		for (const [k, v] of Object.entries(out)) console.log(`${store}: ${k}: ${v.rps} req/s, p99 ${v.p99} ms`);
+		return out;
+	} finally {
+		try {
+			process.kill(child.pid!, "SIGTERM");
+		} catch {
+			/* gone */
+		}
+		await new Promise((r) => child.once("exit", r).once("error", r));
+		rmSync(dataDir, { recursive: true, force: true, maxRetries: 5, retryDelay: 200 });
+	}
+}
+
+export async function storesBench(): Promise<StoreRow[]> {
+	const nedb = await scenarios("nedb");
+	const postgres = await scenarios("postgres");
+	const names: Record<string, string> = {
+		get: "get by id",
+		list: "list 20 of 10 000 as root, a different query every request (filter + sort, no cache)",
+		create: "create (document and change event)",
+	};
+	return Object.keys(names).map((k) => ({ name: names[k], nedb: nedb[k], postgres: postgres[k] }));
+}
+
+export function storesReport(rows: StoreRow[]): string[] {
+	return [
+		`| Document store (${DOCS.toLocaleString("en")} notes, full pipeline) | NeDB req/s | NeDB p99 ms | PostgreSQL req/s | PostgreSQL p99 ms | PostgreSQL / NeDB |`,
+		"|---|---:|---:|---:|---:|---:|",
+		...rows.map((r) => `| ${r.name} | ${r.nedb.rps} | ${r.nedb.p99} | ${r.postgres.rps} | ${r.postgres.p99} | ${(r.postgres.rps / Math.max(1, r.nedb.rps)).toFixed(2)}× |`),
+		"",
+		`PostgreSQL: ${process.env.BENCH_DATABASE_URL ? "the server at BENCH_DATABASE_URL" : "the embedded PostgreSQL"}, documents as JSONB, the list's filter as parameterised SQL (GIN containment for \`tags\`, a JSON path for \`props.n\`), the page read along the live rows' \`created_at\` index; its \`total\` evaluates the filter on every live row (half of them match), which bounds the list. Every create commits the document and its change event in one transaction. Targets: root's uncached list at least 20× NeDB's; get and create within 2× of NeDB.`,
+		"",
+	];
+}
+
+if (require.main === module) {
+	storesBench().then(
+		(rows) => console.log(storesReport(rows).join("\n")),
+		(err) => {
+			console.error(err);
+			process.exit(1);
+		},
+	);
+}

@@ -1,0 +1,94 @@
+/**
+ * The transactional outbox on PostgreSQL (DOCUMENT_STORE=postgres): change events are rows of `_outbox` in the same
+ * database as the documents, inserted in the writer's unit of work (mixins/stores/unit.ts) and committed with the
+ * documents they describe, in one transaction.
+ *
+ * Commit order without clocks: an append takes a transaction-level advisory lock before it draws its positions from
+ * a sequence, and holds it until its transaction ends. So positions are drawn in commit order, and a transaction
+ * that could still commit a lower position no longer exists once a higher one is visible: a reader that has seen
+ * position N has seen everything below N that will ever exist (aborted appends leave gaps, never late arrivals).
+ * The lock covers only the end of a write (insert the events, commit), so writes still run in parallel.
+ */
+import type { PoolClient } from "pg";
+import { openRelational, releaseRelational, type Relational } from "../../lib/relational";
+import { DDL_LOCK, PgDatabase, type PgConfig } from "./pg.store";
+import { commitUnit } from "./unit";
+
+const TABLE = `"_outbox"`;
+const SEQUENCE = `"_outbox_seq"`;
+const APPEND_LOCK = "select pg_advisory_xact_lock(hashtext('platform-outbox-append'))";
+
+export interface PgOutboxRow<T> {
+	seq: number;
+	rec: T;
+}
+
+export class PgOutbox {
+	private db?: PgDatabase;
+
+	constructor(private readonly cfg: PgConfig) {}
+
+	private get d(): PgDatabase {
+		if (!this.db) throw new Error("outbox is not connected");
+		return this.db;
+	}
+
+	get relational(): Relational | undefined {
+		return this.db?.rel;
+	}
+
+	async connect(): Promise<void> {
+		const rel = await openRelational(this.cfg);
+		await rel.transaction(async (q) => {
+			await q(DDL_LOCK);
+			await q(`create sequence if not exists ${SEQUENCE}`);
+			await q(`create table if not exists ${TABLE} (seq bigint primary key, at timestamptz not null default now(), rec jsonb not null)`);
+			await q(`create index if not exists "_outbox_at" on ${TABLE} (at)`);
+		});
+		this.db = new PgDatabase(rel);
+	}
+
+	async disconnect(): Promise<void> {
+		if (!this.db) return;
+		this.db = undefined;
+		await releaseRelational(this.cfg);
+	}
+
+	/**
+	 * Inserts the records in the current unit of work's transaction (the one holding the documents they describe)
+	 * and commits it; outside a unit, in a transaction of their own. Returns their positions, in order.
+	 */
+	async append<T>(records: T[]): Promise<number[]> {
+		const db = this.d;
+		const seqs = await db.tx(async (q) => {
+			await q(APPEND_LOCK);
+			const { rows } = await q(`select nextval('${SEQUENCE}')::text as s from generate_series(1, $1::int)`, [records.length]);
+			const seqs = rows.map((r) => Number(r.s)).sort((a, b) => a - b);
+			await q(`insert into ${TABLE} (seq, rec) select * from unnest($1::bigint[], $2::jsonb[])`, [seqs, records.map((r) => JSON.stringify(r))]);
+			return seqs;
+		});
+		await commitUnit(db.rel);
+		return seqs;
+	}
+
+	async readFrom<T>(after: number, limit: number): Promise<PgOutboxRow<T>[]> {
+		const { rows } = await this.d.read(`select seq, rec from ${TABLE} where seq > $1 order by seq limit $2`, [after, limit]);
+		return rows.map((r) => ({ seq: Number(r.seq), rec: r.rec as T }));
+	}
+
+	/** Removes what every consumer has passed, and what is older than the retention whoever lags. */
+	async prune(passedAll: number, retentionHours: number): Promise<number> {
+		const { rowCount } = await this.d.write(`delete from ${TABLE} where seq <= $1 or at < now() - make_interval(hours => $2::int)`, [passedAll, Math.ceil(retentionHours)]);
+		return rowCount ?? 0;
+	}
+
+	async count(): Promise<number> {
+		return Number((await this.d.read(`select count(*)::int as n from ${TABLE}`)).rows[0].n);
+	}
+
+	async ping(): Promise<boolean> {
+		return !!this.db && (await this.db.rel.ping());
+	}
+}
+
+export type { PoolClient };

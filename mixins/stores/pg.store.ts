@@ -1,0 +1,323 @@
+/**
+ * The PostgreSQL document store (DOCUMENT_STORE=postgres): one table per collection, `(id text, doc jsonb)`, in the
+ * database at DATABASE_URL (the embedded PostgreSQL under DATA_DIR when unset, lib/relational.ts), shared by every
+ * node. Queries are translated to parameterised SQL (mixins/stores/pg.query.ts); writes join the caller's unit of
+ * work (mixins/stores/unit.ts), so a document and its change events commit together.
+ *
+ * Indexes: GIN `jsonb_path_ops` on the document (every top-level equality: the zones' owner, shares, groups,
+ * clients, and `ref`), `created_at` (the common sort), the soft-deleted rows (partial), unique `tenant_ref`
+ * (sparse), and the engine's extra sort fields; `id` is the primary key.
+ */
+import { createHash } from "crypto";
+import type { PoolClient } from "pg";
+import { openRelational, releaseRelational, type Relational } from "../../lib/relational";
+import type { PlatformConfig } from "../../lib/config";
+import { ApiError, badRequest } from "../../lib/errors";
+import type { DocumentStore, FindOptions, Filter, StoredDoc } from "./types";
+import { renameIdKeys, TENANT_REF, toStoreQuery, updateOf } from "./types";
+import { bind, forMatcher, lit, orderOf, Params, valueAt, whereOf } from "./pg.query";
+import { openTransaction, unitTransaction } from "./unit";
+import { matchesFilter } from "./nedb.store";
+
+// NeDB's update operators, comparator and projection: the JavaScript side keeps the embedded store's semantics.
+// eslint-disable-next-line @typescript-eslint/no-var-requires
+const model = require("@seald-io/nedb/lib/model") as {
+	modify(doc: unknown, update: unknown): StoredDoc;
+	compareThings(a: unknown, b: unknown): number;
+	getDotValue(doc: unknown, key: string): unknown;
+};
+// eslint-disable-next-line @typescript-eslint/no-var-requires
+const Cursor = require("@seald-io/nedb/lib/cursor") as { prototype: { _project(this: { _projection: unknown }, docs: StoredDoc[]): StoredDoc[] } };
+
+export type PgConfig = Pick<PlatformConfig, "dataDir"> & Partial<Pick<PlatformConfig, "databaseUrl">>;
+type Query = (text: string, params?: unknown[]) => Promise<{ rows: any[]; rowCount: number | null }>;
+
+/** Errors of the caller's data or query: 400, never 500. */
+export function pgError(err: unknown): Error {
+	if (err instanceof ApiError) return err;
+	const e = err as { code?: string; message?: string };
+	if (e?.code === "22P05" || e?.code === "22021" || (e?.code === "22P02" && /json|unicode/i.test(e.message ?? ""))) return badRequest("text containing NUL characters or unpaired surrogates cannot be stored");
+	if (typeof e?.code === "string" && e.code.startsWith("2203")) return badRequest(`query is not supported by the document store: ${e.message}`);
+	return err as Error;
+}
+
+/**
+ * The database of one configuration: statements run in the caller's unit of work when it has one (writes begin it),
+ * else on the pool; `tx` runs several statements in one transaction (the unit's, or one of its own).
+ */
+export class PgDatabase {
+	constructor(readonly rel: Relational) {}
+
+	private async on(client: Promise<PoolClient>, text: string, params?: unknown[]) {
+		const r = await (await client).query(text, params as unknown[]);
+		return { rows: r.rows, rowCount: r.rowCount };
+	}
+
+	read: Query = async (text, params) => {
+		const c = openTransaction(this.rel);
+		try {
+			return c ? await this.on(c, text, params) : await this.rel.query(text, params);
+		} catch (err) {
+			throw pgError(err);
+		}
+	};
+
+	write: Query = async (text, params) => {
+		const c = unitTransaction(this.rel);
+		try {
+			return c ? await this.on(c, text, params) : await this.rel.query(text, params);
+		} catch (err) {
+			throw pgError(err);
+		}
+	};
+
+	/** A read with sorting discouraged (`enable_sort` off, no parallel workers: for this statement's transaction only). */
+	readOrdered: Query = async (text, params) => {
+		if (openTransaction(this.rel)) return this.read(text, params);
+		try {
+			return await this.rel.transaction(async (q) => {
+				await q("set local enable_sort = off");
+				// A page of 20 along an index: starting a parallel worker costs more than the whole walk.
+				await q("set local max_parallel_workers_per_gather = 0");
+				return q(text, params);
+			});
+		} catch (err) {
+			throw pgError(err);
+		}
+	};
+
+	async tx<T>(fn: (q: Query) => Promise<T>): Promise<T> {
+		const unit = unitTransaction(this.rel);
+		if (unit) return fn((text, params) => this.on(unit, text, params).catch((err) => Promise.reject(pgError(err))));
+		const client = await this.rel.client();
+		const q: Query = async (text, params) => {
+			try {
+				const r = await client.query(text, params as unknown[]);
+				return { rows: r.rows, rowCount: r.rowCount };
+			} catch (err) {
+				throw pgError(err);
+			}
+		};
+		try {
+			await client.query("begin");
+			const out = await fn(q);
+			await client.query("commit");
+			client.release();
+			return out;
+		} catch (err) {
+			await client.query("rollback").catch(() => undefined);
+			client.release();
+			throw err;
+		}
+	}
+}
+
+/** A quoted table (or index) identifier: short names as they are, long ones shortened with a hash (63 bytes). */
+export function ident(name: string): string {
+	const n = Buffer.byteLength(name) <= 60 ? name : `${name.slice(0, 36)}#${createHash("sha256").update(name).digest("hex").slice(0, 16)}`;
+	return `"${n.replace(/"/g, '""')}"`;
+}
+
+const LIVE = () => whereOf({ deleted_at: null }, new Params()).sql;
+
+/** Keys whose equality selects few rows through an index: a page filtered by one is better sorted than walked. */
+const SELECTIVE = ["owner", "shares", "groups", "clients", "clients.0", "ref", TENANT_REF, "_id", "id"];
+
+/** Serialises schema changes of every node and store (concurrent `create table if not exists` can collide). */
+export const DDL_LOCK = "select pg_advisory_xact_lock(hashtext('platform-documents-ddl'))";
+
+export class PgStore implements DocumentStore {
+	readonly kind = "postgres" as const;
+	private db?: PgDatabase;
+	private readonly table: string;
+	private readonly short: string;
+
+	constructor(
+		private readonly cfg: PgConfig,
+		readonly name: string,
+		private readonly extraIndexes: string[] = [],
+	) {
+		this.table = ident(`docs/${name}`);
+		this.short = createHash("sha256").update(name).digest("hex").slice(0, 12);
+	}
+
+	private get d(): PgDatabase {
+		if (!this.db) throw new Error(`document store ${this.name} is not connected`);
+		return this.db;
+	}
+
+	async connect(): Promise<void> {
+		const rel = await openRelational(this.cfg);
+		this.db = new PgDatabase(rel);
+		const t = this.table;
+		const i = (s: string) => ident(`docs_${this.short}_${s}`);
+		await rel.transaction(async (q) => {
+			await q(DDL_LOCK);
+			// `body` keeps the document as written (key order included: what a read returns is what was stored, as on
+			// NeDB); `doc`, derived from it, is what queries and indexes use.
+			await q(`create table if not exists ${t} (id text collate "C" primary key, body json not null, doc jsonb generated always as (body::jsonb) stored)`);
+			// No pending list: rows inserted since the last vacuum would make the index look costly and zone reads scan.
+			await q(`create index if not exists ${i("doc")} on ${t} using gin (doc jsonb_path_ops) with (fastupdate = off)`);
+			await q(`create unique index if not exists ${i("tref")} on ${t} ((doc->${lit(TENANT_REF)})) where doc ? ${lit(TENANT_REF)}`);
+			// The common sort (and, walked backwards, root's newest-first pages). Not partial on the live rows: PostgreSQL
+			// cannot estimate the soft-delete condition and would take such an index for selective, walking every live
+			// row where the GIN index finds a zone's few directly.
+			await q(`create index if not exists ${i("created_at")} on ${t} (${valueAt("created_at")} nulls first, id)`);
+			// The soft-deleted rows (restore, the cleaner's purge): few, and a predicate live queries never imply.
+			await q(`create index if not exists ${i("deleted")} on ${t} (id) where not ${LIVE()}`);
+			for (const f of this.extraIndexes) await q(`create index if not exists ${i(`x_${f}`)} on ${t} (${valueAt(f)} nulls first, id)`);
+		});
+	}
+
+	async disconnect(): Promise<void> {
+		if (!this.db) return;
+		this.db = undefined;
+		await releaseRelational(this.cfg);
+	}
+
+	/** SQL for a platform filter, and whether it is exact (else the rows are matched in JavaScript too). */
+	private where(query: Filter, p: Params) {
+		return whereOf(toStoreQuery(query), p);
+	}
+
+	/**
+	 * A page in index order: PostgreSQL cannot estimate how many rows a JSON path or a containment keeps (it assumes
+	 * very few), so for a page of a broad filter (root's list: every live row, a different query each time) it reads
+	 * all matches and sorts them, where walking the sort's index stops after the page. Pages sorted by `id` or
+	 * `created_at` whose filter names no selective key (a zone's owner, shares, groups, clients, a ref or an id) are
+	 * read with sorting discouraged, so the index order wins.
+	 */
+	private ordered(o: FindOptions): boolean {
+		const first = Object.keys(o.sort ?? { _id: 1 })[0];
+		if (!o.limit || (first !== "_id" && first !== "id" && first !== "created_at")) return false;
+		const text = JSON.stringify(o.query);
+		return !SELECTIVE.some((k) => text.includes(`"${k}"`));
+	}
+
+	private match(docs: StoredDoc[], query: Filter): StoredDoc[] {
+		const q = forMatcher(toStoreQuery(query));
+		return docs.filter((d) => matchesFilter(d, q));
+	}
+
+	async find(o: FindOptions): Promise<StoredDoc[]> {
+		const p = new Params();
+		const w = this.where(o.query, p);
+		const sort = o.sort ? renameIdKeys(o.sort)! : undefined;
+		let docs: StoredDoc[];
+		if (w.exact) {
+			let sql = `select body as doc from ${this.table} where ${w.sql} order by ${orderOf(sort)}`;
+			if (o.limit) sql += ` limit ${p.add(o.limit)}`;
+			if (o.skip) sql += ` offset ${p.add(o.skip)}`;
+			const [text, values] = bind(sql, p);
+			docs = (this.ordered(o) ? await this.d.readOrdered(text, values) : await this.d.read(text, values)).rows.map((r) => r.doc);
+		} else {
+			const rows = (await this.d.read(...bind(`select body as doc from ${this.table} where ${w.sql} order by id`, p))).rows.map((r) => r.doc as StoredDoc);
+			docs = this.match(rows, o.query);
+			if (sort) {
+				const criteria = Object.entries(sort);
+				docs.sort((a, b) => {
+					for (const [k, dir] of criteria) {
+						const c = dir * model.compareThings(model.getDotValue(a, k), model.getDotValue(b, k));
+						if (c !== 0) return c;
+					}
+					return 0;
+				});
+			}
+			const start = o.skip ?? 0;
+			docs = docs.slice(start, o.limit ? start + o.limit : undefined);
+		}
+		if (!o.projection) return docs;
+		try {
+			return Cursor.prototype._project.call({ _projection: renameIdKeys(o.projection) }, docs);
+		} catch (err) {
+			throw badRequest(`projection is not supported by the document store: ${(err as Error).message}`);
+		}
+	}
+
+	async findOne(query: Filter): Promise<StoredDoc | null> {
+		return (await this.find({ query, limit: 1 }))[0] ?? null;
+	}
+
+	async count(query: Filter): Promise<number> {
+		const p = new Params();
+		const w = this.where(query, p);
+		if (w.exact) return Number((await this.d.read(...bind(`select count(*)::int as n from ${this.table} where ${w.sql}`, p))).rows[0].n);
+		const rows = (await this.d.read(...bind(`select body as doc from ${this.table} where ${w.sql}`, p))).rows.map((r) => r.doc as StoredDoc);
+		return this.match(rows, query).length;
+	}
+
+	async insert(doc: StoredDoc): Promise<StoredDoc> {
+		await this.d.write(`insert into ${this.table} (id, body) values ($1, $2::json)`, [doc._id, JSON.stringify(doc)]);
+		return doc;
+	}
+
+	async insertMany(docs: StoredDoc[]): Promise<StoredDoc[]> {
+		if (!docs.length) return docs;
+		// One statement: all or nothing, like NeDB's array insert.
+		await this.d.write(`insert into ${this.table} (id, body) select x->>'_id', x from json_array_elements($1::json) x`, [JSON.stringify(docs)]);
+		return docs;
+	}
+
+	/** Writes documents back after a change made in JavaScript (NeDB's `modify`: existing keys keep their place). */
+	private async rewrite(q: Query, docs: StoredDoc[]): Promise<void> {
+		if (!docs.length) return;
+		await q(`update ${this.table} t set body = v.b from unnest($1::text[], $2::json[]) as v(i, b) where t.id = v.i`, [docs.map((d) => d._id), docs.map((d) => JSON.stringify(d))]);
+	}
+
+	async setMany(ids: string[], set: Record<string, unknown>): Promise<number> {
+		if (!ids.length) return 0;
+		const update = updateOf(set);
+		return this.d.tx(async (q) => {
+			const { rows } = await q(`select body as doc from ${this.table} where id = any($1::text[]) order by id for update`, [ids]);
+			await this.rewrite(q, rows.map((r) => model.modify(r.doc, update)));
+			return rows.length;
+		});
+	}
+
+	setOne(id: string, set: Record<string, unknown>): Promise<StoredDoc | null> {
+		return this.updateIf({ _id: id }, updateOf(set));
+	}
+
+	async removeMany(query: Filter): Promise<number> {
+		const p = new Params();
+		const w = this.where(query, p);
+		if (w.exact) return (await this.d.write(...bind(`delete from ${this.table} where ${w.sql}`, p))).rowCount ?? 0;
+		const rows = (await this.d.read(...bind(`select body as doc from ${this.table} where ${w.sql}`, p))).rows.map((r) => r.doc as StoredDoc);
+		const ids = this.match(rows, query).map((d) => d._id);
+		if (!ids.length) return 0;
+		return (await this.d.write(`delete from ${this.table} where id = any($1::text[])`, [ids])).rowCount ?? 0;
+	}
+
+	/**
+	 * Locks the matching rows (`for update`: a concurrent writer waits, and PostgreSQL re-checks the condition on the
+	 * row version it then sees), applies the update to the first one that still matches, writes it back.
+	 */
+	updateIf(query: Filter, update: Record<string, unknown>): Promise<StoredDoc | null> {
+		const p = new Params();
+		const w = this.where(query, p);
+		return this.d.tx(async (q) => {
+			const { rows } = await q(...bind(`select body as doc from ${this.table} where ${w.sql} order by id ${w.exact ? "limit 1 " : ""}for update`, p));
+			const doc = (w.exact ? rows : this.match(rows.map((r) => r.doc), query).map((doc) => ({ doc })))[0]?.doc as StoredDoc | undefined;
+			if (!doc) return null;
+			const after = model.modify(doc, update);
+			await this.rewrite(q, [after]);
+			return after;
+		});
+	}
+
+	replaceIf(query: Filter, doc: StoredDoc): Promise<boolean> {
+		const p = new Params();
+		const w = this.where({ $and: [query, { _id: doc._id }] }, p);
+		return this.d.tx(async (q) => {
+			const { rows } = await q(...bind(`select body as doc from ${this.table} where ${w.sql} for update`, p));
+			const found = w.exact ? rows.length > 0 : this.match(rows.map((r) => r.doc), query).length > 0;
+			if (!found) return false;
+			await this.rewrite(q, [doc]);
+			return true;
+		});
+	}
+
+	async ping(): Promise<boolean> {
+		return !!this.db && (await this.db.rel.ping());
+	}
+}

@@ -1,0 +1,33 @@
+/**
+ * Every local action runs in a unit of work (mixins/stores/unit.ts): on PostgreSQL, its document writes and its
+ * change events commit together. Before the action calls another one (local or remote), what it has written is
+ * committed: the callee never waits on a row lock its caller holds (no deadlock across actions or nodes) and reads
+ * what was written, as it does on the embedded store. A no-op for stores without transactions.
+ */
+import type { Middleware } from "moleculer";
+import { flushUnit, hasOpenTransaction, unitOfWork } from "./unit";
+
+export const UnitOfWorkMiddleware: Middleware = {
+	name: "UnitOfWork",
+	localAction(handler: (ctx: unknown) => Promise<unknown>) {
+		return function (this: unknown, ctx: unknown) {
+			return unitOfWork(() => handler.call(this, ctx));
+		};
+	},
+	// Local event handlers (broker events, not the change stream) get a unit of their own too: never the emitter's.
+	localEvent(handler: (ctx: unknown) => Promise<unknown>) {
+		return function (this: unknown, ctx: unknown) {
+			return unitOfWork(() => handler.call(this, ctx));
+		};
+	},
+	call(next: (...args: unknown[]) => Promise<unknown> & { ctx?: unknown }) {
+		return function (...args: unknown[]) {
+			// Nothing to commit: the broker's own promise, whose `ctx` carries the callee's meta back to the caller.
+			if (!hasOpenTransaction()) return next(...args);
+			let inner: (Promise<unknown> & { ctx?: unknown }) | undefined;
+			const p = flushUnit().then(() => (inner = next(...args)));
+			Object.defineProperty(p, "ctx", { get: () => inner?.ctx });
+			return p;
+		};
+	},
+} as unknown as Middleware;

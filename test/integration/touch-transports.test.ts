@@ -65,6 +65,7 @@ function startSmtp(port: number): Promise<number> {
 		},
 		logger: false,
 	});
+	smtp.on("error", () => undefined); // a pooled connection cut by close() or the platform stopping
 	return new Promise((resolve, reject) => {
 		smtp!.server.once("error", reject);
 		smtp!.listen(port, "127.0.0.1", () => resolve((smtp!.server.address() as any).port));

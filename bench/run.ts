@@ -14,6 +14,7 @@ import { expiryBench, sagaBench } from "./sagas";
 import { searchBench } from "./search";
 import { fileBench, type FileRow } from "./files";
 import { storesBench, storesReport, type StoreRow } from "./stores";
+import { emailScenario, type EmailRow } from "./email";
 
 const ROOT = path.resolve(__dirname, "..");
 const DURATION = Number(process.env.BENCH_DURATION ?? 10);
@@ -175,6 +176,9 @@ async function main() {
 		await stopAll(children);
 		const hooks = await webhookScenario(children);
 		console.log(`webhooks paced: delay p50 ${hooks.paced.p50} ms p99 ${hooks.paced.p99} ms; burst: ${hooks.burst.deliveries} delivered, ${hooks.burst.perSecond}/s`);
+		await stopAll(children);
+		email = await emailScenario(DURATION, children, dirs);
+		console.log(`email: ${email.perSecond} messages/s received (${email.received} of ${email.sent}), request to receipt p50 ${email.p50} ms p99 ${email.p99} ms, ${email.errors} errors`);
 		const stores = await storesBench();
 		const microRows = await micro();
 		writeReport(rows, microRows, hooks, stores);
@@ -221,6 +225,7 @@ async function webhookScenario(children: ChildProcess[]) {
 const dirs: string[] = [];
 let sagaExpiry: { count: number; p50: number; max: number } | undefined;
 let files: FileRow | undefined;
+let email: EmailRow | undefined;
 
 function stopAll(children: ChildProcess[]): Promise<unknown> {
 	return Promise.all(children.map((c) => (c.exitCode !== null || c.signalCode !== null ? undefined : new Promise((r) => (c.once("exit", r), c.kill("SIGTERM"))))));
@@ -257,6 +262,11 @@ function writeReport(rows: Row[], microRows: Array<{ name: string; us: number; n
 		`| download throughput (bearer, whole file) | ${files?.downloadMiBs ?? "-"} MiB/s (${files?.downloads ?? "-"} files) |`,
 		"",
 		...storesReport(stores),
+		`| E-mail to a local SMTP receiver (${email?.clients ?? "-"} clients on POST /touch/emails/send, publisher over SMTP to smtp-server) | value |`,
+		"|---|---:|",
+		`| messages received per second | ${email?.perSecond ?? "-"} (${email?.received ?? "-"} of ${email?.sent ?? "-"}) |`,
+		`| request to receipt, p50 / p99 | ${email?.p50 ?? "-"} / ${email?.p99 ?? "-"} ms |`,
+		"",
 		"| Micro-benchmark (in process) | µs per operation | |",
 		"|---|---:|---|",
 		...microRows.map((m) => `| ${m.name} | ${m.us.toFixed(2)} | ${m.note ?? ""} |`),

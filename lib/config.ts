@@ -94,6 +94,8 @@ export interface PlatformConfig {
 	vapidSubject?: string;
 	/** SMS_<PROVIDER>_URL / _KEY / _FROM: platform-wide SMS provider credentials (a tenant's `SMS` config entry wins). */
 	smsProviders: Record<string, { url?: string; key?: string; from?: string }>;
+	/** TLS_CA_FILE: PEM file of extra CA certificates trusted (besides the default ones) by outbound push and SMS requests. */
+	tlsCaFile?: string;
 	/** TOUCH_RETRY_SCHEDULE: seconds before each delivery attempt of an email, SMS or push (its length is the attempt count). */
 	touchRetrySchedule: number[];
 	/** FILE_MAX_BYTES: largest file an upload accepts (413 above); default 8 MiB (docs/files.md). */
@@ -298,6 +300,7 @@ export function readConfig(): PlatformConfig {
 		vapidPrivateKey: env("VAPID_PRIVATE_KEY"),
 		vapidSubject: env("VAPID_SUBJECT"),
 		smsProviders: smsProviders(),
+		tlsCaFile: env("TLS_CA_FILE"),
 		touchRetrySchedule: retrySchedule(env("TOUCH_RETRY_SCHEDULE"), DEFAULT_TOUCH_RETRY_SCHEDULE, "TOUCH_RETRY_SCHEDULE"),
 		fileMaxBytes: Math.floor(positive("FILE_MAX_BYTES") ?? 8 * 1024 * 1024),
 		fileOrphanGraceMinutes: positive("FILE_ORPHAN_GRACE_MINUTES") ?? 60,

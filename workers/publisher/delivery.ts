@@ -10,6 +10,8 @@
  * mid-attempt leaves a lease that expires, and another instance retries (at least once).
  */
 import { randomBytes } from "crypto";
+import { readFileSync } from "fs";
+import { rootCertificates } from "tls";
 import nodemailer, { type Transporter } from "nodemailer";
 import type { Readable } from "stream";
 import webpush from "web-push";
@@ -60,9 +62,20 @@ export class Delivery {
 	private mailer?: Transporter;
 	private smtpUp = false;
 	private smtpCheckedAt = 0;
+	/** TLS_CA_FILE's certificates with the default ones, for push and SMS requests; undefined = the default ones. */
+	private readonly ca?: string[];
 
 	constructor(private broker: Broker, private cfg: PlatformConfig, private logger: Logger) {
 		this.owner = `${broker.nodeID}:${randomBytes(6).toString("hex")}`;
+		if (cfg.tlsCaFile) {
+			let pem: string;
+			try {
+				pem = readFileSync(cfg.tlsCaFile, "utf8");
+			} catch (err) {
+				throw new Error(`TLS_CA_FILE ${cfg.tlsCaFile} cannot be read: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+			}
+			this.ca = [...rootCertificates, pem];
+		}
 		if (broker.isMetricsEnabled()) {
 			const m = broker.metrics;
 			const reg = (type: string, name: string, description: string, extra: object = {}) => {
@@ -254,7 +267,7 @@ export class Delivery {
 		const answers: Array<{ receptors: string[]; status: number | null; body: unknown }> = [];
 		let failure: Outcome | undefined;
 		for (const r of requests) {
-			const a = await guardedRequest(r.url, "POST", r.headers, r.body, this.cfg.webhookAllowPrivate, SEND_TIMEOUT_MS);
+			const a = await guardedRequest(r.url, "POST", r.headers, r.body, this.cfg.webhookAllowPrivate, SEND_TIMEOUT_MS, this.ca);
 			answers.push({ receptors: r.receptors, status: a.status, body: scrub(answerOf(a.body), secrets) });
 			if (a.status !== null && a.status >= 200 && a.status < 300) continue;
 			const reason = scrub(a.error ?? `${provider} answered HTTP ${a.status}`, secrets);
@@ -281,7 +294,7 @@ export class Delivery {
 		} catch (err) {
 			return { ok: false, permanent: true, reason: `the subscription cannot be encrypted to: ${(err as Error).message}` };
 		}
-		const a = await guardedRequest(details.endpoint, details.method, details.headers as Record<string, string>, details.body ?? null, this.cfg.webhookAllowPrivate, SEND_TIMEOUT_MS);
+		const a = await guardedRequest(details.endpoint, details.method, details.headers as Record<string, string>, details.body ?? null, this.cfg.webhookAllowPrivate, SEND_TIMEOUT_MS, this.ca);
 		const info = { status: a.status, body: answerOf(a.body) };
 		if (a.status !== null && a.status >= 200 && a.status < 300) return { ok: true, info };
 		if (a.status === 404 || a.status === 410) return { ok: false, gone: true, info, reason: `push service answered ${a.status}: the subscription is gone` };

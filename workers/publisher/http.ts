@@ -1,7 +1,8 @@
 /**
  * One outbound HTTP request of the delivery engine (push services, SMS providers) through the address guard
  * (lib/address-guard.ts): http(s) only, every resolved address public unless WEBHOOK_ALLOW_PRIVATE=1, the connection
- * pinned to the checked address, no redirects, bounded in time and answer size.
+ * pinned to the checked address, no redirects, bounded in time and answer size. `ca`: the certificates trusted for https
+ * (Node's default ones plus TLS_CA_FILE's), when set.
  */
 import http from "http";
 import https from "https";
@@ -18,7 +19,7 @@ export interface HttpAnswer {
 
 const MAX_ANSWER = 64 * 1024;
 
-export async function guardedRequest(raw: string, method: string, headers: Record<string, string>, body: string | Buffer | null, allowPrivate: boolean, timeoutMs: number): Promise<HttpAnswer> {
+export async function guardedRequest(raw: string, method: string, headers: Record<string, string>, body: string | Buffer | null, allowPrivate: boolean, timeoutMs: number, ca?: string[]): Promise<HttpAnswer> {
 	let target;
 	try {
 		target = await resolveTarget(raw, allowPrivate);
@@ -44,6 +45,8 @@ export async function guardedRequest(raw: string, method: string, headers: Recor
 			headers: { ...headers, "content-length": String(body ? Buffer.byteLength(body) : 0) },
 			lookup: pinned,
 			agent: false,
+			// TLS_CA_FILE: extra trusted CAs, added to the default ones (verification is never turned off).
+			...(secure && ca ? { ca } : {}),
 		});
 		const timer = setTimeout(() => req.destroy(new Error(`timed out after ${timeoutMs} ms`)), timeoutMs);
 		req.on("error", (err: NodeJS.ErrnoException) => done({ status: null, body: "", error: err.code ?? err.message }));

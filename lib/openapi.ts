@@ -216,7 +216,7 @@ const SPEC_SCHEMAS: Record<string, Schema> = {
 		description: "Body of POST /auth/token.",
 		required: ["grant_type", "client_id"],
 		properties: {
-			grant_type: { type: "string", enum: [...GRANT_TYPES] },
+			grant_type: { type: "string", enum: [...GRANT_TYPES, "client_credentials"], description: "`client_credentials` (RFC 6749 §4.4) is an alias of `client_credential`" },
 			client_id: str("Required on every grant"),
 			client_secret: str("Required for `client_credential`"),
 			app_id: str(),
@@ -237,7 +237,7 @@ const SPEC_SCHEMAS: Record<string, Schema> = {
 		allOf: [
 			{ if: { properties: { grant_type: { const: "password" } }, required: ["grant_type"] }, then: { required: ["username", "password"] } },
 			{ if: { properties: { grant_type: { const: "refresh_token" } }, required: ["grant_type"] }, then: { required: ["refresh_token"] } },
-			{ if: { properties: { grant_type: { const: "client_credential" } }, required: ["grant_type"] }, then: { required: ["client_secret"] } },
+			{ if: { properties: { grant_type: { enum: ["client_credential", "client_credentials"] } }, required: ["grant_type"] }, then: { required: ["client_secret"] } },
 			{ if: { properties: { grant_type: { const: "authorization_code" } }, required: ["grant_type"] }, then: { required: ["code"] } },
 		],
 	},
@@ -551,7 +551,11 @@ function collectionOp(r: RouteDef, d: DomainDef, c: CollectionDef): OpParts {
 const AUTH_OPS: Record<string, () => OpParts> = {
 	"auth.token": () => ({
 		description: "Grant types: `password` (username, password, client_id), `refresh_token` (refresh_token, client_id; the refresh token is single-use), `client_credential` (client_id, client_secret; no refresh token), `authorization_code` (code, client_id).",
-		requestBody: { required: true, content: json(ref("schemas", "TokenRequest")) },
+		requestBody: {
+			required: true,
+			description: "JSON, or `application/x-www-form-urlencoded` as OAuth 2.0 clients send it (RFC 6749): `scope` space-delimited, client credentials also in `Authorization: Basic`.",
+			content: { ...json(ref("schemas", "TokenRequest")), "application/x-www-form-urlencoded": { schema: ref("schemas", "TokenRequest") } },
+		},
 		responses: ok("Issued tokens", envelope.data(ref("schemas", "TokenResponse"))),
 		errors: [400, 401, 413, 429],
 		errorOverrides: {

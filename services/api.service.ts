@@ -18,6 +18,8 @@ import { docsAsset, docsHtml, setDocsSecurityHeaders } from "../lib/docs-page";
 import { collectHealth } from "../lib/health";
 import { metricsText, observeHttp } from "../lib/metrics";
 import { emitAudit } from "../lib/audit";
+import { isFormRequest, tokenRequestFromForm, withBasicClientAuth } from "../lib/oauth-form";
+import { isPlainObject } from "../lib/validate";
 
 type Req = IncomingMessage & { $ctx: Context<any, any>; $params: any; $route?: any; $alias?: any; query?: Record<string, unknown>; $startedAt?: bigint };
 type Res = ServerResponse & { $route?: any };
@@ -140,7 +142,22 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 					},
 				},
 			},
-			{ ...common, name: "public", path: "", authentication: false, aliases: aliasesOf(routes.filter((r) => r.public)) },
+			{
+				// POST /auth/token also as OAuth 2.0 clients send it (RFC 6749): a form body, `scope`, HTTP Basic client auth.
+				...common,
+				name: "token",
+				path: "",
+				authentication: false,
+				bodyParsers: { json: { limit: "1mb", strict: false }, urlencoded: { extended: false, limit: "64kb", parameterLimit: 100 } },
+				async onBeforeCall(this: any, ctx: Context<any, any>, route: any, req: Req, res: Res) {
+					await common.onBeforeCall.call(this, ctx, route, req, res);
+					const params = req.$params ?? {};
+					if (isFormRequest(req.headers["content-type"])) params.body = tokenRequestFromForm(params.body);
+					if (isPlainObject(params.body)) params.body = withBasicClientAuth(params.body, req.headers.authorization);
+				},
+				aliases: aliasesOf(routes.filter((r) => r.public && r.path === "/auth/token")),
+			},
+			{ ...common, name: "public", path: "", authentication: false, aliases: aliasesOf(routes.filter((r) => r.public && r.path !== "/auth/token")) },
 			{ ...common, name: "logout", path: "", authentication: "authenticateRevocable", aliases: { "GET /auth/logout": "auth.logout" } },
 			{ ...common, name: "api", path: "", authentication: true, aliases: aliasesOf(routes.filter((r) => !r.public && r.path !== "/auth/logout")) },
 		],

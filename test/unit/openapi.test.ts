@@ -170,7 +170,7 @@ describe("openApiDocument", () => {
 	it("has the spec's auth schemas", () => {
 		for (const n of ["TokenRequest", "TokenResponse", "TokenClaims", "CanRequest", "CanResponse", "TotpCheck", "ApiToken", "Grant"]) expect(doc.components.schemas[n]).toBeDefined();
 		expect(doc.components.schemas.TokenRequest.required).toEqual(["grant_type", "client_id"]);
-		expect(doc.components.schemas.TokenRequest.properties.grant_type.enum).toEqual(["password", "refresh_token", "client_credential", "authorization_code"]);
+		expect(doc.components.schemas.TokenRequest.properties.grant_type.enum).toEqual(["password", "refresh_token", "client_credential", "authorization_code", "client_credentials"]);
 	});
 
 	it("is JSON-serializable and every $ref resolves", () => {

@@ -125,6 +125,7 @@ function fieldSchema(def: FieldDef, refs: Map<string, string>, o: FieldOpts): Sc
 	if (o.nullable) s = orNull(s);
 	const description = o.reveal ?? describe(def, o.mode);
 	if (description) s.description = description;
+	if (def.example !== undefined && !(def.writeOnly && o.mode === "doc" && o.reveal === undefined)) s.examples = [def.example];
 	if (o.readOnly) s.readOnly = true;
 	if (def.writeOnly && o.reveal === undefined) s.writeOnly = true;
 	return s;
@@ -219,7 +220,7 @@ const SPEC_SCHEMAS: Record<string, Schema> = {
 			grant_type: { type: "string", enum: [...GRANT_TYPES, "client_credentials"], description: "`client_credentials` (RFC 6749 §4.4) is an alias of `client_credential`" },
 			client_id: str("Required on every grant"),
 			client_secret: str("Required for `client_credential`"),
-			app_id: str(),
+			app_id: str("Id of an app of the client (domain/apps): the token carries `aid` and the app's scopes"),
 			username: str("Username, email or phone (password grant)"),
 			password: str("Password or one-time code (password grant)"),
 			refresh_token: str("For the `refresh_token` grant; single-use"),
@@ -245,7 +246,7 @@ const SPEC_SCHEMAS: Record<string, Schema> = {
 		type: "object",
 		required: ["token_type", "access_token", "expires_in", "scope"],
 		properties: {
-			token_type: { type: "string", const: "Bearer" },
+			token_type: { type: "string", const: "Bearer", description: "Always `Bearer`" },
 			access_token: str("JWT for the Authorization header"),
 			refresh_token: str("Present when the grant supports session rotation; absent for `client_credential`"),
 			expires_in: { type: "integer", description: "Seconds until the access token expires" },
@@ -292,12 +293,12 @@ const SPEC_SCHEMAS: Record<string, Schema> = {
 		type: "object",
 		required: ["subject", "action", "object"],
 		properties: {
-			subject: str(),
-			action: str(),
-			object: str(),
-			field: { type: ["array", "null"], items: { type: "string" } },
-			filter: { type: ["array", "null"], items: { type: "string" } },
-			location: strList(),
+			subject: str("The grant's subject (see Grant)"),
+			action: str("The grant's action"),
+			object: str("The grant's object"),
+			field: { type: ["array", "null"], items: { type: "string" }, description: "The grant's field allowlist; null: all fields" },
+			filter: { type: ["array", "null"], items: { type: "string" }, description: "The grant's row filters; null: none" },
+			location: strList("The grant's IP/CIDR allowlist"),
 		},
 	},
 	CanRequest: {
@@ -321,8 +322,8 @@ const SPEC_SCHEMAS: Record<string, Schema> = {
 		properties: {
 			granted: { type: "boolean", description: "With `fields`, a partial result is false plus denied_fields and allowed_fields" },
 			policies: { type: "array", items: ref("schemas", "Policy"), description: "With header `x-can-with-policies`" },
-			denied_fields: strList(),
-			allowed_fields: strList(),
+			denied_fields: strList("With `fields`: the requested fields no grant allows"),
+			allowed_fields: strList("With `fields`: the requested fields a grant allows"),
 		},
 	},
 	ApiToken: {
@@ -354,7 +355,10 @@ const SPEC_SCHEMAS: Record<string, Schema> = {
 		description: "An attribute-based access grant (collection auth/grants).",
 		required: ["subject", "action", "object"],
 		properties: {
-			subject: str("`@role`, `uid@domain`, `aid@domain`, `cid@domain` or a group name"),
+			subject: str(
+				"Always with a domain the caller's client registers (the operator: any registered domain): `@role@domain` (users carrying the role), " +
+					"`<uid|aid|cid>@domain` (one user, app or client; a client's own identity is `<cid>@<domain>`), `<username>@domain`, or a group `<group>@domain`",
+			),
 			action: str("`read`, `write`, `manage` or a special/custom action"),
 			object: str("`service:collection` or `service:*`"),
 			field: strList("Field allowlist"),
@@ -375,7 +379,8 @@ const SPEC_SCHEMAS: Record<string, Schema> = {
 			source: {
 				type: "object",
 				required: ["name", "db", "collection"],
-				properties: { name: str(), db: str(), collection: str() },
+				description: "Where the change happened",
+				properties: { name: str("Platform name"), db: str("Service"), collection: str("Collection") },
 			},
 			after: { type: "object", description: "State after the operation; absent on delete" },
 			before: { type: "object", description: "State before the operation; absent on create" },

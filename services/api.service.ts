@@ -110,6 +110,8 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 			this.sendErrorBody(req, res, err);
 		},
 		log4XXResponses: false,
+		// Hundreds of alias lines at every start: at debug only (LOG_LEVEL=debug shows them).
+		logRouteRegistration: "debug",
 		logRequest: null,
 		logResponse: null,
 		routes: [

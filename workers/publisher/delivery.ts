@@ -19,6 +19,8 @@ import type { OutboxRecord } from "../../mixins/outbox";
 import { CLAIM_ACTION, DUE_ACTION, SETTLE_ACTION, type Job, type Outcome } from "../../services/touch/delivery";
 import type { ChangeStream, Consumer } from "../stream";
 import { guardedRequest } from "./http";
+import { actionAvailable } from "../../lib/health";
+import type { ServiceBroker } from "moleculer";
 
 export const DELIVERY_GROUP = "publisher-delivery";
 const CONCURRENCY = 16;
@@ -134,7 +136,8 @@ export class Delivery {
 		while (!this.stopping) {
 			try {
 				const free = CONCURRENCY - this.inflight.size;
-				if (free > 0) {
+				// Not before the touch service is there (a call to it would log "not registered" on every poll).
+				if (free > 0 && actionAvailable(this.broker as unknown as ServiceBroker, `touch.${DUE_ACTION}`)) {
 					const due = (await this.broker.call(`touch.${DUE_ACTION}`, { limit: free })) as Array<{ collection: Deliverable; id: string }>;
 					for (const d of due) this.kick(d.collection, d.id);
 				}

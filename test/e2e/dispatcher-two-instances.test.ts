@@ -301,7 +301,7 @@ live("each dispatcher node answers /status and /metrics on its own port; the gat
 		// Connected to the transporter (a gauge of this node's registry).
 		expect(m.text).toMatch(/^moleculer_transit_connected\{[^}]*\} 1$/m);
 		// The node's own registry: every sample carries its node id, and only its own.
-		const ids = new Set([...m.text.matchAll(/nodeID="([^"]+)"/g)].map((x) => x[1]));
+		const ids = new Set([...m.text.matchAll(/node_id="([^"]+)"/g)].map((x) => x[1]));
 		expect([...ids]).toEqual([nodeId]);
 	}
 	// Both on the one PostgreSQL schema, each with sessions of its own.

@@ -150,7 +150,8 @@ function docSchema(d: DomainDef, c: CollectionDef, refs: Map<string, string>, re
 	for (const [k, def] of Object.entries(SETTABLE_FIELDS)) properties[k] = fieldSchema(def, refs, { mode: "doc", nullable: true });
 	for (const [k, def] of Object.entries(c.fields))
 		if (!def.internal || k in reveal) properties[k] = fieldSchema(def, refs, { mode: "doc", nullable: !def.required, reveal: reveal[k], readOnly: def.readOnly });
-	const required = ["id", ...Object.entries(c.fields).filter(([k, f]) => f.required && (!f.writeOnly || k in reveal)).map(([k]) => k)];
+	// Only `id` is always in an answer: a projection or a grant's field allowlist may leave out any other field.
+	const required = ["id"];
 	return {
 		type: "object",
 		description:
@@ -669,6 +670,43 @@ function operation(r: RouteDef): Schema {
 // ---------------------------------------------------------------------------------------------------------------
 // The document
 
+/** The gateway's own routes outside the catalog: health and metrics, public (issue 13: the document covers them). */
+const HEALTH_SCHEMA: Schema = {
+	type: "object",
+	required: ["status", "info"],
+	properties: {
+		status: { type: "string", enum: ["ok", "error"], description: "`ok` when every dependency, service and worker is up" },
+		info: {
+			type: "object",
+			description: "One entry per dependency (`document store`, `relational store`, ...), per service (`service:<name>`) and worker",
+			additionalProperties: { type: "object", required: ["status"], properties: { status: { type: "string", enum: ["up", "down"] }, message: { type: "string" } } },
+		},
+	},
+};
+const OPS_PATHS: Record<string, Record<string, Schema>> = {
+	"/status": {
+		get: {
+			tags: ["ops"],
+			summary: "Health of the platform as this gateway sees it",
+			operationId: "ops_status",
+			security: [],
+			responses: {
+				"200": { description: "Everything is up", content: json(HEALTH_SCHEMA) },
+				"503": { description: "Something is down: `info` says what", content: json(HEALTH_SCHEMA) },
+			},
+		},
+	},
+	"/metrics": {
+		get: {
+			tags: ["ops"],
+			summary: "Prometheus metrics of this node (text exposition format 0.0.4)",
+			operationId: "ops_metrics",
+			security: [],
+			responses: { "200": { description: "Metrics", content: { "text/plain": { schema: { type: "string" } } } } },
+		},
+	},
+};
+
 function build(): Schema {
 	const routes = allRoutes();
 
@@ -695,6 +733,8 @@ function build(): Schema {
 		if (!tags.some((t) => t.name === tag))
 			tags.push({ name: tag, description: r.collection ? r.collection.description : "Tokens: issue, verify, logout, TOTP check, grant evaluation" });
 	}
+	Object.assign(paths, OPS_PATHS);
+	tags.push({ name: "ops", description: "Health and metrics (no token)" });
 
 	return {
 		openapi: "3.1.0",
@@ -729,9 +769,12 @@ function build(): Schema {
 					bearerFormat: "JWT or APT",
 					description: "A JWT (`eyJ...`) or a personal token (`APT-...`); alternatively the `token` query parameter or the `authorization` cookie.",
 				},
+				// The same bearer where a header cannot be set (EventSource, links, browsers).
+				tokenQuery: { type: "apiKey", in: "query", name: "token", description: "The bearer token as `?token=<token>` (JWT or APT)" },
+				tokenCookie: { type: "apiKey", in: "cookie", name: "authorization", description: "The bearer token in the `authorization` cookie (JWT or APT)" },
 			},
 		},
-		security: [{ bearer: [] }],
+		security: [{ bearer: [] }, { tokenQuery: [] }, { tokenCookie: [] }],
 	};
 }
 

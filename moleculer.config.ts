@@ -1,13 +1,17 @@
 /** The one place for broker settings: transporter, logging, metrics, middlewares. */
 import os from "os";
-import type { BrokerOptions } from "moleculer";
+import type { BrokerOptions, Middleware } from "moleculer";
 import type { PlatformConfig } from "./lib/config";
 import { AuthorityMiddleware } from "./middlewares/authority";
 import { TextPrometheusReporter } from "./lib/metrics";
 import { channelsMiddleware } from "./workers/channels.stream";
 import { UnitOfWorkMiddleware } from "./mixins/stores/unit.middleware";
+import { replCommands, ReplPrincipalMiddleware } from "./lib/repl";
 
-export function brokerOptions(cfg: PlatformConfig): BrokerOptions {
+export function brokerOptions(cfg?: PlatformConfig): BrokerOptions {
+	// Called without a configuration by moleculer-runner (`moleculer-runner --config moleculer.config.ts --repl`):
+	// the environment's, and the platform's services are created with the broker (see runnerOptions).
+	if (!cfg || typeof (cfg as Partial<PlatformConfig>).dataDir !== "string") return runnerOptions();
 	return {
 		namespace: cfg.namespace,
 		nodeID: cfg.nodeId ?? `${os.hostname()}-${process.pid}`,
@@ -23,7 +27,30 @@ export function brokerOptions(cfg: PlatformConfig): BrokerOptions {
 		},
 		tracing: { enabled: false },
 		// The production event stream (EVENT_STREAM=nats|redis): @moleculer/channels, see workers/channels.stream.ts.
-		middlewares: [UnitOfWorkMiddleware, AuthorityMiddleware, ...(cfg.eventStream && cfg.eventStream !== "outbox" ? [channelsMiddleware(cfg)] : [])],
+		middlewares: [UnitOfWorkMiddleware, AuthorityMiddleware, ReplPrincipalMiddleware as unknown as Middleware, ...(cfg.eventStream && cfg.eventStream !== "outbox" ? [channelsMiddleware(cfg)] : [])],
+		// The operator's REPL: `as <username|client id>`, `whoami`, `unas` (lib/repl.ts).
+		replCommands: replCommands() as BrokerOptions["replCommands"],
+	};
+}
+
+/** The platform as moleculer-runner starts it: configuration from the environment, every service (or SERVICES). */
+function runnerOptions(): BrokerOptions {
+	// eslint-disable-next-line @typescript-eslint/no-var-requires
+	const { readConfig, bindConfig, privateDataDir } = require("./lib/config") as typeof import("./lib/config");
+	const cfg = readConfig();
+	privateDataDir(cfg.dataDir);
+	return {
+		...brokerOptions(cfg),
+		created(broker) {
+			bindConfig(broker, cfg);
+			// eslint-disable-next-line @typescript-eslint/no-var-requires
+			const { serviceCatalog } = require("./services") as typeof import("./services");
+			const all = serviceCatalog(cfg);
+			for (const n of cfg.services ?? Object.keys(all)) {
+				if (!all[n]) throw new Error(`unknown service ${n}; known: ${Object.keys(all).join(", ")}`);
+				broker.createService(all[n]);
+			}
+		},
 	};
 }
 

@@ -9,6 +9,7 @@ import { relayService } from "./workers/relay";
 import { DOMAINS } from "./catalog";
 import { serviceCatalog } from "./services";
 import { grantCache } from "./middlewares/grant-cache";
+import { setPgLog } from "./lib/pg-process";
 
 export interface Platform {
 	broker: ServiceBroker;
@@ -27,8 +28,11 @@ export async function startPlatform(overrides: Partial<PlatformConfig> = {}): Pr
 	if (kv instanceof MemoryKeyValue) kv.persistTo(path.join(cfg.dataDir, "cache.json"));
 	// The grant index is per process; a new platform in the same process (tests) must not see the last one's.
 	grantCache.invalidate();
-	const broker = new ServiceBroker(brokerOptions(cfg));
+	// Signals are the caller's (start.ts stops in order); moleculer's own handler would stop the broker in parallel.
+	const broker = new ServiceBroker({ ...brokerOptions(cfg), skipProcessEventRegistration: true });
 	bindConfig(broker, cfg);
+	const log = broker.getLogger("platform");
+	setPgLog(broker.getLogger("postgres"));
 	const all = serviceCatalog(cfg);
 	const names = cfg.services ?? Object.keys(all);
 	for (const n of names) {
@@ -45,10 +49,22 @@ export async function startPlatform(overrides: Partial<PlatformConfig> = {}): Pr
 		broker,
 		cfg,
 		url,
+		/**
+		 * In dependency order, each step logged: the gateway stops taking requests; the services and workers stop (the
+		 * last user of the embedded PostgreSQL stops it); then the event streams and the cache close.
+		 */
 		async stop() {
+			const api = broker.getLocalService("api");
+			if (api) {
+				await broker.destroyService(api);
+				log.info("stop: gateway closed (no new requests)");
+			}
 			await broker.stop();
+			log.info("stop: services and workers stopped");
 			await closeSharedStreams(cfg);
+			log.info("stop: event streams closed");
 			await closeSharedKeyValues();
+			log.info("stop: cache closed; stopped");
 		},
 	};
 }

@@ -14,6 +14,8 @@ import { logistic } from "./domains/logistic";
 import { conjoint } from "./domains/conjoint";
 import { career } from "./domains/career";
 import { thing } from "./domains/thing";
+import { PLATFORM_FIELDS, SETTABLE_FIELDS } from "./common";
+import { documentFields } from "./field-docs";
 
 export * from "./types";
 export { PLATFORM_FIELDS, SETTABLE_FIELDS, DEFAULT_VERSION } from "./common";
@@ -47,3 +49,6 @@ export function findDomain(name: string): DomainDef | undefined {
 // written twice.
 (essential.collections.find((c) => c.name === "saga-stages")!.fields.bucket as { enum?: readonly string[] }).enum =
 	COLLECTIONS.map((c) => c.path);
+
+// What each field means, with an example (catalog/field-docs.ts): read by the OpenAPI document.
+documentFields(DOMAINS, [PLATFORM_FIELDS, SETTABLE_FIELDS]);

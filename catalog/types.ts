@@ -26,6 +26,8 @@ export interface FieldDef {
 	maxLength?: number;
 	minimum?: number;
 	description?: string;
+	/** A typical value, shown in the OpenAPI document (catalog/field-docs.ts fills most of them). */
+	example?: unknown;
 }
 
 export interface RuleDef {

@@ -5,7 +5,7 @@
 import { CronExpressionParser, type CronExpression } from "cron-parser";
 import { isIpOrCidr } from "./cidr";
 import { badRequest } from "./errors";
-import { findCollection, findDomain, type CollectionDef } from "../catalog";
+import { DOMAINS, findCollection, findDomain, type CollectionDef } from "../catalog";
 import { checkField, neverQueried, parseQuery, referencedFields } from "./query-safety";
 import type { Grant } from "./grants";
 
@@ -126,6 +126,15 @@ function grantCollections(object: string): CollectionDef[] {
 	return found ? [found.collection] : [];
 }
 
+/** A grant object names a service of the catalog and one of its collections (or `*`): a typo would never match. */
+function objectProblem(object: string): void {
+	const [svc, col] = object.split(":");
+	const d = findDomain(svc);
+	if (!d) throw badRequest(`object: unknown service '${svc}' (services: ${DOMAINS.map((x) => x.name).join(", ")})`);
+	if (col !== "*" && !d.collections.some((c) => c.name === col))
+		throw badRequest(`object: '${object}' is not a collection (collections of ${svc}: ${d.collections.map((c) => c.name).join(", ")}; or ${svc}:* for all)`);
+}
+
 /**
  * Who writes a grant: a principal of client `cid` may name its client's domains; the operator (a root-client token)
  * any registered domain (CONTRACTS.md "Tenants"). Only shapes the message; the caller passes the matching domains.
@@ -149,6 +158,7 @@ export function validateGrant(body: unknown, registeredDomains: string[], who?: 
 		throw badRequest("action: must be a lowercase action name (letter, then up to 31 of a-z 0-9 _ -)");
 	if (typeof b.object !== "string" || !OBJECT_RE.test(b.object))
 		throw badRequest("object: must be 'service:collection' or 'service:*' (lowercase)");
+	objectProblem(b.object);
 
 	const fields = optionalList(b, "field");
 	fields?.forEach((f, i) => {

@@ -38,13 +38,23 @@ export function reportedServices(broker: ServiceBroker): string[] {
 	return [...names];
 }
 
+/**
+ * True when some node offers `action` now. Calling one that is not (yet) registered makes moleculer log a warning
+ * per call: a gateway node whose domain services run elsewhere, or have not joined yet, would log one per service on
+ * every /status.
+ */
+export function actionAvailable(broker: ServiceBroker, action: string): boolean {
+	const eps = (broker.registry as unknown as { getActionEndpoints(a: string): { hasAvailable(): boolean } | undefined }).getActionEndpoints(action);
+	return !!eps && eps.hasAvailable();
+}
+
 export async function collectHealth(broker: ServiceBroker): Promise<Health> {
 	const info: Record<string, DependencyStatus> = {};
 	await Promise.all(
 		reportedServices(broker).map(async (name) => {
 			let h: Health | undefined;
 			try {
-				h = await withTimeout(broker.call(`${name}.${HEALTH_ACTION}`) as Promise<Health>, 2000);
+				if (actionAvailable(broker, `${name}.${HEALTH_ACTION}`)) h = await withTimeout(broker.call(`${name}.${HEALTH_ACTION}`) as Promise<Health>, 2000);
 			} catch {
 				h = undefined;
 			}

@@ -18,6 +18,56 @@ export class TextPrometheusReporter extends BasePrometheus {
 	stop() {
 		return Promise.resolve();
 	}
+
+	/**
+	 * The exposition format as Prometheus' own checker (`promtool check metrics`) wants it; moleculer's text breaks
+	 * it in ways that upset scrapers and recording rules: snake_case label names (`node_id`, not `nodeID`);
+	 * histograms with sorted cumulative `_bucket`s, `+Inf`, `_sum` and `_count` (no `quantile`, `_min`, `_mean`...
+	 * series under a histogram); counters named `..._total`; gauges never named `..._total`; no `_rate` series (a
+	 * Prometheus computes rates itself); a HELP line on every metric.
+	 */
+	generatePrometheusResponse(): string {
+		const out: string[] = [];
+		const num = (v: unknown) => (typeof v === "number" && Number.isFinite(v) ? String(v) : v === Infinity ? "+Inf" : "NaN");
+		const esc = (v: unknown) => String(v ?? "").replace(/\\/g, "\\\\").replace(/\n/g, "\\n").replace(/"/g, '\\"');
+		const labels = (item: Record<string, unknown> | undefined, extra: Record<string, string> = {}) => {
+			const all: Record<string, unknown> = { ...(this.defaultLabels ?? {}), ...(item ?? {}), ...extra };
+			const parts = Object.entries(all).map(([k, v]) => `${snake(k)}="${esc(v)}"`);
+			return parts.length ? `{${parts.join(",")}}` : "";
+		};
+		this.registry.store.forEach((metric: any) => {
+			if (!this.matchMetricName(metric.name) || metric.name.startsWith("os.datetime")) return;
+			const snapshot = metric.snapshot();
+			if (!snapshot.length) return;
+			let name = String(this.formatMetricName(metric.name)).replace(/[^a-zA-Z0-9_:]/g, "_");
+			const type = metric.type === "info" ? "gauge" : metric.type;
+			if (type === "counter" && !name.endsWith("_total")) name += "_total";
+			if (type !== "counter" && name.endsWith("_total")) name += /memory|heap/.test(name) ? "_bytes" : "_value";
+			const help = String(metric.description || metric.name + (metric.unit ? ` (${metric.unit})` : "")).replace(/\\/g, "\\\\").replace(/\n/g, "\\n");
+			out.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`);
+			for (const item of snapshot) {
+				if (metric.type === "info") out.push(`${name}${labels(item.labels, { value: String(item.value) })} 1`);
+				else if (type === "histogram") {
+					const les = Object.keys(item.buckets ?? {}).map(Number).sort((a, b) => a - b);
+					for (const le of les) out.push(`${name}_bucket${labels(item.labels, { le: String(le) })} ${num(item.buckets[le])}`);
+					out.push(`${name}_bucket${labels(item.labels, { le: "+Inf" })} ${num(item.count ?? 0)}`);
+					out.push(`${name}_sum${labels(item.labels)} ${num(item.sum ?? 0)}`);
+					out.push(`${name}_count${labels(item.labels)} ${num(item.count ?? 0)}`);
+				} else out.push(`${name}${labels(item.labels)} ${num(item.value)}`);
+			}
+			out.push("");
+		});
+		return out.join("\n");
+	}
+}
+
+/** `nodeID` → `node_id`, `heapSize` → `heap_size`; already snake names stay. */
+function snake(k: string): string {
+	return k
+		.replace(/([a-z0-9])([A-Z])/g, "$1_$2")
+		.replace(/([A-Z])([A-Z][a-z])/g, "$1_$2")
+		.replace(/[^a-zA-Z0-9_]/g, "_")
+		.toLowerCase();
 }
 
 export const HTTP_REQUESTS = "gateway.http.requests.total";

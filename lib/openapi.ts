@@ -125,6 +125,7 @@ function fieldSchema(def: FieldDef, refs: Map<string, string>, o: FieldOpts): Sc
 	if (o.nullable) s = orNull(s);
 	const description = o.reveal ?? describe(def, o.mode);
 	if (description) s.description = description;
+	if (def.example !== undefined && !(def.writeOnly && o.mode === "doc" && o.reveal === undefined)) s.examples = [def.example];
 	if (o.readOnly) s.readOnly = true;
 	if (def.writeOnly && o.reveal === undefined) s.writeOnly = true;
 	return s;
@@ -149,7 +150,8 @@ function docSchema(d: DomainDef, c: CollectionDef, refs: Map<string, string>, re
 	for (const [k, def] of Object.entries(SETTABLE_FIELDS)) properties[k] = fieldSchema(def, refs, { mode: "doc", nullable: true });
 	for (const [k, def] of Object.entries(c.fields))
 		if (!def.internal || k in reveal) properties[k] = fieldSchema(def, refs, { mode: "doc", nullable: !def.required, reveal: reveal[k], readOnly: def.readOnly });
-	const required = ["id", ...Object.entries(c.fields).filter(([k, f]) => f.required && (!f.writeOnly || k in reveal)).map(([k]) => k)];
+	// Only `id` is always in an answer: a projection or a grant's field allowlist may leave out any other field.
+	const required = ["id"];
 	return {
 		type: "object",
 		description:
@@ -216,10 +218,10 @@ const SPEC_SCHEMAS: Record<string, Schema> = {
 		description: "Body of POST /auth/token.",
 		required: ["grant_type", "client_id"],
 		properties: {
-			grant_type: { type: "string", enum: [...GRANT_TYPES] },
+			grant_type: { type: "string", enum: [...GRANT_TYPES, "client_credentials"], description: "`client_credentials` (RFC 6749 §4.4) is an alias of `client_credential`" },
 			client_id: str("Required on every grant"),
 			client_secret: str("Required for `client_credential`"),
-			app_id: str(),
+			app_id: str("Id of an app of the client (domain/apps): the token carries `aid` and the app's scopes"),
 			username: str("Username, email or phone (password grant)"),
 			password: str("Password or one-time code (password grant)"),
 			refresh_token: str("For the `refresh_token` grant; single-use"),
@@ -237,7 +239,7 @@ const SPEC_SCHEMAS: Record<string, Schema> = {
 		allOf: [
 			{ if: { properties: { grant_type: { const: "password" } }, required: ["grant_type"] }, then: { required: ["username", "password"] } },
 			{ if: { properties: { grant_type: { const: "refresh_token" } }, required: ["grant_type"] }, then: { required: ["refresh_token"] } },
-			{ if: { properties: { grant_type: { const: "client_credential" } }, required: ["grant_type"] }, then: { required: ["client_secret"] } },
+			{ if: { properties: { grant_type: { enum: ["client_credential", "client_credentials"] } }, required: ["grant_type"] }, then: { required: ["client_secret"] } },
 			{ if: { properties: { grant_type: { const: "authorization_code" } }, required: ["grant_type"] }, then: { required: ["code"] } },
 		],
 	},
@@ -245,7 +247,7 @@ const SPEC_SCHEMAS: Record<string, Schema> = {
 		type: "object",
 		required: ["token_type", "access_token", "expires_in", "scope"],
 		properties: {
-			token_type: { type: "string", const: "Bearer" },
+			token_type: { type: "string", const: "Bearer", description: "Always `Bearer`" },
 			access_token: str("JWT for the Authorization header"),
 			refresh_token: str("Present when the grant supports session rotation; absent for `client_credential`"),
 			expires_in: { type: "integer", description: "Seconds until the access token expires" },
@@ -292,12 +294,12 @@ const SPEC_SCHEMAS: Record<string, Schema> = {
 		type: "object",
 		required: ["subject", "action", "object"],
 		properties: {
-			subject: str(),
-			action: str(),
-			object: str(),
-			field: { type: ["array", "null"], items: { type: "string" } },
-			filter: { type: ["array", "null"], items: { type: "string" } },
-			location: strList(),
+			subject: str("The grant's subject (see Grant)"),
+			action: str("The grant's action"),
+			object: str("The grant's object"),
+			field: { type: ["array", "null"], items: { type: "string" }, description: "The grant's field allowlist; null: all fields" },
+			filter: { type: ["array", "null"], items: { type: "string" }, description: "The grant's row filters; null: none" },
+			location: strList("The grant's IP/CIDR allowlist"),
 		},
 	},
 	CanRequest: {
@@ -321,8 +323,8 @@ const SPEC_SCHEMAS: Record<string, Schema> = {
 		properties: {
 			granted: { type: "boolean", description: "With `fields`, a partial result is false plus denied_fields and allowed_fields" },
 			policies: { type: "array", items: ref("schemas", "Policy"), description: "With header `x-can-with-policies`" },
-			denied_fields: strList(),
-			allowed_fields: strList(),
+			denied_fields: strList("With `fields`: the requested fields no grant allows"),
+			allowed_fields: strList("With `fields`: the requested fields a grant allows"),
 		},
 	},
 	ApiToken: {
@@ -354,7 +356,10 @@ const SPEC_SCHEMAS: Record<string, Schema> = {
 		description: "An attribute-based access grant (collection auth/grants).",
 		required: ["subject", "action", "object"],
 		properties: {
-			subject: str("`@role`, `uid@domain`, `aid@domain`, `cid@domain` or a group name"),
+			subject: str(
+				"Always with a domain the caller's client registers (the operator: any registered domain): `@role@domain` (users carrying the role), " +
+					"`<uid|aid|cid>@domain` (one user, app or client; a client's own identity is `<cid>@<domain>`), `<username>@domain`, or a group `<group>@domain`",
+			),
 			action: str("`read`, `write`, `manage` or a special/custom action"),
 			object: str("`service:collection` or `service:*`"),
 			field: strList("Field allowlist"),
@@ -375,7 +380,8 @@ const SPEC_SCHEMAS: Record<string, Schema> = {
 			source: {
 				type: "object",
 				required: ["name", "db", "collection"],
-				properties: { name: str(), db: str(), collection: str() },
+				description: "Where the change happened",
+				properties: { name: str("Platform name"), db: str("Service"), collection: str("Collection") },
 			},
 			after: { type: "object", description: "State after the operation; absent on delete" },
 			before: { type: "object", description: "State before the operation; absent on create" },
@@ -576,7 +582,11 @@ const AUTH_OPS: Record<string, () => OpParts> = {
 	},
 	"auth.token": () => ({
 		description: "Grant types: `password` (username, password, client_id), `refresh_token` (refresh_token, client_id; the refresh token is single-use), `client_credential` (client_id, client_secret; no refresh token), `authorization_code` (code, client_id).",
-		requestBody: { required: true, content: json(ref("schemas", "TokenRequest")) },
+		requestBody: {
+			required: true,
+			description: "JSON, or `application/x-www-form-urlencoded` as OAuth 2.0 clients send it (RFC 6749): `scope` space-delimited, client credentials also in `Authorization: Basic`.",
+			content: { ...json(ref("schemas", "TokenRequest")), "application/x-www-form-urlencoded": { schema: ref("schemas", "TokenRequest") } },
+		},
 		responses: ok("Issued tokens", envelope.data(ref("schemas", "TokenResponse"))),
 		errors: [400, 401, 413, 429],
 		errorOverrides: {
@@ -705,6 +715,43 @@ function operation(r: RouteDef): Schema {
 // ---------------------------------------------------------------------------------------------------------------
 // The document
 
+/** The gateway's own routes outside the catalog: health and metrics, public (issue 13: the document covers them). */
+const HEALTH_SCHEMA: Schema = {
+	type: "object",
+	required: ["status", "info"],
+	properties: {
+		status: { type: "string", enum: ["ok", "error"], description: "`ok` when every dependency, service and worker is up" },
+		info: {
+			type: "object",
+			description: "One entry per dependency (`document store`, `relational store`, ...), per service (`service:<name>`) and worker",
+			additionalProperties: { type: "object", required: ["status"], properties: { status: { type: "string", enum: ["up", "down"] }, message: { type: "string" } } },
+		},
+	},
+};
+const OPS_PATHS: Record<string, Record<string, Schema>> = {
+	"/status": {
+		get: {
+			tags: ["ops"],
+			summary: "Health of the platform as this gateway sees it",
+			operationId: "ops_status",
+			security: [],
+			responses: {
+				"200": { description: "Everything is up", content: json(HEALTH_SCHEMA) },
+				"503": { description: "Something is down: `info` says what", content: json(HEALTH_SCHEMA) },
+			},
+		},
+	},
+	"/metrics": {
+		get: {
+			tags: ["ops"],
+			summary: "Prometheus metrics of this node (text exposition format 0.0.4)",
+			operationId: "ops_metrics",
+			security: [],
+			responses: { "200": { description: "Metrics", content: { "text/plain": { schema: { type: "string" } } } } },
+		},
+	},
+};
+
 function build(): Schema {
 	const routes = allRoutes();
 
@@ -731,6 +778,8 @@ function build(): Schema {
 		if (!tags.some((t) => t.name === tag))
 			tags.push({ name: tag, description: r.collection ? r.collection.description : "Tokens: issue, verify, logout, TOTP check, grant evaluation" });
 	}
+	Object.assign(paths, OPS_PATHS);
+	tags.push({ name: "ops", description: "Health and metrics (no token)" });
 
 	return {
 		openapi: "3.1.0",
@@ -765,9 +814,12 @@ function build(): Schema {
 					bearerFormat: "JWT or APT",
 					description: "A JWT (`eyJ...`) or a personal token (`APT-...`); alternatively the `token` query parameter or the `authorization` cookie.",
 				},
+				// The same bearer where a header cannot be set (EventSource, links, browsers).
+				tokenQuery: { type: "apiKey", in: "query", name: "token", description: "The bearer token as `?token=<token>` (JWT or APT)" },
+				tokenCookie: { type: "apiKey", in: "cookie", name: "authorization", description: "The bearer token in the `authorization` cookie (JWT or APT)" },
 			},
 		},
-		security: [{ bearer: [] }],
+		security: [{ bearer: [] }, { tokenQuery: [] }, { tokenCookie: [] }],
 	};
 }
 

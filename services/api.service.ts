@@ -14,11 +14,14 @@ import { JwtKeys } from "../lib/tokens";
 import { allRoutes, type RouteDef } from "../lib/routes";
 import { Authenticator, callerIp } from "./auth/authenticate";
 import { openApiDocument } from "../lib/openapi";
+import { DOC_SERVICES, openApiServiceDocument } from "../lib/openapi-split";
 import { docsAsset, docsHtml, setDocsSecurityHeaders } from "../lib/docs-page";
 import { collectHealth } from "../lib/health";
 import { metricsText, observeHttp } from "../lib/metrics";
 import { emitAudit } from "../lib/audit";
 import { fileMethods } from "./api/files";
+import { isFormRequest, tokenRequestFromForm, withBasicClientAuth } from "../lib/oauth-form";
+import { isPlainObject } from "../lib/validate";
 
 type Req = IncomingMessage & { $ctx: Context<any, any>; $params: any; $route?: any; $alias?: any; query?: Record<string, unknown>; $startedAt?: bigint };
 type Res = ServerResponse & { $route?: any };
@@ -110,6 +113,8 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 			this.sendErrorBody(req, res, err);
 		},
 		log4XXResponses: false,
+		// Hundreds of alias lines at every start: at debug only (LOG_LEVEL=debug shows them).
+		logRouteRegistration: "debug",
 		logRequest: null,
 		logResponse: null,
 		routes: [
@@ -130,6 +135,17 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 						setDocsSecurityHeaders(res);
 						sendJson(res, 200, openApiDocument());
 					},
+					"GET /api-json/:service"(this: any, req: Req, res: Res) {
+						setDocsSecurityHeaders(res);
+						const name = String(req.$params?.params?.service ?? "");
+						const doc = openApiServiceDocument(name);
+						if (!doc) return this.sendErrorBody(req, res, new ApiError(404, `no API document for '${name.slice(0, 64)}' (services: ${DOC_SERVICES.join(", ")}; the whole API: /api-json)`));
+						sendJson(res, 200, doc);
+					},
+					// The root points newcomers (and browsers) to the documentation.
+					"GET /"(this: any, req: Req, res: Res) {
+						sendJson(res, 200, { docs: "/api", openapi: "/api-json", status: "/status", metrics: "/metrics", token: "POST /auth/token" });
+					},
 					"GET /api"(this: any, req: Req, res: Res) {
 						setDocsSecurityHeaders(res);
 						this.sendText(res, 200, docsHtml("/api-json"), "text/html; charset=utf-8");
@@ -138,11 +154,33 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 						setDocsSecurityHeaders(res);
 						const a = docsAsset(String(req.$params?.params?.name ?? ""));
 						if (!a) return this.sendErrorBody(req, res, new ApiError(404, "not found"));
+						// Cached by the browser (and its compiled-code cache): a second visit does not parse 1.5 MB again.
+						res.setHeader("Cache-Control", "public, max-age=3600");
+						res.setHeader("ETag", a.etag);
+						if (req.headers["if-none-match"] === a.etag) {
+							res.writeHead(304);
+							return res.end();
+						}
 						this.sendText(res, 200, a.body, a.type);
 					},
 				},
 			},
-			{ ...common, name: "public", path: "", authentication: false, aliases: aliasesOf(routes.filter((r) => r.public)) },
+			{
+				// POST /auth/token also as OAuth 2.0 clients send it (RFC 6749): a form body, `scope`, HTTP Basic client auth.
+				...common,
+				name: "token",
+				path: "",
+				authentication: false,
+				bodyParsers: { json: { limit: "1mb", strict: false }, urlencoded: { extended: false, limit: "64kb", parameterLimit: 100 } },
+				async onBeforeCall(this: any, ctx: Context<any, any>, route: any, req: Req, res: Res) {
+					await common.onBeforeCall.call(this, ctx, route, req, res);
+					const params = req.$params ?? {};
+					if (isFormRequest(req.headers["content-type"])) params.body = tokenRequestFromForm(params.body);
+					if (isPlainObject(params.body)) params.body = withBasicClientAuth(params.body, req.headers.authorization);
+				},
+				aliases: aliasesOf(routes.filter((r) => r.public && r.path === "/auth/token")),
+			},
+			{ ...common, name: "public", path: "", authentication: false, aliases: aliasesOf(routes.filter((r) => r.public && r.path !== "/auth/token")) },
 			{ ...common, name: "logout", path: "", authentication: "authenticateRevocable", aliases: { "GET /auth/logout": "auth.logout" } },
 			{ ...common, name: "api", path: "", authentication: true, aliases: aliasesOf(routes.filter((r) => !r.public && r.path !== "/auth/logout")) },
 		],
@@ -297,6 +335,14 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 					remaining = 10; // the action answers the 400 itself
 				}
 			}
+			// A reconnecting EventSource sends the id of the last event it got: the stream resumes after that document
+			// (the ones before it, in the same order, are not sent again).
+			const lastEventId = req.headers["last-event-id"];
+			let resumeAfter: string | undefined;
+			if (lastEventId !== undefined && String(lastEventId).trim() !== "") {
+				resumeAfter = String(lastEventId).trim();
+				if (!/^[0-9a-f]{24}$/i.test(resumeAfter)) throw new ApiError(400, "Last-Event-ID must be the id of a document of this cursor (24 hex digits)");
+			}
 			let closed = false;
 			res.on("close", () => (closed = true));
 			let offset = 0;
@@ -309,6 +355,10 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 				for (;;) {
 					for (const doc of page.items) {
 						if (closed) return;
+						if (resumeAfter !== undefined) {
+							if (doc.id === resumeAfter) resumeAfter = undefined;
+							continue;
+						}
 						if (!res.write(`id: ${doc.id}\ndata: ${JSON.stringify(doc)}\n\n`)) await drained();
 					}
 					offset += page.items.length;
@@ -316,7 +366,9 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 					if (closed || page.items.length < CURSOR_PAGE || remaining <= 0) break;
 					page = await next();
 				}
-				if (!closed) finish("event: end\ndata: close\n\n");
+				if (!closed && resumeAfter !== undefined)
+					finish(`event: error\ndata: ${JSON.stringify(toErrorBody(new ApiError(404, `Last-Event-ID ${resumeAfter} is not among this cursor's documents; reconnect without it to start over`)))}\n\n`);
+				else if (!closed) finish("event: end\ndata: close\n\n");
 			} catch (err) {
 				if (!closed) finish(`event: error\ndata: ${JSON.stringify(toErrorBody(err))}\n\n`);
 			}

@@ -27,6 +27,7 @@ import { DeliveryStore, MIGRATIONS, type AttemptRecord, type ClaimedDelivery, ty
 import type { Consumer } from "./stream";
 import { workerService } from "./worker";
 import { nap } from "../lib/nap";
+import { errorText } from "../lib/pg-process";
 
 export const DISPATCHER_PORT = 4010;
 /** Deliveries in flight at once per dispatcher (different documents or clients). */
@@ -258,7 +259,7 @@ export default workerService(
 					await this.broker.call("context.configs.cqrsActive", { id: config.id, active: false, reason });
 					this.logger.warn(`dispatcher: CQRS config ${config.id} of client ${config.eid} disabled: ${reason}`);
 				} catch (err) {
-					this.logger.error(`dispatcher: could not disable CQRS config ${config.id} of client ${config.eid}: ${(err as Error).message}`);
+					this.logger.error(`dispatcher: could not disable CQRS config ${config.id} of client ${config.eid}: ${errorText(err)}`);
 				}
 				this.forget(config.eid);
 			},
@@ -296,7 +297,7 @@ export default workerService(
 				try {
 					target = await resolveTarget(config.value.webhook, this.cfg.webhookAllowPrivate);
 				} catch (err) {
-					const message = (err as Error).message;
+					const message = errorText(err);
 					if (err instanceof AddressRefused) {
 						const error = `refused: ${message}`;
 						await store.settle(row, this.owner, { url, status: null, error, durationMs: 0 }, { status: "failed", attempts: row.attempts + 1, configId: config.id, lastError: error });
@@ -328,7 +329,7 @@ export default workerService(
 					try {
 						store = await this.ready();
 					} catch (err) {
-						this.logger.warn(`dispatcher: relational store unavailable (${(err as Error).message}); retrying`);
+						this.logger.warn(`dispatcher: relational store unavailable (${errorText(err)}); retrying`);
 						await sleep(2000);
 						continue;
 					}
@@ -340,7 +341,7 @@ export default workerService(
 							claimed = await store.claim(this.owner, free, LEASE_SEC);
 						} catch (err) {
 							if (this.stopping) break;
-							this.logger.warn(`dispatcher: claiming deliveries failed: ${(err as Error).message}`);
+							this.logger.warn(`dispatcher: claiming deliveries failed: ${errorText(err)}`);
 							await sleep(1000);
 							continue;
 						}
@@ -354,7 +355,7 @@ export default workerService(
 						const ac = new AbortController();
 						this.inflight.set(row.id, ac);
 						const run: Promise<void> = this.deliver(row, store, ac.signal)
-							.catch((err) => this.logger.error(`dispatcher: delivery ${row.id} could not be settled (${(err as Error).message}); it is retried after its lease`))
+							.catch((err) => this.logger.error(`dispatcher: delivery ${row.id} could not be settled (${errorText(err)}); it is retried after its lease`))
 							.finally(() => {
 								this.inflight.delete(row.id);
 								this.running.delete(run);
@@ -385,7 +386,7 @@ export default workerService(
 				await this.ready();
 			} catch (err) {
 				// The scheduler keeps trying; /status reports the relational store down meanwhile.
-				this.logger.error(`dispatcher: relational store unavailable at start: ${(err as Error).message}`);
+				this.logger.error(`dispatcher: relational store unavailable at start: ${errorText(err)}`);
 			}
 			this.loop = this.schedule();
 		},

@@ -13,6 +13,7 @@ import type { OutboxRecord } from "../mixins/outbox";
 import { WORKER_PORTS } from "./index";
 import { workerService } from "./worker";
 import { AuditWriter, MIGRATIONS, type AuditRow } from "./logger/audit";
+import { errorText } from "../lib/pg-process";
 
 export const FLUSH_MS = 200;
 export const FLUSH_ROWS = 100;
@@ -102,7 +103,7 @@ export default workerService(
 		},
 		async started(this: any) {
 			// Ready before the node reports up; an unreachable store is not fatal: /status says so, writes retry.
-			await this.openStore().catch((err: Error) => this.logger.error(`relational store unavailable: ${err.message}`));
+			await this.openStore().catch((err: unknown) => this.logger.error(`relational store unavailable: ${errorText(err)}`));
 		},
 		async stopped(this: any) {
 			// The stream first (its handler writes through the writer), then the last batch, then the store.

@@ -56,7 +56,9 @@ export function parseTokenRequest(body: unknown): TokenRequest {
 		if (t === "array" && (!Array.isArray(v) || v.length > 100 || v.some((x) => typeof x !== "string" || x.length > 300)))
 			throw badRequest(`${k} must be an array of at most 100 strings`);
 	}
-	const r = body as unknown as TokenRequest;
+	const r = { ...body } as unknown as TokenRequest;
+	// RFC 6749 §4.4 names the grant `client_credentials`; the spec `client_credential`: both are accepted.
+	if (r.grant_type === "client_credentials") r.grant_type = "client_credential";
 	if (!r.grant_type) throw badRequest("grant_type is required");
 	if (!(GRANTS as readonly string[]).includes(r.grant_type)) throw badRequest(`grant_type must be one of ${GRANTS.join(", ")}`);
 	if (!r.client_id) throw badRequest("client_id is required");

@@ -9,6 +9,7 @@ import type { AddressInfo } from "node:net";
 import { chromium, type Browser } from "playwright-core";
 import { DOCS_SECURITY_HEADERS, docsAsset, docsHtml } from "../../lib/docs-page";
 import { openApiDocument } from "../../lib/openapi";
+import { openApiServiceDocument } from "../../lib/openapi-split";
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
 const available = existsSync(CHROMIUM);
@@ -37,6 +38,9 @@ suite("API docs page in Chromium", () => {
 			};
 			if (url.pathname === "/api") return send(200, "text/html; charset=utf-8", docsHtml("/api-json"));
 			if (url.pathname === "/api-json") return send(200, "application/json", JSON.stringify(openApiDocument()));
+			const svc = /^\/api-json\/([a-z]+)$/.exec(url.pathname);
+			const one = svc ? openApiServiceDocument(svc[1]) : null;
+			if (one) return send(200, "application/json", JSON.stringify(one));
 			const m = /^\/api\/assets\/([^/]+)$/.exec(url.pathname);
 			const asset = m ? docsAsset(decodeURIComponent(m[1])) : null;
 			if (asset) return send(200, asset.type, asset.body);
@@ -64,9 +68,11 @@ suite("API docs page in Chromium", () => {
 			if (!r.url().startsWith(base) && !r.url().startsWith("data:")) external.push(r.url());
 		});
 
-		await page.goto(`${base}/api`, { waitUntil: "load" });
+		// The page shows one service's document at a time, sections collapsed: open content, then its notes.
+		await page.goto(`${base}/api?urls.primaryName=content`, { waitUntil: "load" });
 		// The first tag shows once the document is fetched and parsed.
 		await page.locator(".opblock-tag").first().waitFor({ state: "visible", timeout: 45_000 });
+		await page.locator('.opblock-tag[data-tag="content/notes"]').click();
 		// Swagger UI virtualizes long operation lists: only what is near the viewport is in the DOM, so scroll
 		// down the page as a reader would until the content/notes section has rendered.
 		const byId = page.locator('.opblock-summary-path[data-path="/content/notes/{id}"]');
@@ -90,7 +96,7 @@ suite("API docs page in Chromium", () => {
 		expect(await page.locator(".errors-wrapper").count()).toBe(0);
 		expect(errors).toEqual([]);
 		expect(external).toEqual([]);
-		expect(requested).toEqual(expect.arrayContaining(["/api", "/api/assets/swagger-ui.css", "/api/assets/swagger-ui-bundle.js", "/api/assets/init.js", "/api-json"]));
+		expect(requested).toEqual(expect.arrayContaining(["/api", "/api/assets/swagger-ui.css", "/api/assets/swagger-ui-bundle.js", "/api/assets/init.js", "/api-json/content"]));
 		await page.close();
 	});
 

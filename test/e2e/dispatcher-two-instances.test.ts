@@ -27,10 +27,13 @@ import { Pool } from "pg";
 import { DOMAINS } from "../../catalog";
 import { WORKER_PORTS } from "../../workers";
 import { webhookId } from "../../workers/dispatcher/signature";
-import { requireServer } from "../helpers/platform";
+import { needServers } from "../helpers/platform";
 import { ALL_DOMAINS, client, crashNode, dropRedisPrefix, startNode, stopNode, testDeployment, waitForHttp, type ChildNode } from "../helpers/nodes";
 import { DOMAIN_SPEC_PORTS, freeOpsOffset, freePort } from "../helpers/ports";
 import { sleep } from "../helpers/wait";
+
+/** The servers these tests need: decided when the file loads, so jest reports the tests as skipped without them. */
+const servers = needServers(["NATS", 4222], ["Redis", 6379], ["PostgreSQL", 5432]);
 
 // Bounds: 40 s to start, 25 s per test, 20 s to clean up; every wait also ends by the file's deadline (80 s).
 jest.setTimeout(25_000);
@@ -184,10 +187,7 @@ async function leaseLog(deliveryIds?: string[]): Promise<Array<{ delivery_id: st
 }
 
 beforeAll(async () => {
-	const nats = await requireServer("NATS", 4222);
-	const redis = await requireServer("Redis", 6379);
-	const pg = await requireServer("PostgreSQL", 5432);
-	up = nats && redis && pg;
+	up = servers.up;
 	if (!up) return;
 	admin = new Pool({ connectionString: PG, max: 3 });
 	await admin.query(`create schema ${SCHEMA}`);
@@ -271,8 +271,7 @@ afterAll(async () => {
 }, 20_000);
 
 const live = (name: string, fn: () => Promise<void>) =>
-	test(name, async () => {
-		if (!up) return; // requireServer printed why
+	servers.test(name, async () => {
 		await fn();
 	});
 
@@ -301,7 +300,7 @@ live("each dispatcher node answers /status and /metrics on its own port; the gat
 		// Connected to the transporter (a gauge of this node's registry).
 		expect(m.text).toMatch(/^moleculer_transit_connected\{[^}]*\} 1$/m);
 		// The node's own registry: every sample carries its node id, and only its own.
-		const ids = new Set([...m.text.matchAll(/nodeID="([^"]+)"/g)].map((x) => x[1]));
+		const ids = new Set([...m.text.matchAll(/node_id="([^"]+)"/g)].map((x) => x[1]));
 		expect([...ids]).toEqual([nodeId]);
 	}
 	// Both on the one PostgreSQL schema, each with sessions of its own.

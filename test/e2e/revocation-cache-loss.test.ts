@@ -9,9 +9,12 @@
 import { readFileSync } from "fs";
 import path from "path";
 import Redis from "ioredis";
-import { requireServer } from "../helpers/platform";
+import { needServers } from "../helpers/platform";
 import { ALL_DOMAINS, client, dropRedisPrefix, startNode, stopNode, testDeployment, waitForHttp, type ChildNode } from "../helpers/nodes";
 import { freeOpsOffset, freePort } from "../helpers/ports";
+
+/** The servers these tests need: decided when the file loads, so jest reports the tests as skipped without them. */
+const servers = needServers(["NATS", 4222], ["Redis", 6379]);
 
 jest.setTimeout(90_000);
 
@@ -25,9 +28,7 @@ let root: { client_id: string; username: string; password: string; domain: strin
 let shared: Record<string, string>;
 
 beforeAll(async () => {
-	const nats = await requireServer("NATS", 4222);
-	const redis = await requireServer("Redis", 6379);
-	up = nats && redis;
+	up = servers.up;
 	if (!up) return;
 	const portA = await freePort();
 	shared = {
@@ -53,8 +54,7 @@ afterAll(async () => {
 });
 
 const live = (name: string, fn: () => Promise<void>) =>
-	test(name, async () => {
-		if (!up) return; // requireServer printed why
+	servers.test(name, async () => {
 		await fn();
 	});
 

@@ -9,10 +9,13 @@ import { mkdtempSync, readFileSync, rmSync } from "fs";
 import os from "os";
 import path from "path";
 import { DOMAINS } from "../../catalog";
-import { dataDirHoldingOutbox, requireServer } from "../helpers/platform";
+import { dataDirHoldingOutbox, needServers } from "../helpers/platform";
 import { client, crashNode, startNode, stopNode, testDeployment, waitForHttp, type ChildNode } from "../helpers/nodes";
 import { freeOpsOffset, freePort } from "../helpers/ports";
 import { WORKER_PORTS } from "../../workers";
+
+/** NATS, for the blocks that need it: decided when the file loads, so jest reports their tests as skipped without it. */
+const servers = needServers(["NATS", 4222]);
 
 jest.setTimeout(150_000);
 
@@ -36,14 +39,14 @@ async function until<T>(what: string, fn: () => Promise<T | null | undefined | f
 	}
 }
 
-describe("a saga across two processes over NATS", () => {
+servers.describe("a saga across two processes over NATS", () => {
 	let up = false;
 	let a: ChildNode | undefined;
 	let b: ChildNode | undefined;
 	let http: ReturnType<typeof client>;
 
 	beforeAll(async () => {
-		up = await requireServer("NATS", 4222);
+		up = servers.up;
 		if (!up) return;
 		const d = testDeployment();
 		const port = await freePort();
@@ -60,7 +63,6 @@ describe("a saga across two processes over NATS", () => {
 	});
 
 	test("staged writes on the content node are recorded on the essential node and undone by abort", async () => {
-		if (!up) return;
 		const token = await login(http, a!.dataDir);
 		// The content node answers once it sees the auth node (its grant index comes from there): 503 until then.
 		const pre = await until("the content node ready", async () => {
@@ -146,14 +148,14 @@ function outboxEvents(dataDir: string): Array<{ id: string; op: string; topic: s
 	return [...byId.values()].sort((a, b) => a.seq - b.seq).map((d) => d.event);
 }
 
-describe("two watcher processes over NATS", () => {
+servers.describe("two watcher processes over NATS", () => {
 	let up = false;
 	const nodes: ChildNode[] = [];
 	let http: ReturnType<typeof client>;
 	let main: ChildNode;
 
 	beforeAll(async () => {
-		up = await requireServer("NATS", 4222);
+		up = servers.up;
 		if (!up) return;
 		const d = testDeployment();
 		const port = await freePort();
@@ -172,7 +174,6 @@ describe("two watcher processes over NATS", () => {
 	});
 
 	test("each expired saga is compensated once: one undo event per document, one ABORTED change per saga", async () => {
-		if (!up) return;
 		const token = await login(http, main.dataDir);
 		const sagas: string[] = [];
 		const created: string[] = [];

@@ -12,9 +12,12 @@ import { bindConfig, readConfig, type PlatformConfig } from "../../lib/config";
 import { sharedOutbox, type OutboxRecord } from "../../mixins/outbox";
 import { channelsMiddleware, channelsStreamFor, type ChannelsStream } from "../../workers/channels.stream";
 import { relayService, type Relay } from "../../workers/relay";
-import { bootPlatform, requireServer, tempDir, type TestPlatform } from "../helpers/platform";
+import { bootPlatform, needServers, tempDir, type TestPlatform } from "../helpers/platform";
 import { waitFor as waitForBase } from "../helpers/wait";
 import { publishRecords, settle, sorted, testRecord } from "../helpers/stream";
+
+/** The servers these tests need: decided when the file loads, so jest reports the tests as skipped without them. */
+const servers = needServers(["NATS", 4222]);
 const waitFor = (check: () => boolean, what: string, ms = 20_000) => waitForBase(check, what, ms);
 
 jest.setTimeout(90_000);
@@ -78,7 +81,7 @@ const publish = (node: StreamNode, count: number) => publishRecords(node.stream,
 
 
 beforeAll(async () => {
-	up = await requireServer("NATS", 4222);
+	up = servers.up;
 });
 
 afterAll(async () => {
@@ -94,8 +97,7 @@ afterAll(async () => {
 });
 
 const live = (name: string, fn: () => Promise<void>) =>
-	test(name, async () => {
-		if (!up) return; // requireServer printed why
+	servers.test(name, async () => {
 		await fn();
 	});
 

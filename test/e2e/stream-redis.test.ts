@@ -8,9 +8,12 @@ import Redis from "ioredis";
 import { ServiceBroker } from "moleculer";
 import { bindConfig, readConfig, type PlatformConfig } from "../../lib/config";
 import { channelsMiddleware, channelsStreamFor, type ChannelsStream } from "../../workers/channels.stream";
-import { requireServer } from "../helpers/platform";
+import { needServers } from "../helpers/platform";
 import { waitFor } from "../helpers/wait";
 import { publishRecords, settle, sorted } from "../helpers/stream";
+
+/** The servers these tests need: decided when the file loads, so jest reports the tests as skipped without them. */
+const servers = needServers(["Redis", 6379]);
 
 jest.setTimeout(60_000);
 
@@ -66,7 +69,7 @@ const publish = (node: StreamNode, count: number) => publishRecords(node.stream,
 
 
 beforeAll(async () => {
-	up = await requireServer("Redis", 6379);
+	up = servers.up;
 });
 
 afterAll(async () => {
@@ -84,8 +87,7 @@ afterAll(async () => {
 });
 
 const live = (name: string, fn: () => Promise<void>) =>
-	test(name, async () => {
-		if (!up) return; // requireServer printed why
+	servers.test(name, async () => {
 		await fn();
 	});
 

@@ -7,9 +7,12 @@
 import { existsSync, readdirSync, readFileSync, statSync } from "fs";
 import path from "path";
 import { DOMAINS } from "../../catalog";
-import { parseSse, requireServer } from "../helpers/platform";
+import { parseSse, needServers } from "../helpers/platform";
 import { ALL_DOMAINS, client, startNode, stopNode, testDeployment, waitForHttp, type ChildNode } from "../helpers/nodes";
 import { freeOpsOffset, freePort } from "../helpers/ports";
+
+/** The servers these tests need: decided when the file loads, so jest reports the tests as skipped without them. */
+const servers = needServers(["NATS", 4222]);
 
 jest.setTimeout(90_000);
 
@@ -24,7 +27,7 @@ let root: { client_id: string; username: string; password: string; domain: strin
 let token: string;
 
 beforeAll(async () => {
-	up = await requireServer("NATS", 4222);
+	up = servers.up;
 	if (!up) return;
 	const d = testDeployment();
 	const port = await freePort();
@@ -44,8 +47,7 @@ afterAll(async () => {
 });
 
 const live = (name: string, fn: () => Promise<void>) =>
-	test(name, async () => {
-		if (!up) return; // requireServer printed why
+	servers.test(name, async () => {
 		await fn();
 	});
 

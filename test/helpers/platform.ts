@@ -146,3 +146,37 @@ export async function requireServer(name: string, port: number): Promise<boolean
 	console.warn(`SKIPPED: ${msg}; its tests are skipped`);
 	return false;
 }
+
+const probed = new Map<number, boolean>();
+
+/**
+ * True when a TCP server answers on 127.0.0.1:port, decided synchronously (a short-lived child process connects), so
+ * that a test file can choose at load time between `test` and `test.skip`: jest then reports the tests as skipped.
+ */
+export function serverAnswersSync(port: number, timeoutMs = 1000): boolean {
+	const known = probed.get(port);
+	if (known !== undefined) return known;
+	// eslint-disable-next-line @typescript-eslint/no-var-requires
+	const { spawnSync } = require("child_process") as typeof import("child_process");
+	const probe = `const s=require("net").connect({host:"127.0.0.1",port:${Number(port)}});s.setTimeout(${timeoutMs},()=>process.exit(1));s.on("connect",()=>process.exit(0));s.on("error",()=>process.exit(1));`;
+	const up = spawnSync(process.execPath, ["-e", probe], { timeout: timeoutMs + 2000, stdio: "ignore" }).status === 0;
+	probed.set(port, up);
+	return up;
+}
+
+/**
+ * The servers a test file needs, checked when the file loads: `test`/`describe` are jest's own when every one
+ * answers, else `test.skip`/`describe.skip` (reported as skipped, with the reason printed once). Under
+ * REQUIRE_SERVERS=1 a server that does not answer fails the file instead.
+ */
+export function needServers(...servers: Array<[name: string, port: number]>): { up: boolean; test: jest.It; describe: jest.Describe } {
+	const down = servers.filter(([, port]) => !serverAnswersSync(port));
+	if (down.length) {
+		const msg = down.map(([name, port]) => `${name} is not answering on 127.0.0.1:${port}`).join("; ");
+		if (process.env.REQUIRE_SERVERS === "1") throw new Error(`${msg} (REQUIRE_SERVERS=1)`);
+		console.warn(`SKIPPED: ${msg}; its tests are reported as skipped`);
+		return { up: false, test: test.skip, describe: describe.skip };
+	}
+	return { up: true, test, describe };
+}
+

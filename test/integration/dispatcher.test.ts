@@ -9,11 +9,14 @@
 import http from "http";
 import { randomBytes } from "crypto";
 import { Pool } from "pg";
-import { bootPlatform, requireServer, type TestPlatform } from "../helpers/platform";
+import { bootPlatform, needServers, type TestPlatform } from "../helpers/platform";
 import { sharedOutbox } from "../../mixins/outbox";
 import { verify } from "../../workers/dispatcher/signature";
 
 import { sleep } from "../helpers/wait";
+
+/** PostgreSQL, for the block that needs it: decided when the file loads, so jest reports its tests as skipped without it. */
+const servers = needServers(["PostgreSQL", 5432]);
 const AUTH = `Bearer hook-${randomBytes(6).toString("hex")}`;
 const SECRET = `shared-${randomBytes(8).toString("hex")}`;
 
@@ -475,7 +478,7 @@ describe("dispatcher, private addresses refused without WEBHOOK_ALLOW_PRIVATE", 
 	});
 });
 
-describe("dispatcher, real PostgreSQL (DATABASE_URL)", () => {
+servers.describe("dispatcher, real PostgreSQL (DATABASE_URL)", () => {
 	const base = "postgres://postgres@127.0.0.1:5432/test";
 	const schema = `dispatcher_test_${randomBytes(5).toString("hex")}`;
 	let up = false;
@@ -484,7 +487,7 @@ describe("dispatcher, real PostgreSQL (DATABASE_URL)", () => {
 	const rx = new Receiver();
 
 	beforeAll(async () => {
-		up = await requireServer("PostgreSQL", 5432);
+		up = servers.up;
 		if (!up) return;
 		admin = new Pool({ connectionString: base, max: 2 });
 		await admin.query(`create schema ${schema}`);
@@ -505,7 +508,6 @@ describe("dispatcher, real PostgreSQL (DATABASE_URL)", () => {
 	});
 
 	test("deliveries and attempts land in PostgreSQL, versioned migrations recorded", async () => {
-		if (!up) return; // reported by requireServer
 		const token = await p!.rootToken();
 		await setWebhook(p!, token, { webhook: rx.url(), authorization: AUTH });
 		const n = (await p!.http("POST", "/content/notes", { token, body: { title: "pg" } })).body.data.id;

@@ -5,12 +5,15 @@
  * (DATABASE_URL, a schema of its own, dropped afterwards).
  */
 import { Pool } from "pg";
-import { bootPlatform, requireServer, type TestPlatform } from "../helpers/platform";
+import { bootPlatform, needServers, type TestPlatform } from "../helpers/platform";
 import { payloadOf, sleep } from "../helpers/auth";
 import { openRelational, releaseRelational, type Relational } from "../../lib/relational";
 import { insertRows } from "../../workers/logger/audit";
 import { sharedOutbox } from "../../mixins/outbox";
 import { eventually } from "../helpers/wait";
+
+/** PostgreSQL, for the block that needs it: decided when the file loads, so jest reports its tests as skipped without it. */
+const servers = needServers(["PostgreSQL", 5432]);
 
 const q = (v: unknown) => encodeURIComponent(JSON.stringify(v));
 
@@ -151,7 +154,7 @@ describe("on the embedded PostgreSQL (default)", () => {
 	});
 });
 
-describe("on PostgreSQL at DATABASE_URL", () => {
+servers.describe("on PostgreSQL at DATABASE_URL", () => {
 	const schema = `audit_test_${process.pid}_${Date.now().toString(36)}`;
 	const base = "postgres://postgres@127.0.0.1:5432/test";
 	let up = false;
@@ -161,7 +164,7 @@ describe("on PostgreSQL at DATABASE_URL", () => {
 	const cfg = () => ({ databaseUrl: `${base}?options=${encodeURIComponent(`-c search_path=${schema}`)}` });
 
 	beforeAll(async () => {
-		up = await requireServer("PostgreSQL", 5432);
+		up = servers.up;
 		if (!up) return;
 		admin = new Pool({ connectionString: base, max: 1 });
 		await admin.query(`create schema ${schema}`);
@@ -180,7 +183,6 @@ describe("on PostgreSQL at DATABASE_URL", () => {
 	});
 
 	test("audit rows match the requests, in the configured database and schema", async () => {
-		if (!up) return; // requireServer printed why
 		expect(db!.kind).toBe("postgres");
 		await scenario(p!, db!);
 		const { rows } = await admin!.query("select count(*)::int as n from information_schema.tables where table_schema = $1 and table_name = 'audit_entries'", [schema]);

@@ -5,12 +5,15 @@
  */
 import { randomBytes } from "crypto";
 import mqtt, { type MqttClient } from "mqtt";
-import { bootPlatform, requireServer, type TestPlatform } from "../helpers/platform";
+import { bootPlatform, needServers, type TestPlatform } from "../helpers/platform";
 import { createUser, keysOf, sleep, tokenOf } from "../helpers/auth";
 import { DOMAIN_SPEC_PORTS, freeOpsOffset } from "../helpers/ports";
 import { WORKER_PORTS } from "../../workers";
 import { PUBLISHER_USERNAME, publisherPassword } from "../../lib/mqtt";
 import { walletIdOf } from "../../services/financial.service";
+
+/** Mosquitto, for the block that needs it: decided when the file loads, so jest reports its tests as skipped without it. */
+const servers = needServers(["Mosquitto", 1883]);
 
 const MOSQUITTO = "mqtt://127.0.0.1:1883";
 
@@ -345,7 +348,7 @@ describe("embedded broker and preserver hooks", () => {
 	});
 });
 
-describe("publisher with Mosquitto (MQTT_URL)", () => {
+servers.describe("publisher with Mosquitto (MQTT_URL)", () => {
 	let up = false;
 	let p: TestPlatform;
 	// A topic root of our own: parallel runs (and anything else on this broker) never meet.
@@ -353,7 +356,7 @@ describe("publisher with Mosquitto (MQTT_URL)", () => {
 	let sub: Sub;
 
 	beforeAll(async () => {
-		up = await requireServer("Mosquitto", 1883);
+		up = servers.up;
 		if (!up) return;
 		p = await bootPlatform({ mqttUrl: MOSQUITTO, mqttTopicRoot: topicRoot });
 		sub = await connect(MOSQUITTO);
@@ -366,7 +369,6 @@ describe("publisher with Mosquitto (MQTT_URL)", () => {
 	});
 
 	test("a created document arrives on its owner and client topics, QoS 1, as the change event", async () => {
-		if (!up) return; // requireServer printed why
 		const token = await p.rootToken();
 		const id = await createNote(p, token, "via mosquitto");
 		const owner = await sub.next(`${topicRoot}/owner/${p.root.user_id}/content/notes/${id}`);
@@ -386,7 +388,6 @@ describe("publisher with Mosquitto (MQTT_URL)", () => {
 	});
 
 	test("shares get their own topic; payloads never carry secrets", async () => {
-		if (!up) return;
 		const token = await p.rootToken();
 		const password = `pw-${randomBytes(9).toString("hex")}`;
 		const user = await createUser(p.http, token, { username: `mq-${randomBytes(4).toString("hex")}`, password });
@@ -405,7 +406,6 @@ describe("publisher with Mosquitto (MQTT_URL)", () => {
 	});
 
 	test("with MQTT_URL the preserver runs no embedded broker", async () => {
-		if (!up) return;
 		expect(await p.broker.call("preserver.brokerUrl")).toBeNull();
 		const h = (await p.broker.call("publisher.health")) as { info: Record<string, { status: string }> };
 		expect(h.info["mqtt broker"].status).toBe("up");

@@ -229,7 +229,6 @@ describe("email", () => {
 			nodeID: "fake",
 			isMetricsEnabled: () => false,
 			metrics: {},
-			registry: { hasService: () => true },
 			call: async (action: string, params: any) => {
 				if (action.endsWith("claim")) return job;
 				settled.push(params);

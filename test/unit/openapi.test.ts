@@ -35,7 +35,9 @@ describe("openApiDocument", () => {
 			expect(op(path, r.method.toLowerCase()).operationId).toBe(r.action.replace(/\./g, "_"));
 		}
 		const count = Object.values(doc.paths as Obj).reduce((n, item: Obj) => n + Object.keys(item).length, 0);
-		expect(count).toBe(routes.length);
+		// Plus the gateway's own GET /status and GET /metrics.
+		expect(count).toBe(routes.length + 2);
+		expect(Object.keys(doc.paths).filter((p) => !routes.some((r) => toOpenApiPath(r.path) === p)).sort()).toEqual(["/metrics", "/status"]);
 	});
 
 	it("gives every collection its 11 operations with unique operationIds and the collection tag", () => {
@@ -139,7 +141,10 @@ describe("openApiDocument", () => {
 
 	it("has a bearer scheme, global security, and a public /auth/token", () => {
 		expect(doc.components.securitySchemes.bearer).toMatchObject({ type: "http", scheme: "bearer", bearerFormat: "JWT or APT" });
-		expect(doc.security).toEqual([{ bearer: [] }]);
+		// The same bearer also as `?token=` and as the `authorization` cookie.
+		expect(doc.security).toEqual([{ bearer: [] }, { tokenQuery: [] }, { tokenCookie: [] }]);
+		expect(doc.components.securitySchemes.tokenQuery).toMatchObject({ type: "apiKey", in: "query", name: "token" });
+		expect(doc.components.securitySchemes.tokenCookie).toMatchObject({ type: "apiKey", in: "cookie", name: "authorization" });
 		expect(op("/auth/token", "post").security).toEqual([]);
 		for (const r of allRoutes().filter((x) => !x.public)) expect(op(toOpenApiPath(r.path), r.method.toLowerCase()).security).toBeUndefined();
 	});
@@ -170,7 +175,7 @@ describe("openApiDocument", () => {
 	it("has the spec's auth schemas", () => {
 		for (const n of ["TokenRequest", "TokenResponse", "TokenClaims", "CanRequest", "CanResponse", "TotpCheck", "ApiToken", "Grant"]) expect(doc.components.schemas[n]).toBeDefined();
 		expect(doc.components.schemas.TokenRequest.required).toEqual(["grant_type", "client_id"]);
-		expect(doc.components.schemas.TokenRequest.properties.grant_type.enum).toEqual(["password", "refresh_token", "client_credential", "authorization_code"]);
+		expect(doc.components.schemas.TokenRequest.properties.grant_type.enum).toEqual(["password", "refresh_token", "client_credential", "authorization_code", "client_credentials"]);
 	});
 
 	it("is JSON-serializable and every $ref resolves", () => {

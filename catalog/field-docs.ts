@@ -174,6 +174,7 @@ export const FIELD_DOCS: Record<string, Doc> = {
 	"special/files.name": ["File name", "report.pdf"],
 	"special/files.mimetype": ["Media type", "application/pdf"],
 	"special/files.size": ["Size in bytes", 48213],
+	"special/files.sha256": ["SHA-256 of the content (hex); also the download ETag", "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"],
 	"special/files.storage": ["Internal storage key"],
 	"special/stats.service": ["Service counted", "content"],
 	"special/stats.collection": ["Collection counted", "notes"],

@@ -6,10 +6,12 @@
 import { existsSync, readFileSync } from "fs";
 import path from "path";
 import { createHash } from "crypto";
-import { requireServer } from "../helpers/platform";
+import { needServers } from "../helpers/platform";
 import { ALL_DOMAINS, client, startNode, stopNode, testDeployment, waitForHttp, type ChildNode } from "../helpers/nodes";
 import { freeOpsOffset, freePort } from "../helpers/ports";
 import { streamedUpload } from "../helpers/upload";
+
+const servers = needServers(["NATS", 4222]);
 
 jest.setTimeout(90_000);
 
@@ -22,7 +24,7 @@ let gateway: string;
 let token: string;
 
 beforeAll(async () => {
-	up = await requireServer("NATS", 4222);
+	up = servers.up;
 	if (!up) return;
 	const d = testDeployment();
 	const port = await freePort();
@@ -41,8 +43,7 @@ afterAll(async () => {
 	await Promise.all([stopNode(api), stopNode(dom)]);
 });
 
-test("a 6 MiB upload through the gateway node lands in the special node's store; download and Range come back; 413 over the limit", async () => {
-	if (!up) return;
+servers.test("a 6 MiB upload through the gateway node lands in the special node's store; download and Range come back; 413 over the limit", async () => {
 	const size = 6 * MiB;
 	const r = await streamedUpload(`${gateway}/special/files/upload`, token, size, { fill: 0x63 });
 	expect(r.status).toBe(200);

@@ -10,11 +10,14 @@ import { readFileSync, rmSync } from "fs";
 import path from "path";
 import { Client } from "pg";
 import { DOMAINS } from "../../catalog";
-import { requireServer, tempDir } from "../helpers/platform";
+import { tempDir } from "../helpers/platform";
+import { needServers } from "../helpers/platform";
 import { PgStore } from "../../mixins/stores";
 import { client, crashNode, startNode, stopNode, testDeployment, waitForHttp, type ChildNode } from "../helpers/nodes";
 import { freeOpsOffset, freePort } from "../helpers/ports";
 import { testDatabase, type TestDatabase } from "../helpers/pg";
+
+const servers = needServers(["NATS", 4222], ["Redis", 6379], ["PostgreSQL", 5432]);
 
 jest.setTimeout(180_000);
 
@@ -26,7 +29,7 @@ let http: ReturnType<typeof client>;
 let token: string;
 
 beforeAll(async () => {
-	up = (await requireServer("NATS", 4222)) && (await requireServer("Redis", 6379));
+	up = servers.up;
 	if (!up) return;
 	db = await testDatabase();
 	if (!db) return void (up = false);
@@ -85,8 +88,7 @@ async function stored(): Promise<{ docs: Map<string, number>; events: Map<string
 }
 
 const live = (name: string, fn: () => Promise<void>) =>
-	test(name, async () => {
-		if (!up) return; // requireServer printed why
+	servers.test(name, async () => {
 		await fn();
 	});
 

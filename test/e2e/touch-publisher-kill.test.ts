@@ -24,9 +24,11 @@ import { connect } from "nats";
 import { SMTPServer } from "smtp-server";
 import { DOMAINS } from "../../catalog";
 import { WORKER_PORTS } from "../../workers";
-import { requireServer } from "../helpers/platform";
+import { needServers } from "../helpers/platform";
 import { client, crashNode, startNode, stopNode, testDeployment, waitForHttp, type ChildNode } from "../helpers/nodes";
 import { DOMAIN_SPEC_PORTS, freeOpsOffset, freePort } from "../helpers/ports";
+
+const nats = needServers(["NATS", 4222]);
 
 jest.setTimeout(240_000);
 
@@ -87,7 +89,7 @@ let token = "";
 let rootDomain = "";
 
 beforeAll(async () => {
-	up = await requireServer("NATS", 4222);
+	up = nats.up;
 	if (!up) return;
 	const [smtpA, smtpB] = await Promise.all([receiver("A"), receiver("B")]);
 	const pub = WORKER_PORTS.publisher;
@@ -133,8 +135,7 @@ afterAll(async () => {
 	}
 }, 30_000);
 
-test("publisher A SIGKILLed mid-batch: no email lost, every record SENT once; a second copy only of what A had in flight, same Message-ID", async () => {
-	if (!up) return; // requireServer printed why
+nats.test("publisher A SIGKILLed mid-batch: no email lost, every record SENT once; a second copy only of what A had in flight, same Message-ID", async () => {
 	// Both publishers must be consuming before the batch (their consumer group on the stream, their due poll).
 	const probe = await gw("POST", "/touch/emails/send", { token, body: { to: ["probe@example.com"], from: "noreply@example.com", subject: "probe", text: "p" } });
 	expect(probe.status).toBe(200);

@@ -9,7 +9,7 @@
 import http from "http";
 import { randomBytes } from "crypto";
 import { Pool } from "pg";
-import { bootPlatform, needServers, type TestPlatform } from "../helpers/platform";
+import { bootPlatform, dataDirHoldingOutbox, needServers, type TestPlatform } from "../helpers/platform";
 import { sharedOutbox } from "../../mixins/outbox";
 import { verify } from "../../workers/dispatcher/signature";
 
@@ -156,7 +156,8 @@ describe("dispatcher, embedded PostgreSQL", () => {
 
 	beforeAll(async () => {
 		await rx.start();
-		p = await bootPlatform({ webhookAllowPrivate: true, webhookRetrySchedule: PATIENT_SCHEDULE });
+		// Every change event stays in the outbox: expectedBodies reads it.
+		p = await bootPlatform({ dataDir: dataDirHoldingOutbox(), webhookAllowPrivate: true, webhookRetrySchedule: PATIENT_SCHEDULE });
 		token = await p.rootToken();
 		configId = await setWebhook(p, token, { webhook: rx.url(), authorization: AUTH, secret: SECRET });
 		await settled(p);

@@ -13,11 +13,14 @@ import { createStore, PgStore, unitOfWork } from "../../mixins/stores";
 import { PgOutbox } from "../../mixins/stores/pg.outbox";
 import { Outbox } from "../../mixins/outbox";
 import { bootPlatform, tempDir, type TestPlatform } from "../helpers/platform";
+import { needServers } from "../helpers/platform";
 import { Relay } from "../../workers/relay";
 import type { ChannelsStream } from "../../workers/channels.stream";
 import type { PlatformConfig } from "../../lib/config";
 import { hexId, unique } from "../helpers/samples";
 import { testDatabase, type TestDatabase } from "../helpers/pg";
+
+const servers = needServers(["PostgreSQL", 5432]);
 
 let pg: TestDatabase | undefined;
 beforeAll(async () => {
@@ -37,7 +40,7 @@ async function readAll(outbox: Outbox): Promise<OutboxRecord[]> {
 	}
 }
 
-describe("the platform on PostgreSQL: a write and its events commit together", () => {
+servers.describe("the platform on PostgreSQL: a write and its events commit together", () => {
 	let p: TestPlatform | undefined;
 	let token: string;
 	beforeAll(async () => {
@@ -55,50 +58,47 @@ describe("the platform on PostgreSQL: a write and its events commit together", (
 		await p?.cleanup();
 	});
 
-	test("create, patch, delete: each acknowledged write has exactly its event", async () => {
-		if (!p) return;
+	servers.test("create, patch, delete: each acknowledged write has exactly its event", async () => {
 		const title = `tx-${unique()}`;
-		const created = await p.http("POST", "/content/notes", { token, body: { title, content: "x" } });
+		const created = await p!.http("POST", "/content/notes", { token, body: { title, content: "x" } });
 		expect(created.status).toBe(200);
 		const id = created.body.data.id;
-		expect((await p.http("PATCH", `/content/notes/${id}`, { token, body: { title: `${title}-2` } })).status).toBe(200);
-		expect((await p.http("DELETE", `/content/notes/${id}`, { token })).status).toBe(200);
-		const events = (await readAll(sharedOutbox(p.cfg))).filter((r) => r.event.id === id);
+		expect((await p!.http("PATCH", `/content/notes/${id}`, { token, body: { title: `${title}-2` } })).status).toBe(200);
+		expect((await p!.http("DELETE", `/content/notes/${id}`, { token })).status).toBe(200);
+		const events = (await readAll(sharedOutbox(p!.cfg))).filter((r) => r.event.id === id);
 		expect(events.map((r) => r.event.op)).toEqual(["c", "u", "d"]);
 		expect(events.every((r, i) => i === 0 || r.seq > events[i - 1].seq)).toBe(true);
 	});
 
-	test("a failure between the document write and its events: no document, no event, no acknowledgement", async () => {
-		if (!p) return;
+	servers.test("a failure between the document write and its events: no document, no event, no acknowledgement", async () => {
 		const title = `lost-${unique()}`;
-		const before = (await readAll(sharedOutbox(p.cfg))).length;
+		const before = (await readAll(sharedOutbox(p!.cfg))).length;
 		const spy = jest.spyOn(PgOutbox.prototype, "append").mockRejectedValueOnce(new Error("simulated crash between the write and its events"));
-		const r = await p.http("POST", "/content/notes", { token, body: { title, content: "x" } });
+		const r = await p!.http("POST", "/content/notes", { token, body: { title, content: "x" } });
 		expect(spy).toHaveBeenCalledTimes(1);
 		expect(r.status).toBe(500);
 		expect(r.body).toEqual({ statusCode: 500, message: "internal error", error: "Internal Server Error" });
-		const listed = await p.http("GET", `/content/notes?query=${encodeURIComponent(JSON.stringify({ title }))}`, { token });
+		const listed = await p!.http("GET", `/content/notes?query=${encodeURIComponent(JSON.stringify({ title }))}`, { token });
 		expect(listed.status).toBe(200);
 		expect(listed.body.total).toBe(0);
-		expect((await readAll(sharedOutbox(p.cfg))).length).toBe(before);
+		expect((await readAll(sharedOutbox(p!.cfg))).length).toBe(before);
 		// The same for a patch: the title stays as it was.
-		const ok = await p.http("POST", "/content/notes", { token, body: { title, content: "x" } });
+		const ok = await p!.http("POST", "/content/notes", { token, body: { title, content: "x" } });
 		expect(ok.status).toBe(200);
 		jest.spyOn(PgOutbox.prototype, "append").mockRejectedValueOnce(new Error("simulated crash"));
-		expect((await p.http("PATCH", `/content/notes/${ok.body.data.id}`, { token, body: { title: "changed" } })).status).toBe(500);
-		expect((await p.http("GET", `/content/notes/${ok.body.data.id}`, { token })).body.data.title).toBe(title);
-		const events = (await readAll(sharedOutbox(p.cfg))).filter((e) => e.event.id === ok.body.data.id);
+		expect((await p!.http("PATCH", `/content/notes/${ok.body.data.id}`, { token, body: { title: "changed" } })).status).toBe(500);
+		expect((await p!.http("GET", `/content/notes/${ok.body.data.id}`, { token })).body.data.title).toBe(title);
+		const events = (await readAll(sharedOutbox(p!.cfg))).filter((e) => e.event.id === ok.body.data.id);
 		expect(events.map((e) => e.event.op)).toEqual(["c"]);
 	});
 });
 
-describe("commit order without clocks", () => {
+servers.describe("commit order without clocks", () => {
 	const dir = tempDir("pgstore-order-");
 	afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-	test("writers committing out of order: a reader advancing by position skips nothing", async () => {
-		if (!pg) return;
-		const cfg = { dataDir: dir, documentStore: "postgres" as const, databaseUrl: pg.url };
+	servers.test("writers committing out of order: a reader advancing by position skips nothing", async () => {
+		const cfg = { dataDir: dir, documentStore: "postgres" as const, databaseUrl: pg!.url };
 		const outbox = new Outbox(cfg);
 		const store = new PgStore(cfg, `order_${unique()}`);
 		await outbox.connect();
@@ -155,7 +155,7 @@ describe("commit order without clocks", () => {
 	}, 60_000);
 });
 
-describe("the relay on the PostgreSQL outbox", () => {
+servers.describe("the relay on the PostgreSQL outbox", () => {
 	const dir = tempDir("pgstore-relay-");
 	afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -185,9 +185,8 @@ describe("the relay on the PostgreSQL outbox", () => {
 		}
 	};
 
-	test("publishes in commit order, marks its position; a crash while publishing or before the mark loses nothing", async () => {
-		if (!pg) return;
-		const cfg = { dataDir: dir, documentStore: "postgres", databaseUrl: pg.url, namespace: `relay-${unique()}`, streamRetentionHours: 168 } as unknown as PlatformConfig;
+	servers.test("publishes in commit order, marks its position; a crash while publishing or before the mark loses nothing", async () => {
+		const cfg = { dataDir: dir, documentStore: "postgres", databaseUrl: pg!.url, namespace: `relay-${unique()}`, streamRetentionHours: 168 } as unknown as PlatformConfig;
 		const outbox = sharedOutbox(cfg);
 		await outbox.connect();
 		const base = (await outbox.readFrom(0, 1_000_000)).at(-1)?.seq ?? 0;

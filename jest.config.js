@@ -14,4 +14,7 @@ module.exports = {
 	// Every suite stops what it starts; a handle some library keeps (a socket in its close handshake) must not hold
 	// `npm test` (and CI) after the last result.
 	forceExit: true,
+	// One test file at a time, in a worker that is replaced once it holds more than this after a file: a suite's
+	// leftovers (platforms' caches, module registries) never accumulate into the next file's memory measurements.
+	workerIdleMemoryLimit: "1GB",
 };

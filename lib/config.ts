@@ -79,6 +79,8 @@ export interface PlatformConfig {
 	webhookAllowPrivate: boolean;
 	/** WEBHOOK_RETRY_SCHEDULE: seconds before each delivery attempt (first is usually 0); its length is the attempt count. */
 	webhookRetrySchedule: number[];
+	/** TOUCH_LEASE_MS: how long a publisher holds a message it is sending before another may take it over (default 60 s). */
+	touchLeaseMs?: number;
 	/** OUTBOX_GRACE_MS: how long an event every consumer group has passed stays in the outbox (readers that tail it). */
 	outboxGraceMs?: number;
 	/** CURSOR_IDLE_MS: a `/cursor` stream whose client reads nothing (no 'drain') for this long is closed; default 30 s. */
@@ -302,6 +304,7 @@ export function readConfig(): PlatformConfig {
 		smsProviders: smsProviders(),
 		tlsCaFile: env("TLS_CA_FILE"),
 		touchRetrySchedule: retrySchedule(env("TOUCH_RETRY_SCHEDULE"), DEFAULT_TOUCH_RETRY_SCHEDULE, "TOUCH_RETRY_SCHEDULE"),
+		touchLeaseMs: env("TOUCH_LEASE_MS") === undefined ? undefined : nonNegativeInt("TOUCH_LEASE_MS", env("TOUCH_LEASE_MS")!),
 		fileMaxBytes: Math.floor(positive("FILE_MAX_BYTES") ?? 8 * 1024 * 1024),
 		fileOrphanGraceMinutes: positive("FILE_ORPHAN_GRACE_MINUTES") ?? 60,
 		s3: s3Settings(),

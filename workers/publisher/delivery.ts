@@ -166,7 +166,7 @@ export class Delivery {
 
 	/** Claim, send, settle. Throws only when touch cannot be reached (the lease then expires and the record is retried). */
 	async attempt(c: Deliverable, id: string): Promise<void> {
-		const job = (await this.broker.call(`touch.${CLAIM_ACTION}`, { collection: c, id, owner: this.owner, lease_ms: LEASE_MS })) as Job | null;
+		const job = (await this.broker.call(`touch.${CLAIM_ACTION}`, { collection: c, id, owner: this.owner, lease_ms: this.cfg.touchLeaseMs || LEASE_MS })) as Job | null;
 		if (!job) return;
 		let outcome: Outcome;
 		try {

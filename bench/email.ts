@@ -6,10 +6,11 @@
  * runs it alone against a fresh platform child process.
  */
 import { spawn, type ChildProcess } from "child_process";
-import { mkdtempSync, readFileSync, rmSync } from "fs";
+import { mkdtempSync, rmSync } from "fs";
 import os from "os";
 import path from "path";
 import { SMTPServer } from "smtp-server";
+import { freePort, rootToken, waitFor } from "./process";
 
 export interface EmailRow {
 	clients: number;
@@ -96,15 +97,6 @@ export async function emailBench(base: string, token: string, rx: Receiver, dura
 	};
 }
 
-function freePort(): Promise<number> {
-	return new Promise((resolve) => {
-		const s = require("net").createServer();
-		s.listen(0, "127.0.0.1", () => {
-			const p = s.address().port;
-			s.close(() => resolve(p));
-		});
-	});
-}
 
 /** A fresh platform child process (publisher included) whose SMTP_URL is a receiver in this process; the scenario once. */
 export async function emailScenario(durationS: number, children: ChildProcess[] = [], dirs: string[] = []): Promise<EmailRow> {
@@ -121,22 +113,9 @@ export async function emailScenario(durationS: number, children: ChildProcess[] 
 	});
 	children.push(child);
 	try {
-		for (let i = 0; ; i++) {
-			try {
-				if ((await fetch(`${base}/status`)).status < 500) break;
-			} catch {
-				/* not yet */
-			}
-			if (i > 150) throw new Error("platform did not start");
-			await new Promise((r) => setTimeout(r, 200));
-		}
-		const cred = JSON.parse(readFileSync(path.join(dataDir, "bootstrap.json"), "utf8"));
-		const login = (await fetch(`${base}/auth/token`, {
-			method: "POST",
-			headers: { "content-type": "application/json" },
-			body: JSON.stringify({ grant_type: "password", client_id: cred.client_id, username: cred.username, password: cred.password }),
-		}).then((r) => r.json())) as any;
-		return await emailBench(base, login.data.access_token, rx, durationS);
+		await waitFor(`${base}/status`);
+		const token = await rootToken(base, dataDir);
+		return await emailBench(base, token, rx, durationS);
 	} finally {
 		if (child.exitCode === null && child.signalCode === null) await new Promise((r) => (child.once("exit", r), child.kill("SIGTERM")));
 		await rx.close();

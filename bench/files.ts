@@ -5,9 +5,10 @@
  */
 import http from "http";
 import { spawn } from "child_process";
-import { mkdtempSync, readFileSync, rmSync } from "fs";
+import { mkdtempSync, rmSync } from "fs";
 import os from "os";
 import path from "path";
+import { freePort, rootToken, waitFor } from "./process";
 
 export interface FileRow {
 	/** Bytes per file. */
@@ -110,32 +111,13 @@ export async function fileBench(base: string, token: string, durationS: number, 
 async function alone() {
 	const root = path.resolve(__dirname, "..");
 	const dataDir = mkdtempSync(path.join(os.tmpdir(), "bench-files-"));
-	const port = await new Promise<number>((resolve) => {
-		const s = require("net").createServer();
-		s.listen(0, "127.0.0.1", () => {
-			const p = s.address().port;
-			s.close(() => resolve(p));
-		});
-	});
+	const port = await freePort();
 	const base = `http://127.0.0.1:${port}`;
 	const child = spawn(path.join(root, "node_modules/.bin/tsx"), ["start.ts"], { cwd: root, env: { ...process.env, PORT: String(port), DATA_DIR: dataDir, LOG_LEVEL: "warn" }, stdio: ["ignore", "ignore", "inherit"] });
 	try {
-		for (let i = 0; ; i++) {
-			try {
-				if ((await fetch(`${base}/status`)).status < 500) break;
-			} catch {
-				/* not yet */
-			}
-			if (i > 150) throw new Error("platform did not start");
-			await new Promise((r) => setTimeout(r, 200));
-		}
-		const cred = JSON.parse(readFileSync(path.join(dataDir, "bootstrap.json"), "utf8"));
-		const login = (await fetch(`${base}/auth/token`, {
-			method: "POST",
-			headers: { "content-type": "application/json" },
-			body: JSON.stringify({ grant_type: "password", client_id: cred.client_id, username: cred.username, password: cred.password }),
-		}).then((r) => r.json())) as any;
-		const row = await fileBench(base, login.data.access_token, Number(process.env.BENCH_DURATION ?? 10));
+		await waitFor(`${base}/status`);
+		const token = await rootToken(base, dataDir);
+		const row = await fileBench(base, token, Number(process.env.BENCH_DURATION ?? 10));
 		console.log(JSON.stringify(row));
 	} finally {
 		await new Promise((r) => (child.once("exit", r), child.kill("SIGTERM")));

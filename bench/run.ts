@@ -15,6 +15,7 @@ import { searchBench } from "./search";
 import { fileBench, type FileRow } from "./files";
 import { storesBench, storesReport, type StoreRow } from "./stores";
 import { emailScenario, type EmailRow } from "./email";
+import { freePort, waitFor } from "./process";
 
 const ROOT = path.resolve(__dirname, "..");
 const DURATION = Number(process.env.BENCH_DURATION ?? 10);
@@ -30,28 +31,7 @@ interface Row {
 	note?: string;
 }
 
-function freePort(): Promise<number> {
-	return new Promise((resolve) => {
-		const s = require("net").createServer();
-		s.listen(0, "127.0.0.1", () => {
-			const p = s.address().port;
-			s.close(() => resolve(p));
-		});
-	});
-}
 
-async function waitFor(url: string, ms = 30_000): Promise<void> {
-	const until = Date.now() + ms;
-	while (Date.now() < until) {
-		try {
-			if ((await fetch(url)).status < 500) return;
-		} catch {
-			/* not yet */
-		}
-		await new Promise((r) => setTimeout(r, 200));
-	}
-	throw new Error(`${url} did not answer`);
-}
 
 function startNode(script: string, env: Record<string, string>): ChildProcess {
 	return spawn(path.join(ROOT, "node_modules/.bin/tsx"), [script], { cwd: ROOT, env: { ...process.env, LOG_LEVEL: "warn", ...env }, stdio: ["ignore", "ignore", "inherit"] });

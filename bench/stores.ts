@@ -9,6 +9,7 @@ import { mkdtempSync, readFileSync, rmSync } from "fs";
 import os from "os";
 import path from "path";
 import autocannon from "autocannon";
+import { freePort, waitFor } from "./process";
 
 const ROOT = path.resolve(__dirname, "..");
 const DURATION = Number(process.env.BENCH_DURATION ?? 10);
@@ -21,28 +22,7 @@ export interface StoreRow {
 	postgres: { rps: number; p99: number };
 }
 
-function freePort(): Promise<number> {
-	return new Promise((resolve) => {
-		const s = require("net").createServer();
-		s.listen(0, "127.0.0.1", () => {
-			const p = s.address().port;
-			s.close(() => resolve(p));
-		});
-	});
-}
 
-async function waitFor(url: string, ms = 120_000): Promise<void> {
-	const until = Date.now() + ms;
-	while (Date.now() < until) {
-		try {
-			if ((await fetch(url)).status < 500) return;
-		} catch {
-			/* not yet */
-		}
-		await new Promise((r) => setTimeout(r, 300));
-	}
-	throw new Error(`${url} did not answer`);
-}
 
 async function run(opts: autocannon.Options): Promise<{ rps: number; p99: number }> {
 	const r = await autocannon({ connections: CONNECTIONS, duration: DURATION, ...opts });
@@ -63,7 +43,7 @@ async function scenarios(store: "nedb" | "postgres"): Promise<Record<string, { r
 	}
 	const child: ChildProcess = spawn(path.join(ROOT, "node_modules/.bin/tsx"), ["start.ts"], { cwd: ROOT, env, stdio: ["ignore", "ignore", "inherit"], detached: true });
 	try {
-		await waitFor(`${base}/status`);
+		await waitFor(`${base}/status`, 120_000);
 		const root = JSON.parse(readFileSync(path.join(dataDir, "bootstrap.json"), "utf8"));
 		const login = (await fetch(`${base}/auth/token`, {
 			method: "POST",

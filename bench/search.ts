@@ -7,6 +7,7 @@
  * Run alone: `npx tsx bench/search.ts` (starts its own platform); `npm run bench` runs it with the rest.
  */
 import autocannon from "autocannon";
+import { freePort, rootToken, waitFor } from "./process";
 
 export const SEARCH_DOCS = 10_000;
 const VOCAB = Array.from({ length: 2000 }, (_, i) => `w${i.toString(36)}x`);
@@ -82,37 +83,17 @@ if (require.main === module) {
 	// Standalone: a platform of its own (child process), this scenario only.
 	(async () => {
 		const { spawn } = await import("child_process");
-		const { mkdtempSync, readFileSync, rmSync } = await import("fs");
+		const { mkdtempSync, rmSync } = await import("fs");
 		const os = await import("os");
 		const path = await import("path");
-		const net = await import("net");
 		const ROOT = path.resolve(__dirname, "..");
 		const dataDir = mkdtempSync(path.join(os.tmpdir(), "bench-search-"));
-		const port: number = await new Promise((resolve) => {
-			const s = net.createServer();
-			s.listen(0, "127.0.0.1", () => {
-				const p = (s.address() as any).port;
-				s.close(() => resolve(p));
-			});
-		});
+		const port = await freePort();
 		const base = `http://127.0.0.1:${port}`;
 		const child = spawn(path.join(ROOT, "node_modules/.bin/tsx"), ["start.ts"], { cwd: ROOT, env: { ...process.env, LOG_LEVEL: "warn", PORT: String(port), DATA_DIR: dataDir }, stdio: ["ignore", "ignore", "inherit"] });
 		try {
-			for (const until = Date.now() + 60_000; ; await new Promise((r) => setTimeout(r, 200))) {
-				if (Date.now() > until) throw new Error("platform did not start");
-				try {
-					if ((await fetch(`${base}/status`)).status < 500) break;
-				} catch {
-					/* not yet */
-				}
-			}
-			const root = JSON.parse(readFileSync(path.join(dataDir, "bootstrap.json"), "utf8"));
-			const login = (await fetch(`${base}/auth/token`, {
-				method: "POST",
-				headers: { "content-type": "application/json" },
-				body: JSON.stringify({ grant_type: "password", client_id: root.client_id, username: root.username, password: root.password }),
-			}).then((r) => r.json())) as any;
-			const auth = { authorization: `Bearer ${login.data.access_token}`, "content-type": "application/json" };
+			await waitFor(`${base}/status`, 60_000);
+			const auth = { authorization: `Bearer ${await rootToken(base, dataDir)}`, "content-type": "application/json" };
 			await searchBench(base, auth, Number(process.env.BENCH_DURATION ?? 10), Number(process.env.BENCH_CONNECTIONS ?? 50));
 		} finally {
 			await new Promise((r) => (child.once("exit", r), child.kill("SIGTERM")));

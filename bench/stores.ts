@@ -5,11 +5,11 @@
  * (no read cache can help), and create, through the full pipeline.
  */
 import { spawn, type ChildProcess } from "child_process";
-import { mkdtempSync, readFileSync, rmSync } from "fs";
+import { mkdtempSync, rmSync } from "fs";
 import os from "os";
 import path from "path";
 import autocannon from "autocannon";
-import { freePort, waitFor } from "./process";
+import { freePort, rootToken, waitFor } from "./process";
 
 const ROOT = path.resolve(__dirname, "..");
 const DURATION = Number(process.env.BENCH_DURATION ?? 10);
@@ -44,13 +44,7 @@ async function scenarios(store: "nedb" | "postgres"): Promise<Record<string, { r
 	const child: ChildProcess = spawn(path.join(ROOT, "node_modules/.bin/tsx"), ["start.ts"], { cwd: ROOT, env, stdio: ["ignore", "ignore", "inherit"], detached: true });
 	try {
 		await waitFor(`${base}/status`, 120_000);
-		const root = JSON.parse(readFileSync(path.join(dataDir, "bootstrap.json"), "utf8"));
-		const login = (await fetch(`${base}/auth/token`, {
-			method: "POST",
-			headers: { "content-type": "application/json" },
-			body: JSON.stringify({ grant_type: "password", client_id: root.client_id, username: root.username, password: root.password }),
-		}).then((r) => r.json())) as any;
-		const auth = { authorization: `Bearer ${login.data.access_token}`, "content-type": "application/json" };
+		const auth = { authorization: `Bearer ${await rootToken(base, dataDir)}`, "content-type": "application/json" };
 		for (let i = 0; i < DOCS; i += 1000) {
 			const items = Array.from({ length: 1000 }, (_, j) => ({ title: `note ${i + j}`, content: "x".repeat(200), tags: [(i + j) % 2 ? "odd" : "even"], props: { n: i + j } }));
 			const r = await fetch(`${base}/content/notes/bulk`, { method: "POST", headers: auth, body: JSON.stringify({ items }) });

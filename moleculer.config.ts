@@ -4,7 +4,7 @@ import type { BrokerOptions, Middleware } from "moleculer";
 import type { PlatformConfig } from "./lib/config";
 import { AuthorityMiddleware } from "./middlewares/authority";
 import { TextPrometheusReporter } from "./lib/metrics";
-import { channelsMiddleware } from "./workers/channels.stream";
+import { channelsMiddleware } from "./events/channels.stream";
 import { UnitOfWorkMiddleware } from "./mixins/stores/unit.middleware";
 import { replCommands, ReplPrincipalMiddleware } from "./lib/repl";
 
@@ -26,7 +26,7 @@ export function brokerOptions(cfg?: PlatformConfig): BrokerOptions {
 			reporter: [new TextPrometheusReporter({ includes: ["moleculer.request.**", "moleculer.event.**", "moleculer.transit.**", "gateway.**", "publisher.**", "preserver.**", "process.**", "os.memory.**"] }) as any],
 		},
 		tracing: { enabled: false },
-		// The production event stream (EVENT_STREAM=nats|redis): @moleculer/channels, see workers/channels.stream.ts.
+		// The production event stream (EVENT_STREAM=nats|redis): @moleculer/channels, see events/channels.stream.ts.
 		middlewares: [UnitOfWorkMiddleware, AuthorityMiddleware, ReplPrincipalMiddleware as unknown as Middleware, ...(cfg.eventStream && cfg.eventStream !== "outbox" ? [channelsMiddleware(cfg)] : [])],
 		// The operator's REPL: `as <username|client id>`, `whoami`, `unas` (lib/repl.ts).
 		replCommands: replCommands() as BrokerOptions["replCommands"],

@@ -4,8 +4,8 @@ import brokerOptions from "./moleculer.config";
 import { bindConfig, privateDataDir, readConfig, type PlatformConfig } from "./lib/config";
 import path from "path";
 import { closeSharedKeyValues, MemoryKeyValue, sharedKeyValue } from "./lib/kv";
-import { closeSharedStreams } from "./workers/stream";
-import { relayService } from "./workers/relay";
+import { closeSharedStreams } from "./events/stream";
+import { relayService } from "./events/relay";
 import { DOMAINS } from "./catalog";
 import { serviceCatalog } from "./services";
 import { grantCache } from "./middlewares/grant-cache";
@@ -39,7 +39,7 @@ export async function startPlatform(overrides: Partial<PlatformConfig> = {}): Pr
 		if (!all[n]) throw new Error(`unknown service ${n}; known: ${Object.keys(all).join(", ")}`);
 		broker.createService(all[n]);
 	}
-	// The nodes that append to the outbox feed the production event stream (workers/relay.ts).
+	// The nodes that append to the outbox feed the production event stream (events/relay.ts).
 	if (cfg.eventStream && cfg.eventStream !== "outbox" && names.some((n) => DOMAINS.some((d) => d.name === n))) broker.createService(relayService());
 	await broker.start();
 	const api = broker.getLocalService("api") as unknown as { server?: import("http").Server } | undefined;

@@ -13,7 +13,7 @@ import { requirePlan, type AccessPlan } from "../lib/plan";
 import { present } from "../lib/present";
 import { identityOf, type RequestMeta, type TokenClaims, type Doc } from "../lib/types";
 import { checkRules, isPlainObject, validateBody } from "../lib/validate";
-import { sharedOutbox, type ChangeActor, type Outbox } from "./outbox";
+import { sharedOutbox, type ChangeActor, type Outbox } from "../events/outbox";
 import { createStore, isDuplicateKeyError, TENANT_REF, type DocumentStore, type StoredDoc } from "./stores";
 import { matchesFilter } from "./stores/nedb.store";
 import { referencedFields } from "../lib/query-safety";

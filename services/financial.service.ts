@@ -7,11 +7,11 @@
 import type { ServiceSchema } from "moleculer";
 import { financial } from "../catalog/domains/financial";
 import { collectionMixin, platformDoc, type Ctx } from "../mixins/collection.mixin";
-import type { OutboxRecord } from "../mixins/outbox";
+import type { OutboxRecord } from "../events/outbox";
 import { isDuplicateKeyError, type StoredDoc } from "../mixins/stores";
 import { configOf } from "../lib/config";
 import { sha256Hex } from "../lib/crypto";
-import { sharedStream, type Consumer } from "../workers/stream";
+import { sharedStream, type Consumer } from "../events/stream";
 import { invoiceHooks, transactionHooks } from "./financial/transactions";
 
 export const WALLET_GROUP = "financial.wallets";

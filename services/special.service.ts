@@ -11,7 +11,7 @@ import { badRequest } from "../lib/errors";
 import { sharedKeyValue } from "../lib/kv";
 import { withLease } from "../lib/lock";
 import { isDuplicateKeyError, type DocumentStore } from "../mixins/stores";
-import { bucketOf, COUNTERS, PERIODS, SEQ_WINDOW, statId, type Counter } from "../workers/observer/buckets";
+import { bucketOf, COUNTERS, PERIODS, SEQ_WINDOW, statId, type Counter } from "../lib/stat-buckets";
 import { collect } from "./special/collect";
 import { filesHooks, filesMixin } from "./special/files";
 

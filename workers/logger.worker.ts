@@ -9,7 +9,7 @@ import type { Context } from "moleculer";
 import { AUDIT_REQUEST_EVENT, type AuditRequest } from "../lib/audit";
 import { configOf } from "../lib/config";
 import { migrate, openRelational, releaseRelational, type Relational } from "../lib/relational";
-import type { OutboxRecord } from "../mixins/outbox";
+import type { OutboxRecord } from "../events/outbox";
 import { WORKER_PORTS } from "./index";
 import { workerService } from "./worker";
 import { AuditWriter, MIGRATIONS, type AuditRow } from "./logger/audit";

@@ -1,14 +1,14 @@
 /**
  * observer (4020): counts every create, update, delete and restore per service and collection into special/stats,
- * in daily, monthly and yearly UTC buckets, per tenant (see workers/observer/buckets.ts and services/special.service.ts
+ * in daily, monthly and yearly UTC buckets, per tenant (see lib/stat-buckets.ts and services/special.service.ts
  * `stats.increment`). It reads the change stream as consumer group `observer`, at least once; the special service
  * remembers the positions it counted per bucket, so a redelivered event never counts twice.
  */
 import type { ServiceBroker } from "moleculer";
-import type { OutboxRecord } from "../mixins/outbox";
+import type { OutboxRecord } from "../events/outbox";
 import { WORKER_PORTS } from "./index";
 import { workerService } from "./worker";
-import { counterOf, STATS_TOPIC } from "./observer/buckets";
+import { counterOf, STATS_TOPIC } from "../lib/stat-buckets";
 import type { StatsIncrement } from "../services/special.service";
 
 /** Handles one change record; throws (the stream retries) when special/stats cannot be written. */

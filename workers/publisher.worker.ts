@@ -10,7 +10,7 @@ import mqtt, { type MqttClient } from "mqtt";
 import { randomBytes } from "crypto";
 import { configOf, loadKeys, type PlatformConfig } from "../lib/config";
 import { changeTopics, mqttPayload, PUBLISHER_USERNAME, publisherPassword } from "../lib/mqtt";
-import type { OutboxRecord } from "../mixins/outbox";
+import type { OutboxRecord } from "../events/outbox";
 import { WORKER_PORTS } from "./index";
 import { BROKER_URL_ACTION } from "./preserver.worker";
 import { workerService } from "./worker";

@@ -23,7 +23,7 @@ import { configOf } from "../lib/config";
 import { sharedKeyValue, type KeyValue } from "../lib/kv";
 import type { Doc } from "../lib/types";
 import { AUTHORITY_CHANGED } from "../middlewares/grant-cache";
-import type { OutboxRecord } from "../mixins/outbox";
+import type { OutboxRecord } from "../events/outbox";
 import { APT_REVOKED, SESSION_REVOKED } from "../services/auth.service";
 import { blacklistKey, BLACKLIST_TTL_MS } from "../services/auth/authenticate";
 import { CQRS_CHANGED } from "../services/context.service";

@@ -6,9 +6,9 @@
 import type { ServiceSchema } from "moleculer";
 import { configOf } from "../lib/config";
 import { healthBody, HEALTH_ACTION } from "../lib/health";
-import type { OutboxRecord } from "../mixins/outbox";
+import type { OutboxRecord } from "../events/outbox";
 import { opsPortMixin } from "../mixins/ops-port.mixin";
-import { sharedStream, type Consumer } from "./stream";
+import { sharedStream, type Consumer } from "../events/stream";
 
 export interface WorkerDef {
 	name: string;

@@ -3,7 +3,7 @@
  *
  * The collection engine runs each action inside `unitOfWork` (one line in mixins/collection.mixin.ts). The document
  * store's writes in that scope open a transaction lazily, on one pooled connection per database; reads in the scope
- * see those writes. The outbox's append (mixins/outbox.ts) inserts the events on the same connection and commits
+ * see those writes. The outbox's append (events/outbox.ts) inserts the events on the same connection and commits
  * (`commitUnit`): the documents and their events are durable together or not at all. Whatever the action writes
  * afterwards (hooks) opens a new transaction, committed when the action returns; an action that throws rolls back
  * what is not committed yet. Stores without transactions (NeDB, MongoDB) ignore the scope: their behaviour is

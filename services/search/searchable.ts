@@ -25,7 +25,7 @@ import { parsePagination } from "../../lib/query-safety";
 import { CollectionIndex, parseQueryText, searchableFor, type Hit } from "../../lib/search";
 import { and } from "../../middlewares/authority";
 import type { Ctx } from "../../mixins/collection.mixin";
-import { sharedOutbox, type Outbox, type OutboxRecord } from "../../mixins/outbox";
+import { sharedOutbox, type Outbox, type OutboxRecord } from "../../events/outbox";
 import type { DocumentStore, StoredDoc } from "../../mixins/stores";
 
 const BUILD_BATCH = 1000;

@@ -1,6 +1,6 @@
 /**
  * special/stats `collect` (CONTRACTS.md "Other special actions"): the caller's tenant's statistics (special/stats,
- * written by the observer, see workers/observer/buckets.ts) summed over a range of buckets of one period, per service
+ * written by the observer, see lib/stat-buckets.ts) summed over a range of buckets of one period, per service
  * and collection. The tenant is the token's client (`cid`); the documents are read through the caller's view too
  * (zones and grant rows: stats are owned by the tenant's client, so a user reads them with `zone=client`).
  */
@@ -11,7 +11,7 @@ import { isPlainObject } from "../../lib/validate";
 import { and } from "../../middlewares/authority";
 import type { Ctx } from "../../mixins/collection.mixin";
 import type { DocumentStore } from "../../mixins/stores";
-import { bucketOf, COUNTERS, PERIODS, type Period } from "../../workers/observer/buckets";
+import { bucketOf, COUNTERS, PERIODS, type Period } from "../../lib/stat-buckets";
 
 const BATCH = 500;
 const FIELDS = ["service", "collection", "period", "from", "to"];

@@ -7,7 +7,7 @@ import { randomBytes } from "crypto";
 import Redis from "ioredis";
 import { ServiceBroker } from "moleculer";
 import { bindConfig, readConfig, type PlatformConfig } from "../../lib/config";
-import { channelsMiddleware, channelsStreamFor, type ChannelsStream } from "../../workers/channels.stream";
+import { channelsMiddleware, channelsStreamFor, type ChannelsStream } from "../../events/channels.stream";
 import { needServers } from "../helpers/platform";
 import { waitFor } from "../helpers/wait";
 import { publishRecords, settle, sorted } from "../helpers/stream";

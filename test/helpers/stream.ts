@@ -1,8 +1,8 @@
 /** Change records made up for stream tests, and small helpers to publish and compare them. */
-import { embeddedStream } from "../../workers/stream";
+import { embeddedStream } from "../../events/stream";
 import { waitForValue } from "./wait";
 import { randomBytes } from "crypto";
-import type { OutboxRecord } from "../../mixins/outbox";
+import type { OutboxRecord } from "../../events/outbox";
 
 let seqBase = Date.now() * 1000;
 

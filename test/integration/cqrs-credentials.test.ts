@@ -7,7 +7,7 @@ import { readFileSync } from "fs";
 import path from "path";
 import type { AddressInfo } from "net";
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
-import { sharedOutbox } from "../../mixins/outbox";
+import { sharedOutbox } from "../../events/outbox";
 import { verify } from "../../workers/dispatcher/signature";
 
 const SECRET = "whsec_" + Buffer.from("a-very-secret-signing-key-123456").toString("base64");

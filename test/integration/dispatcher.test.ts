@@ -10,7 +10,7 @@ import http from "http";
 import { randomBytes } from "crypto";
 import { Pool } from "pg";
 import { bootPlatform, dataDirHoldingOutbox, needServers, type TestPlatform } from "../helpers/platform";
-import { sharedOutbox } from "../../mixins/outbox";
+import { sharedOutbox } from "../../events/outbox";
 import { verify } from "../../workers/dispatcher/signature";
 
 import { sleep } from "../helpers/wait";

@@ -9,9 +9,9 @@ import path from "path";
 import { bootPlatform, tempDir, type TestPlatform } from "../helpers/platform";
 import { startChild } from "../helpers/child";
 import { sleep } from "../helpers/wait";
-import { Outbox, sharedOutbox } from "../../mixins/outbox";
+import { Outbox, sharedOutbox } from "../../events/outbox";
 import { createStore } from "../../mixins/stores";
-import { Relay } from "../../workers/relay";
+import { Relay } from "../../events/relay";
 import { readConfig } from "../../lib/config";
 
 const PATCHES = 200;

@@ -9,7 +9,7 @@ import { bootPlatform, needServers, type TestPlatform } from "../helpers/platfor
 import { payloadOf, sleep } from "../helpers/auth";
 import { openRelational, releaseRelational, type Relational } from "../../lib/relational";
 import { insertRows } from "../../workers/logger/audit";
-import { sharedOutbox } from "../../mixins/outbox";
+import { sharedOutbox } from "../../events/outbox";
 import { eventually } from "../helpers/wait";
 
 /** PostgreSQL, for the block that needs it: decided when the file loads, so jest reports its tests as skipped without it. */

@@ -5,8 +5,8 @@
  */
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
 import { payloadOf, sleep } from "../helpers/auth";
-import { sharedOutbox, type OutboxRecord } from "../../mixins/outbox";
-import { bucketOf, PERIODS } from "../../workers/observer/buckets";
+import { sharedOutbox, type OutboxRecord } from "../../events/outbox";
+import { bucketOf, PERIODS } from "../../lib/stat-buckets";
 import { eventually } from "../helpers/wait";
 
 let p: TestPlatform;

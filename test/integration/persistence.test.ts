@@ -4,7 +4,7 @@
  */
 import { readdirSync, readFileSync, statSync } from "fs";
 import path from "path";
-import { sharedOutbox, type OutboxRecord } from "../../mixins/outbox";
+import { sharedOutbox, type OutboxRecord } from "../../events/outbox";
 import { bootPlatform, dataDirHoldingOutbox, type TestPlatform } from "../helpers/platform";
 import { sampleBody, unique } from "../helpers/samples";
 

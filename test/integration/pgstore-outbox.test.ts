@@ -8,14 +8,14 @@
  */
 import { rmSync } from "fs";
 import { Client } from "pg";
-import { sharedOutbox, type OutboxRecord } from "../../mixins/outbox";
+import { sharedOutbox, type OutboxRecord } from "../../events/outbox";
 import { createStore, PgStore, unitOfWork } from "../../mixins/stores";
 import { PgOutbox } from "../../mixins/stores/pg.outbox";
-import { Outbox } from "../../mixins/outbox";
+import { Outbox } from "../../events/outbox";
 import { bootPlatform, tempDir, type TestPlatform } from "../helpers/platform";
 import { needServers } from "../helpers/platform";
-import { Relay } from "../../workers/relay";
-import type { ChannelsStream } from "../../workers/channels.stream";
+import { Relay } from "../../events/relay";
+import type { ChannelsStream } from "../../events/channels.stream";
 import type { PlatformConfig } from "../../lib/config";
 import { hexId, unique } from "../helpers/samples";
 import { testDatabase, type TestDatabase } from "../helpers/pg";

@@ -6,7 +6,7 @@
 import { randomBytes } from "crypto";
 import { bootPlatform, dataDirHoldingOutbox, type TestPlatform } from "../helpers/platform";
 import { createUser, tokenOf } from "../helpers/auth";
-import { sharedOutbox } from "../../mixins/outbox";
+import { sharedOutbox } from "../../events/outbox";
 import { sleep, waitForValue } from "../helpers/wait";
 import { DOMAINS } from "../../catalog";
 

@@ -4,8 +4,8 @@
  */
 import { rmSync } from "fs";
 import { randomBytes } from "crypto";
-import { sharedOutbox, type Outbox, type OutboxRecord } from "../../mixins/outbox";
-import { OutboxStream, sharedStream, type Consumer } from "../../workers/stream";
+import { sharedOutbox, type Outbox, type OutboxRecord } from "../../events/outbox";
+import { OutboxStream, sharedStream, type Consumer } from "../../events/stream";
 import { bootPlatform, tempDir, type TestPlatform } from "../helpers/platform";
 import { waitFor } from "../helpers/wait";
 

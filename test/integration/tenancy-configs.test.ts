@@ -16,7 +16,7 @@ import type { AddressInfo } from "net";
 import { bootPlatform, type HttpResult, type TestPlatform } from "../helpers/platform";
 import { aesOf, apiKey } from "../helpers/auth";
 import { sleep } from "../helpers/wait";
-import { sharedOutbox } from "../../mixins/outbox";
+import { sharedOutbox } from "../../events/outbox";
 
 let p: TestPlatform;
 let root: string;

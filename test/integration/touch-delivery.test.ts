@@ -14,7 +14,7 @@ import { SMTPServer } from "smtp-server";
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
 import { LeakWatch } from "../helpers/auth";
 import { Delivery } from "../../workers/publisher/delivery";
-import { sharedStream } from "../../workers/stream";
+import { sharedStream } from "../../events/stream";
 import type { Job } from "../../services/touch/delivery";
 
 jest.setTimeout(90_000);

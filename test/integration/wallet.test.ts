@@ -6,7 +6,7 @@
 import { randomBytes } from "crypto";
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
 import { createUser, sleep, tokenOf } from "../helpers/auth";
-import { sharedOutbox, type OutboxRecord } from "../../mixins/outbox";
+import { sharedOutbox, type OutboxRecord } from "../../events/outbox";
 import { createStore, type StoredDoc } from "../../mixins/stores";
 import { WALLET_GROUP, walletIdOf } from "../../services/financial.service";
 import { waitForValue } from "../helpers/wait";

@@ -6,7 +6,7 @@ import { randomBytes } from "crypto";
 import type { ServiceSchema } from "moleculer";
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
 import { kvOf, sleep, tokenOf } from "../helpers/auth";
-import type { OutboxRecord } from "../../mixins/outbox";
+import type { OutboxRecord } from "../../events/outbox";
 import { blacklistKey } from "../../services/auth/authenticate";
 import { waitForValue } from "../helpers/wait";
 

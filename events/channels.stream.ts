@@ -1,6 +1,6 @@
 /**
  * The production change stream (EVENT_STREAM=nats|redis): @moleculer/channels with its NATS JetStream or Redis
- * Streams adapter, on the channel `<namespace>.platform.changes`, fed by the relay (workers/relay.ts) with the
+ * Streams adapter, on the channel `<namespace>.platform.changes`, fed by the relay (events/relay.ts) with the
  * outbox records in seq order.
  *
  * Wiring. The channels middleware is added to the broker (moleculer.config.ts) only when EVENT_STREAM is not
@@ -40,7 +40,7 @@ import type { Middleware, ServiceBroker } from "moleculer";
 import { Middleware as ChannelsMiddleware } from "@moleculer/channels";
 import { nanos } from "nats";
 import type { PlatformConfig } from "../lib/config";
-import type { OutboxRecord } from "../mixins/outbox";
+import type { OutboxRecord } from "./outbox";
 import type { ChangeHandler, ChangeStream, ConsumeOptions, Consumer } from "./stream";
 
 export const CHANGES_CHANNEL = "platform.changes";

@@ -1,6 +1,6 @@
 /**
  * The relay (EVENT_STREAM=nats|redis): moves the records of the durable outbox to the production stream's channel
- * (workers/channels.stream.ts), in seq order, at least once. It runs on every node that hosts domain services
+ * (events/channels.stream.ts), in seq order, at least once. It runs on every node that hosts domain services
  * (platform.ts adds it), because those are the nodes that append to the outbox.
  *
  * - Position: like the embedded stream's groups, the relay keeps the seq of the last record it published in the
@@ -23,7 +23,7 @@ import os from "os";
 import type { ServiceSchema } from "moleculer";
 import { configOf, type PlatformConfig } from "../lib/config";
 import { sharedKeyValue, type KeyValue } from "../lib/kv";
-import { OutboxPruner, sharedOutbox, type Outbox, type OutboxRecord } from "../mixins/outbox";
+import { OutboxPruner, sharedOutbox, type Outbox, type OutboxRecord } from "./outbox";
 import { createStore, locationOf, onPostgres, type DocumentStore } from "../mixins/stores";
 import { channelsStreamFor, type ChannelsStream } from "./channels.stream";
 

@@ -2,14 +2,14 @@
  * The change stream the workers consume: every change event of the outbox, once per consumer group, at least once.
  * Embedded default (EVENT_STREAM=outbox): read straight from the persisted outbox, each group's position stored
  * durably, so a worker that crashes or a platform that restarts resumes where it stopped. Production
- * (EVENT_STREAM=nats|redis): @moleculer/channels fed by the relay, see workers/channels.stream.ts and workers/relay.ts.
+ * (EVENT_STREAM=nats|redis): @moleculer/channels fed by the relay, see events/channels.stream.ts and events/relay.ts.
  *
  * The contract, whichever implementation: at least once per group. A handler that throws gets the event again
  * (nothing after it is lost), and after a crash or restart events may come twice; handlers are idempotent or
  * de-duplicate on `seq` themselves: the stream does not.
  */
 import type { PlatformConfig } from "../lib/config";
-import { OutboxPruner, sharedOutbox, type Outbox, type OutboxRecord } from "../mixins/outbox";
+import { OutboxPruner, sharedOutbox, type Outbox, type OutboxRecord } from "./outbox";
 import { createStore, locationOf, type DocumentStore, type StoreConfig } from "../mixins/stores";
 import { channelsStreamFor } from "./channels.stream";
 

@@ -4,7 +4,7 @@
  * calendar periods of the change event's time: `2026-11-21` (daily), `2026-11` (monthly), `2026` (yearly).
  */
 import { createHash } from "crypto";
-import type { ChangeEvent } from "../../lib/change-event";
+import type { ChangeEvent } from "./change-event";
 
 export const PERIODS = ["daily", "monthly", "yearly"] as const;
 export type Period = (typeof PERIODS)[number];

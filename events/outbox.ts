@@ -8,8 +8,8 @@ import { EventEmitter } from "events";
 import type { PlatformConfig } from "../lib/config";
 import type { ChangeEvent } from "../lib/change-event";
 import { objectId } from "../lib/crypto";
-import { createStore, locationOf, onPostgres, type DocumentStore, type StoreConfig } from "./stores";
-import { PgOutbox } from "./stores/pg.outbox";
+import { createStore, locationOf, onPostgres, type DocumentStore, type StoreConfig } from "../mixins/stores";
+import { PgOutbox } from "../mixins/stores/pg.outbox";
 
 /** Who caused a change: for audit and per-client routing, never part of the webhook payload itself. */
 export interface ChangeActor {

@@ -42,6 +42,28 @@ export const forbidden = (message = "access denied") => new ApiError(403, messag
 export const notFound = (message = "document not found") => new ApiError(404, message);
 export const conflict = (message: string) => new ApiError(409, message);
 
+/** Moleculer's errors about reaching a service (not about what it did), by the status the client gets. */
+const TRANSPORT_ERRORS: Record<string, number> = {
+	ServiceNotFoundError: 503,
+	ServiceNotAvailableError: 503,
+	RequestRejectedError: 503,
+	BrokerDisconnectedError: 503,
+	QueueIsFullError: 503,
+	RequestTimeoutError: 504,
+	RequestSkippedError: 504,
+};
+
+export const UNAVAILABLE: Record<number, string> = {
+	502: "service unavailable",
+	503: "service unavailable",
+	504: "request timed out",
+};
+
+/** Seconds a client should wait before repeating a request that met a 503/504: a dead node is dropped by then. */
+export function retryAfterSeconds(status: number, heartbeatTimeoutMs: number): number | undefined {
+	return status === 503 || status === 504 ? Math.max(1, Math.ceil(heartbeatTimeoutMs / 1000)) : undefined;
+}
+
 /**
  * Turns anything thrown anywhere into the spec's error body. Unknown failures become a generic 500
  * body whose message reveals nothing of the internals; 4xx and 5xx codes set on purpose are kept.
@@ -66,14 +88,11 @@ export function toErrorBody(err: unknown): ErrorBody {
 	}
 	// Moleculer's own errors that stand for bad input.
 	if (e?.name === "ValidationError" || e?.type === "VALIDATION_ERROR") status = 400;
-	if (e?.name === "ServiceNotFoundError" || e?.name === "ServiceNotAvailableError") {
-		status = 503;
-		message = "service unavailable";
-	}
-	if (e?.name === "RequestTimeoutError") {
-		status = 504;
-		message = "request timed out";
-	}
+	// The broker's own failures name the action and the node in their messages: the client gets a fixed wording
+	// (docs/api.md, "Errors"), the log keeps the original.
+	const transport = typeof e?.name === "string" ? TRANSPORT_ERRORS[e.name] : undefined;
+	if (transport) status = transport;
+	if (transport || (e?.name !== "ApiError" && (status === 502 || status === 503 || status === 504))) message = UNAVAILABLE[status] ?? message;
 	if (status === 500) message = "internal error";
 	return { statusCode: status, message, error: STATUS_NAMES[status] ?? "Error" };
 }

@@ -1,0 +1,63 @@
+/**
+ * Failover rules (docs/production.md, "Failover"): which node id a node takes when NODE_ID is unset, and which failed
+ * calls may be sent again to another node without risking a second execution.
+ */
+import { createHash } from "crypto";
+import os from "os";
+import type { PlatformConfig } from "./config";
+
+/**
+ * The same id across restarts, so peers recognise a restarted node at once (its INFO carries a new instance) instead
+ * of keeping a dead `<hostname>-<pid>` registered until its heartbeats are missed. Two nodes of one host differ by
+ * what they run and where they keep data (two replicas never share a DATA_DIR: NeDB files and the embedded PostgreSQL
+ * belong to one process; replicas on one host also differ in PORT or OPS_PORT_OFFSET). Should two nodes still share an
+ * id, Moleculer stops the one that sees the other's INFO ("nodeID conflict"): loud, never two nodes on one request subject.
+ */
+export function stableNodeId(cfg: Pick<PlatformConfig, "services" | "dataDir" | "port" | "opsPortOffset">, hostname = os.hostname()): string {
+	const services = cfg.services ? [...new Set(cfg.services)].sort().join(",") : "*";
+	const gateway = !cfg.services || cfg.services.includes("api");
+	const key = JSON.stringify([services, cfg.dataDir, gateway ? cfg.port : null, cfg.opsPortOffset]);
+	return `${hostname}-${createHash("sha256").update(key).digest("hex").slice(0, 8)}`;
+}
+
+interface CallError {
+	name?: string;
+	nodeID?: string;
+	data?: { action?: string; nodeID?: string };
+}
+
+/** Failures of the call itself (not of the action) where the request may have run on the node that went away. */
+const MAYBE_RAN = new Set(["RequestRejectedError", "RequestTimeoutError"]);
+
+/**
+ * The request never reached an action handler: this broker found no node for it, could not publish it, or the node
+ * refused it while stopping (before running it). Only when the error names this very call: the same error raised by
+ * a call the action made itself says nothing about whether the action wrote.
+ */
+export function neverRan(err: unknown, action: string, localNodeId: string): boolean {
+	const e = err as CallError | undefined;
+	if (!e?.name) return false;
+	const local = e.nodeID === undefined || e.nodeID === localNodeId;
+	if (e.name === "BrokerDisconnectedError") return local;
+	if (e.name === "ServiceNotFoundError" || e.name === "QueueIsFullError") return local && e.data?.action === action;
+	// A stopping node answers a request it will not run with ServiceNotAvailableError naming itself and the action.
+	if (e.name === "ServiceNotAvailableError") return e.data?.action === action && (local || e.data?.nodeID === e.nodeID);
+	return false;
+}
+
+/** Timed out or cut off by the node's disconnection (raised by this broker for this call). */
+export function maybeRan(err: unknown, action: string, localNodeId: string): boolean {
+	const e = err as CallError | undefined;
+	return !!e?.name && MAYBE_RAN.has(e.name) && (e.nodeID === undefined || e.nodeID === localNodeId) && e.data?.action === action;
+}
+
+/** Reads (a collection's `read` level) and actions that declare `idempotent: true` may run twice. */
+export function isIdempotent(def: { collection?: { level?: string }; idempotent?: boolean } | undefined): boolean {
+	return def?.idempotent === true || def?.collection?.level === "read";
+}
+
+/** A failure of the path to a node rather than of the action: what the circuit breaker counts. */
+export function transportFailure(err: unknown): boolean {
+	const name = (err as CallError | undefined)?.name;
+	return name === "RequestTimeoutError" || name === "RequestRejectedError" || name === "BrokerDisconnectedError";
+}

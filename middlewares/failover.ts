@@ -1,0 +1,53 @@
+/**
+ * Calls that survive a node going away (docs/production.md, "Failover"). Wraps `broker.call` (every call a node makes,
+ * the gateway's included), so a retry goes through the balancer again and lands on another node, after the timeout
+ * and circuit breaker of the failed attempt rather than inside them:
+ * - a call that never ran (no node yet, transporter down, refused by a stopping node) waits for a node for up to
+ *   FAILOVER_WAIT_MS, whatever the action: running it later runs it once;
+ * - a call cut off by its node's disconnection or timed out may have run: sent again only for idempotent actions
+ *   (reads), at most twice. A create that may have committed is never repeated; its caller gets the 503/504.
+ */
+import type { ServiceBroker } from "moleculer";
+import { isIdempotent, maybeRan, neverRan } from "../lib/failover";
+
+const MAYBE_RAN_RETRIES = 2;
+const FIRST_DELAY_MS = 100;
+const MAX_DELAY_MS = 1000;
+
+type Call = (action: string, params?: unknown, opts?: Record<string, any>) => Promise<unknown>;
+
+function idempotent(broker: ServiceBroker, action: string): boolean {
+	const list = (broker.registry as any).getActionEndpoints(action) as { endpoints?: Array<{ action?: any }> } | undefined;
+	return isIdempotent(list?.endpoints?.[0]?.action);
+}
+
+/** A stream is consumed by the first attempt: it cannot be sent twice. */
+const replayable = (params: unknown) => !(params && typeof (params as { pipe?: unknown }).pipe === "function");
+
+export function FailoverMiddleware(waitMs: number) {
+	return {
+		name: "Failover",
+		call(this: ServiceBroker, next: Call): Call {
+			const broker = this;
+			return async function failoverCall(action, params, opts = {}) {
+				// A call aimed at one node (opts.nodeID) is about that node; `retries: 0` opts out.
+				if (opts.nodeID || opts.retries === 0 || !replayable(params)) return next(action, params, opts);
+				const start = Date.now();
+				let reruns = 0;
+				for (let attempt = 1; ; attempt++) {
+					try {
+						return await next(action, params, opts);
+					} catch (err) {
+						const delay = Math.min(FIRST_DELAY_MS * 2 ** (attempt - 1), MAX_DELAY_MS);
+						const again = neverRan(err, action, broker.nodeID)
+							? Date.now() - start + delay <= waitMs
+							: maybeRan(err, action, broker.nodeID) && reruns++ < MAYBE_RAN_RETRIES && idempotent(broker, action);
+						if (!again) throw err;
+						broker.logger.warn(`failover: ${action} again after ${(err as Error).name} (attempt ${attempt + 1})`);
+						await new Promise((r) => setTimeout(r, delay));
+					}
+				}
+			};
+		},
+	};
+}

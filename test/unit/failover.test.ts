@@ -1,0 +1,95 @@
+import { Errors } from "moleculer";
+import { isIdempotent, maybeRan, neverRan, stableNodeId, transportFailure } from "../../lib/failover";
+import { ApiError, retryAfterSeconds, toErrorBody } from "../../lib/errors";
+
+const base = { services: ["content"], dataDir: "/srv/a", port: 3010, opsPortOffset: 0 };
+
+describe("stableNodeId", () => {
+	test("the same settings give the same id, across restarts", () => {
+		expect(stableNodeId(base, "host1")).toBe(stableNodeId({ ...base }, "host1"));
+		expect(stableNodeId(base, "host1")).toMatch(/^host1-[0-9a-f]{8}$/);
+		// Order and repeats of SERVICES do not matter.
+		expect(stableNodeId({ ...base, services: ["logistic", "content"] }, "h")).toBe(stableNodeId({ ...base, services: ["content", "logistic", "content"] }, "h"));
+	});
+	test("two replicas of one host differ by DATA_DIR or OPS_PORT_OFFSET; hosts differ by name", () => {
+		const ids = new Set([
+			stableNodeId(base, "h"),
+			stableNodeId({ ...base, dataDir: "/srv/b" }, "h"),
+			stableNodeId({ ...base, opsPortOffset: 100 }, "h"),
+			stableNodeId(base, "h2"),
+			stableNodeId({ ...base, services: undefined }, "h"),
+		]);
+		expect(ids.size).toBe(5);
+	});
+	test("PORT matters for a gateway only", () => {
+		expect(stableNodeId({ ...base, port: 4000 }, "h")).toBe(stableNodeId(base, "h"));
+		const api = { ...base, services: ["api"] };
+		expect(stableNodeId({ ...api, port: 4000 }, "h")).not.toBe(stableNodeId(api, "h"));
+	});
+});
+
+describe("which failed calls may run again", () => {
+	const A = "content.notes.create";
+	test("never ran: no node, not published, refused by a stopping node", () => {
+		expect(neverRan(new Errors.ServiceNotAvailableError({ action: A }), A, "gw")).toBe(true);
+		expect(neverRan(new Errors.ServiceNotFoundError({ action: A }), A, "gw")).toBe(true);
+		expect(neverRan(new (Errors as any).BrokerDisconnectedError(), A, "gw")).toBe(true);
+		const stopping = Object.assign(new Errors.ServiceNotAvailableError({ action: A, nodeID: "b" }), { nodeID: "b" });
+		expect(neverRan(stopping, A, "gw")).toBe(true);
+	});
+	test("the same errors raised by a call the action made itself prove nothing", () => {
+		const nested = Object.assign(new Errors.ServiceNotAvailableError({ action: "identity.users.get" }), { nodeID: "b" });
+		expect(neverRan(nested, A, "gw")).toBe(false);
+		expect(neverRan(new Errors.ServiceNotAvailableError({ action: "identity.users.get" }), A, "gw")).toBe(false);
+		expect(neverRan(Object.assign(new (Errors as any).BrokerDisconnectedError(), { nodeID: "b" }), A, "gw")).toBe(false);
+		expect(maybeRan(Object.assign(new Errors.RequestTimeoutError({ action: A, nodeID: "c" }), { nodeID: "b" }), A, "gw")).toBe(false);
+	});
+	test("cut off or timed out: may have run", () => {
+		expect(neverRan(new Errors.RequestRejectedError({ action: A, nodeID: "b" }), A, "gw")).toBe(false);
+		expect(maybeRan(new Errors.RequestRejectedError({ action: A, nodeID: "b" }), A, "gw")).toBe(true);
+		expect(maybeRan(new Errors.RequestTimeoutError({ action: A, nodeID: "b" }), A, "gw")).toBe(true);
+		expect(maybeRan(new ApiError(503, "cache unavailable"), A, "gw")).toBe(false);
+		expect(neverRan(new ApiError(503, "cache unavailable"), A, "gw")).toBe(false);
+	});
+	test("idempotent: reads and actions that say so", () => {
+		expect(isIdempotent({ collection: { level: "read" } })).toBe(true);
+		expect(isIdempotent({ collection: { level: "write" } })).toBe(false);
+		expect(isIdempotent({ idempotent: true })).toBe(true);
+		expect(isIdempotent({})).toBe(false);
+		expect(isIdempotent(undefined)).toBe(false);
+	});
+	test("the circuit breaker counts failures of the path, not of the action", () => {
+		expect(transportFailure(new Errors.RequestTimeoutError({ action: A, nodeID: "b" }))).toBe(true);
+		expect(transportFailure(new Errors.RequestRejectedError({ action: A, nodeID: "b" }))).toBe(true);
+		expect(transportFailure(new ApiError(500, "x"))).toBe(false);
+		expect(transportFailure(new ApiError(404, "document not found"))).toBe(false);
+	});
+});
+
+describe("503/504 bodies name no action and no node", () => {
+	const A = "content.notes.create";
+	test.each([
+		[new Errors.RequestRejectedError({ action: A, nodeID: "vm-25317" }), 503, "service unavailable", "Service Unavailable"],
+		[new Errors.ServiceNotAvailableError({ action: A, nodeID: "vm-25317" }), 503, "service unavailable", "Service Unavailable"],
+		[new Errors.ServiceNotFoundError({ action: A, nodeID: "vm-25317" }), 503, "service unavailable", "Service Unavailable"],
+		[new (Errors as any).BrokerDisconnectedError(), 503, "service unavailable", "Service Unavailable"],
+		[new Errors.QueueIsFullError({ action: A, nodeID: "vm-25317" }), 503, "service unavailable", "Service Unavailable"],
+		[new Errors.RequestTimeoutError({ action: A, nodeID: "vm-25317" }), 504, "request timed out", "Gateway Timeout"],
+		[new Errors.RequestSkippedError({ action: A, nodeID: "vm-25317" }), 504, "request timed out", "Gateway Timeout"],
+		[new Errors.MoleculerServerError(`Service '${A}' failed on 'vm-25317'`, 503), 503, "service unavailable", "Service Unavailable"],
+	])("error %# answers %i %s", (err, statusCode, message, error) => {
+		const body = toErrorBody(err);
+		expect(body).toEqual({ statusCode, message, error });
+		expect(JSON.stringify(body)).not.toMatch(/content|vm-25317/);
+	});
+	test("a 503 the platform raised on purpose keeps its message", () => {
+		expect(toErrorBody(new ApiError(503, "cache unavailable"))).toEqual({ statusCode: 503, message: "cache unavailable", error: "Service Unavailable" });
+	});
+	test("Retry-After: the heartbeat timeout, in whole seconds, for 503 and 504 only", () => {
+		expect(retryAfterSeconds(503, 3000)).toBe(3);
+		expect(retryAfterSeconds(504, 2500)).toBe(3);
+		expect(retryAfterSeconds(503, 200)).toBe(1);
+		expect(retryAfterSeconds(500, 3000)).toBeUndefined();
+		expect(retryAfterSeconds(429, 3000)).toBeUndefined();
+	});
+});

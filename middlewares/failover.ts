@@ -25,10 +25,13 @@ function idempotent(broker: ServiceBroker, action: string): boolean {
 const replayable = (params: unknown) => !(params && typeof (params as { pipe?: unknown }).pipe === "function");
 
 export function FailoverMiddleware(waitMs: number) {
+	let broker: ServiceBroker;
 	return {
 		name: "Failover",
-		call(this: ServiceBroker, next: Call): Call {
-			const broker = this;
+		created(b: ServiceBroker) {
+			broker = b;
+		},
+		call(next: Call): Call {
 			return async function failoverCall(action, params, opts = {}) {
 				// A call aimed at one node (opts.nodeID) is about that node; `retries: 0` opts out.
 				if (opts.nodeID || opts.retries === 0 || !replayable(params)) return next(action, params, opts);

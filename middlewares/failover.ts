@@ -14,7 +14,8 @@ const MAYBE_RAN_RETRIES = 2;
 const FIRST_DELAY_MS = 100;
 const MAX_DELAY_MS = 1000;
 
-type Call = (action: string, params?: unknown, opts?: Record<string, any>) => Promise<unknown>;
+type CallPromise = Promise<unknown> & { ctx?: unknown };
+type Call = (action: string, params?: unknown, opts?: Record<string, any>) => CallPromise;
 
 function idempotent(broker: ServiceBroker, action: string): boolean {
 	const list = (broker.registry as any).getActionEndpoints(action) as { endpoints?: Array<{ action?: any }> } | undefined;
@@ -32,24 +33,31 @@ export function FailoverMiddleware(waitMs: number) {
 			broker = b;
 		},
 		call(next: Call): Call {
-			return async function failoverCall(action, params, opts = {}) {
+			return function failoverCall(action, params, opts = {}) {
 				// A call aimed at one node (opts.nodeID) is about that node; `retries: 0` opts out.
 				if (opts.nodeID || opts.retries === 0 || !replayable(params)) return next(action, params, opts);
 				const start = Date.now();
 				let reruns = 0;
-				for (let attempt = 1; ; attempt++) {
-					try {
-						return await next(action, params, opts);
-					} catch (err) {
-						const delay = Math.min(FIRST_DELAY_MS * 2 ** (attempt - 1), MAX_DELAY_MS);
-						const again = neverRan(err, action, broker.nodeID)
-							? Date.now() - start + delay <= waitMs
-							: maybeRan(err, action, broker.nodeID) && reruns++ < MAYBE_RAN_RETRIES && idempotent(broker, action);
-						if (!again) throw err;
-						broker.logger.warn(`failover: ${action} again after ${(err as Error).name} (attempt ${attempt + 1})`);
-						await new Promise((r) => setTimeout(r, delay));
+				// The broker's promise carries the callee's context (its meta goes back to the caller): the last attempt's.
+				let inner: CallPromise | undefined;
+				const p = (async () => {
+					for (let attempt = 1; ; attempt++) {
+						try {
+							return await (inner = next(action, params, { ...opts }));
+						} catch (err) {
+							const delay = Math.min(FIRST_DELAY_MS * 2 ** (attempt - 1), MAX_DELAY_MS);
+							const again = neverRan(err, action, broker.nodeID)
+								? Date.now() - start + delay <= waitMs
+								: maybeRan(err, action, broker.nodeID) && reruns++ < MAYBE_RAN_RETRIES && idempotent(broker, action);
+							if (!again) throw err;
+							broker.logger.warn(`failover: ${action} again after ${(err as Error).name} (attempt ${attempt + 1})`);
+							await new Promise((r) => setTimeout(r, delay));
+						}
 					}
-				}
+				})();
+				// Moleculer also sets `ctx` on a call middleware's promise, from the first attempt: the getter stays.
+				Object.defineProperty(p, "ctx", { get: () => inner?.ctx, set: () => undefined });
+				return p;
 			};
 		},
 	};

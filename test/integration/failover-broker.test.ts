@@ -40,7 +40,15 @@ function replica(nodeID: string, opts: Partial<BrokerOptions> = {}, slowMs = 0):
 	b.createService({
 		name: "notes",
 		actions: {
-			read: { collection: { level: "read" }, handler: async () => (await delay(slowMs), (ran.read ??= []).push(nodeID), nodeID) } as any,
+			read: {
+				collection: { level: "read" },
+				async handler(ctx: any) {
+					await delay(slowMs);
+					(ran.read ??= []).push(nodeID);
+					ctx.meta.servedBy = nodeID;
+					return nodeID;
+				},
+			} as any,
 			write: { collection: { level: "write" }, handler: async () => (await delay(slowMs), (ran.write ??= []).push(nodeID), nodeID) } as any,
 		},
 	});
@@ -134,4 +142,13 @@ test("a call that finds no node waits for one (up to FAILOVER_WAIT_MS), then 503
 	await expect(gw.call("nothing.here")).rejects.toMatchObject({ name: "ServiceNotFoundError" });
 	expect(Date.now() - t1).toBeGreaterThanOrEqual(2500);
 	expect(Date.now() - t1).toBeLessThan(4500);
+});
+
+test("the callee's meta still comes back to the caller through the failover wrapper", async () => {
+	const gw = broker("gw");
+	gw.createService({ name: "probe", actions: { async go(ctx: any) { await ctx.call("notes.read"); return ctx.meta.servedBy; } } });
+	const a = replica("a");
+	await Promise.all([gw.start(), a.start()]);
+	await settled(gw, 1);
+	expect(await gw.call("probe.go")).toBe("a");
 });

@@ -15,7 +15,9 @@ const FIRST_DELAY_MS = 100;
 const MAX_DELAY_MS = 1000;
 
 type CallPromise = Promise<unknown> & { ctx?: unknown };
-type Call = (action: string, params?: unknown, opts?: Record<string, any>) => CallPromise;
+/** An action name, or an endpoint the caller already chose through the balancer (moleculer-web does so). */
+type Target = string | { action?: { name?: string } };
+type Call = (action: Target, params?: unknown, opts?: Record<string, any>) => CallPromise;
 
 function idempotent(broker: ServiceBroker, action: string): boolean {
 	const list = (broker.registry as any).getActionEndpoints(action) as { endpoints?: Array<{ action?: any }> } | undefined;
@@ -33,9 +35,10 @@ export function FailoverMiddleware(waitMs: number) {
 			broker = b;
 		},
 		call(next: Call): Call {
-			return function failoverCall(action, params, opts = {}) {
+			return function failoverCall(target, params, opts = {}) {
+				const action = typeof target === "string" ? target : target?.action?.name;
 				// A call aimed at one node (opts.nodeID) is about that node; `retries: 0` opts out.
-				if (opts.nodeID || opts.retries === 0 || !replayable(params)) return next(action, params, opts);
+				if (!action || opts.nodeID || opts.retries === 0 || !replayable(params)) return next(target, params, opts);
 				const start = Date.now();
 				let reruns = 0;
 				// The broker's promise carries the callee's context (its meta goes back to the caller): the last attempt's.
@@ -43,7 +46,8 @@ export function FailoverMiddleware(waitMs: number) {
 				const p = (async () => {
 					for (let attempt = 1; ; attempt++) {
 						try {
-							return await (inner = next(action, params, { ...opts }));
+							// Again by name: the balancer chooses among the nodes left.
+							return await (inner = next(attempt === 1 ? target : action, params, { ...opts }));
 						} catch (err) {
 							const delay = Math.min(FIRST_DELAY_MS * 2 ** (attempt - 1), MAX_DELAY_MS);
 							const again = neverRan(err, action, broker.nodeID)

@@ -159,14 +159,19 @@ servers.test("a replica SIGKILLed under reads and creates: reads never fail, cre
 	const survivorOnly = { read: await ran("b", "list"), create: await ran("b", "create") };
 	const restartedAt = Date.now();
 	startReplica("a");
+	// Measured from the node's broker start ("Node ID" in its log): before it, tsx compiles the code base, which
+	// takes seconds on a loaded machine and says nothing about failover.
+	let bootAt = 0;
 	let servedAfterMs = -1;
-	while (Date.now() - restartedAt < 30_000) {
-		if ((await ran("a", "create")) > 0 && (await ran("a", "list")) > 0) {
-			servedAfterMs = Date.now() - restartedAt;
+	while (Date.now() - restartedAt < 60_000) {
+		if (!bootAt && nodeIdOf(nodes.a)) bootAt = Date.now();
+		if (bootAt && (await ran("a", "create")) > 0 && (await ran("a", "list")) > 0) {
+			servedAfterMs = Date.now() - bootAt;
 			break;
 		}
-		await new Promise((r) => setTimeout(r, 100));
+		await new Promise((r) => setTimeout(r, 50));
 	}
+	const sinceSpawnMs = Date.now() - restartedAt;
 	await new Promise((r) => setTimeout(r, 1000));
 	stop = true;
 	await load;
@@ -176,7 +181,7 @@ servers.test("a replica SIGKILLed under reads and creates: reads never fail, cre
 	const creates = outcomes.filter((o) => o.op === "create");
 	console.log(
 		`failover: ${reads.length} reads, ${creates.length} creates; ${failed.length} failed (${failed.map((f) => `${f.op} ${f.status} +${f.start - killedAt} ms`).join(", ") || "none"}); ` +
-			`restarted replica ran calls ${servedAfterMs} ms after its start (figures from a loaded machine)`,
+			`restarted replica ran calls ${servedAfterMs} ms after its broker started (${sinceSpawnMs} ms after its spawn; figures from a loaded machine)`,
 	);
 	expect(reads.length).toBeGreaterThan(30);
 	expect(creates.length).toBeGreaterThan(30);

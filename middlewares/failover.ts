@@ -37,8 +37,9 @@ export function FailoverMiddleware(waitMs: number) {
 		call(next: Call): Call {
 			return function failoverCall(target, params, opts = {}) {
 				const action = typeof target === "string" ? target : target?.action?.name;
-				// A call aimed at one node (opts.nodeID) is about that node; `retries: 0` opts out.
-				if (!action || opts.nodeID || opts.retries === 0 || !replayable(params)) return next(target, params, opts);
+				// One process (no transporter): no other node to go to, none to wait for. A call aimed at one node
+				// (opts.nodeID) is about that node; `retries: 0` opts out.
+				if (!broker.transit || !action || opts.nodeID || opts.retries === 0 || !replayable(params)) return next(target, params, opts);
 				const start = Date.now();
 				let reruns = 0;
 				// The broker's promise carries the callee's context (its meta goes back to the caller): the last attempt's.

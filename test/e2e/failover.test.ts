@@ -136,8 +136,8 @@ interface Outcome {
 	retryAfter: string | null;
 }
 
-servers.test("a replica SIGKILLed under reads and creates: reads never fail, creates only before the drop; restarted, it serves within 5 s", async () => {
-	const idBefore = nodeIdOf(nodes.a);
+/** Three clients reading and three creating without pause, until `finish`. */
+function steadyLoad() {
 	const outcomes: Outcome[] = [];
 	const acked: string[] = [];
 	let stop = false;
@@ -150,6 +150,19 @@ servers.test("a replica SIGKILLed under reads and creates: reads never fail, cre
 		}
 	};
 	const load = Promise.all([...[0, 1, 2].map((w) => worker("read", w)), ...[0, 1, 2].map((w) => worker("create", w))]);
+	return {
+		outcomes,
+		acked,
+		finish: async () => {
+			stop = true;
+			await load;
+		},
+	};
+}
+
+servers.test("a replica SIGKILLed under reads and creates: reads never fail, creates only before the drop; restarted, it serves within 5 s", async () => {
+	const idBefore = nodeIdOf(nodes.a);
+	const { outcomes, acked, finish } = steadyLoad();
 	await new Promise((r) => setTimeout(r, 2000));
 	const killedAt = Date.now();
 	await crashNode(nodes.a);
@@ -173,8 +186,7 @@ servers.test("a replica SIGKILLed under reads and creates: reads never fail, cre
 	}
 	const sinceSpawnMs = Date.now() - restartedAt;
 	await new Promise((r) => setTimeout(r, 1000));
-	stop = true;
-	await load;
+	await finish();
 
 	const failed = outcomes.filter((o) => o.status !== 200);
 	const reads = outcomes.filter((o) => o.op === "read");
@@ -203,6 +215,21 @@ servers.test("a replica SIGKILLed under reads and creates: reads never fail, cre
 	// Every acknowledged create is stored once.
 	const rows = (await pgc!.query(`select id from "docs/content/notes" where id = any($1)`, [acked])).rows;
 	expect(rows.length).toBe(acked.length);
+});
+
+servers.test("a replica stopped with SIGTERM under reads and creates: no request fails at all", async () => {
+	const { outcomes, finish } = steadyLoad();
+	await new Promise((r) => setTimeout(r, 1500));
+	const before = await ran("a", "create");
+	const stoppedAt = Date.now();
+	await stopNode(nodes.a, 15_000);
+	const stopMs = Date.now() - stoppedAt;
+	await new Promise((r) => setTimeout(r, 1500));
+	await finish();
+	console.log(`SIGTERM: ${outcomes.length} requests, ${outcomes.filter((o) => o.status !== 200).length} failed; the replica stopped in ${stopMs} ms`);
+	expect(before).toBeGreaterThan(0);
+	expect(outcomes.length).toBeGreaterThan(30);
+	expect(outcomes.filter((o) => o.status !== 200)).toEqual([]);
 });
 
 servers.test("with no content replica left, 503 bodies name no action and no node", async () => {

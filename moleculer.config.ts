@@ -6,7 +6,7 @@ import { TextPrometheusReporter } from "./lib/metrics";
 import { channelsMiddleware } from "./events/channels.stream";
 import { UnitOfWorkMiddleware } from "./mixins/stores/unit.middleware";
 import { replCommands, ReplPrincipalMiddleware } from "./lib/repl";
-import { stableNodeId, transportFailure } from "./lib/failover";
+import { claimNodeId, transportFailure } from "./lib/failover";
 import { FailoverDiscoverer } from "./lib/failover-discoverer";
 import { FailoverMiddleware } from "./middlewares/failover";
 
@@ -18,7 +18,7 @@ export function brokerOptions(cfg?: PlatformConfig): BrokerOptions {
 		namespace: cfg.namespace,
 		// Failover (docs/production.md): the same id after a restart, dead peers dropped within the heartbeat timeout,
 		// calls that never ran (or reads) sent again to another node, endpoints that keep failing left out a while.
-		nodeID: cfg.nodeId ?? stableNodeId(cfg),
+		nodeID: cfg.nodeId ?? claimNodeId(cfg),
 		// No transporter: every service in one process, calls stay local. NATS in production.
 		transporter: cfg.transporter ?? null,
 		logger: { type: "Console", options: { level: cfg.logLevel, formatter: "short", colors: process.stdout.isTTY } },

@@ -3,7 +3,9 @@
  * calls may be sent again to another node without risking a second execution.
  */
 import { createHash } from "crypto";
+import { readFileSync, writeFileSync } from "fs";
 import os from "os";
+import path from "path";
 import type { PlatformConfig } from "./config";
 
 /**
@@ -18,6 +20,43 @@ export function stableNodeId(cfg: Pick<PlatformConfig, "services" | "dataDir" | 
 	const gateway = !cfg.services || cfg.services.includes("api");
 	const key = JSON.stringify([services, cfg.dataDir, gateway ? cfg.port : null, cfg.opsPortOffset]);
 	return `${hostname}-${createHash("sha256").update(key).digest("hex").slice(0, 8)}`;
+}
+
+function alive(pid: number): boolean {
+	try {
+		process.kill(pid, 0);
+		return true;
+	} catch (err) {
+		// EPERM: it exists, under another user.
+		return (err as NodeJS.ErrnoException).code === "EPERM";
+	}
+}
+
+/**
+ * The stable id, claimed in DATA_DIR (`node-<id>.pid`): a second live process of this host with the very same
+ * settings (the same DATA_DIR, a node started twice by mistake, the REPL beside a running node) takes `<hostname>-<pid>`
+ * instead of stopping the first through Moleculer's conflict check. A claim left by a dead process, or by this one
+ * (a restart in the same process, a container's pid 1 again), is taken over.
+ */
+export function claimNodeId(cfg: Parameters<typeof stableNodeId>[0], hostname = os.hostname(), pid = process.pid): string {
+	const id = stableNodeId(cfg, hostname);
+	const file = path.join(cfg.dataDir, `node-${id}.pid`);
+	let holder = 0;
+	try {
+		holder = Number(readFileSync(file, "utf8").trim());
+	} catch {
+		/* no claim yet */
+	}
+	if (holder > 0 && holder !== pid && alive(holder)) {
+		process.emitWarning(`node id ${id} is held by process ${holder} (same settings, same DATA_DIR): this node is ${hostname}-${pid}`);
+		return `${hostname}-${pid}`;
+	}
+	try {
+		writeFileSync(file, String(pid), { mode: 0o600 });
+	} catch {
+		/* a read-only DATA_DIR: the id without the claim */
+	}
+	return id;
 }
 
 interface CallError {

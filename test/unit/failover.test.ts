@@ -1,5 +1,9 @@
 import { Errors } from "moleculer";
-import { isIdempotent, maybeRan, neverRan, stableNodeId, transportFailure } from "../../lib/failover";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "fs";
+import os from "os";
+import path from "path";
+import { spawnSync } from "child_process";
+import { claimNodeId, isIdempotent, maybeRan, neverRan, stableNodeId, transportFailure } from "../../lib/failover";
 import { ApiError, retryAfterSeconds, toErrorBody } from "../../lib/errors";
 
 const base = { services: ["content"], dataDir: "/srv/a", port: 3010, opsPortOffset: 0 };
@@ -25,6 +29,33 @@ describe("stableNodeId", () => {
 		expect(stableNodeId({ ...base, port: 4000 }, "h")).toBe(stableNodeId(base, "h"));
 		const api = { ...base, services: ["api"] };
 		expect(stableNodeId({ ...api, port: 4000 }, "h")).not.toBe(stableNodeId(api, "h"));
+	});
+});
+
+describe("claimNodeId", () => {
+	let dataDir = "";
+	beforeEach(() => (dataDir = mkdtempSync(path.join(os.tmpdir(), "claim-"))));
+	afterEach(() => rmSync(dataDir, { recursive: true, force: true }));
+	const cfg = () => ({ ...base, dataDir });
+	const pidFile = () => path.join(dataDir, `node-${stableNodeId(cfg(), "h")}.pid`);
+
+	test("the first process takes the stable id and records itself; a restart (same or dead pid) takes it again", () => {
+		expect(claimNodeId(cfg(), "h", process.pid)).toBe(stableNodeId(cfg(), "h"));
+		expect(readFileSync(pidFile(), "utf8")).toBe(String(process.pid));
+		expect(claimNodeId(cfg(), "h", process.pid)).toBe(stableNodeId(cfg(), "h"));
+		// A process that has exited: its claim is stale.
+		const dead = spawnSync(process.execPath, ["-e", "process.stdout.write(String(process.pid))"]).stdout.toString();
+		writeFileSync(pidFile(), dead);
+		expect(claimNodeId(cfg(), "h", 4242)).toBe(stableNodeId(cfg(), "h"));
+		expect(readFileSync(pidFile(), "utf8")).toBe("4242");
+	});
+	test("a second live process with the same settings gets <hostname>-<pid>, and leaves the claim alone", () => {
+		writeFileSync(pidFile(), String(process.pid));
+		const warn = jest.spyOn(process, "emitWarning").mockImplementation(() => undefined);
+		expect(claimNodeId(cfg(), "h", 999_999)).toBe("h-999999");
+		expect(warn).toHaveBeenCalledWith(expect.stringMatching(/is held by process \d+/));
+		warn.mockRestore();
+		expect(readFileSync(pidFile(), "utf8")).toBe(String(process.pid));
 	});
 });
 

@@ -9,6 +9,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "fs";
 import os from "os";
 import path from "path";
 import Redis from "ioredis";
+import { connect } from "nats";
 import { DOMAINS } from "../../catalog";
 import type { HttpResult } from "./platform";
 
@@ -197,5 +198,16 @@ export async function dropRedisPrefix(url: string, prefix: string): Promise<void
 		} while (cursor !== "0");
 	} finally {
 		raw.disconnect();
+	}
+}
+
+/** Deletes the JetStream streams of a test deployment's namespace (`<namespace>_...`) on the local NATS. */
+export async function dropNatsStreams(namespace: string, url = "127.0.0.1:4222"): Promise<void> {
+	const nc = await connect({ servers: url });
+	try {
+		const jsm = await nc.jetstreamManager();
+		for await (const name of jsm.streams.names()) if (name.startsWith(`${namespace}_`)) await jsm.streams.delete(name);
+	} finally {
+		await nc.close();
 	}
 }

@@ -9,7 +9,7 @@
  * Redis or PostgreSQL does not answer (fails under REQUIRE_SERVERS=1).
  */
 import http from "http";
-import { readFileSync } from "fs";
+import { readdirSync, readFileSync } from "fs";
 import path from "path";
 import { connect } from "nats";
 import { Client } from "pg";
@@ -205,4 +205,11 @@ servers.test("the user's notes go through both content replicas; its webhook get
 	for (const id of ids) expect([id, seen("GET", `/content/notes/${id}`)]).toEqual([id, 1]);
 	expect(rows.filter((r) => r.method === "POST" && r.path === "/content/notes" && r.action === "content.notes.create" && r.status === 200)).toHaveLength(12);
 	expect(seen("GET", "/content/notes")).toBe(1);
+});
+
+servers.test("on PostgreSQL the nodes keep no store in DATA_DIR, only one file each kind owns: the compose file shares one volume", () => {
+	const files = Object.fromEntries(Object.entries(nodes).map(([n, node]) => [n, readdirSync(node.dataDir, { recursive: true }).map(String).sort()]));
+	// The auth node's root credentials; the publisher's generated VAPID keys (no VAPID_* set here). Uploaded files
+	// (DATA_DIR/files, the special domain, without S3) are the third kind; none here.
+	expect(files).toEqual({ core: ["bootstrap.json"], api: [], contentA: [], contentB: [], workers: ["vapid.json"] });
 });

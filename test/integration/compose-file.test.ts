@@ -20,7 +20,16 @@ if (!has("docker-compose")) console.warn("SKIPPED: docker-compose is not install
 const live = has("docker-compose") ? test : test.skip;
 
 /** The secrets the file requires, made up for the test. */
-const SECRETS = { JWT_SECRET: "jwt-test", AES_SECRET: "aes-test", POSTGRES_PASSWORD: "pg-test", NATS_PASSWORD: "nats-test", REDIS_PASSWORD: "redis-test", MQTT_PASSWORD: "mqtt-test" };
+const SECRETS = {
+	JWT_SECRET: "jwt-test",
+	AES_SECRET: "aes-test",
+	POSTGRES_PASSWORD: "pg-test",
+	NATS_PASSWORD: "nats-test",
+	REDIS_PASSWORD: "redis-test",
+	MQTT_PASSWORD: "mqtt-test",
+	VAPID_PUBLIC_KEY: "vapid-public-test",
+	VAPID_PRIVATE_KEY: "vapid-private-test",
+};
 
 /** Only what the test sets: a deployer's own variables (NAMESPACE, MONGO_URI...) must not change the result. */
 function compose(args: string[], env: Record<string, string> = SECRETS) {
@@ -68,6 +77,7 @@ live("every node: PostgreSQL documents, the NATS stream with credentials, Redis 
 			"mqtt://publisher:mqtt-test@mosquitto:1883",
 		]);
 		expect([name, e.JWT_SECRET, e.AES_SECRET, e.MONGO_URI]).toEqual([name, "jwt-test", "aes-test", ""]);
+		expect([name, e.VAPID_PUBLIC_KEY, e.VAPID_PRIVATE_KEY]).toEqual([name, "vapid-public-test", "vapid-private-test"]);
 		expect([name, config.services[name].volumes]).toEqual([name, ["data:/data:rw"]]);
 	}
 	// Only the auth node seeds, so only it reads the root credentials.

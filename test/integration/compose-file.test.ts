@@ -6,13 +6,17 @@
  * checked by their servers' own tools when installed. Skips with a message when docker-compose is missing (fails
  * under REQUIRE_SERVERS=1; .ci/run installs it).
  */
-import { spawnSync } from "child_process";
+import { spawn, spawnSync } from "child_process";
+import http from "http";
 import { readFileSync } from "fs";
 import path from "path";
 import { DOMAINS } from "../../catalog";
 import { WORKER_PORTS } from "../../workers";
 
 const ROOT = path.resolve(__dirname, "../..");
+
+// Each docker-compose run starts a Python interpreter (about a second on a loaded machine); one test runs eight.
+jest.setTimeout(60_000);
 const has = (cmd: string) => spawnSync("sh", ["-c", `command -v ${cmd}`], { stdio: "ignore" }).status === 0;
 
 if (!has("docker-compose") && process.env.REQUIRE_SERVERS === "1") throw new Error("docker-compose is not installed (REQUIRE_SERVERS=1)");
@@ -93,7 +97,7 @@ live("every node has a restart policy, waits for healthy servers and is checked 
 			name,
 			Object.fromEntries(["mosquitto", "nats", "postgres", "redis"].map((d) => [d, { condition: "service_healthy" }])),
 		]);
-		expect([name, s.healthcheck.test]).toEqual([name, ["CMD", "node", "deploy/healthcheck.js", String(port)]]);
+		expect([name, s.healthcheck.test]).toEqual([name, ["CMD", "node", "/app/deploy/healthcheck.js", String(port)]]);
 		expect([name, s.healthcheck.interval, s.healthcheck.retries]).toEqual([name, "10s", 5]);
 	}
 });
@@ -175,4 +179,23 @@ live("the image keeps the app read-only and gives the node user DATA_DIR=/data",
 	expect(docker).toMatch(/^CMD \["node", "--import", "tsx", "start.ts"\]$/m);
 	// The health check script the compose file names is in the image (not excluded by .dockerignore).
 	expect(readFileSync(path.join(ROOT, ".dockerignore"), "utf8").split("\n")).not.toContain("deploy");
+});
+
+test("the nodes' health check script passes on /status 200 only", async () => {
+	let answer = 200;
+	const server = http.createServer((req, res) => res.writeHead(req.url === "/status" ? answer : 404).end());
+	await new Promise<void>((r) => server.listen(0, "127.0.0.1", () => r()));
+	const port = (server.address() as { port: number }).port;
+	const probe = (...args: string[]) =>
+		new Promise<number | null>((resolve) => spawn(process.execPath, [path.join(ROOT, "deploy/healthcheck.js"), ...args], { stdio: "ignore" }).once("exit", resolve));
+	try {
+		expect(await probe(String(port))).toBe(0);
+		answer = 503;
+		expect(await probe(String(port))).toBe(1);
+		expect(await probe("x")).toBe(2);
+	} finally {
+		await new Promise((r) => server.close(r));
+	}
+	// Nothing listening: unhealthy, not a hang.
+	expect(await probe(String(port))).toBe(1);
 });

@@ -106,6 +106,8 @@ live("the servers have their own health checks and restart policies; only Promet
 	const tests = Object.fromEntries(SERVERS.map((n) => [n, config.services[n].healthcheck.test.join(" ")]));
 	expect(tests.nats).toBe("CMD wget -q --spider http://127.0.0.1:8222/healthz?js-enabled-only=true");
 	expect(tests.redis).toContain("redis-cli -a");
+	// The image's entrypoint drops root only for a command that starts with redis-server.
+	expect(config.services.redis.command).toEqual(["redis-server", "--requirepass", "redis-test", "--appendonly", "yes"]);
 	expect(tests.postgres).toBe("CMD pg_isready -U platform -d platform -h 127.0.0.1");
 	expect(tests.mosquitto).toContain("mosquitto_sub -h 127.0.0.1 -u");
 	expect(tests.prometheus).toBe("CMD wget -q --spider http://127.0.0.1:9090/-/healthy");

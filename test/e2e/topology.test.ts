@@ -207,9 +207,9 @@ servers.test("the user's notes go through both content replicas; its webhook get
 	expect(seen("GET", "/content/notes")).toBe(1);
 });
 
-servers.test("on PostgreSQL the nodes keep no store in DATA_DIR, only one file each kind owns: the compose file shares one volume", () => {
+servers.test("on PostgreSQL the nodes keep no store in DATA_DIR: only the auth node needs a lasting one (the compose file's volumes)", () => {
 	const files = Object.fromEntries(Object.entries(nodes).map(([n, node]) => [n, readdirSync(node.dataDir, { recursive: true }).map(String).sort()]));
-	// The auth node's root credentials; the publisher's generated VAPID keys (no VAPID_* set here). Uploaded files
-	// (DATA_DIR/files, the special domain, without S3) are the third kind; none here.
+	// The auth node's root credentials; the publisher's generated VAPID keys (the compose file sets VAPID_*). Uploaded
+	// files (DATA_DIR/files of the special domain, without S3) are the other lasting kind; none here.
 	expect(files).toEqual({ core: ["bootstrap.json"], api: [], contentA: [], contentB: [], workers: ["vapid.json"] });
 });

@@ -69,7 +69,7 @@ live("the gateway, the 14 domains and the 7 workers each run in their own servic
 	expect(config.services.api.ports).toEqual([{ published: 3010, target: 3010 }]);
 });
 
-live("every node: PostgreSQL documents, the NATS stream with credentials, Redis and Mosquitto with passwords, DATA_DIR on the volume", () => {
+live("every node: PostgreSQL documents, the NATS stream with credentials, Redis and Mosquitto with passwords, DATA_DIR on a volume", () => {
 	for (const name of Object.keys(NODE_PORTS)) {
 		const e = config.services[name].environment;
 		expect([name, e.DOCUMENT_STORE, e.EVENT_STREAM, e.DATA_DIR, e.HOST, e.SERVICE_PORTS]).toEqual([name, "postgres", "nats", "/data", "0.0.0.0", "1"]);
@@ -82,7 +82,9 @@ live("every node: PostgreSQL documents, the NATS stream with credentials, Redis 
 		]);
 		expect([name, e.JWT_SECRET, e.AES_SECRET, e.MONGO_URI]).toEqual([name, "jwt-test", "aes-test", ""]);
 		expect([name, e.VAPID_PUBLIC_KEY, e.VAPID_PRIVATE_KEY]).toEqual([name, "vapid-public-test", "vapid-private-test"]);
-		expect([name, config.services[name].volumes]).toEqual([name, ["data:/data:rw"]]);
+		// Named volumes only where data must outlive a container: the root credentials, the uploaded files.
+		const volume = { auth: ["auth:/data:rw"], special: ["files:/data:rw"] }[name] ?? ["/data"];
+		expect([name, config.services[name].volumes]).toEqual([name, volume]);
 	}
 	// Only the auth node seeds, so only it reads the root credentials.
 	const withRoot = Object.keys(NODE_PORTS).filter((n) => "PLATFORM_ROOT_PASSWORD" in config.services[n].environment);
@@ -118,7 +120,7 @@ live("the servers have their own health checks and restart policies; only Promet
 		["prometheus", ["127.0.0.1:9090:9090/tcp"]], // Debian docker-compose 1.29 prints a host-bound port in the short form
 	]);
 	// Data that must outlive a recreated container is on named volumes.
-	expect(Object.keys(config.volumes).sort()).toEqual(["data", "mongo", "mosquitto", "nats", "postgres", "prometheus", "redis"]);
+	expect(Object.keys(config.volumes).sort()).toEqual(["auth", "files", "mongo", "mosquitto", "nats", "postgres", "prometheus", "redis"]);
 	expect(config.services.nats.volumes).toContain("nats:/data:rw");
 	expect(config.services.postgres.volumes).toContain("postgres:/var/lib/postgresql/data:rw");
 });

@@ -95,6 +95,15 @@ export function hashSecret(plain: string): Promise<string> {
 	return hashWorkers().hash(plain, BCRYPT_COST);
 }
 
+/**
+ * A hash made with weaker parameters than today's (a lower bcrypt cost, e.g. imported or made before a cost raise):
+ * its holder's next successful login stores a new one (lib/rehash.ts).
+ */
+export function needsRehash(hash: string): boolean {
+	const m = /^\$2[aby]?\$(\d\d)\$/.exec(hash);
+	return !!m && Number(m[1]) < BCRYPT_COST;
+}
+
 /** false on mismatch and on any malformed input; never throws (a bad stored hash must not 500). */
 export async function verifySecret(plain: string, hash: string): Promise<boolean> {
 	if (typeof plain !== "string" || typeof hash !== "string") return false;

@@ -85,6 +85,8 @@ export class HashWorkers {
 	}
 
 	hash(plain: string, cost: number): Promise<string> {
+		// bcryptjs would clamp a cost above 31 to 31: a job that never ends and holds its worker.
+		if (!Number.isInteger(cost) || cost < 4 || cost > 31) return Promise.reject(new Error(`bcrypt cost ${cost} is outside 4..31`));
 		return this.submit({ op: "hash", plain, cost }) as Promise<string>;
 	}
 

@@ -16,6 +16,7 @@ import { fileBench, type FileRow } from "./files";
 import { storesBench, storesReport, type StoreRow } from "./stores";
 import { emailScenario, type EmailRow } from "./email";
 import { freePort, waitFor } from "./process";
+import { loginBench } from "./login";
 
 const ROOT = path.resolve(__dirname, "..");
 const DURATION = Number(process.env.BENCH_DURATION ?? 10);
@@ -136,20 +137,7 @@ async function main() {
 		sagaExpiry = expiry;
 		files = await fileBench(base, token, DURATION);
 		console.log(`files: upload ${files.uploadMiBs} MiB/s (${files.uploads} files), download ${files.downloadMiBs} MiB/s (${files.downloads} files), ${files.errors} errors`);
-		rows.push(
-			await load(
-				"login: password grant (bcrypt cost 10)",
-				{
-					url: `${base}/auth/token`,
-					method: "POST",
-					headers: { "content-type": "application/json", "x-forwarded-for": "bench" },
-					body: JSON.stringify({ grant_type: "password", client_id: root.client_id, username: root.username, password: root.password }),
-					connections: 10,
-				},
-				undefined,
-				"10 connections",
-			),
-		);
+		rows.push(await loginBench(base, root, DURATION));
 		// Last on this platform: its 10 000 posts (and their backlog for the workers) disturb no other scenario.
 		rows.push(...(await searchBench(base, auth, DURATION, CONNECTIONS)));
 		// The first platform's workers are still draining the scenarios' writes: stop it so the next run is alone.

@@ -245,6 +245,7 @@ function writeReport(rows: Row[], microRows: Array<{ name: string; us: number; n
 		"",
 		"Reading the search rows: 10 000 posts (bench/search.ts), searched as root once the workers have drained their creation; one word matches about 135 posts, the worst case 5 000 (every candidate is ranked and checked against the view for an exact total). See docs/search.md.",
 		"Reading the list rows: root owns all 10 000 notes, so its zones select every document. A repeated query is served by the embedded store's read cache (cleared by every write to the collection). A different query every request as root scans 10 000 candidates: the worst case, bounded by NeDB's matcher. A user owning 100 of them is served by the index planner (owner and shares indexes for the default zones) without any cache.",
+		"Reading the login row: a login costs about 82 ms of CPU, 72 of them the bcrypt verification, which runs on one worker thread per core (docs/security.md, \"Password hashing\"): the rate scales with the free cores, about 12 logins/s per core.",
 		"The ceiling varies between runs on this shared 2-core machine (the load generator shares it); compare shares of the ceiling within one run.",
 		"",
 	];

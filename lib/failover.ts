@@ -84,10 +84,13 @@ export function neverRan(err: unknown, action: string, localNodeId: string): boo
 	return false;
 }
 
-/** Timed out or cut off by the node's disconnection (raised by this broker for this call). */
-export function maybeRan(err: unknown, action: string, localNodeId: string): boolean {
+/**
+ * Timed out or cut off by the node's disconnection, for this very action: raised by this broker, or by the callee (a
+ * distributed timeout: the callee stops waiting for its own handler when the caller's deadline passes).
+ */
+export function maybeRan(err: unknown, action: string): boolean {
 	const e = err as CallError | undefined;
-	return !!e?.name && MAYBE_RAN.has(e.name) && (e.nodeID === undefined || e.nodeID === localNodeId) && e.data?.action === action;
+	return !!e?.name && MAYBE_RAN.has(e.name) && e.data?.action === action;
 }
 
 /** Reads (a collection's `read` level) and actions that declare `idempotent: true` may run twice. */

@@ -5,7 +5,7 @@
  * - a call that never ran (no node yet, transporter down, refused by a stopping node) waits for a node for up to
  *   FAILOVER_WAIT_MS, whatever the action: running it later runs it once;
  * - a call cut off by its node's disconnection or timed out may have run: sent again only for idempotent actions
- *   (reads), at most twice. A create that may have committed is never repeated; its caller gets the 503/504.
+ *   (reads), at most twice, to a node not tried yet when there is one. A create that may have committed is never repeated; its caller gets the 503/504.
  */
 import type { ServiceBroker } from "moleculer";
 import { isIdempotent, maybeRan, neverRan } from "../lib/failover";
@@ -16,12 +16,27 @@ const MAX_DELAY_MS = 1000;
 
 type CallPromise = Promise<unknown> & { ctx?: unknown };
 /** An action name, or an endpoint the caller already chose through the balancer (moleculer-web does so). */
-type Target = string | { action?: { name?: string } };
+type Target = string | { id?: string; action?: { name?: string } };
 type Call = (action: Target, params?: unknown, opts?: Record<string, any>) => CallPromise;
 
+interface Endpoint {
+	id: string;
+	isAvailable: boolean;
+	action?: any;
+}
+
+function endpoints(broker: ServiceBroker, action: string): Endpoint[] {
+	return ((broker.registry as any).getActionEndpoints(action)?.endpoints as Endpoint[] | undefined) ?? [];
+}
+
 function idempotent(broker: ServiceBroker, action: string): boolean {
-	const list = (broker.registry as any).getActionEndpoints(action) as { endpoints?: Array<{ action?: any }> } | undefined;
-	return isIdempotent(list?.endpoints?.[0]?.action);
+	return isIdempotent(endpoints(broker, action)[0]?.action);
+}
+
+/** A node not tried yet when there is one (the balancer could pick a failing node again), else the balancer's. */
+function another(broker: ServiceBroker, action: string, tried: Set<string>): Target {
+	const left = endpoints(broker, action).filter((e) => e.isAvailable && !tried.has(e.id));
+	return left.length ? left[Math.floor(Math.random() * left.length)] : action;
 }
 
 /** A stream is consumed by the first attempt: it cannot be sent twice. */
@@ -44,19 +59,22 @@ export function FailoverMiddleware(waitMs: number) {
 				let reruns = 0;
 				// The broker's promise carries the callee's context (its meta goes back to the caller): the last attempt's.
 				let inner: CallPromise | undefined;
+				const tried = new Set<string>();
 				const p = (async () => {
-					for (let attempt = 1; ; attempt++) {
+					for (let attempt = 1, to = target; ; attempt++) {
 						try {
-							// Again by name: the balancer chooses among the nodes left.
-							return await (inner = next(attempt === 1 ? target : action, params, { ...opts }));
+							return await (inner = next(to, params, { ...opts }));
 						} catch (err) {
+							const node = (inner?.ctx as { endpoint?: { id?: string } } | undefined)?.endpoint?.id;
+							if (node) tried.add(node);
 							const delay = Math.min(FIRST_DELAY_MS * 2 ** (attempt - 1), MAX_DELAY_MS);
 							const again = neverRan(err, action, broker.nodeID)
 								? Date.now() - start + delay <= waitMs
-								: maybeRan(err, action, broker.nodeID) && reruns++ < MAYBE_RAN_RETRIES && idempotent(broker, action);
+								: maybeRan(err, action) && reruns++ < MAYBE_RAN_RETRIES && idempotent(broker, action);
 							if (!again) throw err;
 							broker.logger.warn(`failover: ${action} again after ${(err as Error).name} (attempt ${attempt + 1})`);
 							await new Promise((r) => setTimeout(r, delay));
+							to = another(broker, action, tried);
 						}
 					}
 				})();

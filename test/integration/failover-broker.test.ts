@@ -152,3 +152,23 @@ test("the callee's meta still comes back to the caller through the failover wrap
 	await settled(gw, 1);
 	expect(await gw.call("probe.go")).toBe("a");
 });
+
+test("an endpoint that keeps timing out is left out by the circuit breaker; its reads are answered by the other node", async () => {
+	const gw = broker("gw", { requestTimeout: 300 });
+	const slow = replica("slow", {}, 2000);
+	const fast = replica("fast");
+	await Promise.all([gw.start(), slow.start(), fast.start()]);
+	await settled(gw, 2);
+	// Round robin sends half to the slow node: each times out, and is answered by the fast one instead.
+	const first = await Promise.all(Array.from({ length: 24 }, () => gw.call("notes.read")));
+	expect(first).toEqual(Array(24).fill("fast"));
+	const slowEndpoint = (gw.registry as any).getActionEndpoints("notes.read").endpoints.find((e: any) => e.id === "slow");
+	expect(slowEndpoint.state).toBe(false);
+	// Open: no call reaches the slow node now (counted once the ones it got have finished).
+	await delay(2100);
+	const sentToSlow = (ran.read ?? []).filter((n) => n === "slow").length;
+	expect(sentToSlow).toBeGreaterThanOrEqual(10);
+	expect(await Promise.all(Array.from({ length: 10 }, () => gw.call("notes.read")))).toEqual(Array(10).fill("fast"));
+	await delay(2100);
+	expect((ran.read ?? []).filter((n) => n === "slow").length).toBe(sentToSlow);
+});

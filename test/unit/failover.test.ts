@@ -73,13 +73,15 @@ describe("which failed calls may run again", () => {
 		expect(neverRan(nested, A, "gw")).toBe(false);
 		expect(neverRan(new Errors.ServiceNotAvailableError({ action: "identity.users.get" }), A, "gw")).toBe(false);
 		expect(neverRan(Object.assign(new (Errors as any).BrokerDisconnectedError(), { nodeID: "b" }), A, "gw")).toBe(false);
-		expect(maybeRan(Object.assign(new Errors.RequestTimeoutError({ action: A, nodeID: "c" }), { nodeID: "b" }), A, "gw")).toBe(false);
+		expect(maybeRan(Object.assign(new Errors.RequestTimeoutError({ action: "identity.users.get", nodeID: "b" }), { nodeID: "b" }), A)).toBe(false);
 	});
 	test("cut off or timed out: may have run", () => {
 		expect(neverRan(new Errors.RequestRejectedError({ action: A, nodeID: "b" }), A, "gw")).toBe(false);
-		expect(maybeRan(new Errors.RequestRejectedError({ action: A, nodeID: "b" }), A, "gw")).toBe(true);
-		expect(maybeRan(new Errors.RequestTimeoutError({ action: A, nodeID: "b" }), A, "gw")).toBe(true);
-		expect(maybeRan(new ApiError(503, "cache unavailable"), A, "gw")).toBe(false);
+		expect(maybeRan(new Errors.RequestRejectedError({ action: A, nodeID: "b" }), A)).toBe(true);
+		expect(maybeRan(new Errors.RequestTimeoutError({ action: A, nodeID: "b" }), A)).toBe(true);
+		// The callee's own distributed timeout, sent back (regenerated with the callee's node id).
+		expect(maybeRan(Object.assign(new Errors.RequestTimeoutError({ action: A, nodeID: "gw" }), { nodeID: "b" }), A)).toBe(true);
+		expect(maybeRan(new ApiError(503, "cache unavailable"), A)).toBe(false);
 		expect(neverRan(new ApiError(503, "cache unavailable"), A, "gw")).toBe(false);
 	});
 	test("idempotent: reads and actions that say so", () => {

@@ -233,6 +233,15 @@ function positive(name: string): number | undefined {
 	return n;
 }
 
+/** A peer must miss at least two heartbeats (each up to 500 ms late by Moleculer's jitter) before it is dropped. */
+function heartbeats(): Pick<PlatformConfig, "heartbeatIntervalMs" | "heartbeatTimeoutMs"> {
+	const heartbeatIntervalMs = millis("HEARTBEAT_INTERVAL_MS", 1000, 1000);
+	const heartbeatTimeoutMs = millis("HEARTBEAT_TIMEOUT_MS", Math.max(3000, 2 * heartbeatIntervalMs + 1000), 1000);
+	if (heartbeatTimeoutMs < 2 * heartbeatIntervalMs + 1000)
+		throw new Error(`HEARTBEAT_TIMEOUT_MS must be at least twice HEARTBEAT_INTERVAL_MS plus 1000 (${2 * heartbeatIntervalMs + 1000}), got ${heartbeatTimeoutMs}`);
+	return { heartbeatIntervalMs, heartbeatTimeoutMs };
+}
+
 /** A duration in whole milliseconds, at least `min`. */
 function millis(name: string, fallback: number, min: number): number {
 	const v = env(name);
@@ -291,8 +300,7 @@ export function readConfig(): PlatformConfig {
 		trustProxy: ["1", "true", "yes"].includes((env("TRUST_PROXY") ?? "").toLowerCase()),
 		logLevel: env("LOG_LEVEL") ?? "info",
 		nodeId: env("NODE_ID"),
-		heartbeatIntervalMs: millis("HEARTBEAT_INTERVAL_MS", 1000, 1000),
-		heartbeatTimeoutMs: millis("HEARTBEAT_TIMEOUT_MS", 3000, 1000),
+		...heartbeats(),
 		requestTimeoutMs: millis("REQUEST_TIMEOUT_MS", 30_000, 100),
 		failoverWaitMs: millis("FAILOVER_WAIT_MS", 5000, 0),
 		namespace: env("NAMESPACE") ?? "platform",

@@ -5,6 +5,7 @@ import path from "path";
 import { spawnSync } from "child_process";
 import { claimNodeId, isIdempotent, maybeRan, neverRan, stableNodeId, transportFailure } from "../../lib/failover";
 import { ApiError, retryAfterSeconds, toErrorBody } from "../../lib/errors";
+import { readConfig } from "../../lib/config";
 
 const base = { services: ["content"], dataDir: "/srv/a", port: 3010, opsPortOffset: 0 };
 
@@ -124,5 +125,35 @@ describe("503/504 bodies name no action and no node", () => {
 		expect(retryAfterSeconds(503, 200)).toBe(1);
 		expect(retryAfterSeconds(500, 3000)).toBeUndefined();
 		expect(retryAfterSeconds(429, 3000)).toBeUndefined();
+	});
+});
+
+describe("failover settings", () => {
+	const keys = ["HEARTBEAT_INTERVAL_MS", "HEARTBEAT_TIMEOUT_MS", "REQUEST_TIMEOUT_MS", "FAILOVER_WAIT_MS"];
+	const saved = Object.fromEntries(keys.map((k) => [k, process.env[k]]));
+	afterEach(() => {
+		for (const k of keys) if (saved[k] === undefined) delete process.env[k];
+		else process.env[k] = saved[k];
+	});
+	const set = (env: Record<string, string>) => {
+		for (const k of keys) delete process.env[k];
+		Object.assign(process.env, env);
+	};
+	test("defaults: heartbeats every second, dropped after 3 s, calls time out after 30 s, wait 5 s for a node", () => {
+		set({});
+		expect(readConfig()).toMatchObject({ heartbeatIntervalMs: 1000, heartbeatTimeoutMs: 3000, requestTimeoutMs: 30_000, failoverWaitMs: 5000 });
+	});
+	test("a longer interval raises the default timeout with it", () => {
+		set({ HEARTBEAT_INTERVAL_MS: "5000" });
+		expect(readConfig()).toMatchObject({ heartbeatIntervalMs: 5000, heartbeatTimeoutMs: 11_000 });
+	});
+	test.each([
+		[{ HEARTBEAT_INTERVAL_MS: "500" }, "HEARTBEAT_INTERVAL_MS must be an integer of milliseconds, at least 1000, got 500"],
+		[{ HEARTBEAT_INTERVAL_MS: "2000", HEARTBEAT_TIMEOUT_MS: "4000" }, "HEARTBEAT_TIMEOUT_MS must be at least twice HEARTBEAT_INTERVAL_MS plus 1000 (5000), got 4000"],
+		[{ REQUEST_TIMEOUT_MS: "1.5" }, "REQUEST_TIMEOUT_MS must be an integer of milliseconds, at least 100, got 1.5"],
+		[{ FAILOVER_WAIT_MS: "-1" }, "FAILOVER_WAIT_MS must be an integer of milliseconds, at least 0, got -1"],
+	])("%j refuses to start", (env, message) => {
+		set(env);
+		expect(() => readConfig()).toThrow(message);
 	});
 });

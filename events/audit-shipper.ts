@@ -101,7 +101,9 @@ export class AuditShipper {
 		const deadline = Date.now() + timeoutMs;
 		while (this.pending && Date.now() < deadline) {
 			this.kick();
-			await Promise.race([this.running, new Promise((r) => setTimeout(r, Math.max(0, deadline - Date.now())))]);
+			let t: NodeJS.Timeout | undefined;
+			await Promise.race([this.running, new Promise((r) => (t = setTimeout(r, Math.max(0, deadline - Date.now()))))]);
+			clearTimeout(t);
 		}
 		this.closed = true;
 		if (this.pending) this.opts.warn(`gateway stopping: ${this.pending} audit entries could not be stored in the event stream`);

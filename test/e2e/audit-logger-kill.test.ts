@@ -9,12 +9,12 @@ import { randomBytes } from "crypto";
 import { readFileSync } from "fs";
 import path from "path";
 import { Client } from "pg";
-import { connect } from "nats";
 import { needServers } from "../helpers/platform";
 import { ALL_DOMAINS, client, crashNode, startNode, stopNode, testDeployment, waitForHttp, type ChildNode } from "../helpers/nodes";
 import { freePort } from "../helpers/ports";
 import { testDatabase, type TestDatabase } from "../helpers/pg";
 import { eventually, sleep } from "../helpers/wait";
+import { dropNatsStreams } from "../helpers/stream";
 
 const pgOnly = needServers(["PostgreSQL", 5432]);
 const withNats = needServers(["PostgreSQL", 5432], ["NATS", 4222]);
@@ -28,14 +28,7 @@ const namespaces: string[] = [];
 afterAll(async () => {
 	await Promise.all(started.map((n) => stopNode(n)));
 	for (const d of databases) await d.drop().catch(() => undefined);
-	if (!namespaces.length) return;
-	const nc = await connect({ servers: "127.0.0.1:4222" });
-	try {
-		const jsm = await nc.jetstreamManager();
-		for await (const name of jsm.streams.names()) if (namespaces.some((ns) => name.startsWith(`${ns}_`))) await jsm.streams.delete(name);
-	} finally {
-		await nc.close();
-	}
+	await dropNatsStreams(namespaces);
 });
 
 function node(name: string, env: Record<string, string>): ChildNode {

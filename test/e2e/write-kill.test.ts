@@ -21,7 +21,7 @@ import { client, crashNode, dropRedisPrefix, startNode, stopNode, testDeployment
 import { freeOpsOffset, freePort } from "../helpers/ports";
 import { testDatabase, type TestDatabase } from "../helpers/pg";
 import { dropNatsStreams } from "../helpers/stream";
-import { eventually, sleep } from "../helpers/wait";
+import { eventually, sleep, waitFor } from "../helpers/wait";
 
 const servers = needServers(["NATS", 4222], ["Redis", 6379], ["PostgreSQL", 5432]);
 
@@ -183,6 +183,7 @@ servers.test("killed between the commit and the reply: the write is not acknowle
 
 servers.test("killed at random points under ~100 writes/s, restarted each time: no acknowledged write or event lost", async () => {
 	const acked: string[] = [];
+	let lastAck = 0;
 	const statuses = new Map<number, number>();
 	let stop = false;
 	const inflight = new Set<Promise<void>>();
@@ -192,7 +193,9 @@ servers.test("killed at random points under ~100 writes/s, restarted each time: 
 			const p = http("POST", "/content/notes", { token, body: { title: `load-${i}` } })
 				.then((r) => {
 					statuses.set(r.status, (statuses.get(r.status) ?? 0) + 1);
-					if (r.status === 200) acked.push(r.body.data.id);
+					if (r.status !== 200) return;
+					acked.push(r.body.data.id);
+					lastAck = Date.now();
 				})
 				.catch(() => void statuses.set(0, (statuses.get(0) ?? 0) + 1))
 				.finally(() => inflight.delete(p));
@@ -200,14 +203,18 @@ servers.test("killed at random points under ~100 writes/s, restarted each time: 
 			await sleep(10);
 		}
 	})();
-	// Three kills at random points of the node's serving time, each followed by a restart; then the load stops.
+	// Three kills at random points while writes are being acknowledged, each followed by a restart.
 	const kills = 3;
 	const t0 = Date.now();
 	for (let k = 0; k < kills; k++) {
-		await sleep(1000 + Math.floor(Math.random() * 2500));
+		const since = Date.now();
+		await waitFor(() => lastAck > since, "writes acknowledged again", 60_000);
+		await sleep(500 + Math.floor(Math.random() * 2500));
 		await killContent();
 		await startContent();
 	}
+	const since = Date.now();
+	await waitFor(() => lastAck > since, "writes acknowledged after the last restart", 60_000);
 	await sleep(1000);
 	stop = true;
 	const seconds = (Date.now() - t0) / 1000;

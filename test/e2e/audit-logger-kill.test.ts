@@ -1,16 +1,17 @@
 /**
  * Request audit survives its logger (issue 14 item 7): a gateway node (the gateway and every domain) under request
  * load, and the logger in a process of its own, SIGKILLed and restarted in the middle. Every request answered
- * gets exactly one audit row (one per unique path; no request id twice). Twice: embedded (EVENT_STREAM=outbox, the
- * spool beside the outbox on a PostgreSQL document store of its own) and over the local NATS JetStream
- * (EVENT_STREAM=nats, a namespace of its own). Skips with a message when PostgreSQL (or NATS) does not answer.
+ * gets exactly one audit row (one per unique path; no request id twice). Three times: embedded
+ * (EVENT_STREAM=outbox, the spool beside the outbox on a PostgreSQL document store of its own), over the local NATS
+ * JetStream (EVENT_STREAM=nats) and on Redis Streams (EVENT_STREAM=redis), each in a namespace of its own. Each
+ * skips with a message when a server it needs (PostgreSQL, NATS, Redis) does not answer.
  */
 import { randomBytes } from "crypto";
 import { readFileSync } from "fs";
 import path from "path";
 import { Client } from "pg";
 import { needServers } from "../helpers/platform";
-import { ALL_DOMAINS, client, crashNode, startNode, stopNode, testDeployment, waitForHttp, type ChildNode } from "../helpers/nodes";
+import { ALL_DOMAINS, client, crashNode, dropRedisPrefix, startNode, stopNode, testDeployment, waitForHttp, type ChildNode } from "../helpers/nodes";
 import { freePort } from "../helpers/ports";
 import { testDatabase, type TestDatabase } from "../helpers/pg";
 import { eventually, sleep } from "../helpers/wait";
@@ -18,16 +19,21 @@ import { dropNatsStreams } from "../helpers/stream";
 
 const pgOnly = needServers(["PostgreSQL", 5432]);
 const withNats = needServers(["PostgreSQL", 5432], ["NATS", 4222]);
+const withRedis = needServers(["PostgreSQL", 5432], ["Redis", 6379]);
+const REDIS_URL = "redis://127.0.0.1:6379";
 
 jest.setTimeout(240_000);
 
 const started: ChildNode[] = [];
 const databases: TestDatabase[] = [];
 const namespaces: string[] = [];
+/** Redis key prefixes of the Redis run: its cache prefix and its streams (`<namespace>.platform.*`). */
+const redisPrefixes: string[] = [];
 
 afterAll(async () => {
 	await Promise.all(started.map((n) => stopNode(n)));
 	for (const d of databases) await d.drop().catch(() => undefined);
+	for (const prefix of redisPrefixes) await dropRedisPrefix(REDIS_URL, prefix);
 	await dropNatsStreams(namespaces);
 });
 
@@ -117,4 +123,10 @@ withNats.test("over NATS JetStream: the logger SIGKILLed and restarted under loa
 	const d = testDeployment();
 	namespaces.push(d.namespace);
 	await scenario({ EVENT_STREAM: "nats", TRANSPORTER: "nats://127.0.0.1:4222", NAMESPACE: d.namespace, STREAM_ACK_WAIT_MS: "2000" });
+});
+
+withRedis.test("over Redis Streams: the logger SIGKILLed and restarted under load; every request audited once", async () => {
+	const d = testDeployment();
+	redisPrefixes.push(d.redisPrefix, `${d.namespace}.`);
+	await scenario({ EVENT_STREAM: "redis", REDIS_URL, REDIS_PREFIX: d.redisPrefix, NAMESPACE: d.namespace, STREAM_ACK_WAIT_MS: "2000" });
 });

@@ -24,6 +24,8 @@ import { dropNatsStreams } from "../helpers/stream";
 import { eventually, sleep, waitFor } from "../helpers/wait";
 
 const servers = needServers(["NATS", 4222], ["Redis", 6379], ["PostgreSQL", 5432]);
+/** Creates per second of the load. */
+const RATE = 100;
 
 jest.setTimeout(400_000);
 
@@ -187,20 +189,26 @@ servers.test("killed at random points under ~100 writes/s, restarted each time: 
 	const statuses = new Map<number, number>();
 	let stop = false;
 	const inflight = new Set<Promise<void>>();
-	// Open loop: one create every 10 ms whatever the answers take (a stalled request does not slow the others).
+	// Open loop at 100 creates/s by the clock, whatever the answers take (a stalled request does not slow the others).
+	const start = Date.now();
+	let sent = 0;
+	const fire = () => {
+		const i = sent++;
+		const p = http("POST", "/content/notes", { token, body: { title: `load-${i}` } })
+			.then((r) => {
+				statuses.set(r.status, (statuses.get(r.status) ?? 0) + 1);
+				if (r.status !== 200) return;
+				acked.push(r.body.data.id);
+				lastAck = Date.now();
+			})
+			.catch(() => void statuses.set(0, (statuses.get(0) ?? 0) + 1))
+			.finally(() => inflight.delete(p));
+		inflight.add(p);
+	};
 	const load = (async () => {
-		for (let i = 0; !stop; i++) {
-			const p = http("POST", "/content/notes", { token, body: { title: `load-${i}` } })
-				.then((r) => {
-					statuses.set(r.status, (statuses.get(r.status) ?? 0) + 1);
-					if (r.status !== 200) return;
-					acked.push(r.body.data.id);
-					lastAck = Date.now();
-				})
-				.catch(() => void statuses.set(0, (statuses.get(0) ?? 0) + 1))
-				.finally(() => inflight.delete(p));
-			inflight.add(p);
-			await sleep(10);
+		while (!stop) {
+			while (sent < ((Date.now() - start) / 1000) * RATE) fire();
+			await sleep(5);
 		}
 	})();
 	// Three kills at random points while writes are being acknowledged, each followed by a restart.
@@ -221,7 +229,8 @@ servers.test("killed at random points under ~100 writes/s, restarted each time: 
 	await load;
 	// Calls sent to a killed instance end at the broker's request timeout (30 s).
 	await Promise.all([...inflight]);
-	console.log(`write-kill under load: ${kills} kills in ${seconds.toFixed(1)} s of load, ${acked.length} acknowledged, answers ${JSON.stringify(Object.fromEntries(statuses))}`);
+	console.log(`write-kill under load: ${kills} kills in ${seconds.toFixed(1)} s of load, ${sent} creates sent, ${acked.length} acknowledged, answers ${JSON.stringify(Object.fromEntries(statuses))}`);
+	expect(sent / seconds).toBeGreaterThan(0.8 * RATE);
 	expect(acked.length).toBeGreaterThan(100);
 	// Answers are 200, or a 5xx / cut connection while the node is down: never a 4xx for a valid create.
 	for (const s of statuses.keys()) expect(s === 200 || s === 0 || s >= 500).toBe(true);

@@ -16,6 +16,7 @@ import { configOf, type PlatformConfig } from "../lib/config";
 import type { AuditRequest } from "../lib/audit";
 import { AUDIT_CHANNEL, channelsStreamFor } from "./channels.stream";
 import { sharedAuditSpool, type AuditBatch } from "./audit-spool";
+import { onPostgres } from "../mixins/stores";
 
 export interface ShipperOptions {
 	/** Coalescing delay after an idle period: the first entry waits this long for company. */
@@ -135,7 +136,11 @@ export function shipperOf(broker: ServiceBroker): AuditShipper | undefined {
 
 /** A gateway's shipper on its node's stream, registered for emitAudit; `stop` sends what is left and releases it. */
 export function startShipper(broker: ServiceBroker, warn: (msg: string) => void): { shipper: AuditShipper; stop(): Promise<void> } {
-	const { sink, release } = auditSink(configOf(broker));
+	const cfg = configOf(broker);
+	// The embedded spool is a file of this process on NeDB: only a logger of this process reads it.
+	if (cfg.eventStream === "outbox" && !cfg.mongoUri && !onPostgres(cfg) && cfg.services && !cfg.services.includes("logger"))
+		warn("EVENT_STREAM=outbox on NeDB without the logger on this node: request audit entries stay in DATA_DIR/_audit_spool.db; run the logger here, share a PostgreSQL or MongoDB store, or use EVENT_STREAM=nats|redis");
+	const { sink, release } = auditSink(cfg);
 	const shipper = new AuditShipper(sink, { ...SHIPPER_DEFAULTS, warn });
 	attachShipper(broker, shipper);
 	return {

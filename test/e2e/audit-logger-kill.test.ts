@@ -11,11 +11,10 @@ import { readFileSync } from "fs";
 import path from "path";
 import { Client } from "pg";
 import { needServers } from "../helpers/platform";
-import { ALL_DOMAINS, client, crashNode, dropRedisPrefix, startNode, stopNode, testDeployment, waitForHttp, type ChildNode } from "../helpers/nodes";
+import { ALL_DOMAINS, client, crashNode, dropNatsStreams, dropRedisPrefix, startNode, stopNode, testDeployment, waitForHttp, type ChildNode } from "../helpers/nodes";
 import { freePort } from "../helpers/ports";
 import { testDatabase, type TestDatabase } from "../helpers/pg";
 import { eventually, sleep } from "../helpers/wait";
-import { dropNatsStreams } from "../helpers/stream";
 
 const pgOnly = needServers(["PostgreSQL", 5432]);
 const withNats = needServers(["PostgreSQL", 5432], ["NATS", 4222]);
@@ -34,7 +33,7 @@ afterAll(async () => {
 	await Promise.all(started.map((n) => stopNode(n)));
 	for (const d of databases) await d.drop().catch(() => undefined);
 	for (const prefix of redisPrefixes) await dropRedisPrefix(REDIS_URL, prefix);
-	await dropNatsStreams(namespaces);
+	for (const ns of namespaces) await dropNatsStreams(ns);
 });
 
 function node(name: string, env: Record<string, string>): ChildNode {

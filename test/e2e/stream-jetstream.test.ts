@@ -14,7 +14,8 @@ import { channelsMiddleware, channelsStreamFor, type ChannelsStream } from "../.
 import { relayService, type Relay } from "../../events/relay";
 import { bootPlatform, needServers, tempDir, type TestPlatform } from "../helpers/platform";
 import { waitFor as waitForBase } from "../helpers/wait";
-import { dropNatsStreams, publishRecords, settle, sorted, testRecord } from "../helpers/stream";
+import { publishRecords, settle, sorted, testRecord } from "../helpers/stream";
+import { dropNatsStreams } from "../helpers/nodes";
 
 /** The servers these tests need: decided when the file loads, so jest reports the tests as skipped without them. */
 const servers = needServers(["NATS", 4222]);
@@ -86,7 +87,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
 	for (const n of nodes) await n.stop().catch(() => undefined);
-	if (up) await dropNatsStreams(namespaces);
+	if (up) for (const ns of namespaces) await dropNatsStreams(ns);
 });
 
 const live = (name: string, fn: () => Promise<void>) =>

@@ -17,10 +17,9 @@ import path from "path";
 import { Client } from "pg";
 import { DOMAINS } from "../../catalog";
 import { needServers } from "../helpers/platform";
-import { client, crashNode, dropRedisPrefix, startNode, stopNode, testDeployment, waitForHttp, type ChildNode } from "../helpers/nodes";
+import { client, crashNode, dropNatsStreams, dropRedisPrefix, startNode, stopNode, testDeployment, waitForHttp, type ChildNode } from "../helpers/nodes";
 import { freeOpsOffset, freePort } from "../helpers/ports";
 import { testDatabase, type TestDatabase } from "../helpers/pg";
-import { dropNatsStreams } from "../helpers/stream";
 import { eventually, sleep, waitFor } from "../helpers/wait";
 
 const servers = needServers(["NATS", 4222], ["Redis", 6379], ["PostgreSQL", 5432]);
@@ -128,7 +127,7 @@ afterAll(async () => {
 	receiver?.close();
 	await db?.drop();
 	if (servers.up) {
-		await dropNatsStreams([deployment.namespace]);
+		await dropNatsStreams(deployment.namespace);
 		await dropRedisPrefix("redis://127.0.0.1:6379", deployment.redisPrefix);
 	}
 });

@@ -2,7 +2,6 @@
 import { embeddedStream } from "../../events/stream";
 import { waitForValue } from "./wait";
 import { randomBytes } from "crypto";
-import { connect } from "nats";
 import type { OutboxRecord } from "../../events/outbox";
 
 let seqBase = Date.now() * 1000;
@@ -35,16 +34,4 @@ export const sorted = (xs: number[]) => [...xs].sort((a, b) => a - b);
 /** Waits until every worker group of an embedded platform has handled every change event written so far. */
 export async function drained(cfg: Parameters<typeof embeddedStream>[0], ms = 15_000): Promise<void> {
 	await waitForValue("the workers to catch up with the change stream", () => embeddedStream(cfg).drained(), ms);
-}
-
-/** Deletes the JetStream streams of these test namespaces (`<namespace>_...`) on the local NATS; never others. */
-export async function dropNatsStreams(namespaces: string[]): Promise<void> {
-	if (!namespaces.length) return;
-	const nc = await connect({ servers: "127.0.0.1:4222" });
-	try {
-		const jsm = await nc.jetstreamManager();
-		for await (const name of jsm.streams.names()) if (namespaces.some((ns) => name.startsWith(`${ns}_`))) await jsm.streams.delete(name);
-	} finally {
-		await nc.close();
-	}
 }

@@ -19,6 +19,7 @@ import { docsAsset, docsHtml, setDocsSecurityHeaders } from "../lib/docs-page";
 import { collectHealth } from "../lib/health";
 import { metricsText, observeHttp } from "../lib/metrics";
 import { emitAudit } from "../lib/audit";
+import { startShipper } from "../events/audit-shipper";
 import { fileMethods } from "./api/files";
 import { isFormRequest, tokenRequestFromForm, withBasicClientAuth } from "../lib/oauth-form";
 import { isPlainObject } from "../lib/validate";
@@ -189,6 +190,8 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 	created(this: any) {
 		const keys = loadKeys(cfg);
 		this.cfg = cfg;
+		// Request audit entries leave through the durable event stream, in batches, off the request path.
+		this.audit = startShipper(this.broker, (msg) => this.logger.warn(msg));
 		/** Open cursor streams per principal on this gateway (see streamCursor). */
 		this.openCursors = new Map<string, number>();
 		this.kv = sharedKeyValue(cfg.redisUrl, cfg.redisPrefix);
@@ -199,6 +202,11 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 			broker: this.broker,
 			trustProxy: cfg.trustProxy,
 		});
+	},
+
+	async stopped(this: any) {
+		// The last entries go to the stream before the node's broker (and its stream) stop.
+		await this.audit?.stop();
 	},
 
 	events: {

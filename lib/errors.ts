@@ -77,3 +77,16 @@ export function toErrorBody(err: unknown): ErrorBody {
 	if (status === 500) message = "internal error";
 	return { statusCode: status, message, error: STATUS_NAMES[status] ?? "Error" };
 }
+
+/** Retry-After of a 503 when its cause names none: long enough for a reconnect or a failover, short enough to retry. */
+export const DEFAULT_RETRY_AFTER_S = 2;
+
+/**
+ * Seconds for Retry-After: a 503 always gets one (the cause's own `data.retryAfter`, e.g. the cache's, else the
+ * default), so a client backs off and comes back instead of giving up; other statuses set theirs where they arise.
+ */
+export function retryAfterOf(err: unknown, statusCode: number): number | undefined {
+	if (statusCode !== 503) return undefined;
+	const s = (err as { data?: { retryAfter?: unknown } })?.data?.retryAfter;
+	return typeof s === "number" && Number.isInteger(s) && s > 0 && s <= 3600 ? s : DEFAULT_RETRY_AFTER_S;
+}

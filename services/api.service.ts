@@ -8,7 +8,7 @@ import type { Context, ServiceSchema } from "moleculer";
 import ApiGateway from "moleculer-web";
 import { Aes } from "../lib/crypto";
 import { loadKeys, readConfig, type PlatformConfig } from "../lib/config";
-import { toErrorBody, ApiError } from "../lib/errors";
+import { toErrorBody, ApiError, retryAfterOf } from "../lib/errors";
 import { sharedKeyValue } from "../lib/kv";
 import { JwtKeys } from "../lib/tokens";
 import { allRoutes, type RouteDef } from "../lib/routes";
@@ -274,6 +274,8 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 			if (body.statusCode >= 500) this.logger.error("request failed", req.method, (req.url ?? "").split("?")[0], err);
 			observeHttp(this.broker, req, body.statusCode);
 			emitAudit(this.broker, req, body.statusCode, undefined, () => callerIp(req, this.cfg.trustProxy));
+			const retryAfter = retryAfterOf(err, body.statusCode);
+			if (retryAfter !== undefined && !res.headersSent) res.setHeader("Retry-After", String(retryAfter));
 			sendJson(res, body.statusCode, body);
 		},
 		sendText(res: Res, status: number, body: string | Buffer, type: string) {

@@ -146,13 +146,16 @@ function traffic(token: string) {
 async function recovery(token: string, rounds = 3): Promise<number> {
 	const started = Date.now();
 	let ok = 0;
+	let last = "";
 	while (ok < rounds) {
-		if (Date.now() - started > RECOVERY_BOUND_MS) throw new Error(`not serving normally ${RECOVERY_BOUND_MS} ms after the server came back`);
+		if (Date.now() - started > RECOVERY_BOUND_MS)
+			throw new Error(`not serving normally ${RECOVERY_BOUND_MS} ms after the server came back; last answers: ${last}\n${nodes.map((n) => `--- ${n.name}:\n${n.output().slice(-3000)}`).join("\n")}`);
 		const l = await gw("POST", "/auth/token", { body: { grant_type: "password", client_id: root.client_id, username: root.username, password: root.password } });
 		const v = l.status === 200 ? await gw("GET", "/auth/verify", { token: l.body.data.access_token }) : l;
 		const c = await gw("POST", "/content/notes", { token, body: { title: "after" } });
 		const g = await gw("GET", "/content/notes", { token });
 		ok = [l, v, c, g].every((r) => r.status === 200) ? ok + 1 : 0;
+		last = [l, v, c, g].map((r) => `${r.status} ${r.text.slice(0, 200)}`).join(" | ");
 		if (!ok) await sleep(200);
 	}
 	return Date.now() - started;

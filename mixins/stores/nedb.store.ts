@@ -117,7 +117,7 @@ const COMPACT_EVERY_MS = 10 * 60 * 1000;
  * (1 + COMPACT_FACTOR) × the live data; each rewrite costs the live data once, i.e. 1/COMPACT_FACTOR per line appended.
  */
 export const COMPACT_FACTOR = 4;
-export const COMPACT_MIN_LINES = 1000;
+export const COMPACT_MIN_LINES = 100;
 
 export class NedbStore implements DocumentStore {
 	readonly kind = "nedb" as const;

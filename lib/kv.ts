@@ -10,7 +10,7 @@ import { ApiError } from "./errors";
 export const CACHE_RETRY_AFTER_S = 2;
 
 /**
- * The cache could not answer (Redis down, unreachable, loading, or slower than REDIS_COMMAND_TIMEOUT_MS). A 503
+ * The cache could not answer (Redis down, unreachable, loading, or silent for 2 s). A 503
  * for the client, with Retry-After; callers that can decide without the cache catch it (see `isCacheUnavailable`).
  * Its name and data cross the transporter, so the gateway maps it whichever node raised it.
  */
@@ -37,14 +37,15 @@ function unavailable(err: unknown): never {
 /**
  * Fail fast while Redis is away, reconnect by itself: a command waits at most `commandTimeout` (also while queued
  * during a reconnect) and is dropped after one failed reconnect, instead of the 20 attempts of ioredis's default;
- * reconnects go on forever, 100 ms apart growing to 1 s.
+ * reconnects go on forever, 100 ms apart growing to 1 s. The timeout leaves room for an event loop that was busy
+ * (its timers run before the reply that arrived meanwhile is read): 2 s, not the few ms Redis needs.
  */
 export const REDIS_OPTIONS = {
 	lazyConnect: false,
 	enableOfflineQueue: true,
 	maxRetriesPerRequest: 1,
 	connectTimeout: 2000,
-	commandTimeout: 1000,
+	commandTimeout: 2000,
 	retryStrategy: (times: number) => Math.min(100 * times, 1000),
 } as const;
 

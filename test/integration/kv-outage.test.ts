@@ -53,8 +53,8 @@ test("every call fails fast with CacheUnavailableError while Redis is down, and 
 		const { err, ms } = await failure(call());
 		expect([name, err]).toEqual([name, expect.any(CacheUnavailableError)]);
 		expect(isCacheUnavailable(err)).toBe(true);
-		// One failed reconnect (≤ 1 s apart) or the command timeout (1 s), not ioredis's 20 retries.
-		expect(ms).toBeLessThan(2500);
+		// One failed reconnect (≤ 1 s apart) or the command timeout (2 s), not ioredis's 20 retries.
+		expect(ms).toBeLessThan(3000);
 		expect(toErrorBody(err)).toEqual({ statusCode: 503, message: "service unavailable", error: "Service Unavailable" });
 		expect(retryAfterOf(err, 503)).toBe(2);
 	}
@@ -66,13 +66,13 @@ test("every call fails fast with CacheUnavailableError while Redis is down, and 
 	expect(await kv.incr("n", 10_000)).toBe(1);
 });
 
-test("a server that stops answering (SIGSTOP) times out a call after 1 s instead of hanging", async () => {
+test("a server that stops answering (SIGSTOP) times out a call after 2 s instead of hanging", async () => {
 	redis.pause!();
 	try {
 		const { err, ms } = await failure(kv.get("k"));
 		expect(err).toBeInstanceOf(CacheUnavailableError);
-		expect(ms).toBeGreaterThanOrEqual(900);
-		expect(ms).toBeLessThan(2000);
+		expect(ms).toBeGreaterThanOrEqual(1900);
+		expect(ms).toBeLessThan(3500);
 	} finally {
 		redis.resume!();
 	}

@@ -1,6 +1,7 @@
 /** `npm start`: the whole platform in one process on PORT with the embedded stores (or a SERVICES subset). */
 import { startPlatform, type Platform } from "./platform";
 import { startRepl } from "./lib/repl";
+import { StartupError } from "./lib/config";
 
 async function main() {
 	let platform: Platform | undefined;
@@ -34,6 +35,6 @@ async function main() {
 }
 
 main().catch((err) => {
-	console.error(err);
+	console.error(err instanceof StartupError ? `cannot start: ${err.message}` : err);
 	process.exit(1);
 });

@@ -1,6 +1,10 @@
-/** In-process micro-benchmarks: the cost of authenticating a request (JWT, APT) and of one grant decision. */
+/**
+ * In-process micro-benchmarks: the cost of authenticating a request (JWT, APT), of verifying a password and of one
+ * grant decision.
+ */
+import { performance } from "perf_hooks";
 import { ServiceBroker } from "moleculer";
-import { Aes } from "../lib/crypto";
+import { Aes, hashSecret, verifySecret } from "../lib/crypto";
 import { GrantIndex, type Grant } from "../lib/grants";
 import { MemoryKeyValue } from "../lib/kv";
 import { JwtKeys } from "../lib/tokens";
@@ -40,6 +44,7 @@ export async function micro(): Promise<Array<{ name: string; us: number; note?: 
 	rows.push({ name: "authenticate a request: JWT (verified-token cache, blacklist check)", us: await timeAsync(50_000, () => a.authenticate(req(token))) });
 	rows.push({ name: "authenticate a request: APT (local record cache, blacklist check)", us: await timeAsync(50_000, () => a.authenticate(req(`APT-${suffix}`))) });
 	rows.push({ name: "APT record decrypt (AES-256-GCM, cache miss path)", us: time(20_000, () => aes.decrypt(aes.encrypt(JSON.stringify(claims)))), note: "encrypt + decrypt" });
+	rows.push(await passwordRow());
 	for (const n of [10, 10_000]) {
 		const grants: Grant[] = Array.from({ length: n }, (_, i) => ({ subject: `user${i}@root.local`, action: "read", object: `content:notes` }));
 		grants.push({ subject: "me@root.local", action: "write", object: "content:*", filter: ['{"owner":"{{token.uid}}"}'], field: ["title", "content"] });
@@ -52,4 +57,17 @@ export async function micro(): Promise<Array<{ name: string; us: number; note?: 
 	await kv.close();
 	await broker.stop();
 	return rows;
+}
+
+/** One password verification on the hash workers: its wall time, and how much of it the event loop was busy. */
+async function passwordRow(): Promise<{ name: string; us: number; note: string }> {
+	const hash = await hashSecret("bench-password");
+	await verifySecret("bench-password", hash);
+	const n = 10;
+	const elu = performance.eventLoopUtilization();
+	const t = process.hrtime.bigint();
+	for (let i = 0; i < n; i++) await verifySecret("bench-password", hash);
+	const us = Number(process.hrtime.bigint() - t) / 1000 / n;
+	const busy = (performance.eventLoopUtilization(elu).active * 1000) / n;
+	return { name: "verify a password, bcrypt cost 10, on the hash workers (one at a time)", us, note: `event loop busy ${busy.toFixed(0)} µs of it` };
 }

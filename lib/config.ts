@@ -1,6 +1,6 @@
 /** Every environment setting of the platform, read once. README.md lists them. */
 import { randomBytes } from "crypto";
-import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "fs";
+import { accessSync, chmodSync, constants, existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "fs";
 import path from "path";
 
 export interface PlatformConfig {
@@ -348,7 +348,7 @@ export function ensurePrivateDir(dir: string, keepSearch = false): string {
  * every file 0600 and every sub-directory 0700, except the embedded PostgreSQL's data directory (initdb's own 0700).
  */
 export function privateDataDir(dir: string): void {
-	ensurePrivateDir(dir, true);
+	writableDataDir(dir);
 	const walk = (d: string, depth: number) => {
 		for (const e of readdirSync(d, { withFileTypes: true })) {
 			const p = path.join(d, e.name);
@@ -364,6 +364,27 @@ export function privateDataDir(dir: string): void {
 		}
 	};
 	walk(dir, 0);
+}
+
+/** A setting this node cannot start with: start.ts prints its message alone (what to change), without a stack trace. */
+export class StartupError extends Error {}
+
+/**
+ * DATA_DIR created (0700) or found, and writable by this user; otherwise a StartupError saying what to do. The case
+ * this guards: an image run as an unprivileged user over a root-owned app directory, without a volume for DATA_DIR.
+ */
+function writableDataDir(dir: string): void {
+	try {
+		ensurePrivateDir(dir, true);
+		accessSync(dir, constants.W_OK | constants.X_OK);
+	} catch (err) {
+		const e = err as NodeJS.ErrnoException;
+		const who = typeof process.getuid === "function" ? ` (uid ${process.getuid()})` : "";
+		throw new StartupError(
+			`DATA_DIR ${dir} cannot be created or written by this user${who}: ${e.code ?? e.message}. ` +
+				`Set DATA_DIR to a directory this user may write (in the image: the volume at /data), or give this user that directory`,
+		);
+	}
 }
 
 /** A JSON file readable by its owner only (bootstrap values, generated keys). */

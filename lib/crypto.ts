@@ -3,7 +3,7 @@
  * that clients send (x-api-key, TOTP secret), bcrypt secrets, digests, tokens and ObjectIds.
  */
 import { createCipheriv, createDecipheriv, createHash, hkdfSync, randomBytes, timingSafeEqual } from "crypto";
-import bcrypt from "bcryptjs";
+import { hashWorkers } from "./hash-workers";
 
 const IV_BYTES = 12;
 const TAG_BYTES = 16;
@@ -87,17 +87,28 @@ export function encryptEnvelope(aes: Aes, plain: string): string {
 	return Buffer.from(aes.encrypt(plain), "utf8").toString("base64");
 }
 
-const BCRYPT_COST = 10;
+/** bcrypt cost of passwords and client secrets (docs/security.md, "Password hashing"). */
+export const BCRYPT_COST = 10;
 
+/** bcrypt at BCRYPT_COST, computed on the hash workers (lib/hash-workers.ts), off the event loop. */
 export function hashSecret(plain: string): Promise<string> {
-	return bcrypt.hash(plain, BCRYPT_COST);
+	return hashWorkers().hash(plain, BCRYPT_COST);
+}
+
+/**
+ * A hash made with weaker parameters than today's (a lower bcrypt cost, e.g. imported or made before a cost raise):
+ * its holder's next successful login stores a new one (lib/rehash.ts).
+ */
+export function needsRehash(hash: string): boolean {
+	const m = /^\$2[aby]?\$(\d\d)\$/.exec(hash);
+	return !!m && Number(m[1]) < BCRYPT_COST;
 }
 
 /** false on mismatch and on any malformed input; never throws (a bad stored hash must not 500). */
 export async function verifySecret(plain: string, hash: string): Promise<boolean> {
 	if (typeof plain !== "string" || typeof hash !== "string") return false;
 	try {
-		return await bcrypt.compare(plain, hash);
+		return await hashWorkers().compare(plain, hash);
 	} catch {
 		return false;
 	}

@@ -7,6 +7,7 @@ import { domain, GRANT_TYPES } from "../catalog/domains/domain";
 import { collectionMixin, platformDoc, type Ctx } from "../mixins/collection.mixin";
 import type { StoredDoc } from "../mixins/stores";
 import { hashSecret, randomToken, verifySecret } from "../lib/crypto";
+import { rehashIfWeak } from "../lib/rehash";
 import { AUTHORITY_CHANGED } from "../middlewares/grant-cache";
 import { badRequest, conflict, forbidden } from "../lib/errors";
 import { scopeSatisfies } from "../lib/scopes";
@@ -119,7 +120,10 @@ const DomainService: ServiceSchema = {
 				if (typeof id !== "string" || !/^[0-9a-f]{24}$/i.test(id)) return null;
 				const c = await this.collectionStore("clients").findOne({ id: id.toLowerCase(), deleted_at: null });
 				if (!c || c.status === "INACTIVE") return null;
-				if (secret !== undefined && !(typeof secret === "string" && (await verifySecret(secret, c.secret as string)))) return null;
+				if (secret !== undefined) {
+					if (!(typeof secret === "string" && (await verifySecret(secret, c.secret as string)))) return null;
+					await rehashIfWeak(this.collectionStore("clients"), c._id, "secret", secret, c.secret as string);
+				}
 				return info(c);
 			},
 		},

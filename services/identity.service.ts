@@ -7,6 +7,7 @@ import { identity } from "../catalog/domains/identity";
 import { collectionMixin, platformDoc, type Ctx } from "../mixins/collection.mixin";
 import type { StoredDoc } from "../mixins/stores";
 import { hashSecret, randomToken, verifySecret } from "../lib/crypto";
+import { rehashIfWeak } from "../lib/rehash";
 import { badRequest, conflict } from "../lib/errors";
 import { configOf } from "../lib/config";
 import { sharedKeyValue, type KeyValue } from "../lib/kv";
@@ -153,7 +154,9 @@ const IdentityService: ServiceSchema = {
 				}
 				// Hash anyway when unknown, so timing does not tell which logins exist.
 				const ok = await verifySecret(password, (user?.password as string) ?? (await this.dummyHash));
-				return user && ok && user.status !== "INACTIVE" ? publicUser(user) : null;
+				if (!user || !ok || user.status === "INACTIVE") return null;
+				await rehashIfWeak(this.collectionStore("users"), user._id, "password", password, user.password as string);
+				return publicUser(user);
 			},
 		},
 		/**

@@ -28,7 +28,7 @@ import { DOMAINS } from "../../catalog";
 import { WORKER_PORTS } from "../../workers";
 import { webhookId } from "../../workers/dispatcher/signature";
 import { needServers } from "../helpers/platform";
-import { ALL_DOMAINS, client, crashNode, dropRedisPrefix, startNode, stopNode, testDeployment, waitForHttp, type ChildNode } from "../helpers/nodes";
+import { ALL_DOMAINS, client, crashNode, dropNatsStreams, dropRedisPrefix, startNode, stopNode, testDeployment, waitForHttp, type ChildNode } from "../helpers/nodes";
 import { DOMAIN_SPEC_PORTS, freeOpsOffset, freePort } from "../helpers/ports";
 import { sleep } from "../helpers/wait";
 
@@ -255,18 +255,7 @@ afterAll(async () => {
 	// Each step on its own: one failing leaves the others done.
 	const step = (what: string, p: Promise<unknown>) => p.catch((err) => console.warn(`cleanup: ${what} failed: ${(err as Error).message}`));
 	await step(`drop schema ${SCHEMA}`, admin!.query(`drop schema if exists ${SCHEMA} cascade`).finally(() => admin!.end()));
-	await step(
-		"delete the JetStream streams",
-		(async () => {
-			const nc = await connect({ servers: "127.0.0.1:4222" });
-			try {
-				const jsm = await nc.jetstreamManager();
-				for await (const name of jsm.streams.names()) if (name.startsWith(`${deployment.namespace}_`)) await jsm.streams.delete(name);
-			} finally {
-				await nc.close();
-			}
-		})(),
-	);
+	await step("delete the JetStream streams", dropNatsStreams(deployment.namespace));
 	await step("delete the Redis keys", dropRedisPrefix(REDIS, deployment.redisPrefix));
 }, 20_000);
 

@@ -9,6 +9,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "fs";
 import os from "os";
 import path from "path";
 import Redis from "ioredis";
+import { connect } from "nats";
 import { DOMAINS } from "../../catalog";
 import type { HttpResult } from "./platform";
 
@@ -51,13 +52,26 @@ const OWN_SETTINGS = [
 	"STREAM_MAX_RETRIES", "RELAY_SETTLE_MS",
 ];
 
-export function startNode(name: string, env: Record<string, string>): ChildNode {
+/**
+ * How the image starts a node (Dockerfile CMD: `node --import tsx start.ts`) from the app directory `cwd`, as the
+ * unprivileged `uid`/`gid`; without it, `tsx start.ts` in this checkout as the test's own user.
+ */
+export interface AsImage {
+	cwd: string;
+	uid: number;
+	gid: number;
+}
+
+export function startNode(name: string, env: Record<string, string>, image?: AsImage): ChildNode {
 	// A DATA_DIR given by the caller is used as is, and left for the caller to remove.
 	const dataDir = env.DATA_DIR ?? mkdtempSync(path.join(os.tmpdir(), `node-${name}-`));
 	const base: NodeJS.ProcessEnv = { ...process.env };
 	for (const k of OWN_SETTINGS) delete base[k];
-	const child = spawn(TSX, ["start.ts"], {
-		cwd: ROOT,
+	const [cmd, args] = image ? [process.execPath, ["--import", "tsx", "start.ts"]] : [TSX, ["start.ts"]];
+	const child = spawn(cmd, args, {
+		cwd: image?.cwd ?? ROOT,
+		uid: image?.uid,
+		gid: image?.gid,
 		env: { ...base, HOST: "127.0.0.1", LOG_LEVEL: "warn", DATA_DIR: dataDir, NODE_ID: `${name}-${randomBytes(3).toString("hex")}`, ...env },
 		stdio: ["ignore", "pipe", "pipe"],
 		detached: true,
@@ -184,5 +198,16 @@ export async function dropRedisPrefix(url: string, prefix: string): Promise<void
 		} while (cursor !== "0");
 	} finally {
 		raw.disconnect();
+	}
+}
+
+/** Deletes the JetStream streams of a test deployment's namespace (`<namespace>_...`) on the local NATS. */
+export async function dropNatsStreams(namespace: string, url = "127.0.0.1:4222"): Promise<void> {
+	const nc = await connect({ servers: url });
+	try {
+		const jsm = await nc.jetstreamManager();
+		for await (const name of jsm.streams.names()) if (name.startsWith(`${namespace}_`)) await jsm.streams.delete(name);
+	} finally {
+		await nc.close();
 	}
 }

@@ -50,6 +50,27 @@ function killAndWait(child: ChildProcess | undefined): Promise<void> {
 	return gone;
 }
 
+const REDIS_BIN = "redis-server";
+const NATS_BIN = "/usr/sbin/nats-server";
+
+function onPath(bin: string): boolean {
+	if (bin.includes("/")) return existsSync(bin);
+	return (process.env.PATH ?? "").split(":").some((d) => d && existsSync(path.join(d, bin)));
+}
+
+/**
+ * Whether the binaries of the servers these helpers run are installed: like needServers, a test skips with a message
+ * when one is missing, and fails under REQUIRE_SERVERS=1.
+ */
+export function needServerBinaries(): { up: boolean; test: jest.It } {
+	const missing = [REDIS_BIN, NATS_BIN].filter((b) => !onPath(b));
+	if (!missing.length) return { up: true, test };
+	const msg = `${missing.join(", ")} not installed`;
+	if (process.env.REQUIRE_SERVERS === "1") throw new Error(`${msg} (REQUIRE_SERVERS=1)`);
+	console.warn(`SKIPPED: ${msg}; its tests are reported as skipped`);
+	return { up: false, test: test.skip };
+}
+
 /** A server run as a plain child process (Redis, NATS): `args` for the port it keeps across restarts. */
 async function processServer(name: string, scheme: string, bin: string, args: (port: number) => string[], dir?: string): Promise<OwnServer> {
 	const port = await freePort();
@@ -87,13 +108,13 @@ async function processServer(name: string, scheme: string, bin: string, args: (p
 
 /** redis-server without persistence: a restart comes back empty, the harder case for the cache's users. */
 export function ownRedis(): Promise<OwnServer> {
-	return processServer("Redis", "redis", "redis-server", (p) => ["--port", String(p), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]);
+	return processServer("Redis", "redis", REDIS_BIN, (p) => ["--port", String(p), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]);
 }
 
 /** nats-server with JetStream in a store directory of its own, kept across restarts (streams and consumers survive). */
 export function ownNats(): Promise<OwnServer> {
 	const dir = mkdtempSync(path.join(os.tmpdir(), "own-nats-"));
-	return processServer("NATS", "nats", "/usr/sbin/nats-server", (p) => ["-a", "127.0.0.1", "-p", String(p), "-js", "-sd", dir], dir);
+	return processServer("NATS", "nats", NATS_BIN, (p) => ["-a", "127.0.0.1", "-p", String(p), "-js", "-sd", dir], dir);
 }
 
 /**

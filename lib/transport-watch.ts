@@ -16,6 +16,8 @@ const POLL_MS = 200;
  * to a node not yet subscribed is dropped by NATS and would wait out requestTimeout. 503 a little longer instead.
  */
 const RECONNECT_SETTLE_MS = 2500;
+/** While down, calls to other nodes made meanwhile are failed this often. */
+const SWEEP_MS = 100;
 
 export function transportUnavailable(): ApiError {
 	const err = new ApiError(503, "service unavailable");
@@ -25,12 +27,13 @@ export function transportUnavailable(): ApiError {
 
 type NatsStatus = { type: string };
 type NatsLike = { status(): AsyncIterable<NatsStatus>; isClosed?(): boolean };
-type TransitLike = { tx?: { client?: unknown }; pendingRequests?: Map<string, { nodeID?: string; reject(err: Error): void }> };
+type TransitLike = { connected?: boolean; tx?: { client?: unknown }; pendingRequests?: Map<string, { nodeID?: string; reject(err: Error): void }> };
 
 export class TransportWatch {
 	private up = true;
 	private stopped = false;
 	private settle?: NodeJS.Timeout;
+	private sweeper?: NodeJS.Timeout;
 
 	constructor(private readonly broker: ServiceBroker) {}
 
@@ -51,25 +54,37 @@ export class TransportWatch {
 	stop(): void {
 		this.stopped = true;
 		clearTimeout(this.settle);
+		clearInterval(this.sweeper);
 	}
 
 	private async follow(): Promise<void> {
 		const transit = this.broker.transit as unknown as TransitLike;
 		let client: NatsLike | undefined;
-		while (!this.stopped && !(client = natsClient(transit))) await new Promise((r) => setTimeout(r, POLL_MS).unref());
+		// The client exists once the transporter connected; connected without one: another transporter, not watched.
+		while (!this.stopped && !(client = natsClient(transit)) && !transit.connected) await new Promise((r) => setTimeout(r, POLL_MS).unref());
 		if (!client || this.stopped) return;
 		for await (const s of client.status()) {
 			if (this.stopped) return;
 			if (s.type === "disconnect") {
 				clearTimeout(this.settle);
 				this.up = false;
+				// Also the calls made after this moment by requests that had passed the gate (authentication's own
+				// calls): nats.js would buffer them and its reconnect may not deliver them.
 				this.rejectInFlight(transit);
+				this.sweeper ??= setInterval(() => this.rejectInFlight(transit), SWEEP_MS);
+				this.sweeper.unref();
 			} else if (s.type === "reconnect") {
 				clearTimeout(this.settle);
-				this.settle = setTimeout(() => (this.up = true), RECONNECT_SETTLE_MS);
+				this.settle = setTimeout(() => this.back(), RECONNECT_SETTLE_MS);
 				this.settle.unref();
 			}
 		}
+	}
+
+	private back(): void {
+		this.up = true;
+		clearInterval(this.sweeper);
+		this.sweeper = undefined;
 	}
 
 	private rejectInFlight(transit: TransitLike): void {

@@ -74,6 +74,40 @@ export function toErrorBody(err: unknown): ErrorBody {
 		status = 504;
 		message = "request timed out";
 	}
+	// A dependency that is away (PostgreSQL restarting, a connection cut): the request may succeed later.
+	if (status === 500 && isDependencyOutage(err)) {
+		status = 503;
+		message = "service unavailable";
+	}
 	if (status === 500) message = "internal error";
 	return { statusCode: status, message, error: STATUS_NAMES[status] ?? "Error" };
+}
+
+/**
+ * PostgreSQL's SQLSTATEs of a server that cannot serve now: connection exceptions (08), shutdown or start-up (57P01-03),
+ * no free connection slot (53300); and the socket errors of a server that is gone. Recognised by code and message,
+ * which survive the transporter, so a store failure on a domain node maps here, at the gateway.
+ */
+const OUTAGE_SQLSTATE = /^(08...|57P0[123]|53300)$/;
+const OUTAGE_ERRNO = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE", "EHOSTUNREACH", "ENETUNREACH"]);
+/** node-postgres's own messages for a connection that died or never came (they carry no code). */
+const OUTAGE_MESSAGE = /^(Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error|Query read timeout)/;
+
+export function isDependencyOutage(err: unknown): boolean {
+	const e = err as { code?: unknown; message?: unknown };
+	if (typeof e?.code === "string" && (OUTAGE_SQLSTATE.test(e.code) || OUTAGE_ERRNO.has(e.code))) return true;
+	return typeof e?.message === "string" && OUTAGE_MESSAGE.test(e.message);
+}
+
+/** Retry-After of a 503 when its cause names none: long enough for a reconnect or a failover, short enough to retry. */
+export const DEFAULT_RETRY_AFTER_S = 2;
+
+/**
+ * Seconds for Retry-After: a 503 always gets one (the cause's own `data.retryAfter`, e.g. the cache's, else the
+ * default), so a client backs off and comes back instead of giving up; other statuses set theirs where they arise.
+ */
+export function retryAfterOf(err: unknown, statusCode: number): number | undefined {
+	if (statusCode !== 503) return undefined;
+	const s = (err as { data?: { retryAfter?: unknown } })?.data?.retryAfter;
+	return typeof s === "number" && Number.isInteger(s) && s > 0 && s <= 3600 ? s : DEFAULT_RETRY_AFTER_S;
 }

@@ -1,7 +1,8 @@
 /**
  * The production change stream (EVENT_STREAM=nats|redis): @moleculer/channels with its NATS JetStream or Redis
  * Streams adapter, on the channel `<namespace>.platform.changes`, fed by the relay (events/relay.ts) with the
- * outbox records in seq order.
+ * outbox records in seq order. A second channel, `<namespace>.platform.audit`, carries the gateways' request audit
+ * entries in batches (events/audit-shipper.ts) to the logger, with the same limits and the same contract.
  *
  * Wiring. The channels middleware is added to the broker (moleculer.config.ts) only when EVENT_STREAM is not
  * `outbox`; this class wraps it, keeps its adapter (`broker.channelAdapter`) and registers consumer groups
@@ -44,6 +45,8 @@ import type { OutboxRecord } from "./outbox";
 import type { ChangeHandler, ChangeStream, ConsumeOptions, Consumer } from "./stream";
 
 export const CHANGES_CHANNEL = "platform.changes";
+/** Request audit entries, in batches (events/audit-shipper.ts); the logger is its one consumer group. */
+export const AUDIT_CHANNEL = "platform.audit";
 
 export interface ChannelsStreamOptions {
 	kind: "nats" | "redis";
@@ -93,9 +96,14 @@ function retryDelay(delivery: number): number {
 	return Math.min(30_000, 250 * 2 ** Math.max(0, delivery - 1));
 }
 
+/** A consumer of any channel of the stream: one delivered message, acknowledged once it resolves. */
+export type MessageHandler<T> = (msg: T) => Promise<void>;
+
 interface Subscription {
+	/** Channel before the namespace prefix (the changes, or the audit entries). */
+	channel: string;
 	group: string;
-	handler: ChangeHandler;
+	handler: MessageHandler<any>;
 	maxInFlight: number;
 	position: number;
 	stopped: boolean;
@@ -121,12 +129,20 @@ export class ChannelsStream implements ChangeStream {
 
 	/** The channel as published and consumed (`<namespace>.platform.changes`); known once a broker is attached. */
 	get subject(): string {
-		return this.adapter ? this.adapter.addPrefixTopic(this.opts.channel) : this.opts.channel;
+		return this.subjectOf(this.opts.channel);
 	}
 
 	/** The NATS stream holding the channel (the adapter's naming: dots become underscores). */
 	get streamName(): string {
-		return this.subject.split(".").join("_");
+		return this.streamNameOf(this.opts.channel);
+	}
+
+	private subjectOf(channel: string): string {
+		return this.adapter ? this.adapter.addPrefixTopic(channel) : channel;
+	}
+
+	private streamNameOf(channel: string): string {
+		return this.subjectOf(channel).split(".").join("_");
 	}
 
 	/** The channels middleware for the broker this stream runs on (moleculer.config.ts adds it). */
@@ -194,7 +210,7 @@ export class ChannelsStream implements ChangeStream {
 	}
 
 	private async onConnected(): Promise<void> {
-		if (this.kind === "nats") await this.ensureStream();
+		if (this.kind === "nats") for (const channel of [this.opts.channel, AUDIT_CHANNEL]) await this.ensureStream(channel);
 		this.connected = true;
 		for (const w of this.readyWaiters.splice(0)) w();
 		// Groups asked for before the adapter connected (the workers' `started` hooks run before the middleware's).
@@ -216,21 +232,35 @@ export class ChannelsStream implements ChangeStream {
 	 * The stream with its limits, before anything is published or consumed: the relay's first events must not find
 	 * no stream, and a stream created earlier without limits gets them.
 	 */
-	private async ensureStream(): Promise<void> {
+	private async ensureStream(channel: string): Promise<void> {
 		const jsm = this.adapter.manager;
-		const config = { name: this.streamName, subjects: [this.subject], ...this.streamLimits() };
+		const name = this.streamNameOf(channel);
+		const config = { name, subjects: [this.subjectOf(channel)], ...this.streamLimits() };
 		try {
 			await jsm.streams.add(config);
 		} catch {
-			const info = await jsm.streams.info(this.streamName);
-			await jsm.streams.update(this.streamName, { ...info.config, ...this.streamLimits() });
+			const info = await jsm.streams.info(name);
+			await jsm.streams.update(name, { ...info.config, ...this.streamLimits() });
 		}
 	}
 
-	async consume(group: string, handler: ChangeHandler, opts: ConsumeOptions = {}): Promise<Consumer> {
+	consume(group: string, handler: ChangeHandler, opts: ConsumeOptions = {}): Promise<Consumer> {
+		return this.consumeChannel(this.opts.channel, group, handler, opts);
+	}
+
+	/** A consumer group on another channel of the stream (the audit entries), with the same contract as `consume`. */
+	async consumeChannel<T>(channel: string, group: string, handler: MessageHandler<T>, opts: ConsumeOptions = {}): Promise<Consumer> {
 		if (!this.broker || !this.adapter)
 			throw new Error(`EVENT_STREAM=${this.kind}: the stream is not attached to a broker (the channels middleware of moleculer.config.ts)`);
-		const sub: Subscription = { group, handler, maxInFlight: Math.max(1, Math.round(opts.maxInFlight ?? this.opts.maxInFlight)), position: 0, stopped: false, wakers: new Set() };
+		const sub: Subscription = {
+			channel,
+			group,
+			handler,
+			maxInFlight: Math.max(1, Math.round(opts.maxInFlight ?? this.opts.maxInFlight)),
+			position: 0,
+			stopped: false,
+			wakers: new Set(),
+		};
 		this.subs.add(sub);
 		if (this.connected) await this.startSubscription(sub);
 		return { position: () => sub.position, stop: () => this.stopSubscription(sub) };
@@ -263,13 +293,13 @@ export class ChannelsStream implements ChangeStream {
 		// A fresh channel object and id per attempt: a failed attempt leaves its id registered in the adapter.
 		const chan: any = {
 			id: a.addPrefixTopic(`${this.broker!.nodeID}.${sub.group}.${++this.counter}`),
-			name: this.subject,
+			name: this.subjectOf(sub.channel),
 			group: sub.group,
 			context: false,
 			unsubscribing: false,
 			maxInFlight: sub.maxInFlight,
 			maxRetries: this.opts.maxRetries,
-			deadLettering: { enabled: this.opts.deadLetter, queueName: `${this.opts.channel}.failed` },
+			deadLettering: { enabled: this.opts.deadLetter, queueName: `${sub.channel}.failed` },
 			nats: {
 				streamConfig: this.streamLimits(),
 				consumerOptions: { config: { deliver_policy: "all", ack_policy: "explicit", ack_wait: nanos(this.opts.ackWaitMs), max_ack_pending: sub.maxInFlight } },
@@ -289,22 +319,23 @@ export class ChannelsStream implements ChangeStream {
 	private async alignGroup(sub: Subscription): Promise<void> {
 		const jsm = this.adapter.manager;
 		const durable = sub.group.split(".").join("_");
+		const stream = this.streamNameOf(sub.channel);
 		let info: any;
 		try {
-			info = await jsm.consumers.info(this.streamName, durable);
+			info = await jsm.consumers.info(stream, durable);
 		} catch (err) {
 			if (/not found|404/i.test(String((err as any)?.code ?? "") + (err as Error).message)) return;
 			throw err;
 		}
 		const want = { ack_wait: nanos(this.opts.ackWaitMs), max_ack_pending: sub.maxInFlight };
 		if (info.config.ack_wait !== want.ack_wait || info.config.max_ack_pending !== want.max_ack_pending)
-			await jsm.consumers.update(this.streamName, durable, want);
+			await jsm.consumers.update(stream, durable, want);
 		if (info.config.deliver_policy !== "all")
 			this.logger?.warn(`event stream: group ${sub.group} was created with deliver_policy ${info.config.deliver_policy}, not all`);
 	}
 
 	private handlerOf(sub: Subscription) {
-		return async (rec: OutboxRecord, raw: any) => {
+		return async (rec: any, raw: any) => {
 			let beat: NodeJS.Timeout | undefined;
 			if (this.kind === "nats" && typeof raw?.working === "function") {
 				beat = setInterval(() => {
@@ -317,9 +348,9 @@ export class ChannelsStream implements ChangeStream {
 			}
 			try {
 				await sub.handler(rec);
-				if (rec.seq > sub.position) sub.position = rec.seq;
+				if (rec?.seq > sub.position) sub.position = rec.seq;
 			} catch (err) {
-				this.logger?.warn(`event stream: group ${sub.group} failed on ${rec?.seq}: ${(err as Error)?.message ?? err}`);
+				this.logger?.warn(`event stream: group ${sub.group} failed on ${rec?.seq ?? sub.channel}: ${(err as Error)?.message ?? err}`);
 				// NATS redelivers a NAK at once: hold the event (still in progress) for a backoff first.
 				if (this.kind === "nats" && !sub.stopped) await this.pause(sub, retryDelay(Number(raw?.info?.deliveryCount ?? 1)));
 				throw err;
@@ -374,11 +405,16 @@ export class ChannelsStream implements ChangeStream {
 	 * Publishes one outbox record (the relay). JetStream de-duplicates a record published twice within its
 	 * duplicate window (2 min) by its message id; past that, and on Redis, a republished record is delivered twice.
 	 */
-	async publish(rec: OutboxRecord): Promise<void> {
+	publish(rec: OutboxRecord): Promise<void> {
+		return this.publishTo(this.opts.channel, rec, `${rec.seq}-${rec.event?.id ?? ""}`);
+	}
+
+	/** Publishes one message to a channel of the stream; `msgID` is JetStream's de-duplication key. */
+	async publishTo(channel: string, payload: unknown, msgID: string): Promise<void> {
 		const a = this.adapter;
 		if (!this.isConnected()) throw new Error("event stream not connected");
-		const opts = this.kind === "nats" ? { msgID: `${rec.seq}-${rec.event?.id ?? ""}` } : { xaddMaxLen: `~${this.opts.maxMessages}` };
-		await a.publish(this.subject, rec, opts);
+		const opts = this.kind === "nats" ? { msgID } : { xaddMaxLen: `~${this.opts.maxMessages}` };
+		await a.publish(this.subjectOf(channel), payload, opts);
 		// The adapter returns without publishing once it is stopping: that must not count as published.
 		if (a.stopping) throw new Error("event stream stopping: not published");
 	}

@@ -1,16 +1,20 @@
 /**
- * The gateway's side of the audit log: one `audit.request` event per answered request, balanced to the logger
- * (workers/logger.worker.ts), which stores it. Cheap and fire-and-forget: a few property reads and one emit, no
- * await on the request path. Never carries a body, a token, a header or the query string (`?token=` may be one).
+ * The gateway's side of the audit log: one entry per answered request, handed to the node's audit shipper
+ * (events/audit-shipper.ts), which stores it in the durable event stream for the logger (workers/logger.worker.ts).
+ * Cheap and never waiting: a few property reads and an array push on the request path. Never carries a body, a
+ * token, a header or the query string (`?token=` may be one).
  */
+import { randomUUID } from "crypto";
 import type { ServiceBroker } from "moleculer";
+import { shipperOf } from "../events/audit-shipper";
 
-export const AUDIT_REQUEST_EVENT = "audit.request";
-/** The consumer group the event is balanced to (the logger's service name). */
+/** The consumer group of the audit entries (the logger's service name). */
 export const AUDIT_GROUP = "logger";
+/** The longest path kept (the logger's column bound): a batch of entries stays small whatever the URLs. */
+const MAX_PATH = 2000;
 
 export interface AuditRequest {
-	/** The gateway's context id of the request (unique; not the client-supplied X-Request-ID). */
+	/** The gateway's context id of the request (unique; not the client-supplied X-Request-ID): the logger stores one row per id. */
 	request_id?: string;
 	/** Milliseconds since the epoch, when the response was decided. */
 	at: number;
@@ -60,14 +64,15 @@ export function auditEntry(req: AuditedReq, status: number, data?: unknown, ipOf
 	const url = req.originalUrl ?? req.url ?? "";
 	const q = url.indexOf("?");
 	return {
-		request_id: req.$ctx?.id,
+		// A request that never got a context still gets an id: redelivered, it must not become a second row.
+		request_id: req.$ctx?.id ?? randomUUID(),
 		at: Date.now(),
 		method: req.method ?? "GET",
-		path: q === -1 ? url : url.slice(0, q),
+		path: (q === -1 ? url : url.slice(0, q)).slice(0, MAX_PATH),
 		action,
 		service: col?.service ?? (action ? action.split(".")[0] : undefined),
 		collection: col?.collection,
-		document_id: typeof docId === "string" ? docId : undefined,
+		document_id: typeof docId === "string" ? docId.slice(0, 200) : undefined,
 		status,
 		duration_ms: req.$startedAt ? Number(process.hrtime.bigint() - req.$startedAt) / 1e6 : undefined,
 		uid: t?.uid,
@@ -78,11 +83,11 @@ export function auditEntry(req: AuditedReq, status: number, data?: unknown, ipOf
 	};
 }
 
-/** Emits the request's audit event (never throws, never waits). */
+/** Hands the request's audit entry to the node's shipper (never throws, never waits). */
 export function emitAudit(broker: ServiceBroker, req: AuditedReq, status: number, data?: unknown, ipOf?: () => string): void {
 	try {
 		const entry = auditEntry(req, status, data, ipOf);
-		if (entry) void Promise.resolve(broker.emit(AUDIT_REQUEST_EVENT, entry, { groups: [AUDIT_GROUP] })).catch(() => undefined);
+		if (entry) shipperOf(broker)?.push(entry);
 	} catch {
 		/* auditing never breaks a response */
 	}

@@ -49,6 +49,8 @@ const TRANSPORT_ERRORS: Record<string, number> = {
 	RequestRejectedError: 503,
 	BrokerDisconnectedError: 503,
 	QueueIsFullError: 503,
+	// moleculer-web's, when the gateway finds no node for a route's action.
+	ServiceUnavailableError: 503,
 	RequestTimeoutError: 504,
 	RequestSkippedError: 504,
 };
@@ -59,9 +61,10 @@ export const UNAVAILABLE: Record<number, string> = {
 	504: "request timed out",
 };
 
-/** Seconds a client should wait before repeating a request that met a 503/504: a dead node is dropped by then. */
-export function retryAfterSeconds(status: number, heartbeatTimeoutMs: number): number | undefined {
-	return status === 503 || status === 504 ? Math.max(1, Math.ceil(heartbeatTimeoutMs / 1000)) : undefined;
+/** A failure to reach a service (no node, node gone, timed out), not of what the service did. */
+export function isTransportError(err: unknown): boolean {
+	const name = (err as { name?: unknown })?.name;
+	return typeof name === "string" && Object.prototype.hasOwnProperty.call(TRANSPORT_ERRORS, name);
 }
 
 /**
@@ -90,9 +93,46 @@ export function toErrorBody(err: unknown): ErrorBody {
 	if (e?.name === "ValidationError" || e?.type === "VALIDATION_ERROR") status = 400;
 	// The broker's own failures name the action and the node in their messages: the client gets a fixed wording
 	// (docs/api.md, "Errors"), the log keeps the original.
-	const transport = typeof e?.name === "string" ? TRANSPORT_ERRORS[e.name] : undefined;
+	const transport = isTransportError(err) ? TRANSPORT_ERRORS[e.name as string] : undefined;
 	if (transport) status = transport;
 	if (transport || (e?.name !== "ApiError" && (status === 502 || status === 503 || status === 504))) message = UNAVAILABLE[status] ?? message;
+	// A dependency that is away (PostgreSQL restarting, a connection cut): the request may succeed later.
+	if (status === 500 && isDependencyOutage(err)) {
+		status = 503;
+		message = "service unavailable";
+	}
 	if (status === 500) message = "internal error";
 	return { statusCode: status, message, error: STATUS_NAMES[status] ?? "Error" };
+}
+
+/**
+ * PostgreSQL's SQLSTATEs of a server that cannot serve now: connection exceptions (08), shutdown or start-up (57P01-03),
+ * no free connection slot (53300); and the socket errors of a server that is gone. Recognised by code and message,
+ * which survive the transporter, so a store failure on a domain node maps here, at the gateway.
+ */
+const OUTAGE_SQLSTATE = /^(08...|57P0[123]|53300)$/;
+const OUTAGE_ERRNO = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE", "EHOSTUNREACH", "ENETUNREACH"]);
+/** node-postgres's own messages for a connection that died or never came (they carry no code). */
+const OUTAGE_MESSAGE = /^(Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error|Query read timeout)/;
+
+export function isDependencyOutage(err: unknown): boolean {
+	const e = err as { code?: unknown; message?: unknown };
+	if (typeof e?.code === "string" && (OUTAGE_SQLSTATE.test(e.code) || OUTAGE_ERRNO.has(e.code))) return true;
+	return typeof e?.message === "string" && OUTAGE_MESSAGE.test(e.message);
+}
+
+/** Retry-After of a 503 when its cause names none: long enough for a reconnect or a failover, short enough to retry. */
+export const DEFAULT_RETRY_AFTER_S = 2;
+
+/**
+ * Seconds for Retry-After: a 503 or 504 always gets one (the cause's own `data.retryAfter`, e.g. the cache's; for a
+ * node that could not be reached, the heartbeat timeout when given: a dead node is dropped by then; else the default),
+ * so a client backs off and comes back instead of giving up; other statuses set theirs where they arise.
+ */
+export function retryAfterOf(err: unknown, statusCode: number, heartbeatTimeoutMs?: number): number | undefined {
+	if (statusCode !== 503 && statusCode !== 504) return undefined;
+	const s = (err as { data?: { retryAfter?: unknown } })?.data?.retryAfter;
+	if (typeof s === "number" && Number.isInteger(s) && s > 0 && s <= 3600) return s;
+	if (heartbeatTimeoutMs !== undefined && isTransportError(err)) return Math.max(1, Math.ceil(heartbeatTimeoutMs / 1000));
+	return DEFAULT_RETRY_AFTER_S;
 }

@@ -3,7 +3,51 @@
  * production, so that blacklists, APT records, login counters and one-time codes are shared by every node.
  */
 import { chmodSync, readFileSync, renameSync, writeFileSync } from "fs";
-import Redis from "ioredis";
+import Redis, { ReplyError } from "ioredis";
+import { ApiError } from "./errors";
+
+/** Seconds a client is told to wait (Retry-After) when the cache cannot answer: ioredis reconnects within that. */
+export const CACHE_RETRY_AFTER_S = 2;
+
+/**
+ * The cache could not answer (Redis down, unreachable, loading, or silent for 2 s). A 503
+ * for the client, with Retry-After; callers that can decide without the cache catch it (see `isCacheUnavailable`).
+ * Its name and data cross the transporter, so the gateway maps it whichever node raised it.
+ */
+export class CacheUnavailableError extends ApiError {
+	constructor(readonly reason: string) {
+		super(503, "service unavailable");
+		this.name = "CacheUnavailableError";
+		this.data = { retryAfter: CACHE_RETRY_AFTER_S };
+	}
+}
+
+export const isCacheUnavailable = (err: unknown): boolean => (err as { name?: unknown })?.name === "CacheUnavailableError";
+
+/** Redis answers that mean "not now" rather than "wrong command": an outage, not a bug. */
+const TRANSIENT_REPLY = /^(LOADING|BUSY|MASTERDOWN|TRYAGAIN|CLUSTERDOWN|READONLY)\b/;
+
+/** Connection-level failures become CacheUnavailableError; a reply error of a wrong command stays what it is. */
+function unavailable(err: unknown): never {
+	const e = err as Error;
+	if (e instanceof ReplyError && !TRANSIENT_REPLY.test(e.message)) throw e;
+	throw new CacheUnavailableError(e?.message ?? String(err));
+}
+
+/**
+ * Fail fast while Redis is away, reconnect by itself: a command waits at most `commandTimeout` (also while queued
+ * during a reconnect) and is dropped after one failed reconnect, instead of the 20 attempts of ioredis's default;
+ * reconnects go on forever, 100 ms apart growing to 1 s. The timeout leaves room for an event loop that was busy
+ * (its timers run before the reply that arrived meanwhile is read): 2 s, not the few ms Redis needs.
+ */
+export const REDIS_OPTIONS = {
+	lazyConnect: false,
+	enableOfflineQueue: true,
+	maxRetriesPerRequest: 1,
+	connectTimeout: 2000,
+	commandTimeout: 2000,
+	retryStrategy: (times: number) => Math.min(100 * times, 1000),
+} as const;
 
 /**
  * Keys of the embedded cache that outlive a restart (see MemoryKeyValue.persistTo): the login failure counters.
@@ -179,33 +223,41 @@ export class RedisKeyValue implements KeyValue {
 
 	/** `prefix` (REDIS_PREFIX) is put before every key, so deployments or test runs sharing one Redis never meet. */
 	constructor(url: string, prefix?: string) {
-		this.client = new Redis(url, { lazyConnect: false, maxRetriesPerRequest: 2, enableOfflineQueue: true, ...(prefix ? { keyPrefix: prefix } : {}) });
+		this.client = new Redis(url, { ...REDIS_OPTIONS, ...(prefix ? { keyPrefix: prefix } : {}) });
 		// Connection errors surface through ping() and /status; ioredis keeps reconnecting.
 		this.client.on("error", () => undefined);
 	}
 
 	get(key: string) {
-		return this.client.get(key);
+		return this.client.get(key).catch(unavailable);
 	}
 	async set(key: string, value: string, ttlMs?: number) {
-		if (ttlMs) await this.client.set(key, value, "PX", Math.max(1, Math.round(ttlMs)));
-		else await this.client.set(key, value);
+		if (ttlMs) await this.client.set(key, value, "PX", Math.max(1, Math.round(ttlMs))).catch(unavailable);
+		else await this.client.set(key, value).catch(unavailable);
 	}
 	take(key: string) {
-		return this.client.getdel(key);
+		return this.client.getdel(key).catch(unavailable);
 	}
 	async del(key: string) {
-		await this.client.del(key);
+		await this.client.del(key).catch(unavailable);
 	}
 	async incr(key: string, ttlMs: number) {
-		const [[, n]] = (await this.client.multi().incr(key).pexpire(key, Math.round(ttlMs)).exec()) as [[unknown, number]];
+		const res = await this.client.multi().incr(key).pexpire(key, Math.round(ttlMs)).exec().catch(unavailable);
+		// exec answers null when the transaction was discarded (the connection dropped between MULTI and EXEC).
+		if (!res) throw new CacheUnavailableError("transaction discarded");
+		const [[err, n]] = res as [[Error | null, number]];
+		if (err) unavailable(err);
 		return n;
 	}
 	async setIfAbsent(key: string, value: string, ttlMs: number) {
-		return (await this.client.set(key, value, "PX", Math.round(ttlMs), "NX")) === "OK";
+		return (await this.client.set(key, value, "PX", Math.round(ttlMs), "NX").catch(unavailable)) === "OK";
 	}
 	async rateTake(key: string, rate: number, burst: number) {
-		return Number(await this.client.eval(RATE_SCRIPT, 1, key, String(1e6 / rate), String(burst)));
+		return Number(await this.eval(RATE_SCRIPT, [key], [String(1e6 / rate), String(burst)]));
+	}
+	/** A Lua script on `keys` (prefixed like every key), with the same outage mapping as the other calls. */
+	eval(script: string, keys: string[], args: Array<string | number>): Promise<unknown> {
+		return this.client.eval(script, keys.length, ...keys, ...args).catch(unavailable);
 	}
 	async ping() {
 		try {

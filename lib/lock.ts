@@ -5,7 +5,7 @@
  * same token (atomically on Redis, by compare-then-act in memory, where one process is the only user).
  */
 import { randomBytes } from "crypto";
-import type { KeyValue } from "./kv";
+import { RedisKeyValue, type KeyValue } from "./kv";
 
 export interface Lease {
 	readonly key: string;
@@ -20,8 +20,10 @@ const RENEW_LUA = `if redis.call("get", KEYS[1]) == ARGV[1] then return redis.ca
 
 type RedisLike = { eval(script: string, numKeys: number, ...args: Array<string | number>): Promise<unknown> };
 
+/** The cache's script call, so an outage is a CacheUnavailableError here too. */
 function redisOf(kv: KeyValue): RedisLike | undefined {
-	return kv.kind === "redis" ? (kv as unknown as { client: RedisLike }).client : undefined;
+	if (!(kv instanceof RedisKeyValue)) return undefined;
+	return { eval: (script, numKeys, ...args) => kv.eval(script, args.slice(0, numKeys).map(String), args.slice(numKeys)) };
 }
 
 /** Takes the lease when nobody holds it; null otherwise. */

@@ -5,7 +5,7 @@
  */
 import http, { type IncomingMessage, type Server, type ServerResponse } from "http";
 import type { AddressInfo } from "net";
-import { ApiError, toErrorBody } from "./errors";
+import { ApiError, retryAfterOf, toErrorBody } from "./errors";
 import type { Health } from "./health";
 
 export interface OpsServerOptions {
@@ -32,9 +32,10 @@ function sendJson(res: ServerResponse, status: number, body: unknown, extra?: Re
 	send(res, status, JSON.stringify(body), "application/json; charset=utf-8", extra);
 }
 
-function sendError(res: ServerResponse, err: ApiError, extra?: Record<string, string>): void {
+function sendError(res: ServerResponse, err: unknown, extra?: Record<string, string>): void {
 	const body = toErrorBody(err);
-	sendJson(res, body.statusCode, body, extra);
+	const retryAfter = retryAfterOf(err, body.statusCode);
+	sendJson(res, body.statusCode, body, retryAfter === undefined ? extra : { ...extra, "Retry-After": String(retryAfter) });
 }
 
 /** Resolves with the health, or with an `error` body when it fails or takes longer than `ms`. */
@@ -78,8 +79,9 @@ export function opsHandler(opts: OpsServerOptions) {
 export async function startOpsServer(opts: OpsServerOptions): Promise<Server> {
 	const handle = opsHandler(opts);
 	const server = http.createServer((req, res) => {
-		handle(req, res).catch(() => {
-			if (!res.headersSent) sendError(res, new ApiError(500, "internal error"));
+		// Mapped like the gateway's errors: a dependency outage in a hook (the preserver's cache) is a 503, a bug a 500.
+		handle(req, res).catch((err) => {
+			if (!res.headersSent) sendError(res, err);
 			else res.end();
 		});
 	});

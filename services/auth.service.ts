@@ -20,7 +20,7 @@ import { isPlainObject } from "../lib/validate";
 import { AUTHORITY_CHANGED, grantCache } from "../middlewares/grant-cache";
 import { subjectsOf } from "../middlewares/authority";
 import { hasParsedScope, parseScopes, scopeSatisfies } from "../lib/scopes";
-import { aptKey, blacklistKey, BLACKLIST_TTL_MS, type AptRecord } from "./auth/authenticate";
+import { aptKey, blacklistSession, ignoreCacheOutage, type AptRecord } from "./auth/authenticate";
 import { parseTokenRequest, TokenIssuer } from "./auth/token-grants";
 import { callerClient, type ClientInfo } from "./domain.service";
 import type { GrantAuthor } from "../lib/grant-validation";
@@ -43,7 +43,8 @@ interface AuthThis {
 
 /** Caches the APT record (encrypted) under `auth:apt:<suffix>` until it expires. */
 async function cacheApt(self: AuthThis, suffix: string, rec: AptRecord) {
-	await self.kv.set(aptKey(suffix), self.aes.encrypt(JSON.stringify(rec)), Math.max(1, rec.expires_at - Date.now()));
+	// A copy only: without the cache, authentication resolves the APT from the store (apts.resolve).
+	await self.kv.set(aptKey(suffix), self.aes.encrypt(JSON.stringify(rec)), Math.max(1, rec.expires_at - Date.now())).catch(ignoreCacheOutage);
 }
 
 function aptRecord(doc: StoredDoc): AptRecord {
@@ -119,7 +120,7 @@ const AuthService: ServiceSchema = {
 					if (op === "d" && before) {
 						const self = ctx.service as unknown as AuthThis;
 						await ctx.call("identity.sessions.close", { id: before.session });
-						await self.kv.set(blacklistKey(before.session as string), "1", BLACKLIST_TTL_MS);
+						await blacklistSession(self.kv, before.session as string);
 						ctx.broadcast(SESSION_REVOKED, { session: before.session });
 						ctx.broadcast(APT_REVOKED, { hash: before.token });
 					}
@@ -173,8 +174,9 @@ const AuthService: ServiceSchema = {
 		logout: {
 			async handler(this: any, ctx: Ctx) {
 				const t = requireToken(ctx);
-				await this.kv.set(blacklistKey(t.session), "1", BLACKLIST_TTL_MS);
+				// The durable close first: it is the revocation; the blacklist entry is its shortcut (skipped without the cache).
 				await ctx.call("identity.sessions.close", { id: t.session });
+				await blacklistSession(this.kv, t.session);
 				ctx.broadcast(SESSION_REVOKED, { session: t.session });
 				return { result: "OK" };
 			},

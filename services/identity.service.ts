@@ -11,7 +11,7 @@ import { rehashIfWeak } from "../lib/rehash";
 import { badRequest, conflict } from "../lib/errors";
 import { configOf } from "../lib/config";
 import { sharedKeyValue, type KeyValue } from "../lib/kv";
-import { blacklistKey, BLACKLIST_TTL_MS } from "./auth/authenticate";
+import { blacklistSession } from "./auth/authenticate";
 import { SESSION_REVOKED } from "./auth.service";
 import { usernameProblem, userSubjectProblem } from "../lib/grant-validation";
 
@@ -78,7 +78,7 @@ async function closeSessions(svc: any, ctx: Ctx, match: { uid?: string; cid?: st
 		await store.setMany(batch.map((b) => b._id), stamp);
 		await svc.recordChanges(ctx, "sessions", batch.map((before) => ({ op: "d", before, after: null })));
 		for (const b of batch) {
-			await (svc.kv as KeyValue).set(blacklistKey(b._id), "1", BLACKLIST_TTL_MS);
+			await blacklistSession(svc.kv as KeyValue, b._id);
 			ctx.broadcast(SESSION_REVOKED, { session: b._id });
 		}
 		closed += batch.length;

@@ -1,24 +1,26 @@
 /**
- * logger (4060): the audit log. Stores one entry per gateway request (the `audit.request` event the gateway emits,
- * balanced to this group) and one per document change (the change stream, consumer group `logger`: who changed
- * which document), in the relational store (PostgreSQL at DATABASE_URL, embedded PostgreSQL by default), table
- * `audit_entries` (workers/logger/audit.ts, migrations versioned under component `logger`). Writes are batched:
- * request entries every 200 ms or 100 rows; a change entry is written before the stream moves past it.
+ * logger (4060): the audit log. Stores one entry per gateway request and one per document change (the change stream,
+ * consumer group `logger`: who changed which document), in the relational store (PostgreSQL at DATABASE_URL, embedded
+ * PostgreSQL by default), table `audit_entries` (workers/logger/audit.ts, migrations versioned under component
+ * `logger`). Request entries come in batches from the gateways through the durable event stream
+ * (events/audit-shipper.ts): the `platform.audit` channel (EVENT_STREAM=nats|redis, consumer group `logger`) or the
+ * embedded spool beside the outbox (workers/logger/spool-reader.ts). A batch is acknowledged (or removed from the
+ * spool) only once its rows are stored; a redelivered one is stored once (unique request id).
  */
-import type { Context } from "moleculer";
-import { AUDIT_REQUEST_EVENT, type AuditRequest } from "../lib/audit";
+import { AUDIT_GROUP, type AuditRequest } from "../lib/audit";
 import { configOf } from "../lib/config";
 import { migrate, openRelational, releaseRelational, type Relational } from "../lib/relational";
 import type { OutboxRecord } from "../events/outbox";
+import type { AuditBatch } from "../events/audit-spool";
+import { AUDIT_CHANNEL, channelsStreamFor } from "../events/channels.stream";
 import { WORKER_PORTS } from "./index";
 import { workerService } from "./worker";
 import { AuditWriter, MIGRATIONS, type AuditRow } from "./logger/audit";
+import { SpoolReader } from "./logger/spool-reader";
 import { errorText } from "../lib/pg-process";
 
-export const FLUSH_MS = 200;
-export const FLUSH_ROWS = 100;
-/** Request entries kept in memory while the store is unreachable; beyond, the oldest are dropped (and logged). */
-const MAX_BUFFERED = 50_000;
+/** Audit batches of the stream handled at once: their rows share inserts (order does not matter here). */
+export const AUDIT_IN_FLIGHT = 8;
 
 const VERBS: Record<string, string> = { c: "create", u: "update", d: "delete", r: "restore" };
 
@@ -46,13 +48,19 @@ export function requestRow(e: AuditRequest): AuditRow {
 	return { ...e, kind: "request", at: typeof e.at === "number" ? e.at : Date.now() };
 }
 
+/** The rows of a batch as shipped by a gateway (anything else in it is ignored). */
+export function batchRows(batch: AuditBatch | undefined): AuditRow[] {
+	const entries = Array.isArray(batch?.entries) ? batch.entries : [];
+	return entries.filter((e) => e && typeof e === "object").map(requestRow);
+}
+
 export default workerService(
 	{
 		name: "logger",
 		port: WORKER_PORTS.logger,
 		async onChange(this: any, rec: OutboxRecord) {
 			if (!rec?.event) return;
-			await this.writer.add(changeRow(rec), true);
+			await this.writer.add(changeRow(rec));
 		},
 		async checks(this: any) {
 			const db: Relational | undefined = this.relational;
@@ -60,19 +68,8 @@ export default workerService(
 		},
 	},
 	{
-		events: {
-			[AUDIT_REQUEST_EVENT]: {
-				group: "logger",
-				handler(this: any, ctx: Context<AuditRequest>) {
-					if (ctx.params && typeof ctx.params === "object") void this.writer.add(requestRow(ctx.params)).catch(() => undefined);
-				},
-			},
-		},
 		created(this: any) {
 			this.writer = new AuditWriter(() => this.openStore(), {
-				flushMs: FLUSH_MS,
-				maxRows: FLUSH_ROWS,
-				maxBuffered: MAX_BUFFERED,
 				onError: (err: unknown) => this.logger.warn("audit write failed:", (err as Error)?.message ?? err),
 			});
 		},
@@ -104,10 +101,15 @@ export default workerService(
 		async started(this: any) {
 			// Ready before the node reports up; an unreachable store is not fatal: /status says so, writes retry.
 			await this.openStore().catch((err: unknown) => this.logger.error(`relational store unavailable: ${errorText(err)}`));
+			const cfg = configOf(this.broker);
+			const store = (batch: AuditBatch) => this.writer.addMany(batchRows(batch));
+			if (cfg.eventStream === "nats" || cfg.eventStream === "redis")
+				this.requests = await channelsStreamFor(cfg).consumeChannel(AUDIT_CHANNEL, AUDIT_GROUP, store, { maxInFlight: AUDIT_IN_FLIGHT });
+			else this.requests = new SpoolReader(cfg, store, (msg) => this.logger.warn(msg)).start();
 		},
 		async stopped(this: any) {
-			// The stream first (its handler writes through the writer), then the last batch, then the store.
-			await this.consumer?.stop();
+			// The streams first (their handlers write through the writer), then the last batch, then the store.
+			await Promise.all([this.consumer?.stop(), this.requests?.stop()]);
 			await this.writer.close();
 			const opening = this.opening;
 			this.opening = undefined;

@@ -25,7 +25,7 @@ import type { Doc } from "../lib/types";
 import { AUTHORITY_CHANGED } from "../middlewares/grant-cache";
 import type { OutboxRecord } from "../events/outbox";
 import { APT_REVOKED, SESSION_REVOKED } from "../services/auth.service";
-import { blacklistKey, BLACKLIST_TTL_MS } from "../services/auth/authenticate";
+import { blacklistSession } from "../services/auth/authenticate";
 import { CQRS_CHANGED } from "../services/context.service";
 import { WORKER_PORTS } from "./index";
 import { workerService } from "./worker";
@@ -82,7 +82,7 @@ export async function watch(d: WatchDeps, rec: OutboxRecord): Promise<void> {
 }
 
 async function revokeSession(d: WatchDeps, session: string): Promise<void> {
-	await d.kv.set(blacklistKey(session), "1", BLACKLIST_TTL_MS);
+	await blacklistSession(d.kv, session);
 	d.broker.broadcast(SESSION_REVOKED, { session });
 }
 

@@ -22,6 +22,8 @@ const model = require("@seald-io/nedb/lib/model") as {
 
 const MAX_CACHED = 500;
 
+const updatedLines = (doc: unknown) => (doc ? 1 : 0);
+
 const isOperatorObject = (v: unknown): v is Record<string, unknown> =>
 	typeof v === "object" && v !== null && !Array.isArray(v) && !(v instanceof RegExp) && Object.keys(v).length > 0 && Object.keys(v).every((k) => k.startsWith("$"));
 
@@ -108,11 +110,23 @@ function queryError(err: unknown): Error {
 
 /** The append-only files are rewritten this often (and on load). */
 const COMPACT_EVERY_MS = 10 * 60 * 1000;
+/**
+ * And as soon as the lines appended since the last rewrite exceed this many times the live documents (at least
+ * COMPACT_MIN_LINES): every update appends a whole document, so a few documents updated in a loop (stat buckets)
+ * would otherwise grow the file without bound between two timed rewrites. The file stays within about
+ * (1 + COMPACT_FACTOR) × the live data; each rewrite costs the live data once, i.e. 1/COMPACT_FACTOR per line appended.
+ */
+export const COMPACT_FACTOR = 4;
+export const COMPACT_MIN_LINES = 100;
 
 export class NedbStore implements DocumentStore {
 	readonly kind = "nedb" as const;
 	private compactor?: NodeJS.Timeout;
 	private cache = new Map<string, unknown>();
+	/** Lines appended to the file since it was last rewritten, and the documents it held then (plus inserts since). */
+	private appended = 0;
+	private live = 0;
+	private compacting?: Promise<void>;
 	private adapter: { connect(): Promise<void>; disconnect(): Promise<void>; db: Datastore; init(b: unknown, s: unknown): void };
 
 	/** `file` undefined keeps the store in memory (tests). */
@@ -139,6 +153,7 @@ export class NedbStore implements DocumentStore {
 			// never disconnected) are unhandled rejections that end the process; unref'd, so it keeps nothing alive.
 			this.compactor = setInterval(() => void this.compact().catch(() => undefined), COMPACT_EVERY_MS);
 			this.compactor.unref();
+			this.live = this.liveDocuments();
 		}
 	}
 
@@ -255,48 +270,72 @@ export class NedbStore implements DocumentStore {
 		}
 	}
 
-	/** Every write drops the read cache before (reads racing the write) and after it. */
-	private async write<T>(fn: () => Promise<T>): Promise<T> {
+	/**
+	 * Every write drops the read cache before (reads racing the write) and after it, and counts the lines it appended
+	 * (`lines` of its result: documents inserted, updated or removed; `added`: the change in live documents).
+	 */
+	private async write<T>(fn: () => Promise<T>, lines: (r: T) => number, added: (r: T) => number = () => 0): Promise<T> {
 		this.cache.clear();
 		try {
-			return await fn();
+			const r = await fn();
+			this.appended += lines(r);
+			this.live += added(r);
+			if (this.file && !this.compacting && this.appended > COMPACT_FACTOR * Math.max(this.live, COMPACT_MIN_LINES)) void this.compact().catch(() => undefined);
+			return r;
 		} finally {
 			this.cache.clear();
 		}
 	}
 
 	insert(doc: StoredDoc): Promise<StoredDoc> {
-		return this.write(() => this.db.insert(doc));
+		return this.write(() => this.db.insert(doc), () => 1, () => 1);
 	}
 
 	insertMany(docs: StoredDoc[]): Promise<StoredDoc[]> {
-		return this.write(() => this.db.insert(docs));
+		return this.write(() => this.db.insert(docs), () => docs.length, () => docs.length);
 	}
 
 	setMany(ids: string[], set: Record<string, unknown>): Promise<number> {
-		return this.write(async () => (await this.db.update({ _id: { $in: ids } }, updateOf(set), { multi: true }))[0]);
+		return this.write(async () => (await this.db.update({ _id: { $in: ids } }, updateOf(set), { multi: true }))[0], (n) => n);
 	}
 
 	setOne(id: string, set: Record<string, unknown>): Promise<StoredDoc | null> {
 		return this.write(async () => {
 			const [n, doc] = await this.db.update({ _id: id }, updateOf(set), { returnUpdatedDocs: true });
 			return n ? (doc as StoredDoc) : null;
-		});
+		}, updatedLines);
 	}
 
 	removeMany(q: Filter): Promise<number> {
-		return this.write(() => this.db.remove(toStoreQuery(q), { multi: true }));
+		return this.write(() => this.db.remove(toStoreQuery(q), { multi: true }), (n) => n, (n) => -n);
 	}
 
-	async compact(): Promise<void> {
-		if (this.file) await (this.db as unknown as { compactDatafileAsync(): Promise<void> }).compactDatafileAsync();
+	/** Rewrites the file with the live documents only; one rewrite at a time (a request meanwhile joins it). */
+	compact(): Promise<void> {
+		if (!this.file) return Promise.resolve();
+		this.compacting ??= (async () => {
+			try {
+				const appendedBefore = this.appended;
+				await (this.db as unknown as { compactDatafileAsync(): Promise<void> }).compactDatafileAsync();
+				// Writes queued behind the rewrite in NeDB's executor appended after it.
+				this.appended = Math.max(0, this.appended - appendedBefore);
+				this.live = this.liveDocuments();
+			} finally {
+				this.compacting = undefined;
+			}
+		})();
+		return this.compacting;
+	}
+
+	private liveDocuments(): number {
+		return (this.db as unknown as { getAllData(): unknown[] }).getAllData().length;
 	}
 
 	updateIf(query: Filter, update: Record<string, unknown>): Promise<StoredDoc | null> {
 		return this.write(async () => {
 			const [n, doc] = await this.db.update(toStoreQuery(query), update, { returnUpdatedDocs: true, multi: false });
 			return n ? (doc as StoredDoc) : null;
-		});
+		}, updatedLines);
 	}
 
 	replaceIf(query: Filter, doc: StoredDoc): Promise<boolean> {
@@ -304,7 +343,7 @@ export class NedbStore implements DocumentStore {
 			const { _id, ...rest } = doc;
 			const [n] = await this.db.update({ ...toStoreQuery(query), _id }, rest, { multi: false });
 			return n > 0;
-		});
+		}, updatedLines);
 	}
 
 	async ping(): Promise<boolean> {

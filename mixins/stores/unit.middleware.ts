@@ -7,9 +7,22 @@
 import type { Middleware } from "moleculer";
 import { flushUnit, hasOpenTransaction, unitOfWork } from "./unit";
 
+/**
+ * Test-only (test/e2e/write-kill.test.ts): the process SIGKILLs itself once an action whose body's `title` is this
+ * text has committed, before its reply leaves: a crash between a write and its acknowledgement, on purpose.
+ * Unset (always, outside that test), actions are wrapped exactly as without it.
+ */
+const CRASH_AFTER_COMMIT = process.env.TEST_CRASH_AFTER_COMMIT;
+
 export const UnitOfWorkMiddleware: Middleware = {
 	name: "UnitOfWork",
 	localAction(handler: (ctx: unknown) => Promise<unknown>) {
+		if (CRASH_AFTER_COMMIT)
+			return async function (this: unknown, ctx: { params?: { body?: { title?: unknown } } }) {
+				const out = await unitOfWork(() => handler.call(this, ctx));
+				if (ctx.params?.body?.title === CRASH_AFTER_COMMIT) process.kill(process.pid, "SIGKILL");
+				return out;
+			};
 		return function (this: unknown, ctx: unknown) {
 			return unitOfWork(() => handler.call(this, ctx));
 		};

@@ -11,7 +11,7 @@ import type { ServiceBroker } from "moleculer";
 import { Aes, decryptEnvelope, sha256Hex } from "../../lib/crypto";
 import { IpAllowList, normalizeIp } from "../../lib/cidr";
 import { ApiError, forbidden, unauthorized } from "../../lib/errors";
-import type { KeyValue } from "../../lib/kv";
+import { isCacheUnavailable, type KeyValue } from "../../lib/kv";
 import type { JwtKeys } from "../../lib/tokens";
 import type { TokenClaims } from "../../lib/types";
 
@@ -19,6 +19,21 @@ export const aptKey = (suffix: string) => `auth:apt:${suffix}`;
 export const blacklistKey = (session: string) => `auth:blacklist:${session}`;
 /** Long enough to outlive every token of a session (APTs included). */
 export const BLACKLIST_TTL_MS = 400 * 24 * 3600 * 1000;
+
+/**
+ * Puts a revoked session on the shared blacklist. Only a shortcut: the closed session in the document store is the
+ * record of the revocation (nodes without a blacklist answer ask it), so a cache that cannot answer now is skipped
+ * rather than failing a revocation that is already durable.
+ */
+export async function blacklistSession(kv: KeyValue, session: string): Promise<void> {
+	await kv.set(blacklistKey(session), "1", BLACKLIST_TTL_MS).catch(ignoreCacheOutage);
+}
+
+/** `.catch` for cache calls whose answer another path provides: an outage is skipped, anything else still throws. */
+export function ignoreCacheOutage(err: unknown): undefined {
+	if (isCacheUnavailable(err)) return undefined;
+	throw err;
+}
 const LOCAL_TTL_MS = 30_000;
 const MAX_LOCAL = 10_000;
 
@@ -139,7 +154,8 @@ export class Authenticator {
 		const local = this.aptCache.get(suffix);
 		if (local && now - local.at < LOCAL_TTL_MS) return local.rec;
 		let rec: AptRecord | null = null;
-		const enc = await this.deps.kv.get(aptKey(suffix));
+		// Without the cache the document store answers, as after a cache loss.
+		const enc = await this.deps.kv.get(aptKey(suffix)).catch(ignoreCacheOutage);
 		if (enc) {
 			const plain = this.deps.aes.decrypt(enc);
 			rec = plain ? (JSON.parse(plain) as AptRecord) : null;
@@ -168,7 +184,8 @@ export class Authenticator {
 	}
 
 	private async checkShared(session: string, now: number): Promise<boolean> {
-		let revoked = !!(await this.deps.kv.get(blacklistKey(session)));
+		// A cache that cannot answer is no answer: the durable record decides (never "not revoked" by default).
+		let revoked = !!(await this.deps.kv.get(blacklistKey(session)).catch(ignoreCacheOutage));
 		if (!revoked) {
 			const state = (await this.deps.broker.call("identity.sessions.live", { id: session })) as { live: boolean } | null;
 			revoked = !state?.live;

@@ -12,6 +12,7 @@ import type { TokenClaims } from "../../lib/types";
 import { isPlainObject } from "../../lib/validate";
 import { usernameProblem, userSubjectProblem } from "../../lib/grant-validation";
 import type { ClientInfo } from "../domain.service";
+import { blacklistKey, ignoreCacheOutage } from "./authenticate";
 
 export const GRANTS = ["password", "refresh_token", "client_credential", "authorization_code"] as const;
 export const LOGIN_LIMIT = 10;
@@ -289,7 +290,8 @@ export class TokenIssuer {
 	private async refresh(ctx: Context<unknown, any>, r: TokenRequest): Promise<Record<string, unknown>> {
 		const c = this.deps.jwt.verify(r.refresh_token!);
 		if (!c || c.type !== "refresh" || !c.jti || c.client_id !== r.client_id) throw unauthorized();
-		if (await this.deps.kv.get(`auth:blacklist:${c.session}`)) throw new ApiError(401, "session is revoked");
+		// A cache outage skips this shortcut only: the durable state below decides.
+		if (await this.deps.kv.get(blacklistKey(c.session)).catch(ignoreCacheOutage)) throw new ApiError(401, "session is revoked");
 		// The durable state, whatever the cache lost: the session is open, its user exists and is ACTIVE, its client too.
 		const state = (await ctx.call("identity.sessions.live", { id: c.session })) as { live: boolean } | null;
 		if (!state?.live) throw new ApiError(401, "session is revoked");

@@ -15,6 +15,7 @@ import { relayService, type Relay } from "../../events/relay";
 import { bootPlatform, needServers, tempDir, type TestPlatform } from "../helpers/platform";
 import { waitFor as waitForBase } from "../helpers/wait";
 import { publishRecords, settle, sorted, testRecord } from "../helpers/stream";
+import { dropNatsStreams } from "../helpers/nodes";
 
 /** The servers these tests need: decided when the file loads, so jest reports the tests as skipped without them. */
 const servers = needServers(["NATS", 4222]);
@@ -86,14 +87,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
 	for (const n of nodes) await n.stop().catch(() => undefined);
-	if (!up) return;
-	const nc = await connect({ servers: "127.0.0.1:4222" });
-	try {
-		const jsm = await nc.jetstreamManager();
-		for await (const name of jsm.streams.names()) if (namespaces.some((ns) => name.startsWith(`${ns}_`))) await jsm.streams.delete(name);
-	} finally {
-		await nc.close();
-	}
+	if (up) for (const ns of namespaces) await dropNatsStreams(ns);
 });
 
 const live = (name: string, fn: () => Promise<void>) =>

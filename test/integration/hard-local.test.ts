@@ -99,14 +99,14 @@ describe("local hardening", () => {
 
 		test("a batch with a row PostgreSQL refuses stores the others and drops that one, without its content", async () => {
 			const errors: string[] = [];
-			const writer = new AuditWriter(async () => db, { flushMs: 10_000, maxRows: 1000, maxBuffered: 1000, onError: (e) => errors.push((e as Error).message) });
+			const writer = new AuditWriter(async () => db, { onError: (e) => errors.push((e as Error).message) });
 			const tag = `iso-${Date.now()}`;
 			const good = (n: number): AuditRow => ({ kind: "request", at: Date.now(), method: "GET", path: `/${tag}/${n}`, status: 200, request_id: `${tag}-${n}` });
 			// A NUL, NUL in other columns, lone surrogates (also one cut in half by the length bound): all cleaned.
 			const dirty: AuditRow = { ...good(2), path: `/${tag}/2\u0000x\uD800y\uDC00`, uid: "\u0000", ip: "1.2.3.4\u0000" };
 			// A change row whose stream position is not an integer: `bigint` refuses it, whatever cleaning does.
 			const bad: AuditRow = { kind: "change", at: Date.now(), seq: 1.5, op: "c", service: "secret-content-x", collection: "notes", document_id: tag };
-			await Promise.all([writer.add(good(1)), writer.add(dirty), writer.add(bad, true), writer.add(good(3)), writer.flush()]);
+			await writer.addMany([good(1), dirty, bad, good(3)]);
 			const rows = (await db.query<Row>("select path, uid, ip from audit_entries where path like $1 order by path", [`/${tag}/%`])).rows;
 			expect(rows).toEqual([
 				{ path: `/${tag}/1`, uid: null, ip: null },

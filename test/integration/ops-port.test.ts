@@ -12,6 +12,7 @@ import { startPlatform, type Platform } from "../../platform";
 import type { PlatformConfig } from "../../lib/config";
 import type { Health } from "../../lib/health";
 import { boundPort, PROMETHEUS_TYPE, startOpsServer, stopOpsServer } from "../../lib/ops-server";
+import { CacheUnavailableError } from "../../lib/kv";
 import { opsPort, opsPortsEnabled } from "../../mixins/ops-port.mixin";
 import { serverAnswers } from "../helpers/platform";
 import { freeOpsOffset, freePort } from "../helpers/ports";
@@ -119,6 +120,7 @@ describe("lib/ops-server", () => {
 					return true;
 				}
 				if (req.url === "/broken") throw new Error("hook failed");
+				if (req.url === "/cache-down") throw new CacheUnavailableError("Connection is closed.");
 				return false;
 			},
 		});
@@ -131,7 +133,10 @@ describe("lib/ops-server", () => {
 		const broken = await get(`${base}/broken`);
 		expect(broken.status).toBe(500);
 		expect(broken.body).toEqual({ statusCode: 500, message: "internal error", error: "Internal Server Error" });
-		expect(seen).toEqual(["/hook", "/other", "/broken"]);
+		// A hook whose cache is down: a 503 the calling broker may retry, with Retry-After.
+		const down = await get(`${base}/cache-down`);
+		expect([down.status, down.headers.get("retry-after"), down.body]).toEqual([503, "2", { statusCode: 503, message: "service unavailable", error: "Service Unavailable" }]);
+		expect(seen).toEqual(["/hook", "/other", "/broken", "/cache-down"]);
 	});
 
 	test("a port already in use rejects the start", async () => {

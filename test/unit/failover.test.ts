@@ -4,7 +4,7 @@ import os from "os";
 import path from "path";
 import { spawnSync } from "child_process";
 import { claimNodeId, isIdempotent, maybeRan, neverRan, stableNodeId, transportFailure } from "../../lib/failover";
-import { ApiError, retryAfterSeconds, toErrorBody } from "../../lib/errors";
+import { ApiError, DEFAULT_RETRY_AFTER_S, retryAfterOf, toErrorBody } from "../../lib/errors";
 import { readConfig } from "../../lib/config";
 
 const base = { services: ["content"], dataDir: "/srv/a", port: 3010, opsPortOffset: 0 };
@@ -119,12 +119,15 @@ describe("503/504 bodies name no action and no node", () => {
 	test("a 503 the platform raised on purpose keeps its message", () => {
 		expect(toErrorBody(new ApiError(503, "cache unavailable"))).toEqual({ statusCode: 503, message: "cache unavailable", error: "Service Unavailable" });
 	});
-	test("Retry-After: the heartbeat timeout, in whole seconds, for 503 and 504 only", () => {
-		expect(retryAfterSeconds(503, 3000)).toBe(3);
-		expect(retryAfterSeconds(504, 2500)).toBe(3);
-		expect(retryAfterSeconds(503, 200)).toBe(1);
-		expect(retryAfterSeconds(500, 3000)).toBeUndefined();
-		expect(retryAfterSeconds(429, 3000)).toBeUndefined();
+	test("Retry-After of a node that could not be reached: the heartbeat timeout, in whole seconds, for 503 and 504", () => {
+		const gone = new Errors.RequestRejectedError({ action: A, nodeID: "b" });
+		expect(retryAfterOf(gone, 503, 3000)).toBe(3);
+		expect(retryAfterOf(new Errors.RequestTimeoutError({ action: A, nodeID: "b" }), 504, 2500)).toBe(3);
+		expect(retryAfterOf(gone, 503, 200)).toBe(1);
+		// Other 503s keep their own (or the default).
+		expect(retryAfterOf(new ApiError(503, "cache unavailable"), 503, 3000)).toBe(DEFAULT_RETRY_AFTER_S);
+		expect(retryAfterOf(gone, 500, 3000)).toBeUndefined();
+		expect(retryAfterOf(gone, 429, 3000)).toBeUndefined();
 	});
 });
 

@@ -1,6 +1,6 @@
 /**
- * Audit entries in the relational store: one row per gateway request (`kind = 'request'`, from `audit.request`
- * events) and one per document change (`kind = 'change'`, from the change stream: the document ids of every write,
+ * Audit entries in the relational store: one row per gateway request (`kind = 'request'`, from the audit entries the
+ * gateways ship through the event stream, events/audit-shipper.ts) and one per document change (`kind = 'change'`, from the change stream: the document ids of every write,
  * bulk ones included). Rows are written in batches; `request_id`, and a change's stream position with its
  * document, are unique, so an event or a change record delivered twice is stored once.
  */
@@ -108,40 +108,37 @@ export async function insertRows(db: Relational, rows: AuditRow[]): Promise<numb
 }
 
 /**
- * Buffers rows and writes them together: after `flushMs`, or at once when `maxRows` are waiting. `add` with
- * `durable` resolves only once its row is stored (change records: the stream moves on only then); request rows
- * are fire-and-forget, so the audit path never slows a request.
+ * Writes rows in batches: whatever was added while the previous insert ran goes in the next one (one insert at a
+ * time, in order). `add`/`addMany` resolve once their rows are stored (or refused for good, see `isolate`) and
+ * reject when the store is unreachable: the stream that handed them over then delivers them again, so the
+ * acknowledgement of an event never precedes its row.
  */
 export class AuditWriter {
 	private rows: AuditRow[] = [];
 	private waiters: Array<{ resolve: () => void; reject: (e: unknown) => void }> = [];
-	private timer?: NodeJS.Timeout;
 	private flushing: Promise<void> = Promise.resolve();
 	private closed = false;
 
 	constructor(
 		private readonly db: () => Promise<Relational>,
-		private readonly opts: { flushMs: number; maxRows: number; maxBuffered: number; onError(err: unknown): void },
+		private readonly opts: { onError(err: unknown): void },
 	) {}
 
-	add(row: AuditRow, durable = false): Promise<void> {
+	add(row: AuditRow): Promise<void> {
+		return this.addMany([row]);
+	}
+
+	addMany(rows: AuditRow[]): Promise<void> {
 		if (this.closed) return Promise.reject(new Error("audit writer is closed"));
-		if (this.rows.length >= this.opts.maxBuffered) {
-			// The store is away for long: keep the newest entries, count the loss.
-			this.rows.shift();
-			this.opts.onError(new Error("audit buffer full: oldest entry dropped"));
-		}
-		this.rows.push(row);
-		const done = durable ? new Promise<void>((resolve, reject) => this.waiters.push({ resolve, reject })) : Promise.resolve();
-		if (durable || this.rows.length >= this.opts.maxRows) void this.flush();
-		else this.timer ??= setTimeout(() => void this.flush(), this.opts.flushMs);
+		if (!rows.length) return Promise.resolve();
+		this.rows.push(...rows);
+		const done = new Promise<void>((resolve, reject) => this.waiters.push({ resolve, reject }));
+		void this.flush().catch(() => undefined);
 		return done;
 	}
 
-	/** Writes everything buffered so far (one flush at a time, in order). */
+	/** Writes everything added so far (one flush at a time, in order). */
 	flush(): Promise<void> {
-		if (this.timer) clearTimeout(this.timer);
-		this.timer = undefined;
 		const run = this.flushing.then(async () => {
 			if (!this.rows.length) return;
 			const rows = this.rows;
@@ -154,18 +151,15 @@ export class AuditWriter {
 				await insertRows(db, rows);
 				for (const w of waiters) w.resolve();
 			} catch (err) {
-				// One bad row must not block the queue: with the store reachable, the rows go one by one and a row that
-				// fails alone is dropped (logged without its content). Only an unreachable store keeps them for later.
+				// One bad row must not block the stream: with the store reachable, the rows go one by one and a row that
+				// fails alone is dropped (logged without its content). Only an unreachable store fails the batch.
 				const rest = db && (await db.ping()) ? await this.isolate(db, rows) : rows;
 				if (!rest.length) {
 					for (const w of waiters) w.resolve();
 					return;
 				}
-				// Durable rows are retried by the stream; request rows go back to the buffer for the next flush.
-				this.rows = [...rest.filter((r) => r.kind === "request"), ...this.rows].slice(-this.opts.maxBuffered);
 				for (const w of waiters) w.reject(err);
 				this.opts.onError(err);
-				if (this.rows.length && !this.closed) this.timer ??= setTimeout(() => void this.flush(), Math.max(this.opts.flushMs, 1000));
 			}
 		});
 		this.flushing = run.catch(() => undefined);
@@ -193,8 +187,6 @@ export class AuditWriter {
 	async close(): Promise<void> {
 		await this.flush().catch(() => undefined);
 		this.closed = true;
-		if (this.timer) clearTimeout(this.timer);
-		this.timer = undefined;
 	}
 
 	get pending(): number {

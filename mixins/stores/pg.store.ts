@@ -13,9 +13,9 @@ import type { PoolClient } from "pg";
 import { openRelational, releaseRelational, type Relational } from "../../lib/relational";
 import type { PlatformConfig } from "../../lib/config";
 import { ApiError, badRequest } from "../../lib/errors";
-import type { DocumentStore, FindOptions, Filter, StoredDoc } from "./types";
+import type { DocumentStore, FindOptions, Filter, Page, StoredDoc } from "./types";
 import { renameIdKeys, TENANT_REF, toStoreQuery, updateOf } from "./types";
-import { bind, forMatcher, lit, orderOf, Params, valueAt, whereOf } from "./pg.query";
+import { bind, forMatcher, lit, orderOf, Params, sortKeys, valueAt, whereOf, type Sql } from "./pg.query";
 import { openTransaction, unitTransaction } from "./unit";
 import { matchesFilter } from "./nedb.store";
 
@@ -118,6 +118,12 @@ export function ident(name: string): string {
 	return `"${n.replace(/"/g, '""')}"`;
 }
 
+/** The `skip`/`limit` window of sorted matches. */
+function sliceOf(docs: StoredDoc[], o: FindOptions): StoredDoc[] {
+	const start = o.skip ?? 0;
+	return docs.slice(start, o.limit ? start + o.limit : undefined);
+}
+
 const LIVE = () => whereOf({ deleted_at: null }, new Params()).sql;
 
 /** Keys whose equality selects few rows through an index: a page filtered by one is better sorted than walked. */
@@ -199,39 +205,67 @@ export class PgStore implements DocumentStore {
 		return docs.filter((d) => matchesFilter(d, q));
 	}
 
+	/** Every candidate of an inexact filter matched in JavaScript, sorted: what SQL could not select exactly. */
+	private async matchAll(o: FindOptions, w: Sql, p: Params): Promise<StoredDoc[]> {
+		const rows = (await this.d.read(...bind(`select body as doc from ${this.table} where ${w.sql} order by id`, p))).rows.map((r) => r.doc as StoredDoc);
+		const docs = this.match(rows, o.query);
+		const criteria = Object.entries(o.sort ? renameIdKeys(o.sort)! : {});
+		if (criteria.length)
+			docs.sort((a, b) => {
+				for (const [k, dir] of criteria) {
+					const c = dir * model.compareThings(model.getDotValue(a, k), model.getDotValue(b, k));
+					if (c !== 0) return c;
+				}
+				return 0;
+			});
+		return docs;
+	}
+
+	private project(docs: StoredDoc[], projection: FindOptions["projection"]): StoredDoc[] {
+		if (!projection) return docs;
+		try {
+			return Cursor.prototype._project.call({ _projection: renameIdKeys(projection) }, docs);
+		} catch (err) {
+			throw badRequest(`projection is not supported by the document store: ${(err as Error).message}`);
+		}
+	}
+
 	async find(o: FindOptions): Promise<StoredDoc[]> {
 		const p = new Params();
 		const w = this.where(o.query, p);
-		const sort = o.sort ? renameIdKeys(o.sort)! : undefined;
 		let docs: StoredDoc[];
 		if (w.exact) {
-			let sql = `select body as doc from ${this.table} where ${w.sql} order by ${orderOf(sort)}`;
+			let sql = `select body as doc from ${this.table} where ${w.sql} order by ${orderOf(o.sort ? renameIdKeys(o.sort) : undefined)}`;
 			if (o.limit) sql += ` limit ${p.add(o.limit)}`;
 			if (o.skip) sql += ` offset ${p.add(o.skip)}`;
 			const [text, values] = bind(sql, p);
 			docs = (this.ordered(o) ? await this.d.readOrdered(text, values) : await this.d.read(text, values)).rows.map((r) => r.doc);
-		} else {
-			const rows = (await this.d.read(...bind(`select body as doc from ${this.table} where ${w.sql} order by id`, p))).rows.map((r) => r.doc as StoredDoc);
-			docs = this.match(rows, o.query);
-			if (sort) {
-				const criteria = Object.entries(sort);
-				docs.sort((a, b) => {
-					for (const [k, dir] of criteria) {
-						const c = dir * model.compareThings(model.getDotValue(a, k), model.getDotValue(b, k));
-						if (c !== 0) return c;
-					}
-					return 0;
-				});
-			}
-			const start = o.skip ?? 0;
-			docs = docs.slice(start, o.limit ? start + o.limit : undefined);
+		} else docs = sliceOf(await this.matchAll(o, w, p), o);
+		return this.project(docs, o.projection);
+	}
+
+	/**
+	 * Page and total in one statement: the matches' ids and sort keys are collected once (the exact total has to
+	 * evaluate the filter on every match anyway), counted, and the page is cut from them by a top-N sort, its bodies
+	 * read by primary key. Separately, the page and the count each evaluated the filter on every match.
+	 */
+	async findPage(o: FindOptions): Promise<Page> {
+		const p = new Params();
+		const w = this.where(o.query, p);
+		if (!w.exact) {
+			const all = await this.matchAll(o, w, p);
+			return { docs: this.project(sliceOf(all, o), o.projection), total: all.length };
 		}
-		if (!o.projection) return docs;
-		try {
-			return Cursor.prototype._project.call({ _projection: renameIdKeys(o.projection) }, docs);
-		} catch (err) {
-			throw badRequest(`projection is not supported by the document store: ${(err as Error).message}`);
-		}
+		const keys = sortKeys(o.sort ? renameIdKeys(o.sort) : undefined);
+		const cols = keys.map((k, i) => (k.expr === "id" ? "" : `, ${k.expr} as k${i}`)).join("");
+		const order = (alias: string) => keys.map((k, i) => `${alias}${k.expr === "id" ? "id" : `k${i}`} ${k.dir}`).join(", ");
+		const sql =
+			`with m as materialized (select id${cols} from ${this.table} where ${w.sql}), ` +
+			`p as (select * from m order by ${order("")} limit ${o.limit ? p.add(o.limit) : "all"} offset ${p.add(o.skip ?? 0)}) ` +
+			`select (select count(*) from m)::int as total, ` +
+			`(select coalesce(json_agg(t.body order by ${order("p.")}), '[]'::json) from p join ${this.table} t on t.id = p.id) as docs`;
+		const row = (await this.d.read(...bind(sql, p))).rows[0] as { total: number; docs: StoredDoc[] };
+		return { docs: this.project(row.docs, o.projection), total: row.total };
 	}
 
 	async findOne(query: Filter): Promise<StoredDoc | null> {

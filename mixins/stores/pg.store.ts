@@ -10,7 +10,7 @@
  */
 import { createHash } from "crypto";
 import type { PoolClient } from "pg";
-import { openRelational, releaseRelational, type Relational } from "../../lib/relational";
+import { openRelational, releaseRelational, type NamedStatement, type Relational } from "../../lib/relational";
 import type { PlatformConfig } from "../../lib/config";
 import { ApiError, badRequest } from "../../lib/errors";
 import type { DocumentStore, FindOptions, Filter, Page, StoredDoc } from "./types";
@@ -42,21 +42,37 @@ export function pgError(err: unknown): Error {
 }
 
 /**
+ * Statement names by text, so that PostgreSQL parses and plans a statement seen before once per connection (for a
+ * read by id that was most of its server time). Bounded: statement texts follow the shapes of filters, which callers
+ * choose, and each name costs memory on every pooled connection; later texts run unnamed.
+ */
+const NAMES = new Map<string, string>();
+export const MAX_NAMED_STATEMENTS = 200;
+
+function statement(text: string, values?: unknown[]): NamedStatement | string {
+	let name = NAMES.get(text);
+	if (name === undefined && NAMES.size < MAX_NAMED_STATEMENTS) NAMES.set(text, (name = `docs_${NAMES.size}`));
+	return name === undefined ? text : { name, text, values };
+}
+
+/**
  * The database of one configuration: statements run in the caller's unit of work when it has one (writes begin it),
  * else on the pool; `tx` runs several statements in one transaction (the unit's, or one of its own).
  */
 export class PgDatabase {
 	constructor(readonly rel: Relational) {}
 
-	private async on(client: Promise<PoolClient>, text: string, params?: unknown[]) {
-		const r = await (await client).query(text, params as unknown[]);
+	private async on(client: Promise<PoolClient> | PoolClient, text: string, params?: unknown[]) {
+		const s = statement(text, params);
+		const c = await client;
+		const r = typeof s === "string" ? await c.query(s, params as unknown[]) : await c.query(s);
 		return { rows: r.rows, rowCount: r.rowCount };
 	}
 
 	read: Query = async (text, params) => {
 		const c = openTransaction(this.rel);
 		try {
-			return c ? await this.on(c, text, params) : await this.rel.query(text, params);
+			return c ? await this.on(c, text, params) : await this.rel.query(statement(text, params), params);
 		} catch (err) {
 			throw pgError(err);
 		}
@@ -65,7 +81,7 @@ export class PgDatabase {
 	write: Query = async (text, params) => {
 		const c = unitTransaction(this.rel);
 		try {
-			return c ? await this.on(c, text, params) : await this.rel.query(text, params);
+			return c ? await this.on(c, text, params) : await this.rel.query(statement(text, params), params);
 		} catch (err) {
 			throw pgError(err);
 		}
@@ -76,9 +92,8 @@ export class PgDatabase {
 		if (openTransaction(this.rel)) return this.read(text, params);
 		try {
 			return await this.rel.transaction(async (q) => {
-				await q("set local enable_sort = off");
-				// A page of 20 along an index: starting a parallel worker costs more than the whole walk.
-				await q("set local max_parallel_workers_per_gather = 0");
+				// A page of 20 along an index: starting a parallel worker costs more than the whole walk. One round trip.
+				await q("set local enable_sort = off; set local max_parallel_workers_per_gather = 0");
 				return q(text, params);
 			});
 		} catch (err) {
@@ -92,8 +107,7 @@ export class PgDatabase {
 		const client = await this.rel.client();
 		const q: Query = async (text, params) => {
 			try {
-				const r = await client.query(text, params as unknown[]);
-				return { rows: r.rows, rowCount: r.rowCount };
+				return await this.on(client, text, params);
 			} catch (err) {
 				throw pgError(err);
 			}

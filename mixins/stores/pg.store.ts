@@ -16,7 +16,7 @@ import { ApiError, badRequest } from "../../lib/errors";
 import type { DocumentStore, FindOptions, Filter, Page, StoredDoc } from "./types";
 import { renameIdKeys, TENANT_REF, toStoreQuery, updateOf } from "./types";
 import { bind, forMatcher, lit, orderOf, Params, sortKeys, valueAt, whereOf, type Sql } from "./pg.query";
-import { openTransaction, unitTransaction } from "./unit";
+import { inUnit, openTransaction, unitTransaction } from "./unit";
 import { matchesFilter } from "./nedb.store";
 
 // NeDB's update operators, comparator and projection: the JavaScript side keeps the embedded store's semantics.
@@ -131,6 +131,13 @@ export function ident(name: string): string {
 	const n = Buffer.byteLength(name) <= 60 ? name : `${name.slice(0, 36)}#${createHash("sha256").update(name).digest("hex").slice(0, 16)}`;
 	return `"${n.replace(/"/g, '""')}"`;
 }
+
+/**
+ * Compare-and-set attempts before updateIf takes row locks instead. One: a row that many writers race for (40
+ * concurrent increments of one document lost 173 races at five attempts each) is better served by the lock queue.
+ */
+const CAS_TRIES = 1;
+const LOST = Symbol("lost race");
 
 /** The `skip`/`limit` window of sorted matches. */
 function sliceOf(docs: StoredDoc[], o: FindOptions): StoredDoc[] {
@@ -337,10 +344,38 @@ export class PgStore implements DocumentStore {
 	}
 
 	/**
+	 * Outside a unit of work (workers' offsets and counters), a compare-and-set in two round trips instead of a
+	 * locking transaction's four (begin, select for update, update, commit): the first matching document is read with
+	 * its row version (`xmin`, which every update of the row changes) and written back only if the row is still that
+	 * version. A writer that came in between makes the write change nothing; after CAS_TRIES lost races, the
+	 * locking transaction, which queues writers instead. Inside a unit, the locking
+	 * transaction: its statements run in the unit's transaction anyway.
+	 */
+	async updateIf(query: Filter, update: Record<string, unknown>): Promise<StoredDoc | null> {
+		if (!inUnit())
+			for (let i = 0; i < CAS_TRIES; i++) {
+				const out = await this.casUpdate(query, update);
+				if (out !== LOST) return out;
+			}
+		return this.lockedUpdate(query, update);
+	}
+
+	private async casUpdate(query: Filter, update: Record<string, unknown>): Promise<StoredDoc | null | typeof LOST> {
+		const p = new Params();
+		const w = this.where(query, p);
+		const { rows } = await this.d.read(...bind(`select xmin::text as v, body as doc from ${this.table} where ${w.sql} order by id${w.exact ? " limit 1" : ""}`, p));
+		const row = (w.exact ? rows : rows.filter((r) => this.match([r.doc], query).length))[0] as { v: string; doc: StoredDoc } | undefined;
+		if (!row) return null;
+		const after = model.modify(row.doc, update);
+		const { rowCount } = await this.d.write(`update ${this.table} set body = $2::json where id = $1 and xmin = $3::xid`, [after._id, JSON.stringify(after), row.v]);
+		return rowCount ? after : LOST;
+	}
+
+	/**
 	 * Locks the matching rows (`for update`: a concurrent writer waits, and PostgreSQL re-checks the condition on the
 	 * row version it then sees), applies the update to the first one that still matches, writes it back.
 	 */
-	updateIf(query: Filter, update: Record<string, unknown>): Promise<StoredDoc | null> {
+	private lockedUpdate(query: Filter, update: Record<string, unknown>): Promise<StoredDoc | null> {
 		const p = new Params();
 		const w = this.where(query, p);
 		return this.d.tx(async (q) => {

@@ -9,7 +9,7 @@ import { mkdtempSync, rmSync } from "fs";
 import os from "os";
 import path from "path";
 import autocannon from "autocannon";
-import { freePort, rootToken, waitFor } from "./process";
+import { freePort, quiet, rootToken, waitFor } from "./process";
 
 const ROOT = path.resolve(__dirname, "..");
 const DURATION = Number(process.env.BENCH_DURATION ?? 10);
@@ -50,6 +50,7 @@ async function scenarios(store: "nedb" | "postgres"): Promise<Record<string, { r
 			const r = await fetch(`${base}/content/notes/bulk`, { method: "POST", headers: auth, body: JSON.stringify({ items }) });
 			if (r.status !== 200) throw new Error(`seeding failed: ${r.status} ${await r.text()}`);
 		}
+		console.log(`${store}: seeded; the workers handled the seed's events in ${await quiet(child.pid!)} ms`);
 		const one = (await fetch(`${base}/content/notes?pagination=${encodeURIComponent(JSON.stringify({ limit: 1 }))}`, { headers: auth }).then((r) => r.json())) as any;
 		const pag = encodeURIComponent(JSON.stringify({ limit: 20, sort: { created_at: -1 } }));
 		const out: Record<string, { rps: number; p99: number }> = {};

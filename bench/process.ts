@@ -73,20 +73,21 @@ export function cpuTicksOf(pid: number): number | undefined {
 }
 
 /**
- * Waits until a platform process tree is nearly idle (under 10 % of a core over half a second, twice in a row), at most
- * `ms`: after seeding, the workers are still handling the seed's change events, which would be measured with the
- * scenario that follows (on PostgreSQL they write to the same database the reads use). Returns the wait in ms.
+ * Waits until a platform process tree is nearly idle (under 30 % of a core over a second, twice in a row: an idle
+ * platform still polls its stream, deliveries and timers), at most `ms`: after seeding, the workers are still
+ * handling the seed's change events, which would be measured with the scenario that follows (on PostgreSQL they
+ * write to the same database the reads use). Returns the wait in ms.
  */
 export async function quiet(pid: number, ms = 60_000): Promise<number> {
 	const start = Date.now();
 	let calm = 0;
 	let last = cpuTicksOf(pid);
 	while (last !== undefined && calm < 2 && Date.now() - start < ms) {
-		await new Promise((r) => setTimeout(r, 500));
+		await new Promise((r) => setTimeout(r, 1000));
 		const now = cpuTicksOf(pid);
 		if (now === undefined) break;
-		// Clock ticks are 1/100 s: 5 ticks in 500 ms is 10 % of a core.
-		calm = now - last < 5 ? calm + 1 : 0;
+		// Clock ticks are 1/100 s: 30 ticks in a second is 30 % of a core.
+		calm = now - last < 30 ? calm + 1 : 0;
 		last = now;
 	}
 	return Date.now() - start;

@@ -25,6 +25,7 @@ const model = require("@seald-io/nedb/lib/model") as {
 	modify(doc: unknown, update: unknown): StoredDoc;
 	compareThings(a: unknown, b: unknown): number;
 	getDotValue(doc: unknown, key: string): unknown;
+	checkObject(obj: unknown): void;
 };
 // eslint-disable-next-line @typescript-eslint/no-var-requires
 const Cursor = require("@seald-io/nedb/lib/cursor") as { prototype: { _project(this: { _projection: unknown }, docs: StoredDoc[]): StoredDoc[] } };
@@ -138,6 +139,14 @@ export function ident(name: string): string {
  */
 const CAS_TRIES = 1;
 const LOST = Symbol("lost race");
+
+/** A `$set` PostgreSQL can apply to the stored JSON with NeDB's result: plain top-level keys, defined values, never `_id`. */
+function inPlace(update: Record<string, unknown>): update is { $set: Record<string, unknown> } {
+	const keys = Object.keys(update);
+	if (keys.length !== 1 || keys[0] !== "$set") return false;
+	const set = update.$set as Record<string, unknown>;
+	return Object.entries(set).every(([k, v]) => k !== "_id" && !k.includes(".") && !k.startsWith("$") && v !== undefined);
+}
 
 /** The `skip`/`limit` window of sorted matches. */
 function sliceOf(docs: StoredDoc[], o: FindOptions): StoredDoc[] {
@@ -329,8 +338,27 @@ export class PgStore implements DocumentStore {
 		});
 	}
 
-	setOne(id: string, set: Record<string, unknown>): Promise<StoredDoc | null> {
-		return this.updateIf({ _id: id }, updateOf(set));
+	/**
+	 * A `$set` of top-level fields (a patch, a remove's stamps, a stream position) is one statement: PostgreSQL
+	 * rewrites the stored JSON itself, each existing key keeping its place and new keys appended in the order given, as
+	 * NeDB's `modify` does. Anything else (dotted paths, `$unset` of a cleared ref) reads and writes back.
+	 */
+	async setOne(id: string, set: Record<string, unknown>): Promise<StoredDoc | null> {
+		const update = updateOf(set);
+		if (!inPlace(update)) return this.updateIf({ _id: id }, update);
+		try {
+			model.checkObject(set);
+		} catch (err) {
+			throw badRequest((err as Error).message);
+		}
+		const { rows } = await this.d.write(
+			`update ${this.table} t set body = (select json_object_agg(x.k, x.v order by x.o) from (` +
+				`select e.key as k, coalesce($2::json -> e.key, e.value) as v, e.o from json_each(t.body) with ordinality e(key, value, o) ` +
+				`union all select n.key, n.value, 1e9 + n.o from json_each($2::json) with ordinality n(key, value, o) where not (t.doc ? n.key)) x) ` +
+				`where id = $1 returning body as doc`,
+			[id, JSON.stringify(set)],
+		);
+		return (rows[0]?.doc as StoredDoc | undefined) ?? null;
 	}
 
 	async removeMany(query: Filter): Promise<number> {

@@ -205,6 +205,17 @@ for (const impl of impls) {
 			expect(await store.count({ deleted_at: null })).toBe(9);
 		});
 
+		test("setOne of top-level fields: existing keys keep their place, new ones follow in the order given, values as given", async () => {
+			const id = docs[3]._id;
+			const after = await store.setOne(id, { title: "changed", added: { b: [1, { c: null }], a: "x" }, name: null, second: true });
+			const expected = { ...docs[3], title: "changed", name: null, added: { b: [1, { c: null }], a: "x" }, second: true };
+			expect(JSON.stringify(after)).toBe(JSON.stringify(expected));
+			expect(JSON.stringify(await store.findOne({ id }))).toBe(JSON.stringify(expected));
+			expect(await store.count({ added: { $exists: true } })).toBe(1);
+			expect(await store.setOne(hexId(66), { title: "ghost" })).toBeNull();
+			expect(await store.count({ title: "ghost" })).toBe(0);
+		});
+
 		test("setMany changes the listed documents and returns how many", async () => {
 			const ids = [docs[0]._id, docs[3]._id, docs[5]._id];
 			expect(await store.setMany(ids, { status: "bulk" })).toBe(3);

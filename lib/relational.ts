@@ -18,6 +18,9 @@ export interface NamedStatement {
 	values?: unknown[];
 }
 
+/** A statement inside `transaction`: text and parameters (named statements go through `query`). */
+export type TextQuery = <T = Record<string, unknown>>(text: string, params?: unknown[]) => Promise<{ rows: T[]; rowCount: number | null }>;
+
 export interface Relational {
 	readonly kind: "postgres" | "embedded-postgres";
 	query<T = Record<string, unknown>>(text: string | NamedStatement, params?: unknown[]): Promise<{ rows: T[]; rowCount: number | null }>;
@@ -27,7 +30,7 @@ export interface Relational {
 	 * Runs `fn` on one connection inside BEGIN/COMMIT (ROLLBACK when it throws). Plain `query` takes any pooled
 	 * connection, so a transaction written as query("begin") ... query("commit") may span several of them.
 	 */
-	transaction<T>(fn: (query: Relational["query"]) => Promise<T>): Promise<T>;
+	transaction<T>(fn: (query: TextQuery) => Promise<T>): Promise<T>;
 	/** One pooled connection of its own (the document store's transactions span several statements); release it. */
 	client(): Promise<PoolClient>;
 }
@@ -82,8 +85,8 @@ class PgRelational implements Relational {
 	}
 	async transaction<T>(fn: (query: Relational["query"]) => Promise<T>): Promise<T> {
 		const client = await this.pool.connect();
-		const query = async <R>(text: string | NamedStatement, params?: unknown[]) => {
-			const r = typeof text === "string" ? await client.query(text, params as unknown[]) : await client.query(text);
+		const query = async <R>(text: string, params?: unknown[]) => {
+			const r = await client.query(text, params as unknown[]);
 			return { rows: r.rows as R[], rowCount: r.rowCount };
 		};
 		try {

@@ -249,8 +249,24 @@ function writeReport(rows: Row[], microRows: Array<{ name: string; us: number; n
 		"The ceiling varies between runs on this shared 2-core machine (the load generator shares it); compare shares of the ceiling within one run.",
 		"",
 	];
-	writeFileSync(path.join(ROOT, "docs/benchmarks.md"), lines.join("\n"));
+	const file = path.join(ROOT, "docs/benchmarks.md");
+	writeFileSync(file, [...lines, ...handWritten(file)].join("\n"));
 	console.log("written docs/benchmarks.md");
+}
+
+/**
+ * The sections of the report written by hand (`## Profile`: where the time of a request goes, measured with
+ * --cpu-prof), kept from the previous report: a run replaces the figures, not the findings.
+ */
+function handWritten(file: string): string[] {
+	let text: string;
+	try {
+		text = readFileSync(file, "utf8");
+	} catch {
+		return [];
+	}
+	const start = text.search(/^## Profile/m);
+	return start === -1 ? [] : text.slice(start).split("\n");
 }
 
 main().catch((err) => {

@@ -119,19 +119,32 @@ export function storableUrl(url: string | null | undefined): string | null {
 	}
 }
 
+/** Rows per insert statement (11 parameters each, well under PostgreSQL's 65 535). */
+const ENQUEUE_CHUNK = 500;
+
 const COLUMNS = "id, event_id, seq, client_id, config_id, url, topic, op, document_id, status, attempts, next_at, last_status, last_error, created_at, delivered_at";
 
 export class DeliveryStore {
 	constructor(private db: Relational) {}
 
-	/** Idempotent (the stream delivers at least once): a second insert of one (event, client) does nothing. */
+	/**
+	 * Idempotent (the stream delivers at least once): a second insert of one (event, client) does nothing. One
+	 * statement per ENQUEUE_CHUNK rows (a batch of the stream), not one per row.
+	 */
 	async enqueue(rows: NewDelivery[]): Promise<number> {
 		let inserted = 0;
-		for (const r of rows) {
+		for (let i = 0; i < rows.length; i += ENQUEUE_CHUNK) {
+			const chunk = rows.slice(i, i + ENQUEUE_CHUNK);
+			const params: unknown[] = [];
+			const values = chunk.map((r) => {
+				const at = params.length;
+				params.push(r.event_id, r.seq, r.client_id, r.config_id, storableUrl(r.url), r.topic, r.op, r.document_id, r.body, r.status, r.last_error ?? null);
+				return `($${at + 1}, $${at + 2}, $${at + 3}, $${at + 4}, $${at + 5}, $${at + 6}, $${at + 7}, $${at + 8}, $${at + 9}::json, $${at + 10}, $${at + 11})`;
+			});
 			const res = await this.db.query(
 				`insert into deliveries (event_id, seq, client_id, config_id, url, topic, op, document_id, payload, status, last_error)
-				 values ($1, $2, $3, $4, $5, $6, $7, $8, $9::json, $10, $11) on conflict (event_id, client_id) do nothing`,
-				[r.event_id, r.seq, r.client_id, r.config_id, storableUrl(r.url), r.topic, r.op, r.document_id, r.body, r.status, r.last_error ?? null],
+				 values ${values.join(", ")} on conflict (event_id, client_id) do nothing`,
+				params,
 			);
 			inserted += res.rowCount ?? 0;
 		}

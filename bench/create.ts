@@ -38,15 +38,20 @@ function ticks(pid: number): number {
 	return Number(f[11]) + Number(f[12]);
 }
 
-/** Resolves once the process used under 5 % of a core over a second (the workers caught up); seconds waited. */
-export async function idle(pid: number, maxS = 120): Promise<number> {
+/**
+ * Resolves once the process used under 10 % of a core in each of two seconds (the workers caught up; an idle
+ * platform's timers use a few %); the seconds it was busy before.
+ */
+export async function idle(pid: number, maxS = 180): Promise<number> {
 	const t0 = Date.now();
 	let last = ticks(pid);
+	let quiet = 0;
 	while (Date.now() - t0 < maxS * 1000) {
 		await new Promise((r) => setTimeout(r, 1000));
 		const now = ticks(pid);
-		if (now - last < 5) return Math.max(0, (Date.now() - t0 - 1000) / 1000);
+		quiet = now - last < 10 ? quiet + 1 : 0;
 		last = now;
+		if (quiet === 2) return Math.max(0, (Date.now() - t0 - 2000) / 1000);
 	}
 	return maxS;
 }

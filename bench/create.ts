@@ -11,7 +11,8 @@ import path from "path";
 import autocannon from "autocannon";
 import { freePort, rootToken, waitFor } from "./process";
 
-const ROOT = path.resolve(__dirname, "..");
+/** The platform checkout to run (BENCH_PLATFORM_DIR: another worktree, for a before/after on the same machine). */
+const ROOT = process.env.BENCH_PLATFORM_DIR ?? path.resolve(__dirname, "..");
 const DURATION = Number(process.env.BENCH_DURATION ?? 10);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
 
@@ -22,6 +23,11 @@ export interface CreateRow {
 	non2xx: number;
 	/** Seconds from the end of the load until the workers went idle. */
 	drainS: number;
+	/**
+	 * CPU time the platform process used per create, request and workers' consumption included (load and drain):
+	 * less sensitive than req/s to other jobs sharing the machine.
+	 */
+	cpuMsPerCreate: number;
 }
 
 /** ~900 characters of words, about 1 KB as JSON with its title: the peer bench's note. */
@@ -86,6 +92,7 @@ export async function createScenario(env: Record<string, string> = {}): Promise<
 		const rootAuth = { authorization: `Bearer ${await rootToken(base, dataDir)}` };
 		const token = await noteWriter(base, rootAuth, boot.domain ?? "root.local", boot.client_id);
 		await idle(child.pid!);
+		const cpu0 = ticks(child.pid!);
 		const r = await autocannon({
 			url: `${base}/content/notes`,
 			method: "POST",
@@ -95,7 +102,9 @@ export async function createScenario(env: Record<string, string> = {}): Promise<
 			body: JSON.stringify(kbNote(9999)),
 		});
 		const drainS = await idle(child.pid!);
-		return { rps: Math.round(r.requests.average), p50: r.latency.p50, p99: r.latency.p99, non2xx: r.non2xx + r.errors, drainS };
+		// Clock ticks are 10 ms; the two quiet seconds idle() waited for are left in (a few ticks).
+		const cpuMsPerCreate = Math.round(((ticks(child.pid!) - cpu0) * 10 * 1000) / Math.max(1, r.requests.total)) / 1000;
+		return { rps: Math.round(r.requests.average), p50: r.latency.p50, p99: r.latency.p99, non2xx: r.non2xx + r.errors, drainS, cpuMsPerCreate };
 	} finally {
 		await new Promise((r) => (child.exitCode !== null ? r(null) : (child.once("exit", r), child.kill("SIGTERM"))));
 		rmSync(dataDir, { recursive: true, force: true, maxRetries: 5, retryDelay: 200 });

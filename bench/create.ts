@@ -2,17 +2,15 @@
  * Create load as the peer bench runs it (`npx tsx bench/create.ts`): a platform child process (DOCUMENT_STORE as in
  * the environment), a normal user with read and write grants on content:notes, POST /content/notes of a 1 KB note
  * with 50 connections, then the time the in-process workers take to consume the backlog (the child's CPU falls
- * idle). PROFILE=dir runs the child under `node --cpu-prof` into dir (read it with bench/cpuprofile.ts).
+ * idle). PROFILE=dir profiles the child, BENCH_PLATFORM_DIR runs another checkout (bench/process.ts).
  */
-import { spawn, type ChildProcess } from "child_process";
+import type { ChildProcess } from "child_process";
 import { mkdtempSync, readFileSync, rmSync } from "fs";
 import os from "os";
 import path from "path";
 import autocannon from "autocannon";
-import { freePort, rootToken, waitFor } from "./process";
+import { freePort, rootToken, spawnPlatform, waitFor } from "./process";
 
-/** The platform checkout to run (BENCH_PLATFORM_DIR: another worktree, for a before/after on the same machine). */
-const ROOT = process.env.BENCH_PLATFORM_DIR ?? path.resolve(__dirname, "..");
 const DURATION = Number(process.env.BENCH_DURATION ?? 10);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
 
@@ -80,12 +78,7 @@ export async function createScenario(env: Record<string, string> = {}): Promise<
 	const dataDir = mkdtempSync(path.join(os.tmpdir(), "bench-create-"));
 	const port = await freePort();
 	const base = `http://127.0.0.1:${port}`;
-	const prof = process.env.PROFILE ? ["--cpu-prof", `--cpu-prof-dir=${process.env.PROFILE}`] : [];
-	const child: ChildProcess = spawn(process.execPath, [...prof, "--import", "tsx", "start.ts"], {
-		cwd: ROOT,
-		env: { ...process.env, LOG_LEVEL: "warn", PORT: String(port), DATA_DIR: dataDir, ...env },
-		stdio: ["ignore", "ignore", "inherit"],
-	});
+	const child: ChildProcess = spawnPlatform({ PORT: String(port), DATA_DIR: dataDir, ...env });
 	try {
 		await waitFor(`${base}/status`, 120_000);
 		const boot = JSON.parse(readFileSync(path.join(dataDir, "bootstrap.json"), "utf8"));

@@ -1,4 +1,5 @@
 /** What every bench scenario needs around a platform process: a free port, waiting for it, the root's token. */
+import { spawn, type ChildProcess } from "child_process";
 import { readFileSync } from "fs";
 import { createServer, type AddressInfo } from "net";
 import path from "path";
@@ -36,4 +37,20 @@ export async function rootToken(base: string, dataDir: string): Promise<string> 
 		body: JSON.stringify({ grant_type: "password", client_id: cred.client_id, username: cred.username, password: cred.password }),
 	}).then((x) => x.json())) as { data: { access_token: string } };
 	return r.data.access_token;
+}
+
+/** The platform checkout a scenario runs (BENCH_PLATFORM_DIR: another worktree, for a before/after on one machine). */
+export const PLATFORM_DIR = process.env.BENCH_PLATFORM_DIR ?? path.resolve(__dirname, "..");
+
+/**
+ * `start.ts` of PLATFORM_DIR in a child process with `env` on top of this one's (LOG_LEVEL warn); PROFILE=dir runs it
+ * under `node --cpu-prof` into dir (read with bench/cpuprofile.ts).
+ */
+export function spawnPlatform(env: Record<string, string>): ChildProcess {
+	const prof = process.env.PROFILE ? ["--cpu-prof", `--cpu-prof-dir=${process.env.PROFILE}`] : [];
+	return spawn(process.execPath, [...prof, "--import", "tsx", "start.ts"], {
+		cwd: PLATFORM_DIR,
+		env: { ...process.env, LOG_LEVEL: "warn", ...env },
+		stdio: ["ignore", "ignore", "inherit"],
+	});
 }

@@ -9,7 +9,7 @@ import os from "os";
 import path from "path";
 import autocannon from "autocannon";
 import { micro } from "./micro";
-import { webhookBench, type WebhookRow } from "./webhooks";
+import { webhookScenario, type WebhookRow } from "./webhooks";
 import { expiryBench, sagaBench } from "./sagas";
 import { searchBench } from "./search";
 import { fileBench, type FileRow } from "./files";
@@ -154,7 +154,7 @@ async function main() {
 		rows.push(...(await searchBench(base, auth, DURATION, CONNECTIONS)));
 		// The first platform's workers are still draining the scenarios' writes: stop it so the next run is alone.
 		await stopAll(children);
-		const hooks = await webhookScenario(children);
+		const hooks = await webhookScenario(children, dirs);
 		console.log(`webhooks paced: delay p50 ${hooks.paced.p50} ms p99 ${hooks.paced.p99} ms; burst: ${hooks.burst.deliveries} delivered, ${hooks.burst.perSecond}/s`);
 		await stopAll(children);
 		email = await emailScenario(DURATION, children, dirs);
@@ -182,24 +182,6 @@ async function userToken(base: string, rootAuth: Record<string, string>, root: {
 	const headers = { authorization: `Bearer ${login.data.access_token}`, "content-type": "application/json" };
 	await post("/content/notes/bulk", { items: Array.from({ length: count }, (_, n) => ({ title: `mine ${n}`, props: { n } })) }, headers);
 	return login.data.access_token;
-}
-
-/** A fresh platform for the webhook scenario: no backlog of earlier bench writes in its outbox. */
-async function webhookScenario(children: ChildProcess[]) {
-	const dir = mkdtempSync(path.join(os.tmpdir(), "bench-hooks-"));
-	const port = await freePort();
-	const base = `http://127.0.0.1:${port}`;
-	// The receiver listens on 127.0.0.1: private addresses are allowed for this run only.
-	children.push(startNode("start.ts", { PORT: String(port), DATA_DIR: dir, WEBHOOK_ALLOW_PRIVATE: "1" }));
-	dirs.push(dir);
-	await waitFor(`${base}/status`);
-	const root = JSON.parse(readFileSync(path.join(dir, "bootstrap.json"), "utf8"));
-	const login = await fetch(`${base}/auth/token`, {
-		method: "POST",
-		headers: { "content-type": "application/json" },
-		body: JSON.stringify({ grant_type: "password", client_id: root.client_id, username: root.username, password: root.password }),
-	}).then((r) => r.json() as Promise<any>);
-	return webhookBench(base, login.data.access_token, root.client_id);
 }
 
 const dirs: string[] = [];

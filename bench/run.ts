@@ -155,7 +155,7 @@ async function main() {
 		// The first platform's workers are still draining the scenarios' writes: stop it so the next run is alone.
 		await stopAll(children);
 		const hooks = await webhookScenario(children, dirs);
-		console.log(`webhooks paced: delay p50 ${hooks.paced.p50} ms p99 ${hooks.paced.p99} ms; burst: ${hooks.burst.deliveries} delivered, ${hooks.burst.perSecond}/s`);
+		console.log(`webhooks paced: delay p50 ${hooks.paced.p50} ms p99 ${hooks.paced.p99} ms; burst of 2 000 queued writes: ${hooks.burst.deliveries} delivered, ${hooks.burst.perSecond}/s, write-to-delivery p99 ${hooks.burst.p99} ms`);
 		await stopAll(children);
 		email = await emailScenario(DURATION, children, dirs);
 		console.log(`email: ${email.perSecond} messages/s received (${email.received} of ${email.sent}), request to receipt p50 ${email.p50} ms p99 ${email.p99} ms, ${email.errors} errors`);
@@ -210,8 +210,8 @@ function writeReport(rows: Row[], microRows: Array<{ name: string; us: number; n
 		`| paced writes (500 single creates, ~50/s): delay from write (event ts_ms) to receipt, p50 | ${hooks.paced.p50} ms |`,
 		`| paced writes: delay p99 | ${hooks.paced.p99} ms |`,
 		`| burst (2 000 notes in bulks of 100): deliveries received | ${hooks.burst.deliveries} |`,
-		`| burst: deliveries per second | ${hooks.burst.perSecond} |`,
-		`| burst: delay p50 / p99 (queueing included) | ${hooks.burst.p50} / ${hooks.burst.p99} ms |`,
+		`| burst: deliveries per second (target ≥ 2 000) | ${hooks.burst.perSecond} |`,
+		`| burst: write-to-delivery p50 / p99 with the 2 000 writes queued (target p99 < 1 s) | ${hooks.burst.p50} / ${hooks.burst.p99} ms |`,
 		"",
 		"| Saga expiry (ttl 5 s, one staged write each, watcher scan every 2 s) | value |",
 		"|---|---:|",

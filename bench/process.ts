@@ -1,4 +1,5 @@
 /** What every bench scenario needs around a platform process: a free port, waiting for it, the root's token. */
+import { spawn, type ChildProcess } from "child_process";
 import { readdirSync, readFileSync } from "fs";
 import { createServer, type AddressInfo } from "net";
 import path from "path";
@@ -91,4 +92,20 @@ export async function quiet(pid: number, ms = 60_000): Promise<number> {
 		last = now;
 	}
 	return Date.now() - start;
+}
+
+/** The platform checkout a scenario runs (BENCH_PLATFORM_DIR: another worktree, for a before/after on one machine). */
+export const PLATFORM_DIR = process.env.BENCH_PLATFORM_DIR ?? path.resolve(__dirname, "..");
+
+/**
+ * `start.ts` of PLATFORM_DIR in a child process with `env` on top of this one's (LOG_LEVEL warn); PROFILE=dir runs it
+ * under `node --cpu-prof` into dir (read with bench/cpuprofile.ts).
+ */
+export function spawnPlatform(env: Record<string, string>): ChildProcess {
+	const prof = process.env.PROFILE ? ["--cpu-prof", `--cpu-prof-dir=${process.env.PROFILE}`] : [];
+	return spawn(process.execPath, [...prof, "--import", "tsx", "start.ts"], {
+		cwd: PLATFORM_DIR,
+		env: { ...process.env, LOG_LEVEL: "warn", ...env },
+		stdio: ["ignore", "ignore", "inherit"],
+	});
 }

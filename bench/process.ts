@@ -1,5 +1,6 @@
 /** What every bench scenario needs around a platform process: a free port, waiting for it, the root's token. */
-import { readFileSync } from "fs";
+import { spawn, type ChildProcess } from "child_process";
+import { readdirSync, readFileSync } from "fs";
 import { createServer, type AddressInfo } from "net";
 import path from "path";
 
@@ -36,4 +37,75 @@ export async function rootToken(base: string, dataDir: string): Promise<string> 
 		body: JSON.stringify({ grant_type: "password", client_id: cred.client_id, username: cred.username, password: cred.password }),
 	}).then((x) => x.json())) as { data: { access_token: string } };
 	return r.data.access_token;
+}
+
+/**
+ * CPU time (user + system, in clock ticks) a process and its descendants (tsx's node, the embedded PostgreSQL) have
+ * used so far; undefined where /proc is missing.
+ */
+export function cpuTicksOf(pid: number): number | undefined {
+	const stats = new Map<number, { ppid: number; ticks: number }>();
+	try {
+		for (const d of readdirSync("/proc")) {
+			if (!/^\d+$/.test(d)) continue;
+			try {
+				const f = readFileSync(`/proc/${d}/stat`, "utf8").split(") ")[1].split(" ");
+				stats.set(Number(d), { ppid: Number(f[1]), ticks: Number(f[11]) + Number(f[12]) });
+			} catch {
+				/* gone meanwhile */
+			}
+		}
+	} catch {
+		return undefined;
+	}
+	if (!stats.has(pid)) return undefined;
+	const tree = new Set([pid]);
+	for (let grew = true; grew; ) {
+		grew = false;
+		for (const [p, s] of stats)
+			if (!tree.has(p) && tree.has(s.ppid)) {
+				tree.add(p);
+				grew = true;
+			}
+	}
+	let ticks = 0;
+	for (const p of tree) ticks += stats.get(p)!.ticks;
+	return ticks;
+}
+
+/**
+ * Waits until a platform process tree is nearly idle (under 30 % of a core over a second, twice in a row: an idle
+ * platform still polls its stream, deliveries and timers), at most `ms`: after seeding, the workers are still
+ * handling the seed's change events, which would be measured with the scenario that follows (on PostgreSQL they
+ * write to the same database the reads use). Returns the wait in ms.
+ */
+export async function quiet(pid: number, ms = 60_000): Promise<number> {
+	const start = Date.now();
+	let calm = 0;
+	let last = cpuTicksOf(pid);
+	while (last !== undefined && calm < 2 && Date.now() - start < ms) {
+		await new Promise((r) => setTimeout(r, 1000));
+		const now = cpuTicksOf(pid);
+		if (now === undefined) break;
+		// Clock ticks are 1/100 s: 30 ticks in a second is 30 % of a core.
+		calm = now - last < 30 ? calm + 1 : 0;
+		last = now;
+	}
+	return Date.now() - start;
+}
+
+/** The platform checkout a scenario runs (BENCH_PLATFORM_DIR: another worktree, for a before/after on one machine). */
+export const PLATFORM_DIR = process.env.BENCH_PLATFORM_DIR ?? path.resolve(__dirname, "..");
+
+/**
+ * `start.ts` of PLATFORM_DIR in a child process with `env` on top of this one's (LOG_LEVEL warn); PROFILE=dir runs it
+ * under `node --cpu-prof` into dir (read with bench/cpuprofile.ts).
+ */
+export function spawnPlatform(env: Record<string, string>): ChildProcess {
+	const prof = process.env.PROFILE ? ["--cpu-prof", `--cpu-prof-dir=${process.env.PROFILE}`] : [];
+	return spawn(process.execPath, [...prof, "--import", "tsx", "start.ts"], {
+		cwd: PLATFORM_DIR,
+		env: { ...process.env, LOG_LEVEL: "warn", ...env },
+		stdio: ["ignore", "ignore", "inherit"],
+	});
 }

@@ -2,8 +2,13 @@
  * Webhook throughput and delay: a platform child process delivers change events to a local receiver (127.0.0.1);
  * deliveries per second over a burst of writes, and the delay from the write (event ts_ms) to receipt.
  */
+import type { ChildProcess } from "child_process";
+import { mkdtempSync, readFileSync, rmSync } from "fs";
 import http from "http";
 import type { AddressInfo } from "net";
+import os from "os";
+import path from "path";
+import { freePort, spawnPlatform, waitFor } from "./process";
 
 export interface WebhookRow {
 	deliveries: number;
@@ -63,7 +68,7 @@ export async function webhookBench(base: string, token: string, clientId: string
 	const cfg = await fetch(`${base}/context/configs`, { method: "POST", headers: auth, body: JSON.stringify({ key: "CQRS", eid: clientId, value: { webhook: rx.url, secret: "bench-secret" } }) });
 	if (cfg.status !== 200) throw new Error(`CQRS config: ${cfg.status} ${await cfg.text()}`);
 	try {
-		const PACED = 500;
+		const PACED = Number(process.env.BENCH_WEBHOOK_PACED ?? 500);
 		for (let i = 0; i < PACED; i++) {
 			await fetch(`${base}/content/notes`, { method: "POST", headers: auth, body: JSON.stringify({ title: `paced ${i}` }) });
 			await new Promise((r) => setTimeout(r, 20));
@@ -81,4 +86,40 @@ export async function webhookBench(base: string, token: string, clientId: string
 	} finally {
 		rx.close();
 	}
+}
+
+/**
+ * A fresh platform for the webhook scenario (no backlog of earlier writes in its outbox), in a child process
+ * registered in `children` (the caller stops it) with its DATA_DIR in `dirs` (the caller removes it).
+ */
+export async function webhookScenario(children: ChildProcess[], dirs: string[]): Promise<{ paced: WebhookRow; burst: WebhookRow }> {
+	const dir = mkdtempSync(path.join(os.tmpdir(), "bench-hooks-"));
+	dirs.push(dir);
+	const port = await freePort();
+	const base = `http://127.0.0.1:${port}`;
+	// The receiver listens on 127.0.0.1: private addresses are allowed for this run only.
+	children.push(spawnPlatform({ PORT: String(port), DATA_DIR: dir, WEBHOOK_ALLOW_PRIVATE: "1" }));
+	await waitFor(`${base}/status`, 120_000);
+	const root = JSON.parse(readFileSync(path.join(dir, "bootstrap.json"), "utf8"));
+	const login = await fetch(`${base}/auth/token`, {
+		method: "POST",
+		headers: { "content-type": "application/json" },
+		body: JSON.stringify({ grant_type: "password", client_id: root.client_id, username: root.username, password: root.password }),
+	}).then((r) => r.json() as Promise<any>);
+	return webhookBench(base, login.data.access_token, root.client_id);
+}
+
+if (require.main === module) {
+	const children: ChildProcess[] = [];
+	const dirs: string[] = [];
+	webhookScenario(children, dirs)
+		.then((r) => console.log(JSON.stringify({ store: process.env.DOCUMENT_STORE ?? "nedb", ...r })))
+		.catch((err) => {
+			console.error(err);
+			process.exitCode = 1;
+		})
+		.finally(async () => {
+			await Promise.all(children.map((c) => (c.exitCode !== null ? undefined : new Promise((r) => (c.once("exit", r), c.kill("SIGTERM"))))));
+			for (const d of dirs) rmSync(d, { recursive: true, force: true, maxRetries: 5, retryDelay: 200 });
+		});
 }

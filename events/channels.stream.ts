@@ -42,7 +42,7 @@ import { Middleware as ChannelsMiddleware } from "@moleculer/channels";
 import { nanos } from "nats";
 import type { PlatformConfig } from "../lib/config";
 import type { OutboxRecord } from "./outbox";
-import type { ChangeHandler, ChangeStream, ConsumeOptions, Consumer } from "./stream";
+import { DEFAULT_BATCH, type BatchHandler, type BatchOptions, type ChangeHandler, type ChangeStream, type ConsumeOptions, type Consumer } from "./stream";
 
 export const CHANGES_CHANNEL = "platform.changes";
 /** Request audit entries, in batches (events/audit-shipper.ts); the logger is its one consumer group. */
@@ -264,6 +264,39 @@ export class ChannelsStream implements ChangeStream {
 		this.subs.add(sub);
 		if (this.connected) await this.startSubscription(sub);
 		return { position: () => sub.position, stop: () => this.stopSubscription(sub) };
+	}
+
+	/**
+	 * Batches of the events in flight at once: those the adapter hands over while a batch is being handled go together
+	 * in the next one (at most `maxBatch`), in the order they arrived. Each event is acknowledged when its batch
+	 * succeeded; a batch that throws fails each of its events, which come back one by one (retry, dead letter) as
+	 * with `consume`. With maxInFlight 1 (the default: group order) a batch holds one event.
+	 */
+	consumeBatches(group: string, handler: BatchHandler, opts: BatchOptions = {}): Promise<Consumer> {
+		const max = Math.max(1, Math.round(opts.maxBatch ?? DEFAULT_BATCH));
+		const waiting: Array<{ rec: OutboxRecord; done: (err?: unknown) => void }> = [];
+		let running = false;
+		const drain = async () => {
+			running = true;
+			while (waiting.length) {
+				const batch = waiting.splice(0, max);
+				let failure: unknown;
+				try {
+					await handler(batch.map((w) => w.rec));
+				} catch (err) {
+					failure = err ?? new Error("batch failed");
+				}
+				for (const w of batch) w.done(failure);
+			}
+			running = false;
+		};
+		const one: ChangeHandler = (rec) =>
+			new Promise<void>((resolve, reject) => {
+				waiting.push({ rec, done: (err) => (err ? reject(err) : resolve()) });
+				// The next turn of the event loop: the deliveries arriving together join one batch.
+				if (!running && waiting.length === 1) setImmediate(() => void (running || drain()));
+			});
+		return this.consume(group, one, opts);
 	}
 
 	/** Subscribes, retrying in the background after a failure; resolves after the first attempt. */

@@ -10,6 +10,7 @@ import type { ChangeEvent } from "../lib/change-event";
 import { objectId } from "../lib/crypto";
 import { createStore, locationOf, onPostgres, type DocumentStore, type StoreConfig } from "../mixins/stores";
 import { PgOutbox } from "../mixins/stores/pg.outbox";
+import { OutboxTail } from "./outbox-tail";
 
 /** Who caused a change: for audit and per-client routing, never part of the webhook payload itself. */
 export interface ChangeActor {
@@ -35,6 +36,8 @@ export class Outbox extends EventEmitter {
 	/** Set on PostgreSQL: the transactional outbox, which every method below uses instead of `store`. */
 	private readonly pg?: PgOutbox;
 	private seq = 0;
+	/** NeDB (one writing process): the newest records in memory, where the consumer groups read them. */
+	private tail?: OutboxTail;
 	private connecting?: Promise<void>;
 	private users = 0;
 
@@ -56,6 +59,7 @@ export class Outbox extends EventEmitter {
 			await this.store.connect();
 			const [last] = await this.store.find({ query: {}, sort: { seq: -1 }, limit: 1 });
 			this.seq = Math.max(Number(last?.seq ?? 0), Date.now() * 1000);
+			if (this.store.kind === "nedb") this.tail = new OutboxTail(this.seq);
 		})();
 		return this.connecting;
 	}
@@ -64,6 +68,7 @@ export class Outbox extends EventEmitter {
 		if (--this.users > 0) return;
 		await this.connecting;
 		this.connecting = undefined;
+		this.tail = undefined;
 		if (this.pg) await this.pg.disconnect();
 		else await this.store.disconnect();
 	}
@@ -83,12 +88,16 @@ export class Outbox extends EventEmitter {
 		const stored = records.map((r) => ({ _id: objectId(), ...r, seq: (this.seq = Math.max(this.seq + 1, Date.now() * 1000)) }));
 		await this.store.insertMany(stored);
 		const out = stored.map(({ _id, ...r }) => r as OutboxRecord);
+		// A copy: the caller keeps its objects (the document's arrays), the readers must not see them change.
+		this.tail?.add(structuredClone(out));
 		this.emit("appended", out);
 		return out;
 	}
 
 	async readFrom(after: number, limit = 100): Promise<OutboxRecord[]> {
 		if (this.pg) return (await this.pg.readFrom<Omit<OutboxRecord, "seq">>(after, limit)).map(({ seq, rec }) => ({ ...rec, seq }) as OutboxRecord);
+		const recent = this.tail?.readFrom(after, limit);
+		if (recent) return recent;
 		const docs = await this.store.find({ query: { seq: { $gt: after } }, sort: { seq: 1 }, limit });
 		return docs.map(({ _id, ...r }) => r as unknown as OutboxRecord);
 	}
@@ -114,6 +123,7 @@ export class Outbox extends EventEmitter {
 				const graced = Math.min(passedAll, (Date.now() - graceMs) * 1000);
 				const upTo = Math.max(graced, cutoff);
 				const removed = upTo > 0 ? await this.store.removeMany({ seq: { $lte: upTo } }) : 0;
+				if (upTo > 0) this.tail?.drop(upTo);
 				this.garbage += removed;
 				if (this.garbage > 0 && this.store.compact && this.garbage >= (await this.store.count({}))) {
 					await this.store.compact();

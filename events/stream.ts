@@ -14,6 +14,11 @@ import { createStore, locationOf, type DocumentStore, type StoreConfig } from ".
 import { channelsStreamFor } from "./channels.stream";
 
 export type ChangeHandler = (rec: OutboxRecord) => Promise<void>;
+/**
+ * Handles several records of one group at once, in stream order. Throwing hands the whole batch back (at least once:
+ * every record of it comes again, the ones already handled too), so batch handlers are idempotent per record.
+ */
+export type BatchHandler = (recs: OutboxRecord[]) => Promise<void>;
 
 export interface Consumer {
 	stop(): Promise<void>;
@@ -30,9 +35,22 @@ export interface ConsumeOptions {
 	maxInFlight?: number;
 }
 
+export interface BatchOptions extends ConsumeOptions {
+	/**
+	 * Most records one call of the batch handler takes (default 100). The embedded stream hands over what the outbox
+	 * holds after the group's position, up to this many; the production stream groups the events in flight at once
+	 * (at most `maxInFlight`: with the default of 1 its batches hold one event).
+	 */
+	maxBatch?: number;
+}
+
+export const DEFAULT_BATCH = 100;
+
 export interface ChangeStream {
 	readonly kind: string;
 	consume(group: string, handler: ChangeHandler, opts?: ConsumeOptions): Promise<Consumer>;
+	/** The group's records in batches: one handler call, and one stored position, per batch. */
+	consumeBatches(group: string, handler: BatchHandler, opts?: BatchOptions): Promise<Consumer>;
 	ping(): Promise<boolean>;
 	close(): Promise<void>;
 }
@@ -78,13 +96,41 @@ export class OutboxStream implements ChangeStream {
 		return (await this.outbox.readFrom(await this.passedAll(), 1)).length === 0;
 	}
 
-	async consume(group: string, handler: ChangeHandler): Promise<Consumer> {
+	/**
+	 * One handler at a time per record, in order: a record that fails is retried (with a backoff) before anything
+	 * after it; the position moves per record, so a failure never replays the records before it.
+	 */
+	consume(group: string, handler: ChangeHandler): Promise<Consumer> {
+		return this.run(group, BATCH, async (batch, handled) => {
+			for (const rec of batch) {
+				await handler(rec);
+				// Stopping: the records after this one wait for the next run.
+				if (!handled(rec.seq)) break;
+			}
+		});
+	}
+
+	consumeBatches(group: string, handler: BatchHandler, opts: BatchOptions = {}): Promise<Consumer> {
+		return this.run(group, Math.max(1, Math.round(opts.maxBatch ?? DEFAULT_BATCH)), async (batch, handled) => {
+			await handler(batch);
+			handled(batch[batch.length - 1].seq);
+		});
+	}
+
+	/**
+	 * The group's loop: reads up to `max` records after its position and gives them to `step`, which reports what it
+	 * handled. The position is stored once per batch (and at a failure and at stop), not once per record: a crash
+	 * replays at most the batch in progress (at least once). A step that throws gets the records from the first
+	 * unhandled one again after a backoff.
+	 */
+	private async run(group: string, max: number, step: (batch: OutboxRecord[], handled: (seq: number) => boolean) => Promise<void>): Promise<Consumer> {
 		await this.init();
 		const saved = await this.offsets.findOne({ id: group });
 		// A new group starts at the beginning of the outbox: nothing written before it existed is missed.
 		let position = Number(saved?.seq ?? 0);
 		// Known from now on, so the pruner keeps what this group has not read yet.
 		if (!saved) await this.offsets.insert({ _id: group, seq: position }).catch(() => undefined);
+		let stored = position;
 		let stopped = false;
 		let wake: (() => void) | undefined;
 		const onAppend = () => wake?.();
@@ -99,15 +145,24 @@ export class OutboxStream implements ChangeStream {
 				}
 				wake = done;
 			});
+		// A failed save must not end the loop: the position in memory is right and the next save stores it (a restart
+		// before then replays from the stored one: at least once).
 		const save = async () => {
-			if (await this.offsets.findOne({ id: group })) await this.offsets.setOne(group, { seq: position });
-			else await this.offsets.insert({ _id: group, seq: position });
+			if (position === stored) return;
+			const at = position;
+			try {
+				if (!(await this.offsets.setOne(group, { seq: at }))) await this.offsets.insert({ _id: group, seq: at });
+				stored = at;
+			} catch {
+				/* the next save stores it */
+			}
 		};
 		const loop = (async () => {
+			let attempt = 0;
 			while (!stopped) {
 				let batch: OutboxRecord[] = [];
 				try {
-					batch = await this.outbox.readFrom(position, BATCH);
+					batch = await this.outbox.readFrom(position, max);
 				} catch {
 					await sleep(POLL_MS);
 					continue;
@@ -116,25 +171,21 @@ export class OutboxStream implements ChangeStream {
 					await sleep(POLL_MS);
 					continue;
 				}
-				for (const rec of batch) {
-					if (stopped) break;
-					// At least once: the position moves only after the handler succeeded; failures are retried in place.
-					for (let attempt = 0; !stopped; attempt++) {
-						try {
-							await handler(rec);
-							break;
-						} catch {
-							await sleep(RETRY_MS[Math.min(attempt, RETRY_MS.length - 1)]);
-						}
-					}
-					if (stopped) break;
-					position = rec.seq;
-					// A failed save must not end the loop: the position in memory is right and the next save stores it
-					// (a restart before then replays from the stored one: at least once).
-					await save().catch(() => undefined);
+				try {
+					await step(batch, (seq) => {
+						if (!stopped) position = seq;
+						return !stopped;
+					});
+					attempt = 0;
+				} catch {
+					await save();
+					if (!stopped) await sleep(RETRY_MS[Math.min(attempt++, RETRY_MS.length - 1)]);
+					continue;
 				}
+				await save();
 				this.pruner.schedule();
 			}
+			await save();
 		})();
 		return {
 			position: () => position,

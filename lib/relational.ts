@@ -11,16 +11,26 @@ import { randomBytes } from "crypto";
 import { ensurePrivateDir, readJson, writePrivateJson } from "./config";
 import { errorText, removePackageExitHooks, startServer } from "./pg-process";
 
+/** A statement with a name: PostgreSQL parses and plans it once per connection (a prepared statement). */
+export interface NamedStatement {
+	name: string;
+	text: string;
+	values?: unknown[];
+}
+
+/** A statement inside `transaction`: text and parameters (named statements go through `query`). */
+export type TextQuery = <T = Record<string, unknown>>(text: string, params?: unknown[]) => Promise<{ rows: T[]; rowCount: number | null }>;
+
 export interface Relational {
 	readonly kind: "postgres" | "embedded-postgres";
-	query<T = Record<string, unknown>>(text: string, params?: unknown[]): Promise<{ rows: T[]; rowCount: number | null }>;
+	query<T = Record<string, unknown>>(text: string | NamedStatement, params?: unknown[]): Promise<{ rows: T[]; rowCount: number | null }>;
 	ping(): Promise<boolean>;
 	close(): Promise<void>;
 	/**
 	 * Runs `fn` on one connection inside BEGIN/COMMIT (ROLLBACK when it throws). Plain `query` takes any pooled
 	 * connection, so a transaction written as query("begin") ... query("commit") may span several of them.
 	 */
-	transaction<T>(fn: (query: Relational["query"]) => Promise<T>): Promise<T>;
+	transaction<T>(fn: (query: TextQuery) => Promise<T>): Promise<T>;
 	/** One pooled connection of its own (the document store's transactions span several statements); release it. */
 	client(): Promise<PoolClient>;
 }
@@ -69,8 +79,8 @@ class PgRelational implements Relational {
 		// A dropped idle connection must not crash the process; the next query reconnects.
 		pool.on("error", () => undefined);
 	}
-	async query<T>(text: string, params?: unknown[]) {
-		const r = await this.pool.query(text, params as unknown[]);
+	async query<T>(text: string | NamedStatement, params?: unknown[]) {
+		const r = typeof text === "string" ? await this.pool.query(text, params as unknown[]) : await this.pool.query(text);
 		return { rows: r.rows as T[], rowCount: r.rowCount };
 	}
 	async transaction<T>(fn: (query: Relational["query"]) => Promise<T>): Promise<T> {

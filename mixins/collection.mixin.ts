@@ -14,7 +14,7 @@ import { present } from "../lib/present";
 import { identityOf, type RequestMeta, type TokenClaims, type Doc } from "../lib/types";
 import { checkRules, isPlainObject, validateBody } from "../lib/validate";
 import { sharedOutbox, type ChangeActor, type Outbox } from "../events/outbox";
-import { createStore, isDuplicateKeyError, TENANT_REF, type DocumentStore, type StoredDoc } from "./stores";
+import { createStore, isDuplicateKeyError, pageOf, TENANT_REF, type DocumentStore, type StoredDoc } from "./stores";
 import { matchesFilter } from "./stores/nedb.store";
 import { referencedFields } from "../lib/query-safety";
 import { AUTHORITY_CHANGED, grantCache } from "../middlewares/grant-cache";
@@ -270,8 +270,10 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 			return docs;
 		}
 
+		const findOptions = (plan: AccessPlan, skip: number, limit: number) => ({ query: plan.filter, sort: plan.sort ?? { _id: 1 }, skip, limit, projection: plan.projection });
+
 		async function read(ctx: Ctx, plan: AccessPlan, skip: number, limit: number): Promise<Doc[]> {
-			const docs = await store(ctx).find({ query: plan.filter, sort: plan.sort ?? { _id: 1 }, skip, limit, projection: plan.projection });
+			const docs = await store(ctx).find(findOptions(plan, skip, limit));
 			return populate(ctx, plan, docs.map((d) => out(d, plan)));
 		}
 
@@ -283,8 +285,9 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 			},
 			async list(ctx) {
 				const plan = requirePlan(ctx.locals);
-				const [items, total] = await Promise.all([read(ctx, plan, plan.skip, plan.limit), store(ctx).count(plan.filter)]);
-				return { items, total };
+				// Page and total from one evaluation of the filter where the store can (the total counts every match anyway).
+				const { docs, total } = await pageOf(store(ctx), findOptions(plan, plan.skip, plan.limit));
+				return { items: await populate(ctx, plan, docs.map((d) => out(d, plan))), total };
 			},
 			async cursor(ctx) {
 				const plan = requirePlan(ctx.locals);

@@ -17,7 +17,7 @@ import { writeOnlyFields } from "../lib/present";
 import type { ChangeOp } from "../lib/change-event";
 import { isPlainObject } from "../lib/validate";
 import type { DocumentStore, StoredDoc } from "./stores";
-import { isDuplicateKeyError } from "./stores";
+import { isDuplicateKeyError, pageOf } from "./stores";
 
 export const SAGA_HEADER = "x-saga-session";
 
@@ -110,6 +110,7 @@ export function stagingStore(ctx: CallCtx, base: DocumentStore): DocumentStore {
 		find: (o) => base.find(o),
 		findOne: (q) => base.findOne(q),
 		count: (q) => base.count(q),
+		findPage: (o) => pageOf(base, o),
 		ping: () => base.ping(),
 		updateIf: (q, u) => base.updateIf(q, u),
 		replaceIf: (q, d) => base.replaceIf(q, d),

@@ -1,47 +1,54 @@
 /**
  * observer (4020): counts every create, update, delete and restore per service and collection into special/stats,
- * in daily, monthly and yearly UTC buckets, per tenant (see lib/stat-buckets.ts and services/special.service.ts
- * `stats.increment`). It reads the change stream as consumer group `observer`, at least once; the special service
- * remembers the positions it counted per bucket, so a redelivered event never counts twice.
+ * in daily, monthly and yearly UTC buckets, per tenant (see lib/stat-buckets.ts and services/special/stats.ts). It
+ * reads the change stream as consumer group `observer` in batches, at least once: a batch's increments are summed
+ * per bucket (one write per bucket, not three per event), and the special service remembers the positions it counted
+ * per bucket, so a redelivered event never counts twice.
  */
 import type { ServiceBroker } from "moleculer";
 import type { OutboxRecord } from "../events/outbox";
 import { WORKER_PORTS } from "./index";
 import { workerService } from "./worker";
-import { counterOf, STATS_TOPIC } from "../lib/stat-buckets";
-import type { StatsIncrement } from "../services/special.service";
+import { counterOf, SEQ_WINDOW, STATS_TOPIC } from "../lib/stat-buckets";
+import type { StatsApplied, StatsIncrement } from "../services/special/stats";
 
-/** Handles one change record; throws (the stream retries) when special/stats cannot be written. */
-export async function observe(broker: ServiceBroker, rec: OutboxRecord): Promise<{ applied: number; skipped: number } | null> {
+/** A redelivery replays at most one batch: the buckets' memory of counted positions (SEQ_WINDOW) covers two. */
+export const OBSERVER_BATCH = Math.floor(SEQ_WINDOW / 2);
+
+/** The increment a change record makes, or null (not counted). */
+function incrementOf(rec: OutboxRecord): StatsIncrement | null {
 	const ev = rec.event;
 	// Writes to the statistics themselves are never counted: no feedback loop even if something records them.
 	if (!ev || ev.topic === STATS_TOPIC) return null;
 	const counter = counterOf(ev);
 	if (!counter) return null;
-	const params: StatsIncrement = {
-		seq: rec.seq,
-		service: ev.source.db,
-		collection: ev.source.collection,
-		counter,
-		ts_ms: ev.ts_ms,
-		clients: rec.clients ?? [],
-	};
-	return broker.call("special.stats.increment", params);
+	return { seq: rec.seq, service: ev.source.db, collection: ev.source.collection, counter, ts_ms: ev.ts_ms, clients: rec.clients ?? [] };
+}
+
+/** Handles change records; throws (the stream retries the batch) when special/stats cannot be written. */
+export async function observe(broker: ServiceBroker, recs: OutboxRecord[]): Promise<StatsApplied | null> {
+	const increments = recs.map(incrementOf).filter((x): x is StatsIncrement => x !== null);
+	if (!increments.length) return null;
+	return broker.call("special.stats.incrementMany", { increments });
 }
 
 export default workerService(
 	{
 		name: "observer",
 		port: WORKER_PORTS.observer,
-		async onChange(this: any, rec: OutboxRecord) {
-			await observe(this.broker, rec);
+		maxBatch: OBSERVER_BATCH,
+		async onChanges(this: any, recs: OutboxRecord[]) {
+			await observe(this.broker, recs);
 		},
 	},
 	{
 		methods: {
 			/** The handler the stream calls, for tests and replays: `observe` on this node's broker. */
 			handleChange(this: any, rec: OutboxRecord) {
-				return observe(this.broker, rec);
+				return observe(this.broker, [rec]);
+			},
+			handleChanges(this: any, recs: OutboxRecord[]) {
+				return observe(this.broker, recs);
 			},
 		},
 	},

@@ -8,7 +8,7 @@ import { configOf } from "../lib/config";
 import { healthBody, HEALTH_ACTION } from "../lib/health";
 import type { OutboxRecord } from "../events/outbox";
 import { opsPortMixin } from "../mixins/ops-port.mixin";
-import { sharedStream, type Consumer } from "../events/stream";
+import { sharedStream, type ChangeStream, type Consumer } from "../events/stream";
 
 export interface WorkerDef {
 	name: string;
@@ -16,6 +16,12 @@ export interface WorkerDef {
 	port: number;
 	/** Handles one change event; throwing makes the stream retry it (at least once). Omit for non-consumers. */
 	onChange?: (this: any, rec: OutboxRecord) => Promise<void>;
+	/**
+	 * Handles the change events in batches instead (stream order, up to `maxBatch`); throwing hands the whole batch
+	 * back, so it must be idempotent per record. Takes precedence over `onChange`.
+	 */
+	onChanges?: (this: any, recs: OutboxRecord[]) => Promise<void>;
+	maxBatch?: number;
 	/** Extra dependency checks for /status, e.g. `{ "relational store": true }`. */
 	checks?: (this: any) => Promise<Record<string, boolean>>;
 }
@@ -28,7 +34,7 @@ export function workerService(def: WorkerDef, schema: Partial<ServiceSchema> = {
 			[HEALTH_ACTION]: {
 				visibility: "public",
 				async handler(this: any) {
-					const checks: Record<string, boolean> = def.onChange ? { "event stream": await this.stream.ping().catch(() => false) } : {};
+					const checks: Record<string, boolean> = def.onChange || def.onChanges ? { "event stream": await this.stream.ping().catch(() => false) } : {};
 					if (def.checks) Object.assign(checks, await def.checks.call(this).catch(() => ({ [def.name]: false })));
 					return healthBody(checks);
 				},
@@ -38,7 +44,9 @@ export function workerService(def: WorkerDef, schema: Partial<ServiceSchema> = {
 			this.stream = sharedStream(configOf(this.broker));
 		},
 		async started(this: any) {
-			if (def.onChange) this.consumer = (await this.stream.consume(def.name, (rec: OutboxRecord) => def.onChange!.call(this, rec))) as Consumer;
+			if (def.onChanges)
+				this.consumer = (await (this.stream as ChangeStream).consumeBatches(def.name, (recs) => def.onChanges!.call(this, recs), { maxBatch: def.maxBatch })) as Consumer;
+			else if (def.onChange) this.consumer = (await this.stream.consume(def.name, (rec: OutboxRecord) => def.onChange!.call(this, rec))) as Consumer;
 		},
 		async stopped(this: any) {
 			await (this.consumer as Consumer | undefined)?.stop();

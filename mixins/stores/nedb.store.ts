@@ -10,6 +10,7 @@ import type { DocumentStore, FindOptions, Filter, StoredDoc } from "./types";
 import { renameIdKeys, TENANT_REF, toStoreQuery as renameIdsInQuery, updateOf } from "./types";
 import { ensurePrivateDir } from "../../lib/config";
 import { ApiError, badRequest } from "../../lib/errors";
+import { keepDataFileOpen, type Appender } from "./nedb.append";
 
 // NeDB's own matcher and comparator, so the fast path below keeps NeDB's query semantics exactly.
 // eslint-disable-next-line @typescript-eslint/no-var-requires
@@ -122,6 +123,7 @@ export const COMPACT_MIN_LINES = 100;
 export class NedbStore implements DocumentStore {
 	readonly kind = "nedb" as const;
 	private compactor?: NodeJS.Timeout;
+	private appender?: Appender;
 	private cache = new Map<string, unknown>();
 	/** Lines appended to the file since it was last rewritten, and the documents it held then (plus inserts since). */
 	private appended = 0;
@@ -143,6 +145,7 @@ export class NedbStore implements DocumentStore {
 	async connect(): Promise<void> {
 		this.adapter.init(null, null);
 		await this.adapter.connect();
+		this.appender = keepDataFileOpen(this.db as never);
 		// Data files written before `ref` became unique per tenant persist a unique `ref` index: replace it.
 		if ((this.db as any).indexes?.ref?.unique) await this.db.removeIndex("ref");
 		for (const idx of [...INDEXES, ...this.extraIndexes.map((fieldName) => ({ fieldName }))]) await this.db.ensureIndex(idx);
@@ -160,6 +163,7 @@ export class NedbStore implements DocumentStore {
 	async disconnect(): Promise<void> {
 		if (this.compactor) clearInterval(this.compactor);
 		this.compactor = undefined;
+		await this.appender?.close();
 		await this.adapter.disconnect();
 	}
 

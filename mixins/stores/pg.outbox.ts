@@ -16,7 +16,15 @@ import { commitUnit } from "./unit";
 
 const TABLE = `"_outbox"`;
 const SEQUENCE = `"_outbox_seq"`;
-const APPEND_LOCK = "select pg_advisory_xact_lock(hashtext('platform-outbox-append'))";
+/**
+ * One statement, one round trip: the lock is an InitPlan of a one-time filter, so it is taken before the first
+ * position is drawn; the n-th smallest position goes to the n-th record.
+ */
+const APPEND =
+	`with s as materialized (select nextval('${SEQUENCE}') as seq from generate_series(1, $1::int) ` +
+	`where (select count(*) from (select pg_advisory_xact_lock(hashtext('platform-outbox-append'))) l) = 1), ` +
+	`n as (select seq, row_number() over (order by seq) as i from s) ` +
+	`insert into ${TABLE} (seq, rec) select n.seq, u.r from n join unnest($2::jsonb[]) with ordinality u(r, o) on u.o = n.i returning seq`;
 
 export interface PgOutboxRow<T> {
 	seq: number;
@@ -56,17 +64,13 @@ export class PgOutbox {
 
 	/**
 	 * Inserts the records in the current unit of work's transaction (the one holding the documents they describe)
-	 * and commits it; outside a unit, in a transaction of their own. Returns their positions, in order.
+	 * and commits it; outside a unit, in a statement of their own. Returns their positions, in order.
 	 */
 	async append<T>(records: T[]): Promise<number[]> {
 		const db = this.d;
-		const seqs = await db.tx(async (q) => {
-			await q(APPEND_LOCK);
-			const { rows } = await q(`select nextval('${SEQUENCE}')::text as s from generate_series(1, $1::int)`, [records.length]);
-			const seqs = rows.map((r) => Number(r.s)).sort((a, b) => a - b);
-			await q(`insert into ${TABLE} (seq, rec) select * from unnest($1::bigint[], $2::jsonb[])`, [seqs, records.map((r) => JSON.stringify(r))]);
-			return seqs;
-		});
+		// In the unit's transaction; outside one, the statement is a transaction of its own (the lock is held until it commits).
+		const { rows } = await db.write(APPEND, [records.length, records.map((r) => JSON.stringify(r))]);
+		const seqs = rows.map((r) => Number(r.seq)).sort((a, b) => a - b);
 		await commitUnit(db.rel);
 		return seqs;
 	}

@@ -218,22 +218,35 @@ export function whereOf(q: Filter, p: Params): Sql {
 	return and(parts);
 }
 
+/** One key of a store sort in SQL: the expression and its direction (with where missing values go). */
+export interface SortKey {
+	expr: string;
+	dir: string;
+}
+
 /**
- * ORDER BY of a store sort: jsonb order per field (missing first ascending, like MongoDB), then `id` in the direction
+ * The keys of a store sort: jsonb order per field (missing first ascending, like MongoDB), then `id` in the direction
  * of the first key (ties in a stable order; `created_at` descending then walks its index backwards).
  */
-export function orderOf(sort: Record<string, 1 | -1> | undefined): string {
-	const keys: string[] = [];
+export function sortKeys(sort: Record<string, 1 | -1> | undefined): SortKey[] {
+	const keys: SortKey[] = [];
 	let hasId = false;
 	const first = Object.values(sort ?? {})[0] ?? 1;
 	for (const [f, dir] of Object.entries(sort ?? {})) {
 		if (f === "_id") {
 			hasId = true;
-			keys.push(`id ${dir === -1 ? "desc" : "asc"}`);
-		} else keys.push(`${valueAt(f)} ${dir === -1 ? "desc nulls last" : "asc nulls first"}`);
+			keys.push({ expr: "id", dir: dir === -1 ? "desc" : "asc" });
+		} else keys.push({ expr: valueAt(f), dir: dir === -1 ? "desc nulls last" : "asc nulls first" });
 	}
-	if (!hasId) keys.push(`id ${first === -1 ? "desc" : "asc"}`);
-	return keys.join(", ");
+	if (!hasId) keys.push({ expr: "id", dir: first === -1 ? "desc" : "asc" });
+	return keys;
+}
+
+/** ORDER BY of a store sort (sortKeys). */
+export function orderOf(sort: Record<string, 1 | -1> | undefined): string {
+	return sortKeys(sort)
+		.map((k) => `${k.expr} ${k.dir}`)
+		.join(", ");
 }
 
 /**

@@ -11,6 +11,12 @@ export interface FindOptions {
 	projection?: Record<string, 0 | 1>;
 }
 
+/** A page of a query and the exact number of its matches (a list's `items` and `total`). */
+export interface Page {
+	docs: StoredDoc[];
+	total: number;
+}
+
 export interface DocumentStore {
 	readonly kind: "nedb" | "mongo" | "postgres";
 	connect(): Promise<void>;
@@ -18,6 +24,11 @@ export interface DocumentStore {
 	find(opts: FindOptions): Promise<StoredDoc[]>;
 	findOne(query: Filter): Promise<StoredDoc | null>;
 	count(query: Filter): Promise<number>;
+	/**
+	 * `find` and `count` of the same query in one pass, for a store where evaluating the filter twice costs twice
+	 * (PostgreSQL: one statement). Optional: `pageOf` falls back to find + count.
+	 */
+	findPage?(opts: FindOptions): Promise<Page>;
 	insert(doc: StoredDoc): Promise<StoredDoc>;
 	insertMany(docs: StoredDoc[]): Promise<StoredDoc[]>;
 	/** `$set` on the documents with these ids; returns how many changed. */
@@ -36,6 +47,13 @@ export interface DocumentStore {
 	/** Replaces the first document matching `query` by `doc` (same `_id`), atomically with the match; false when none matched. */
 	replaceIf(query: Filter, doc: StoredDoc): Promise<boolean>;
 	ping(): Promise<boolean>;
+}
+
+/** A page and its total through the store's one-pass `findPage` when it has one. */
+export async function pageOf(store: DocumentStore, o: FindOptions): Promise<Page> {
+	if (store.findPage) return store.findPage(o);
+	const [docs, total] = await Promise.all([store.find(o), store.count(o.query)]);
+	return { docs, total };
 }
 
 /** A store query names `id`; both stores key documents by `_id`. Renames it at any depth of $and/$or/$not. */

@@ -70,6 +70,11 @@ export function openTransaction(db: Transactional): Promise<PoolClient> | undefi
 	return unit?.open ? unit.txs.get(db)?.client : undefined;
 }
 
+/** Whether the caller runs in an open unit of work (its writes would join a transaction). */
+export function inUnit(): boolean {
+	return !!als.getStore()?.open;
+}
+
 /** The current unit's transaction on `db`, begun now if needed; undefined outside a unit. */
 export function unitTransaction(db: Transactional): Promise<PoolClient> | undefined {
 	const unit = als.getStore();

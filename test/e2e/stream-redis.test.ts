@@ -111,6 +111,34 @@ live("instances of one group share the events; another group gets them all, incl
 	expect(await a.stream.ping()).toBe(true);
 });
 
+live("batches: the events in flight together come in one call, in order; a failed batch comes back event by event", async () => {
+	const ns = namespace();
+	const pub = await streamNode(ns);
+	const seqs = await publish(pub, 20);
+	const c = await streamNode(ns);
+	const batches: number[][] = [];
+	let failOnce = true;
+	await c.stream.consumeBatches(
+		"batched",
+		async (recs) => {
+			if (failOnce && recs.length > 1) {
+				failOnce = false;
+				throw new Error("the first batch fails");
+			}
+			batches.push(recs.map((r) => r.seq));
+		},
+		{ maxInFlight: 8, maxBatch: 5 },
+	);
+	await waitFor(() => new Set(batches.flat()).size === 20, "every event handled");
+	await settle();
+	expect(sorted([...new Set(batches.flat())])).toEqual(seqs);
+	// Several events per call (up to maxBatch), each batch in stream order.
+	expect(Math.max(...batches.map((b) => b.length))).toBeGreaterThan(1);
+	expect(Math.max(...batches.map((b) => b.length))).toBeLessThanOrEqual(5);
+	for (const b of batches) expect(b).toEqual(sorted(b));
+	expect(failOnce).toBe(false);
+});
+
 live("an event that failed at a consumer that then stops is not lost: the group's next instance gets it", async () => {
 	const ns = namespace();
 	const pub = await streamNode(ns);

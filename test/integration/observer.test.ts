@@ -39,7 +39,8 @@ async function records(): Promise<OutboxRecord[]> {
 	}
 }
 
-const observer = () => p.broker.getLocalService("observer") as unknown as { handleChange(rec: OutboxRecord): Promise<{ applied: number; skipped: number } | null> };
+type Applied = Promise<{ applied: number; skipped: number } | null>;
+const observer = () => p.broker.getLocalService("observer") as unknown as { handleChange(rec: OutboxRecord): Applied; handleChanges(recs: OutboxRecord[]): Applied };
 
 beforeAll(async () => {
 	p = await bootPlatform();
@@ -110,6 +111,24 @@ test("a redelivered change record does not count twice", async () => {
 
 	const s = await statsOf("content", "notes");
 	for (const period of PERIODS) expect(pick(s[period], ["created", "updated", "deleted", "restored"])).toEqual({ created: 1, updated: 1, deleted: 0, restored: 0 });
+});
+
+test("a batch sums its increments per bucket, skipping what was counted and its own duplicates", async () => {
+	const r = await p.http("POST", "/content/tickets", { token, body: { title: "batched" } });
+	expect(r.status).toBe(200);
+	const rec = (await records()).find((x) => x.event.id === r.body.data.id && x.event.op === "c")!;
+	await eventually(() => statsOf("content", "tickets"), (s) => PERIODS.every((per) => s[per]?.created === 6));
+	const before = await statsOf("content", "tickets");
+	const later = (n: number, op: "u" | "d"): OutboxRecord => ({ ...rec, seq: rec.seq + 3_000_000_000 + n, event: { ...rec.event, op, before: op === "d" ? { ...rec.event.after! } : undefined } });
+	// Already counted, two updates and a delete, and one of the updates twice in the same batch.
+	const batch = [rec, later(1, "u"), later(2, "u"), later(3, "d"), later(1, "u")];
+	expect(await observer().handleChanges(batch)).toEqual({ applied: 9, skipped: 6 });
+	expect(await observer().handleChanges(batch)).toEqual({ applied: 0, skipped: 15 });
+	const after = await statsOf("content", "tickets");
+	for (const period of PERIODS) {
+		const was = before[period];
+		expect(pick(after[period], ["created", "updated", "deleted"])).toEqual({ created: was.created, updated: was.updated + 2, deleted: was.deleted + 1 });
+	}
 });
 
 test("stats writes append no change events, and writes to special/stats are never counted", async () => {

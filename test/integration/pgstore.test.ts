@@ -11,6 +11,7 @@ import { rmSync } from "fs";
 import { compileSafe, RegexBudget } from "../../lib/safe-regex";
 import { matchesFilter } from "../../mixins/stores/nedb.store";
 import { PgStore, toStoreQuery, type StoredDoc } from "../../mixins/stores";
+import { MAX_NAMED_STATEMENTS } from "../../mixins/stores/pg.store";
 import { forMatcher, Params, whereOf } from "../../mixins/stores/pg.query";
 import { openRelational, releaseRelational } from "../../lib/relational";
 import { tempDir } from "../helpers/platform";
@@ -153,6 +154,9 @@ describe("PgStore: the same documents as the embedded store's matcher", () => {
 			}
 			expect({ q, ids: got }).toEqual({ q, ids: expected });
 			expect({ q, n: await store.count(q) }).toEqual({ q, n: expected.length });
+			// A list's page and total in one statement: the same documents and number.
+			const page = await store.findPage({ query: q, sort: { id: -1 }, skip: 1, limit: 4 });
+			expect({ q, ids: page.docs.map((d) => d._id), total: page.total }).toEqual({ q, ids: [...expected].reverse().slice(1, 5), total: expected.length });
 		}
 		// Most generated filters take the SQL path: the comparison is not only of the JavaScript fallback.
 		expect(exact).toBeGreaterThan(200);
@@ -241,6 +245,23 @@ describe("PgStore: parameterised SQL", () => {
 		const after = await store.setOne(doc._id, { mid: "n", added: true, "alpha.a": 0 });
 		expect(JSON.stringify(after)).toBe(JSON.stringify({ _id: doc._id, zeta: 1, alpha: { y: 1, b: 2, a: 0 }, mid: "n", deleted_at: null, added: true }));
 		expect(JSON.stringify(await store.findOne({ id: doc._id }))).toBe(JSON.stringify(after));
+		expect(JSON.stringify((await store.findPage({ query: { id: doc._id }, limit: 1 })).docs)).toBe(JSON.stringify([after]));
+	});
+
+	test("statements are prepared once per connection, the first MAX_NAMED_STATEMENTS texts only: later texts run unnamed, with the same results", async () => {
+		if (!up()) return;
+		await store.removeMany({});
+		const rows = Array.from({ length: 5 }, (_, i) => ({ _id: hexId(800 + i), [`f${i}`]: i, deleted_at: null }));
+		await store.insertMany(rows);
+		// More distinct statement texts than get names (each field name makes a new text): all answer alike.
+		for (let i = 0; i < MAX_NAMED_STATEMENTS + 20; i++) {
+			const f = `f${i % 5}_${i}`;
+			expect(await store.count({ [f]: { $exists: false } })).toBe(5);
+		}
+		for (let i = 0; i < 5; i++) expect((await store.find({ query: { [`f${i}`]: i } })).map((d) => d._id)).toEqual([rows[i]._id]);
+		// A named statement reused on the same connection (read by id) keeps answering after a change of the row.
+		await store.setOne(rows[0]._id, { f0: 10 });
+		expect((await store.findOne({ id: rows[0]._id }))?.f0).toBe(10);
 	});
 
 	test("text PostgreSQL cannot store (NUL, unpaired surrogates) is a 400 with a clear message", async () => {

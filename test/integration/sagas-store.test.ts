@@ -70,6 +70,21 @@ for (const impl of impls) {
 			expect(await store.findOne({ id })).toMatchObject({ balance: 0 });
 		});
 
+		test("concurrent increments lose none (PostgreSQL: compare-and-set races, then row locks), conditions checked on the row written", async () => {
+			const id = "a".repeat(24);
+			const results = await Promise.all(Array.from({ length: 40 }, (_, i) => store.updateIf({ id, note: { $regex: /^x/ } }, { $inc: { balance: 1 }, $push: { ops: `op${i}` } })));
+			expect(results.every(Boolean)).toBe(true);
+			const doc = await store.findOne({ id });
+			expect(doc).toMatchObject({ balance: 140 });
+			expect([...(doc!.ops as string[])].sort()).toEqual(Array.from({ length: 40 }, (_, i) => `op${i}`).sort());
+			// Each returned document is the one written: the balances handed out are exactly 101..140.
+			expect(results.map((r) => r!.balance).sort((a, b) => Number(a) - Number(b))).toEqual(Array.from({ length: 40 }, (_, i) => 101 + i));
+			// A document deleted meanwhile: null, nothing written.
+			await store.removeMany({ id });
+			expect(await store.updateIf({ id }, { $inc: { balance: 1 } })).toBeNull();
+			expect(await store.count({})).toBe(0);
+		});
+
 		test("replaceIf replaces the whole document (fields not in the image go) only when the condition matches", async () => {
 			const id = "a".repeat(24);
 			expect(await store.replaceIf({ id, note: "y" }, { _id: id, balance: 1, deleted_at: null })).toBe(false);

@@ -5,7 +5,7 @@
  */
 import { rmSync, writeFileSync } from "fs";
 import path from "path";
-import { isDuplicateKeyError, MongoStore, NedbStore, PgStore, type DocumentStore, type StoredDoc } from "../../mixins/stores";
+import { isDuplicateKeyError, MongoStore, NedbStore, pageOf, PgStore, type DocumentStore, type FindOptions, type StoredDoc } from "../../mixins/stores";
 import { testDatabase, type TestDatabase } from "../helpers/pg";
 import { tempDir } from "../helpers/platform";
 import { hexId, unique } from "../helpers/samples";
@@ -112,6 +112,32 @@ for (const impl of impls) {
 			expect(await store.find({ query: {}, sort: { n: 1 }, skip: 20 })).toEqual([]);
 		});
 
+		test("a page and its total (a list): find's page and count's total of the same query, in one pass where the store can", async () => {
+			const cases: FindOptions[] = [
+				{ query: {}, sort: { n: -1 }, skip: 2, limit: 3 },
+				{ query: { deleted_at: null, tags: "odd" }, sort: { n: 1 }, limit: 2 },
+				{ query: { group: { $in: [0, 2] } }, sort: { group: 1, n: -1 }, skip: 1, limit: 4 },
+				// Missing values sort first ascending, last descending; ties by id.
+				{ query: {}, sort: { extra: -1 }, limit: 3 },
+				{ query: { n: { $gte: 5 } }, sort: { id: -1 }, skip: 1 },
+				// Evaluated outside SQL on PostgreSQL ($regex, $elemMatch).
+				{ query: { title: { $regex: /^even/i }, lines: { $elemMatch: { qty: { $gt: 1 } } } }, sort: { n: -1 }, limit: 2 },
+				{ query: { name: "nope" }, sort: { n: 1 }, limit: 5 },
+				{ query: {}, sort: { n: 1 }, skip: 20, limit: 5 },
+				{ query: { group: 1 }, sort: { n: 1 }, limit: 2, projection: { name: 1 } },
+			];
+			for (const o of cases) {
+				const page = await pageOf(store, o);
+				expect({ o, page }).toEqual({ o, page: { docs: await store.find(o), total: await store.count(o.query) } });
+			}
+			expect(ns((await pageOf(store, cases[0])).docs)).toEqual([7, 6, 5]);
+			expect(await pageOf(store, cases[1])).toEqual({ docs: [docs[1], docs[3]], total: 4 });
+			expect(ns((await pageOf(store, cases[3])).docs)).toEqual([8, 7, 6]);
+			expect(await pageOf(store, cases[5])).toEqual({ docs: [docs[8], docs[6]], total: 4 });
+			expect(await pageOf(store, cases[7])).toEqual({ docs: [], total: 10 });
+			expect((await pageOf(store, cases[8])).docs).toEqual([{ _id: docs[1]._id, name: "doc-1" }, { _id: docs[4]._id, name: "doc-4" }]);
+		});
+
 		test("projection: inclusion keeps `_id`; `id` maps to `_id`; exclusion drops fields", async () => {
 			const [inc] = await store.find({ query: { n: 3 }, projection: { name: 1, "props.n": 1 } });
 			expect(inc).toEqual({ _id: docs[3]._id, name: "doc-3", props: { n: 3 } });
@@ -177,6 +203,17 @@ for (const impl of impls) {
 			const restored = await store.setOne(docs[8]._id, { deleted_at: null });
 			expect(restored?.deleted_at).toBeNull();
 			expect(await store.count({ deleted_at: null })).toBe(9);
+		});
+
+		test("setOne of top-level fields: existing keys keep their place, new ones follow in the order given, values as given", async () => {
+			const id = docs[3]._id;
+			const after = await store.setOne(id, { title: "changed", added: { b: [1, { c: null }], a: "x" }, name: null, second: true });
+			const expected = { ...docs[3], title: "changed", name: null, added: { b: [1, { c: null }], a: "x" }, second: true };
+			expect(JSON.stringify(after)).toBe(JSON.stringify(expected));
+			expect(JSON.stringify(await store.findOne({ id }))).toBe(JSON.stringify(expected));
+			expect(await store.count({ added: { $exists: true } })).toBe(1);
+			expect(await store.setOne(hexId(66), { title: "ghost" })).toBeNull();
+			expect(await store.count({ title: "ghost" })).toBe(0);
 		});
 
 		test("setMany changes the listed documents and returns how many", async () => {

@@ -127,6 +127,50 @@ describe("embedded stream over the outbox", () => {
 		expect(late).toEqual(early);
 	});
 
+	test("batches: the backlog in stream order, at most maxBatch records per call, resumed after the last batch", async () => {
+		const seqs = await append(25);
+		const batches: number[][] = [];
+		const c = await stream.consumeBatches("batched", async (recs) => void batches.push(recs.map((r) => r.seq)), { maxBatch: 10 });
+		consumers.push(c);
+		await waitFor(() => batches.flat().length === 25, "the 25 records");
+		expect(batches.map((b) => b.length)).toEqual([10, 10, 5]);
+		expect(batches.flat()).toEqual(seqs);
+		expect(c.position()).toBe(seqs[24]);
+		// Stored durably: another stream over the same data resumes after the last batch.
+		await c.stop();
+		consumers.splice(consumers.indexOf(c), 1);
+		await stream.close();
+		stream = new OutboxStream(cfg);
+		const later = await append(2);
+		const again: number[] = [];
+		consumers.push(await stream.consumeBatches("batched", async (recs) => void again.push(...recs.map((r) => r.seq))));
+		await waitFor(() => again.length === 2, "the two written since");
+		expect(again).toEqual(later);
+	});
+
+	test("a batch that throws comes back whole, and the position stays before it until it succeeds", async () => {
+		const seqs = await append(4);
+		const calls: number[][] = [];
+		const positions: number[] = [];
+		let c: Consumer | undefined;
+		c = await stream.consumeBatches(
+			"batch-retry",
+			async (recs) => {
+				calls.push(recs.map((r) => r.seq));
+				if (calls.length <= 2) {
+					positions.push(c?.position() ?? -1);
+					throw new Error("not now");
+				}
+			},
+			{ maxBatch: 3 },
+		);
+		consumers.push(c);
+		await waitFor(() => calls.flat().length >= 10, "the retried batch and the rest");
+		expect(calls).toEqual([seqs.slice(0, 3), seqs.slice(0, 3), seqs.slice(0, 3), [seqs[3]]]);
+		expect(positions).toEqual([0, 0]);
+		await waitFor(() => c!.position() === seqs[3], "the position at the end");
+	});
+
 	test("two groups each see every event, in order", async () => {
 		const a: number[] = [];
 		const b: number[] = [];

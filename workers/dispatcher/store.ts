@@ -119,19 +119,44 @@ export function storableUrl(url: string | null | undefined): string | null {
 	}
 }
 
+interface PendingSettle {
+	row: ClaimedDelivery;
+	owner: string;
+	attempt: AttemptRecord | null;
+	state: { status: DeliveryStatus; attempts: number; nextInSec?: number; configId?: string | null; lastError: string | null };
+	resolve: () => void;
+	reject: (err: unknown) => void;
+}
+
+/** Settles per statement (12 parameters each). */
+const SETTLE_CHUNK = 200;
+
+/** Rows per insert statement (11 parameters each, well under PostgreSQL's 65 535). */
+const ENQUEUE_CHUNK = 500;
+
 const COLUMNS = "id, event_id, seq, client_id, config_id, url, topic, op, document_id, status, attempts, next_at, last_status, last_error, created_at, delivered_at";
 
 export class DeliveryStore {
 	constructor(private db: Relational) {}
 
-	/** Idempotent (the stream delivers at least once): a second insert of one (event, client) does nothing. */
+	/**
+	 * Idempotent (the stream delivers at least once): a second insert of one (event, client) does nothing. One
+	 * statement per ENQUEUE_CHUNK rows (a batch of the stream), not one per row.
+	 */
 	async enqueue(rows: NewDelivery[]): Promise<number> {
 		let inserted = 0;
-		for (const r of rows) {
+		for (let i = 0; i < rows.length; i += ENQUEUE_CHUNK) {
+			const chunk = rows.slice(i, i + ENQUEUE_CHUNK);
+			const params: unknown[] = [];
+			const values = chunk.map((r) => {
+				const at = params.length;
+				params.push(r.event_id, r.seq, r.client_id, r.config_id, storableUrl(r.url), r.topic, r.op, r.document_id, r.body, r.status, r.last_error ?? null);
+				return `($${at + 1}, $${at + 2}, $${at + 3}, $${at + 4}, $${at + 5}, $${at + 6}, $${at + 7}, $${at + 8}, $${at + 9}::json, $${at + 10}, $${at + 11})`;
+			});
 			const res = await this.db.query(
 				`insert into deliveries (event_id, seq, client_id, config_id, url, topic, op, document_id, payload, status, last_error)
-				 values ($1, $2, $3, $4, $5, $6, $7, $8, $9::json, $10, $11) on conflict (event_id, client_id) do nothing`,
-				[r.event_id, r.seq, r.client_id, r.config_id, storableUrl(r.url), r.topic, r.op, r.document_id, r.body, r.status, r.last_error ?? null],
+				 values ${values.join(", ")} on conflict (event_id, client_id) do nothing`,
+				params,
 			);
 			inserted += res.rowCount ?? 0;
 		}
@@ -178,39 +203,68 @@ export class DeliveryStore {
 	}
 
 	/**
-	 * Records an attempt and the row's new state in one statement. `next` undefined = the row is final (status not
-	 * pending); otherwise it is due again after `nextInSec`.
+	 * Records an attempt and the row's new state. The settles of deliveries finishing together (the same turn of the
+	 * event loop, at most SETTLE_CHUNK) go in one statement; each caller's promise settles with its own batch.
+	 * `nextInSec` applies to a row still pending (due again after it).
 	 */
-	async settle(
+	settle(
 		row: ClaimedDelivery,
 		owner: string,
 		attempt: AttemptRecord | null,
 		state: { status: DeliveryStatus; attempts: number; nextInSec?: number; configId?: string | null; lastError: string | null },
 	): Promise<void> {
-		const params = [
-			row.id,
-			owner,
-			state.status,
-			state.attempts,
-			state.nextInSec ?? 0,
-			attempt?.status ?? null,
-			state.lastError,
-			state.configId === undefined ? row.config_id : state.configId,
-			storableUrl(attempt?.url ?? row.url),
-		];
-		const update = `update deliveries set status = $3, attempts = $4, next_at = now() + make_interval(secs => $5),
-				last_status = coalesce($6, last_status), last_error = $7, config_id = $8, url = $9,
-				delivered_at = case when $3 = 'delivered' then now() else delivered_at end,
-				locked_by = null, locked_until = null, updated_at = now()
-			 where id = $1 and locked_by = $2`;
-		if (!attempt) {
-			await this.db.query(update, params);
-			return;
+		return new Promise((resolve, reject) => {
+			this.settling.push({ row, owner, attempt, state, resolve, reject });
+			if (this.settling.length === 1) setImmediate(() => void this.flushSettles());
+		});
+	}
+
+	private settling: PendingSettle[] = [];
+
+	private async flushSettles(): Promise<void> {
+		while (this.settling.length) {
+			const batch = this.settling.splice(0, SETTLE_CHUNK);
+			try {
+				await this.settleMany(batch);
+				for (const b of batch) b.resolve();
+			} catch (err) {
+				for (const b of batch) b.reject(err);
+			}
 		}
+	}
+
+	/** One statement: the attempts inserted, the rows updated (only those still leased by their settler). */
+	private async settleMany(batch: PendingSettle[]): Promise<void> {
+		const params: unknown[] = [];
+		const values = batch.map(({ row, owner, attempt, state }) => {
+			const at = params.length;
+			params.push(
+				row.id,
+				owner,
+				state.status,
+				state.attempts,
+				state.nextInSec ?? 0,
+				attempt?.status ?? null,
+				state.lastError,
+				state.configId === undefined ? row.config_id : state.configId,
+				storableUrl(attempt?.url ?? row.url),
+				!!attempt,
+				attempt?.error ?? null,
+				attempt ? Math.round(attempt.durationMs) : null,
+			);
+			const casts = ["bigint", "text", "text", "integer", "float8", "integer", "text", "text", "text", "boolean", "text", "integer"];
+			return `(${casts.map((c, i) => `$${at + i + 1}::${c}`).join(", ")})`;
+		});
 		await this.db.query(
-			`with a as (insert into delivery_attempts (delivery_id, attempt, url, status, error, duration_ms) values ($1, $4, $9, $6, $10, $11))
-			 ${update}`,
-			[...params, attempt.error, Math.round(attempt.durationMs)],
+			`with v (id, owner, status, attempts, next_in, last_status, last_error, config_id, url, has_attempt, a_error, a_duration) as (values ${values.join(", ")}),
+			 a as (insert into delivery_attempts (delivery_id, attempt, url, status, error, duration_ms)
+				select id, attempts, url, last_status, a_error, a_duration from v where has_attempt)
+			 update deliveries d set status = v.status, attempts = v.attempts, next_at = now() + make_interval(secs => v.next_in),
+				last_status = coalesce(v.last_status, d.last_status), last_error = v.last_error, config_id = v.config_id, url = v.url,
+				delivered_at = case when v.status = 'delivered' then now() else d.delivered_at end,
+				locked_by = null, locked_until = null, updated_at = now()
+			 from v where d.id = v.id and d.locked_by = v.owner`,
+			params,
 		);
 	}
 

@@ -1,5 +1,4 @@
 /** The one place for broker settings: transporter, logging, metrics, middlewares. */
-import os from "os";
 import type { BrokerOptions, Middleware } from "moleculer";
 import type { PlatformConfig } from "./lib/config";
 import { AuthorityMiddleware } from "./middlewares/authority";
@@ -7,6 +6,9 @@ import { TextPrometheusReporter } from "./lib/metrics";
 import { channelsMiddleware } from "./events/channels.stream";
 import { UnitOfWorkMiddleware } from "./mixins/stores/unit.middleware";
 import { replCommands, ReplPrincipalMiddleware } from "./lib/repl";
+import { claimNodeId, transportFailure } from "./lib/failover";
+import { FailoverDiscoverer } from "./lib/failover-discoverer";
+import { FailoverMiddleware } from "./middlewares/failover";
 
 export function brokerOptions(cfg?: PlatformConfig): BrokerOptions {
 	// Called without a configuration by moleculer-runner (`moleculer-runner --config moleculer.config.ts --repl`):
@@ -14,12 +16,20 @@ export function brokerOptions(cfg?: PlatformConfig): BrokerOptions {
 	if (!cfg || typeof (cfg as Partial<PlatformConfig>).dataDir !== "string") return runnerOptions();
 	return {
 		namespace: cfg.namespace,
-		nodeID: cfg.nodeId ?? `${os.hostname()}-${process.pid}`,
+		// Failover (docs/production.md): the same id after a restart, dead peers dropped within the heartbeat timeout,
+		// calls that never ran (or reads) sent again to another node, endpoints that keep failing left out a while.
+		nodeID: cfg.nodeId ?? claimNodeId(cfg),
 		// No transporter: every service in one process, calls stay local. NATS in production.
 		transporter: cfg.transporter ?? null,
 		logger: { type: "Console", options: { level: cfg.logLevel, formatter: "short", colors: process.stdout.isTTY } },
-		requestTimeout: 30_000,
-		registry: { strategy: "RoundRobin", preferLocal: true },
+		requestTimeout: cfg.requestTimeoutMs,
+		heartbeatInterval: cfg.heartbeatIntervalMs / 1000,
+		heartbeatTimeout: cfg.heartbeatTimeoutMs / 1000,
+		registry: { strategy: "RoundRobin", preferLocal: true, discoverer: new FailoverDiscoverer() },
+		circuitBreaker: { enabled: true, threshold: 0.5, minRequestCount: 10, windowTime: 30, halfOpenTime: 5000, check: transportFailure },
+		// A stopping node first tells its peers it serves nothing (Moleculer's empty INFO), then finishes the requests
+		// it holds before it disconnects.
+		tracking: { enabled: true, shutdownTimeout: 10_000 },
 		metrics: {
 			enabled: true,
 			// Rendered by the gateway's /metrics (and each ops port), not by a listener of its own.
@@ -27,7 +37,7 @@ export function brokerOptions(cfg?: PlatformConfig): BrokerOptions {
 		},
 		tracing: { enabled: false },
 		// The production event stream (EVENT_STREAM=nats|redis): @moleculer/channels, see events/channels.stream.ts.
-		middlewares: [UnitOfWorkMiddleware, AuthorityMiddleware, ReplPrincipalMiddleware as unknown as Middleware, ...(cfg.eventStream && cfg.eventStream !== "outbox" ? [channelsMiddleware(cfg)] : [])],
+		middlewares: [FailoverMiddleware(cfg.failoverWaitMs) as unknown as Middleware, UnitOfWorkMiddleware, AuthorityMiddleware, ReplPrincipalMiddleware as unknown as Middleware, ...(cfg.eventStream && cfg.eventStream !== "outbox" ? [channelsMiddleware(cfg)] : [])],
 		// The operator's REPL: `as <username|client id>`, `whoami`, `unas` (lib/repl.ts).
 		replCommands: replCommands() as BrokerOptions["replCommands"],
 	};

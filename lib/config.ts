@@ -31,6 +31,13 @@ export interface PlatformConfig {
 	trustProxy: boolean;
 	logLevel: string;
 	nodeId?: string;
+	/** HEARTBEAT_INTERVAL_MS / HEARTBEAT_TIMEOUT_MS: a node silent this long is dropped by its peers (docs/production.md, "Failover"). */
+	heartbeatIntervalMs: number;
+	heartbeatTimeoutMs: number;
+	/** REQUEST_TIMEOUT_MS: a call unanswered this long fails with 504 (a slow action; dead nodes are dropped sooner). */
+	requestTimeoutMs: number;
+	/** FAILOVER_WAIT_MS: how long a call that found no node of its service keeps waiting for one (a restart). */
+	failoverWaitMs: number;
 	/** Moleculer namespace: nodes on one transporter see each other only within the same namespace. */
 	namespace: string;
 	/** Prefix of every key this node writes to Redis (several deployments or test runs on one Redis). */
@@ -226,6 +233,24 @@ function positive(name: string): number | undefined {
 	return n;
 }
 
+/** A peer must miss at least two heartbeats (each up to 500 ms late by Moleculer's jitter) before it is dropped. */
+function heartbeats(): Pick<PlatformConfig, "heartbeatIntervalMs" | "heartbeatTimeoutMs"> {
+	const heartbeatIntervalMs = millis("HEARTBEAT_INTERVAL_MS", 1000, 1000);
+	const heartbeatTimeoutMs = millis("HEARTBEAT_TIMEOUT_MS", Math.max(3000, 2 * heartbeatIntervalMs + 1000), 1000);
+	if (heartbeatTimeoutMs < 2 * heartbeatIntervalMs + 1000)
+		throw new Error(`HEARTBEAT_TIMEOUT_MS must be at least twice HEARTBEAT_INTERVAL_MS plus 1000 (${2 * heartbeatIntervalMs + 1000}), got ${heartbeatTimeoutMs}`);
+	return { heartbeatIntervalMs, heartbeatTimeoutMs };
+}
+
+/** A duration in whole milliseconds, at least `min`. */
+function millis(name: string, fallback: number, min: number): number {
+	const v = env(name);
+	if (v === undefined) return fallback;
+	const n = Number(v);
+	if (!Number.isInteger(n) || n < min) throw new Error(`${name} must be an integer of milliseconds, at least ${min}, got ${v}`);
+	return n;
+}
+
 function mqttPort(v: string | undefined): number {
 	const n = Number(v ?? 0);
 	if (!Number.isInteger(n) || n < 0 || n > 65535) throw new Error(`MQTT_PORT must be an integer from 0 to 65535, got ${v}`);
@@ -275,6 +300,9 @@ export function readConfig(): PlatformConfig {
 		trustProxy: ["1", "true", "yes"].includes((env("TRUST_PROXY") ?? "").toLowerCase()),
 		logLevel: env("LOG_LEVEL") ?? "info",
 		nodeId: env("NODE_ID"),
+		...heartbeats(),
+		requestTimeoutMs: millis("REQUEST_TIMEOUT_MS", 30_000, 100),
+		failoverWaitMs: millis("FAILOVER_WAIT_MS", 5000, 0),
 		namespace: env("NAMESPACE") ?? "platform",
 		redisPrefix: env("REDIS_PREFIX"),
 		servicePorts: flag("SERVICE_PORTS"),

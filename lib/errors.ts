@@ -42,6 +42,31 @@ export const forbidden = (message = "access denied") => new ApiError(403, messag
 export const notFound = (message = "document not found") => new ApiError(404, message);
 export const conflict = (message: string) => new ApiError(409, message);
 
+/** Moleculer's errors about reaching a service (not about what it did), by the status the client gets. */
+const TRANSPORT_ERRORS: Record<string, number> = {
+	ServiceNotFoundError: 503,
+	ServiceNotAvailableError: 503,
+	RequestRejectedError: 503,
+	BrokerDisconnectedError: 503,
+	QueueIsFullError: 503,
+	// moleculer-web's, when the gateway finds no node for a route's action.
+	ServiceUnavailableError: 503,
+	RequestTimeoutError: 504,
+	RequestSkippedError: 504,
+};
+
+export const UNAVAILABLE: Record<number, string> = {
+	502: "service unavailable",
+	503: "service unavailable",
+	504: "request timed out",
+};
+
+/** A failure to reach a service (no node, node gone, timed out), not of what the service did. */
+export function isTransportError(err: unknown): boolean {
+	const name = (err as { name?: unknown })?.name;
+	return typeof name === "string" && Object.prototype.hasOwnProperty.call(TRANSPORT_ERRORS, name);
+}
+
 /**
  * Turns anything thrown anywhere into the spec's error body. Unknown failures become a generic 500
  * body whose message reveals nothing of the internals; 4xx and 5xx codes set on purpose are kept.
@@ -66,14 +91,11 @@ export function toErrorBody(err: unknown): ErrorBody {
 	}
 	// Moleculer's own errors that stand for bad input.
 	if (e?.name === "ValidationError" || e?.type === "VALIDATION_ERROR") status = 400;
-	if (e?.name === "ServiceNotFoundError" || e?.name === "ServiceNotAvailableError") {
-		status = 503;
-		message = "service unavailable";
-	}
-	if (e?.name === "RequestTimeoutError") {
-		status = 504;
-		message = "request timed out";
-	}
+	// The broker's own failures name the action and the node in their messages: the client gets a fixed wording
+	// (docs/api.md, "Errors"), the log keeps the original.
+	const transport = isTransportError(err) ? TRANSPORT_ERRORS[e.name as string] : undefined;
+	if (transport) status = transport;
+	if (transport || (e?.name !== "ApiError" && (status === 502 || status === 503 || status === 504))) message = UNAVAILABLE[status] ?? message;
 	// A dependency that is away (PostgreSQL restarting, a connection cut): the request may succeed later.
 	if (status === 500 && isDependencyOutage(err)) {
 		status = 503;
@@ -103,11 +125,14 @@ export function isDependencyOutage(err: unknown): boolean {
 export const DEFAULT_RETRY_AFTER_S = 2;
 
 /**
- * Seconds for Retry-After: a 503 always gets one (the cause's own `data.retryAfter`, e.g. the cache's, else the
- * default), so a client backs off and comes back instead of giving up; other statuses set theirs where they arise.
+ * Seconds for Retry-After: a 503 or 504 always gets one (the cause's own `data.retryAfter`, e.g. the cache's; for a
+ * node that could not be reached, the heartbeat timeout when given: a dead node is dropped by then; else the default),
+ * so a client backs off and comes back instead of giving up; other statuses set theirs where they arise.
  */
-export function retryAfterOf(err: unknown, statusCode: number): number | undefined {
-	if (statusCode !== 503) return undefined;
+export function retryAfterOf(err: unknown, statusCode: number, heartbeatTimeoutMs?: number): number | undefined {
+	if (statusCode !== 503 && statusCode !== 504) return undefined;
 	const s = (err as { data?: { retryAfter?: unknown } })?.data?.retryAfter;
-	return typeof s === "number" && Number.isInteger(s) && s > 0 && s <= 3600 ? s : DEFAULT_RETRY_AFTER_S;
+	if (typeof s === "number" && Number.isInteger(s) && s > 0 && s <= 3600) return s;
+	if (heartbeatTimeoutMs !== undefined && isTransportError(err)) return Math.max(1, Math.ceil(heartbeatTimeoutMs / 1000));
+	return DEFAULT_RETRY_AFTER_S;
 }

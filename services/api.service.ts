@@ -291,7 +291,7 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 			if (body.statusCode >= 500) this.logger.error("request failed", req.method, (req.url ?? "").split("?")[0], err);
 			observeHttp(this.broker, req, body.statusCode);
 			emitAudit(this.broker, req, body.statusCode, undefined, () => callerIp(req, this.cfg.trustProxy));
-			const retryAfter = retryAfterOf(err, body.statusCode);
+			const retryAfter = retryAfterOf(err, body.statusCode, this.cfg.heartbeatTimeoutMs);
 			if (retryAfter !== undefined && !res.headersSent) res.setHeader("Retry-After", String(retryAfter));
 			sendJson(res, body.statusCode, body);
 		},

@@ -142,5 +142,5 @@ live("a replica SIGKILLed under load: no acknowledged write or event lost; the s
 	// Nothing half-written: every event has its document, every document its event.
 	for (const id of events.keys()) expect([id, docs.has(id)]).toEqual([id, true]);
 	for (const id of docs.keys()) expect([id, events.get(id)]).toEqual([id, 1]);
-	console.log(`replica killed under load: ${acked.length} acknowledged, ${failed} failed requests (no retry on another node yet)`);
+	console.log(`replica killed under load: ${acked.length} acknowledged, ${failed} failed requests (creates in flight to the killed node are not repeated: docs/production.md, "Failover")`);
 });

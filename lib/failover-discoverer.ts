@@ -1,0 +1,77 @@
+/**
+ * Moleculer's local discoverer with a prompter view of dead nodes (docs/production.md, "Failover"):
+ * - heartbeats are timed in milliseconds and checked every CHECK_MS, so a node silent for HEARTBEAT_TIMEOUT_MS is
+ *   dropped then (the stock check compares whole seconds once per timeout: up to twice the timeout and a second);
+ * - a node that comes back under the same id with a new instance (a restart quicker than the timeout) fails at once
+ *   the requests its previous instance had taken: that process is gone, they would wait for REQUEST_TIMEOUT_MS.
+ * Dropping a node rejects its pending requests (RequestRejectedError), which the failover middleware sends again
+ * to another node when they are idempotent.
+ */
+import { Discoverers } from "moleculer";
+
+const CHECK_MS = 250;
+
+export class FailoverDiscoverer extends Discoverers.Local {
+	private seen = new Map<string, number>();
+	private lastCheck = 0;
+	private checkTimer?: NodeJS.Timeout;
+
+	private get self(): any {
+		return this as any;
+	}
+
+	startHeartbeatTimers(): void {
+		super.startHeartbeatTimers();
+		// The stock per-timeout check is replaced by a finer one.
+		if (this.checkNodesTimer) clearInterval(this.checkNodesTimer);
+		clearInterval(this.checkTimer);
+		this.lastCheck = Date.now();
+		this.checkTimer = setInterval(() => this.checkRemoteNodes(), CHECK_MS);
+		this.checkTimer.unref();
+	}
+
+	stopHeartbeatTimers(): void {
+		super.stopHeartbeatTimers();
+		clearInterval(this.checkTimer);
+		this.checkTimer = undefined;
+	}
+
+	heartbeatReceived(nodeID: string, payload: Record<string, any>): void {
+		this.seen.set(nodeID, Date.now());
+		super.heartbeatReceived(nodeID, payload);
+	}
+
+	processRemoteNodeInfo(nodeID: string, payload: Record<string, any>): any {
+		this.seen.set(nodeID, Date.now());
+		const known = this.self.registry.nodes.get(nodeID);
+		if (known?.available && known.instanceID && payload.instanceID && known.instanceID !== payload.instanceID) {
+			this.self.logger.warn(`Node '${nodeID}' restarted: its previous instance's pending requests fail now.`);
+			(this.transit as any)?.removePendingRequestByNodeID(nodeID);
+		}
+		return super.processRemoteNodeInfo(nodeID, payload);
+	}
+
+	checkRemoteNodes(): void {
+		const opts = this.self.opts;
+		if (opts.disableHeartbeatChecks) return;
+		const now = Date.now();
+		// This process was stalled (a long synchronous task, a loaded machine): heartbeats that arrived meanwhile wait
+		// behind this timer. Judge on the next round, not on a stale view.
+		const stalled = now - this.lastCheck > 2 * CHECK_MS;
+		this.lastCheck = now;
+		if (stalled) return;
+		const timeoutMs = opts.heartbeatTimeout * 1000;
+		for (const node of this.self.registry.nodes.toArray()) {
+			if (node.local || !node.available) continue;
+			const last = this.seen.get(node.id);
+			if (last === undefined) {
+				this.seen.set(node.id, now);
+				continue;
+			}
+			if (now - last > timeoutMs) {
+				this.self.logger.warn(`No heartbeat from '${node.id}' for ${now - last} ms: dropped.`);
+				this.self.registry.nodes.disconnected(node.id, true);
+			}
+		}
+	}
+}

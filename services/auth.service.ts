@@ -7,7 +7,8 @@ import type { Context, ServiceSchema } from "moleculer";
 import { auth } from "../catalog/domains/auth";
 import { DOMAINS } from "../catalog";
 import { collectionMixin, platformDoc, type Ctx } from "../mixins/collection.mixin";
-import type { StoredDoc } from "../mixins/stores";
+import { createStore, type StoredDoc } from "../mixins/stores";
+import { runOnce } from "../lib/seed-once";
 import { Aes, decryptEnvelope, objectId, randomToken, sha256Hex } from "../lib/crypto";
 import { configOf, loadKeys, readJson, writePrivateJson } from "../lib/config";
 import { ApiError, badRequest, forbidden } from "../lib/errors";
@@ -301,12 +302,29 @@ const AuthService: ServiceSchema = {
 			return { data };
 		},
 
-		/** CONTRACTS.md "Start-up and the first credentials": once, on an empty store. */
+		/**
+		 * CONTRACTS.md "Start-up and the first credentials": once, on an empty store, by exactly one of the auth
+		 * replicas sharing it (lib/seed-once.ts). Only the node that seeds knows the generated values and writes them.
+		 */
 		async seedRoot(this: any) {
+			const file = path.join(this.cfg.dataDir, "bootstrap.json");
+			if (readJson<Record<string, string>>(file)) return;
+			const claims = createStore(this.cfg, "_seed");
+			await claims.connect();
+			try {
+				// Grants exist only after a seed (every other grant needs the root to be written): a store seeded by a
+				// version without claims is not seeded again.
+				const seeded = async () => (await this.collectionStore("grants").count({})) > 0;
+				const r = await runOnce(claims, "root", { holder: this.broker.nodeID }, seeded, () => this.seedRootNow(file));
+				if (!r.ran)
+					this.logger.info(`Platform already seeded by ${r.by}: the root credentials are in that node's DATA_DIR/bootstrap.json (or the PLATFORM_ROOT_* settings); this node writes none.`);
+			} finally {
+				await claims.disconnect();
+			}
+		},
+
+		async seedRootNow(this: any, file: string) {
 			const cfg = this.cfg;
-			const file = path.join(cfg.dataDir, "bootstrap.json");
-			const existing = readJson<Record<string, string>>(file);
-			if (existing) return;
 			const values = {
 				client_id: cfg.rootClientId ?? objectId(),
 				client_secret: cfg.rootClientSecret ?? randomToken(24),

@@ -20,13 +20,20 @@ export interface OnceOptions {
 
 export type OnceResult = { ran: true } | { ran: false; by: string };
 
+export interface Holding {
+	/** The claim of a holder that died mid-job, when this run took it over (with what that holder noted). */
+	previous?: StoredDoc;
+	/** Records fields on the claim (what the job is about to write, for a takeover to find). */
+	note(fields: Record<string, unknown>): Promise<void>;
+}
+
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /**
  * Runs `job` on exactly one of the nodes calling this with the same store and `id`. `done` is asked under the
  * claim first: a job done before claims existed (an earlier version) is recorded as done without running again.
  */
-export async function runOnce(store: DocumentStore, id: string, o: OnceOptions, done: () => Promise<boolean>, job: () => Promise<void>): Promise<OnceResult> {
+export async function runOnce(store: DocumentStore, id: string, o: OnceOptions, done: () => Promise<boolean>, job: (h: Holding) => Promise<void>): Promise<OnceResult> {
 	const beatMs = o.beatMs ?? 2000;
 	const staleMs = o.staleMs ?? 15_000;
 	const until = Date.now() + (o.waitMs ?? 300_000);
@@ -46,19 +53,28 @@ export async function runOnce(store: DocumentStore, id: string, o: OnceOptions, 
 		} else if ((c.beat as number) < Date.now() - staleMs) {
 			// Matching the old heartbeat too: of two nodes taking over the same dead claim, one succeeds.
 			const took = await store.updateIf({ _id: id, state: "running", holder: c.holder, beat: c.beat }, { $set: { holder: o.holder, beat: Date.now() } });
-			if (took) return hold(store, id, o.holder, beatMs, done, job);
+			if (took) return hold(store, id, o.holder, beatMs, done, job, c);
 		}
 		if (Date.now() >= until) throw new Error(`${id}: still claimed by ${String(c?.holder)} after waiting; restart this node once that one is up`);
 		await sleep(100 + Math.floor(Math.random() * 150));
 	}
 }
 
-async function hold(store: DocumentStore, id: string, holder: string, beatMs: number, done: () => Promise<boolean>, job: () => Promise<void>): Promise<OnceResult> {
+async function hold(
+	store: DocumentStore,
+	id: string,
+	holder: string,
+	beatMs: number,
+	done: () => Promise<boolean>,
+	job: (h: Holding) => Promise<void>,
+	previous?: StoredDoc,
+): Promise<OnceResult> {
 	const mine = { _id: id, holder };
 	const timer = setInterval(() => void store.updateIf(mine, { $set: { beat: Date.now() } }).catch(() => undefined), beatMs);
 	try {
 		const earlier = await done();
-		if (!earlier) await job();
+		const note = async (fields: Record<string, unknown>) => void (await store.updateIf(mine, { $set: fields }));
+		if (!earlier) await job({ previous, note });
 		const by = earlier ? "an earlier start" : holder;
 		await store.updateIf(mine, { $set: { state: "done", by, beat: Date.now(), at: new Date().toISOString() } });
 		return earlier ? { ran: false, by } : { ran: true };

@@ -87,3 +87,14 @@ test("the holder keeps beating while a long job runs, so nobody takes it over", 
 	expect(runs).toBe(1);
 	expect([a, b]).toEqual([{ ran: true }, { ran: false, by: "n1" }]);
 });
+
+test("a takeover gets the dead holder's claim with what it noted; the noted fields stay on the claim", async () => {
+	await store.insert({ _id: "root", state: "running", holder: "dead", beat: Date.now() - 60_000, client_id: "c1" });
+	let seen: unknown;
+	await runOnce(store, "root", { holder: "n2", staleMs: 1000 }, never, async (h) => {
+		seen = h.previous;
+		await h.note({ client_id: "c2" });
+	});
+	expect(seen).toMatchObject({ _id: "root", holder: "dead", client_id: "c1" });
+	expect(await store.findOne({ _id: "root" })).toMatchObject({ state: "done", by: "n2", client_id: "c2" });
+});

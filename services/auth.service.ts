@@ -7,7 +7,8 @@ import type { Context, ServiceSchema } from "moleculer";
 import { auth } from "../catalog/domains/auth";
 import { DOMAINS } from "../catalog";
 import { collectionMixin, platformDoc, type Ctx } from "../mixins/collection.mixin";
-import type { StoredDoc } from "../mixins/stores";
+import { createStore, type StoredDoc } from "../mixins/stores";
+import { runOnce, type Holding } from "../lib/seed-once";
 import { Aes, decryptEnvelope, objectId, randomToken, sha256Hex } from "../lib/crypto";
 import { configOf, loadKeys, readJson, writePrivateJson } from "../lib/config";
 import { ApiError, badRequest, forbidden } from "../lib/errors";
@@ -301,12 +302,29 @@ const AuthService: ServiceSchema = {
 			return { data };
 		},
 
-		/** CONTRACTS.md "Start-up and the first credentials": once, on an empty store. */
+		/**
+		 * CONTRACTS.md "Start-up and the first credentials": once, on an empty store, by exactly one of the auth
+		 * replicas sharing it (lib/seed-once.ts). Only the node that seeds knows the generated values and writes them.
+		 */
 		async seedRoot(this: any) {
+			const file = path.join(this.cfg.dataDir, "bootstrap.json");
+			if (readJson<Record<string, string>>(file)) return;
+			const claims = createStore(this.cfg, "_seed");
+			await claims.connect();
+			try {
+				// Grants exist only after a seed (every other grant needs the root to be written): a store seeded by a
+				// version without claims is not seeded again.
+				const seeded = async () => (await this.collectionStore("grants").count({})) > 0;
+				const r = await runOnce(claims, "root", { holder: this.broker.nodeID }, seeded, (h: Holding) => this.seedRootNow(file, h));
+				if (!r.ran)
+					this.logger.info(`Platform already seeded by ${r.by}: the root credentials are in that node's DATA_DIR/bootstrap.json (or the PLATFORM_ROOT_* settings); this node writes none.`);
+			} finally {
+				await claims.disconnect();
+			}
+		},
+
+		async seedRootNow(this: any, file: string, h: Holding) {
 			const cfg = this.cfg;
-			const file = path.join(cfg.dataDir, "bootstrap.json");
-			const existing = readJson<Record<string, string>>(file);
-			if (existing) return;
 			const values = {
 				client_id: cfg.rootClientId ?? objectId(),
 				client_secret: cfg.rootClientSecret ?? randomToken(24),
@@ -316,6 +334,15 @@ const AuthService: ServiceSchema = {
 				password: cfg.rootPassword ?? randomToken(18),
 			};
 			if (!/^[0-9a-f]{24}$/.test(values.client_id)) throw new Error("PLATFORM_ROOT_CLIENT_ID must be a 24-hex id");
+			// A fixed PLATFORM_ROOT_CLIENT_ID is reused (its seed is idempotent); a generated id and the user id are not.
+			const left = [["client", h.previous?.client_id !== values.client_id && h.previous?.client_id], ["user", h.previous?.user_id]].filter(([, id]) => id);
+			if (h.previous)
+				this.logger.warn(
+					`Took over the root seed of ${String(h.previous.holder)}, which stopped mid-seed` +
+						(left.length ? `: remove the root ${left.map(([k, id]) => `${k} ${String(id)}`).join(" and ")} if it wrote them (no grants, secret unknown).` : "."),
+				);
+			// Ids only (never the secrets): what a takeover would need to find a half-done seed.
+			await h.note({ client_id: values.client_id, user_id: values.user_id });
 			const ctx = { meta: {}, service: this, call: this.broker.call.bind(this.broker), broadcast: this.broker.broadcast.bind(this.broker), emit: this.broker.emit.bind(this.broker) } as any;
 			await this.broker.call("domain.clients.seedRoot", { id: values.client_id, secret: values.client_secret, domain: values.domain, uid: values.user_id });
 			await this.broker.call("identity.users.seedRoot", { id: values.user_id, username: values.username, password: values.password, cid: values.client_id });

@@ -4,7 +4,7 @@ import brokerOptions from "./moleculer.config";
 import { bindConfig, privateDataDir, readConfig, type PlatformConfig } from "./lib/config";
 import path from "path";
 import { closeSharedKeyValues, MemoryKeyValue, sharedKeyValue } from "./lib/kv";
-import { closeSharedStreams } from "./events/stream";
+import { closeSharedStreams, stopConsumers } from "./events/stream";
 import { relayService } from "./events/relay";
 import { DOMAINS } from "./catalog";
 import { serviceCatalog } from "./services";
@@ -50,8 +50,10 @@ export async function startPlatform(overrides: Partial<PlatformConfig> = {}): Pr
 		cfg,
 		url,
 		/**
-		 * In dependency order, each step logged: the gateway stops taking requests; the services and workers stop (the
-		 * last user of the embedded PostgreSQL stops it); then the event streams and the cache close.
+		 * In dependency order, each step logged: the gateway stops taking requests; the consumer groups stop once their
+		 * events in progress are handled (Moleculer stops the services in parallel, so a worker's handler would
+		 * otherwise call a service or store that is already stopping); the services and workers stop (the last user of
+		 * the embedded PostgreSQL stops it); then the event streams and the cache close.
 		 */
 		async stop() {
 			const api = broker.getLocalService("api");
@@ -59,6 +61,8 @@ export async function startPlatform(overrides: Partial<PlatformConfig> = {}): Pr
 				await broker.destroyService(api);
 				log.info("stop: gateway closed (no new requests)");
 			}
+			await stopConsumers(cfg);
+			log.info("stop: event consumers stopped");
 			await broker.stop();
 			log.info("stop: services and workers stopped");
 			await closeSharedStreams(cfg);

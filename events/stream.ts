@@ -64,6 +64,8 @@ export class OutboxStream implements ChangeStream {
 	private offsets: DocumentStore;
 	private outbox: Outbox;
 	private ready?: Promise<void>;
+	/** The running consumers, so that a stopping node ends them before the services their handlers call. */
+	private consumers = new Set<Consumer>();
 	/**
 	 * Removes the outbox records every group has passed (the lowest stored group position), and those older than
 	 * STREAM_RETENTION_HOURS: a pass shortly after a group moves, and every 10 minutes.
@@ -187,15 +189,23 @@ export class OutboxStream implements ChangeStream {
 			}
 			await save();
 		})();
-		return {
+		const consumer: Consumer = {
 			position: () => position,
 			stop: async () => {
 				stopped = true;
 				wake?.();
 				this.outbox.off("appended", onAppend);
+				this.consumers.delete(consumer);
 				await loop;
 			},
 		};
+		this.consumers.add(consumer);
+		return consumer;
+	}
+
+	/** Stops every consumer of this stream, each after the batch it is handling. */
+	async stopConsumers(): Promise<void> {
+		await Promise.all([...this.consumers].map((c) => c.stop()));
 	}
 
 	ping(): Promise<boolean> {
@@ -203,6 +213,7 @@ export class OutboxStream implements ChangeStream {
 	}
 
 	async close(): Promise<void> {
+		await this.stopConsumers();
 		if (!this.ready) return;
 		await this.ready;
 		await this.pruner.stop();
@@ -229,6 +240,17 @@ export function embeddedStream(cfg: StoreConfig & Partial<PlatformConfig>): Outb
 export function sharedStream(cfg: StoreConfig & Partial<PlatformConfig>): ChangeStream {
 	if (cfg.eventStream && cfg.eventStream !== "outbox") return channelsStreamFor(cfg as PlatformConfig);
 	return embeddedStream(cfg);
+}
+
+/**
+ * Stops the node's consumer groups, each once the events it is handling are done (production: the subscriptions of
+ * every channel; the connection stays, the relay still publishes). A node stops them before its services: otherwise
+ * the services stop in parallel with the workers, and a handler in progress calls a service, or a store, that is
+ * already gone (`group observer failed … reading 'indexes'`). The workers' own stop then finds them stopped.
+ */
+export async function stopConsumers(cfg: StoreConfig & Partial<PlatformConfig>): Promise<void> {
+	if (cfg.eventStream && cfg.eventStream !== "outbox") return channelsStreamFor(cfg as PlatformConfig).close();
+	await shared.get(locationOf(cfg))?.stopConsumers();
 }
 
 /**

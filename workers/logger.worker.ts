@@ -1,6 +1,6 @@
 /**
  * logger (4060): the audit log. Stores one entry per gateway request and one per document change (the change stream,
- * consumer group `logger`: who changed which document), in the relational store (PostgreSQL at DATABASE_URL, embedded
+ * consumer group `logger`, in batches of up to LOGGER_BATCH records, one insert each: who changed which document), in the relational store (PostgreSQL at DATABASE_URL, embedded
  * PostgreSQL by default), table `audit_entries` (workers/logger/audit.ts, migrations versioned under component
  * `logger`). Request entries come in batches from the gateways through the durable event stream
  * (events/audit-shipper.ts): the `platform.audit` channel (EVENT_STREAM=nats|redis, consumer group `logger`) or the
@@ -15,12 +15,17 @@ import type { AuditBatch } from "../events/audit-spool";
 import { AUDIT_CHANNEL, channelsStreamFor } from "../events/channels.stream";
 import { WORKER_PORTS } from "./index";
 import { workerService } from "./worker";
-import { AuditWriter, MIGRATIONS, type AuditRow } from "./logger/audit";
+import { AuditWriter, MIGRATIONS, ROWS_PER_INSERT, type AuditRow } from "./logger/audit";
 import { SpoolReader } from "./logger/spool-reader";
 import { errorText } from "../lib/pg-process";
 
 /** Audit batches of the stream handled at once: their rows share inserts (order does not matter here). */
 export const AUDIT_IN_FLIGHT = 8;
+/**
+ * Change records stored per insert: one batch of the change stream is one statement (the writer's chunk), acknowledged
+ * once it is stored. A redelivered batch adds nothing: a change row is unique by position and document.
+ */
+export const LOGGER_BATCH = ROWS_PER_INSERT;
 
 const VERBS: Record<string, string> = { c: "create", u: "update", d: "delete", r: "restore" };
 
@@ -58,9 +63,11 @@ export default workerService(
 	{
 		name: "logger",
 		port: WORKER_PORTS.logger,
-		async onChange(this: any, rec: OutboxRecord) {
-			if (!rec?.event) return;
-			await this.writer.add(changeRow(rec));
+		maxBatch: LOGGER_BATCH,
+		// Rows are keyed, not ordered: on NATS/Redis the group may hold a batch's worth in flight, which is what batches it.
+		maxInFlight: LOGGER_BATCH,
+		async onChanges(this: any, recs: OutboxRecord[]) {
+			await this.storeChanges(recs);
 		},
 		async checks(this: any) {
 			const db: Relational | undefined = this.relational;
@@ -92,6 +99,10 @@ export default workerService(
 					throw err;
 				});
 				return this.opening;
+			},
+			/** Stores a batch of change records (the stream's handler; tests and replays): resolves once its rows are. */
+			storeChanges(this: any, recs: OutboxRecord[]): Promise<void> {
+				return this.writer.addMany(recs.filter((rec) => rec?.event).map(changeRow));
 			},
 			/** Writes what is buffered now (tests, shutdown). */
 			flushAudit(this: any): Promise<void> {

@@ -22,6 +22,11 @@ export interface WorkerDef {
 	 */
 	onChanges?: (this: any, recs: OutboxRecord[]) => Promise<void>;
 	maxBatch?: number;
+	/**
+	 * Production stream (NATS/Redis): events of the group in flight at once (default STREAM_MAX_IN_FLIGHT, 1: stream
+	 * order). Only for handlers that do not rely on order; there, in-flight events are what makes a batch.
+	 */
+	maxInFlight?: number;
 	/** Extra dependency checks for /status, e.g. `{ "relational store": true }`. */
 	checks?: (this: any) => Promise<Record<string, boolean>>;
 }
@@ -45,7 +50,7 @@ export function workerService(def: WorkerDef, schema: Partial<ServiceSchema> = {
 		},
 		async started(this: any) {
 			if (def.onChanges)
-				this.consumer = (await (this.stream as ChangeStream).consumeBatches(def.name, (recs) => def.onChanges!.call(this, recs), { maxBatch: def.maxBatch })) as Consumer;
+				this.consumer = (await (this.stream as ChangeStream).consumeBatches(def.name, (recs) => def.onChanges!.call(this, recs), { maxBatch: def.maxBatch, maxInFlight: def.maxInFlight })) as Consumer;
 			else if (def.onChange) this.consumer = (await this.stream.consume(def.name, (rec: OutboxRecord) => def.onChange!.call(this, rec))) as Consumer;
 		},
 		async stopped(this: any) {

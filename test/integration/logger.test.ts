@@ -9,7 +9,7 @@ import { bootPlatform, needServers, type TestPlatform } from "../helpers/platfor
 import { payloadOf, sleep } from "../helpers/auth";
 import { openRelational, releaseRelational, type Relational } from "../../lib/relational";
 import { insertRows } from "../../workers/logger/audit";
-import { sharedOutbox } from "../../events/outbox";
+import { sharedOutbox, type OutboxRecord } from "../../events/outbox";
 import { eventually } from "../helpers/wait";
 
 /** PostgreSQL, for the block that needs it: decided when the file loads, so jest reports its tests as skipped without it. */
@@ -127,9 +127,64 @@ describe("on the embedded PostgreSQL (default)", () => {
 		expect(logger.writer.pending).toBe(0);
 	});
 
+	test("a batch of change records is stored in one insert, and a redelivered batch adds nothing", async () => {
+		const logger = p.broker.getLocalService("logger") as any;
+		const base = 9_000_000 + Math.floor(Math.random() * 1_000_000);
+		const docs = Array.from({ length: 40 }, (_, i) => `batch${String(base).padStart(8, "0")}${String(i).padStart(4, "0")}`);
+		const recs: OutboxRecord[] = docs.map((id, i) => ({
+			seq: base + i,
+			event: { id, op: "c", ts_ms: Date.now(), topic: "content.notes", source: { name: "platform", db: "content", collection: "notes" } },
+			clients: [],
+			actor: { uid: "u1", cid: "c1" },
+		}));
+		const stored = () => db.query<Row>("select seq, document_id from audit_entries where kind = 'change' and document_id like $1 order by seq", [`batch${String(base).padStart(8, "0")}%`]).then((r) => r.rows);
+		const query = db.query.bind(db);
+		let inserts = 0;
+		(db as any).query = (text: string, params?: unknown[]) => {
+			// Only this batch's statements (a gateway's request rows may be written meanwhile).
+			if (text.startsWith("insert into audit_entries") && params?.includes(docs[0])) inserts++;
+			return query(text, params);
+		};
+		try {
+			await logger.storeChanges(recs);
+			expect(inserts).toBe(1);
+			expect(await stored()).toEqual(recs.map((r) => ({ seq: String(r.seq), document_id: r.event.id })));
+			// The stream hands the batch back (a crash before the acknowledgement): one insert, no row twice.
+			await logger.storeChanges(recs);
+			expect(inserts).toBe(2);
+			expect(await stored()).toHaveLength(recs.length);
+		} finally {
+			(db as any).query = query;
+		}
+	});
+
+	test("a batch is not acknowledged before its rows are stored: an unreachable store fails it, the redelivery stores it", async () => {
+		const logger = p.broker.getLocalService("logger") as any;
+		const seq = 8_000_000 + Math.floor(Math.random() * 1_000_000);
+		const rec: OutboxRecord = {
+			seq,
+			event: { id: `down${seq}`, op: "u", ts_ms: Date.now(), topic: "content.notes", source: { name: "platform", db: "content", collection: "notes" } },
+			clients: [],
+			actor: {},
+		};
+		const { query, ping } = db;
+		(db as any).query = () => Promise.reject(new Error("connection refused"));
+		(db as any).ping = async () => false;
+		try {
+			await expect(logger.storeChanges([rec])).rejects.toThrow("connection refused");
+		} finally {
+			(db as any).query = query;
+			(db as any).ping = ping;
+		}
+		const count = () => db.query<Row>("select count(*)::int as n from audit_entries where document_id = $1", [`down${seq}`]).then((r) => r.rows[0].n);
+		expect(await count()).toBe(0);
+		await logger.storeChanges([rec]);
+		expect(await count()).toBe(1);
+	});
+
 	test("a burst of requests is written in batches without slowing the requests", async () => {
 		const token = await p.rootToken();
-		// Change records are written one by one as the stream hands them over: let the logger catch up first.
+		// Change records are stored as the stream hands them over: let the logger catch up first.
 		const last = (await sharedOutbox(p.cfg).readFrom(0, 100_000)).at(-1)!.seq;
 		const consumer = (p.broker.getLocalService("logger") as any).consumer;
 		await eventually(async () => consumer.position(), (pos: number) => pos >= last);

@@ -52,7 +52,7 @@ export const MIGRATIONS: Migration[] = [
 
 const COLUMNS = ["at", "kind", "request_id", "seq", "uid", "aid", "cid", "session", "ip", "method", "path", "action", "service", "collection", "document_id", "op", "status", "duration_ms"] as const;
 /** Rows per INSERT statement (parameters stay far below PostgreSQL's 65 535). */
-const CHUNK = 500;
+export const ROWS_PER_INSERT = 500;
 
 /** A text column: what PostgreSQL can store (no NUL, no lone surrogate: a cut pair is one too), bounded. */
 const str = (v: unknown, max = 2000): string | null => {
@@ -92,8 +92,8 @@ function valuesOf(r: AuditRow): unknown[] {
 
 export async function insertRows(db: Relational, rows: AuditRow[]): Promise<number> {
 	let stored = 0;
-	for (let i = 0; i < rows.length; i += CHUNK) {
-		const chunk = rows.slice(i, i + CHUNK);
+	for (let i = 0; i < rows.length; i += ROWS_PER_INSERT) {
+		const chunk = rows.slice(i, i + ROWS_PER_INSERT);
 		const params: unknown[] = [];
 		const tuples = chunk.map((r) => {
 			const vals = valuesOf(r);

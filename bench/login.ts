@@ -2,10 +2,12 @@
  * Login scenario (issue 15): `POST /auth/token` password grant as the root user, 10 connections, from one
  * forwarded address (`x-forwarded-for` is ignored without TRUST_PROXY; every login succeeds, so the failed-login
  * limit never applies). Run alone: `npx tsx bench/login.ts` (starts its own platform); `npm run bench` runs it with
- * the rest. `BENCH_ROOT=<checkout>` runs the platform of another checkout, for before/after runs of one session.
+ * the rest. `BENCH_PLATFORM_DIR=<checkout>` runs the platform of another checkout, for before/after runs of one session.
  */
 import autocannon from "autocannon";
-import { freePort, waitFor } from "./process";
+import { readFileSync } from "fs";
+import path from "path";
+import { runAlone } from "./process";
 
 export interface LoginRow {
 	name: string;
@@ -32,27 +34,8 @@ export async function loginBench(base: string, root: { client_id: string; userna
 	return row;
 }
 
-if (require.main === module) {
-	(async () => {
-		const { spawn } = await import("child_process");
-		const { mkdtempSync, readFileSync, rmSync } = await import("fs");
-		const os = await import("os");
-		const path = await import("path");
-		const ROOT = process.env.BENCH_ROOT ?? path.resolve(__dirname, "..");
-		const dataDir = mkdtempSync(path.join(os.tmpdir(), "bench-login-"));
-		const port = await freePort();
-		const base = `http://127.0.0.1:${port}`;
-		const child = spawn(path.join(ROOT, "node_modules/.bin/tsx"), ["start.ts"], { cwd: ROOT, env: { ...process.env, LOG_LEVEL: "warn", PORT: String(port), DATA_DIR: dataDir }, stdio: ["ignore", "ignore", "inherit"] });
-		try {
-			await waitFor(`${base}/status`, 60_000);
-			const root = JSON.parse(readFileSync(path.join(dataDir, "bootstrap.json"), "utf8"));
-			await loginBench(base, root, Number(process.env.BENCH_DURATION ?? 10));
-		} finally {
-			await new Promise((r) => (child.once("exit", r), child.kill("SIGTERM")));
-			rmSync(dataDir, { recursive: true, force: true, maxRetries: 5, retryDelay: 200 });
-		}
-	})().catch((err) => {
-		console.error(err);
-		process.exit(1);
+if (require.main === module)
+	runAlone("login", async (base, dataDir) => {
+		const root = JSON.parse(readFileSync(path.join(dataDir, "bootstrap.json"), "utf8"));
+		await loginBench(base, root, Number(process.env.BENCH_DURATION ?? 10));
 	});
-}

@@ -1,6 +1,7 @@
 /** What every bench scenario needs around a platform process: a free port, waiting for it, the root's token. */
 import { spawn, type ChildProcess } from "child_process";
-import { readdirSync, readFileSync } from "fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "fs";
+import os from "os";
 import { createServer, type AddressInfo } from "net";
 import path from "path";
 
@@ -107,5 +108,28 @@ export function spawnPlatform(env: Record<string, string>): ChildProcess {
 		cwd: PLATFORM_DIR,
 		env: { ...process.env, LOG_LEVEL: "warn", ...env },
 		stdio: ["ignore", "ignore", "inherit"],
+	});
+}
+
+/**
+ * A scenario run alone (`npx tsx bench/<scenario>.ts`): a platform of its own in a child process (PLATFORM_DIR) on a
+ * free port with a fresh DATA_DIR, `run` against it, then the platform stopped and its data removed.
+ */
+export function runAlone(name: string, run: (base: string, dataDir: string) => Promise<unknown>): void {
+	(async () => {
+		const dataDir = mkdtempSync(path.join(os.tmpdir(), `bench-${name}-`));
+		const port = await freePort();
+		const base = `http://127.0.0.1:${port}`;
+		const child = spawnPlatform({ PORT: String(port), DATA_DIR: dataDir });
+		try {
+			await waitFor(`${base}/status`, 60_000);
+			await run(base, dataDir);
+		} finally {
+			await new Promise((r) => (child.once("exit", r), child.kill("SIGTERM")));
+			rmSync(dataDir, { recursive: true, force: true, maxRetries: 5, retryDelay: 200 });
+		}
+	})().catch((err) => {
+		console.error(err);
+		process.exit(1);
 	});
 }

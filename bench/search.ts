@@ -7,7 +7,7 @@
  * Run alone: `npx tsx bench/search.ts` (starts its own platform); `npm run bench` runs it with the rest.
  */
 import autocannon from "autocannon";
-import { freePort, rootToken, waitFor } from "./process";
+import { rootToken, runAlone } from "./process";
 
 export const SEARCH_DOCS = 10_000;
 const VOCAB = Array.from({ length: 2000 }, (_, i) => `w${i.toString(36)}x`);
@@ -79,28 +79,8 @@ export async function searchBench(base: string, auth: Record<string, string>, du
 	return rows;
 }
 
-if (require.main === module) {
-	// Standalone: a platform of its own (child process), this scenario only.
-	(async () => {
-		const { spawn } = await import("child_process");
-		const { mkdtempSync, rmSync } = await import("fs");
-		const os = await import("os");
-		const path = await import("path");
-		const ROOT = path.resolve(__dirname, "..");
-		const dataDir = mkdtempSync(path.join(os.tmpdir(), "bench-search-"));
-		const port = await freePort();
-		const base = `http://127.0.0.1:${port}`;
-		const child = spawn(path.join(ROOT, "node_modules/.bin/tsx"), ["start.ts"], { cwd: ROOT, env: { ...process.env, LOG_LEVEL: "warn", PORT: String(port), DATA_DIR: dataDir }, stdio: ["ignore", "ignore", "inherit"] });
-		try {
-			await waitFor(`${base}/status`, 60_000);
-			const auth = { authorization: `Bearer ${await rootToken(base, dataDir)}`, "content-type": "application/json" };
-			await searchBench(base, auth, Number(process.env.BENCH_DURATION ?? 10), Number(process.env.BENCH_CONNECTIONS ?? 50));
-		} finally {
-			await new Promise((r) => (child.once("exit", r), child.kill("SIGTERM")));
-			rmSync(dataDir, { recursive: true, force: true, maxRetries: 5, retryDelay: 200 });
-		}
-	})().catch((err) => {
-		console.error(err);
-		process.exit(1);
+if (require.main === module)
+	runAlone("search", async (base, dataDir) => {
+		const auth = { authorization: `Bearer ${await rootToken(base, dataDir)}`, "content-type": "application/json" };
+		await searchBench(base, auth, Number(process.env.BENCH_DURATION ?? 10), Number(process.env.BENCH_CONNECTIONS ?? 50));
 	});
-}

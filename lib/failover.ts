@@ -7,6 +7,7 @@ import { readFileSync, writeFileSync } from "fs";
 import os from "os";
 import path from "path";
 import type { PlatformConfig } from "./config";
+import { alive } from "./pids";
 
 /**
  * The same id across restarts, so peers recognise a restarted node at once (its INFO carries a new instance) instead
@@ -22,15 +23,6 @@ export function stableNodeId(cfg: Pick<PlatformConfig, "services" | "dataDir" | 
 	return `${hostname}-${createHash("sha256").update(key).digest("hex").slice(0, 8)}`;
 }
 
-function alive(pid: number): boolean {
-	try {
-		process.kill(pid, 0);
-		return true;
-	} catch (err) {
-		// EPERM: it exists, under another user.
-		return (err as NodeJS.ErrnoException).code === "EPERM";
-	}
-}
 
 /**
  * The stable id, claimed in DATA_DIR (`node-<id>.pid`): a second live process of this host with the very same

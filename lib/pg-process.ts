@@ -14,6 +14,7 @@ import { spawn, execFileSync, type ChildProcess } from "child_process";
 import fs from "fs";
 import os from "os";
 import path from "path";
+import { alive } from "./pids";
 
 export interface PgLog {
 	info(msg: string): void;
@@ -35,14 +36,6 @@ export function errorText(err: unknown): string {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-function alive(pid: number): boolean {
-	try {
-		process.kill(pid, 0);
-		return true;
-	} catch (err) {
-		return (err as NodeJS.ErrnoException).code === "EPERM";
-	}
-}
 
 async function waitGone(pid: number, ms: number): Promise<boolean> {
 	const end = Date.now() + ms;

@@ -17,7 +17,7 @@ import path from "path";
 import { Client } from "pg";
 import { DOMAINS } from "../../catalog";
 import { needServers } from "../helpers/platform";
-import { client, crashNode, dropRedisPrefix, startNode, stopNode, testDeployment, waitForHttp, type ChildNode } from "../helpers/nodes";
+import { client, clusterSettings, crashNode, dropRedisPrefix, startNode, stopNode, testDeployment, waitForHttp, type ChildNode } from "../helpers/nodes";
 import { freeOpsOffset, freePort } from "../helpers/ports";
 import { testDatabase, type TestDatabase } from "../helpers/pg";
 import { createUser, tokenOf } from "../helpers/auth";
@@ -65,16 +65,7 @@ beforeAll(async () => {
 	if (!db) return;
 	deployment = testDeployment();
 	const port = await freePort();
-	const shared = {
-		TRANSPORTER: "nats://127.0.0.1:4222",
-		NAMESPACE: deployment.namespace,
-		JWT_SECRET: deployment.jwtSecret,
-		AES_SECRET: deployment.aesSecret,
-		REDIS_URL: "redis://127.0.0.1:6379",
-		REDIS_PREFIX: deployment.redisPrefix,
-		DOCUMENT_STORE: "postgres",
-		DATABASE_URL: db.url,
-	};
+	const shared = clusterSettings(deployment, db.url);
 	const others = DOMAINS.map((x) => x.name).filter((n) => n !== "content").join(",");
 	nodes.core = startNode("core", { ...shared, SERVICES: others, OPS_PORT_OFFSET: String(await freeOpsOffset()) });
 	nodes.api = startNode("api", { ...shared, SERVICES: "api", PORT: String(port) });

@@ -13,7 +13,7 @@ import { DOMAINS } from "../../catalog";
 import { tempDir } from "../helpers/platform";
 import { needServers } from "../helpers/platform";
 import { PgStore } from "../../mixins/stores";
-import { client, crashNode, startNode, stopNode, testDeployment, waitForHttp, type ChildNode } from "../helpers/nodes";
+import { client, clusterSettings, crashNode, startNode, stopNode, testDeployment, waitForHttp, type ChildNode } from "../helpers/nodes";
 import { freeOpsOffset, freePort } from "../helpers/ports";
 import { testDatabase, type TestDatabase } from "../helpers/pg";
 
@@ -45,14 +45,7 @@ beforeAll(async () => {
 	const port = await freePort();
 	const offset = await freeOpsOffset();
 	const shared = {
-		TRANSPORTER: "nats://127.0.0.1:4222",
-		NAMESPACE: d.namespace,
-		JWT_SECRET: d.jwtSecret,
-		AES_SECRET: d.aesSecret,
-		REDIS_URL: "redis://127.0.0.1:6379",
-		REDIS_PREFIX: d.redisPrefix,
-		DOCUMENT_STORE: "postgres",
-		DATABASE_URL: db.url,
+		...clusterSettings(d, db.url),
 		OPS_PORT_OFFSET: String(offset),
 	};
 	const others = DOMAINS.map((x) => x.name).filter((n) => n !== "content").join(",");

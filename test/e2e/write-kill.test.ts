@@ -17,7 +17,7 @@ import path from "path";
 import { Client } from "pg";
 import { DOMAINS } from "../../catalog";
 import { needServers } from "../helpers/platform";
-import { client, crashNode, dropNatsStreams, dropRedisPrefix, startNode, stopNode, testDeployment, waitForHttp, type ChildNode } from "../helpers/nodes";
+import { client, clusterSettings, crashNode, dropNatsStreams, dropRedisPrefix, startNode, stopNode, testDeployment, waitForHttp, type ChildNode } from "../helpers/nodes";
 import { freeOpsOffset, freePort } from "../helpers/ports";
 import { testDatabase, type TestDatabase } from "../helpers/pg";
 import { eventually, sleep, waitFor } from "../helpers/wait";
@@ -83,16 +83,9 @@ beforeAll(async () => {
 	await new Promise<void>((r) => receiver!.listen(hookPort, "127.0.0.1", r));
 	const port = await freePort();
 	const shared = {
-		TRANSPORTER: "nats://127.0.0.1:4222",
+		...clusterSettings(deployment, db.url),
 		EVENT_STREAM: "nats",
 		STREAM_ACK_WAIT_MS: "2000",
-		NAMESPACE: deployment.namespace,
-		JWT_SECRET: deployment.jwtSecret,
-		AES_SECRET: deployment.aesSecret,
-		REDIS_URL: "redis://127.0.0.1:6379",
-		REDIS_PREFIX: deployment.redisPrefix,
-		DOCUMENT_STORE: "postgres",
-		DATABASE_URL: db.url,
 		OPS_PORT_OFFSET: String(await freeOpsOffset()),
 	};
 	const others = DOMAINS.map((d) => d.name).filter((n) => n !== "content").join(",");

@@ -31,6 +31,23 @@ export function testDeployment() {
 	};
 }
 
+/**
+ * What every node of a test deployment on the local servers shares: NATS as transporter, Redis under the
+ * deployment's prefix, its keys, and documents in the given PostgreSQL database.
+ */
+export function clusterSettings(d: ReturnType<typeof testDeployment>, databaseUrl: string): Record<string, string> {
+	return {
+		TRANSPORTER: "nats://127.0.0.1:4222",
+		NAMESPACE: d.namespace,
+		JWT_SECRET: d.jwtSecret,
+		AES_SECRET: d.aesSecret,
+		REDIS_URL: "redis://127.0.0.1:6379",
+		REDIS_PREFIX: d.redisPrefix,
+		DOCUMENT_STORE: "postgres",
+		DATABASE_URL: databaseUrl,
+	};
+}
+
 export interface ChildNode {
 	name: string;
 	pid: number;

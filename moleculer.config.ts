@@ -2,7 +2,7 @@
 import type { BrokerOptions, Middleware } from "moleculer";
 import type { PlatformConfig } from "./lib/config";
 import { AuthorityMiddleware } from "./middlewares/authority";
-import { TextPrometheusReporter } from "./lib/metrics";
+import { LeanMetricsMiddleware, TextPrometheusReporter } from "./lib/metrics";
 import { channelsMiddleware } from "./events/channels.stream";
 import { UnitOfWorkMiddleware } from "./mixins/stores/unit.middleware";
 import { replCommands, ReplPrincipalMiddleware } from "./lib/repl";
@@ -23,6 +23,9 @@ export function brokerOptions(cfg?: PlatformConfig): BrokerOptions {
 		transporter: cfg.transporter ?? null,
 		logger: { type: "Console", options: { level: cfg.logLevel, formatter: "short", colors: process.stdout.isTTY } },
 		requestTimeout: cfg.requestTimeoutMs,
+		// A service that waits for others (auth for domain, identity, context) looks every 50 ms, not every second:
+		// a node's start is about a second shorter (the check reads the local registry only).
+		dependencyInterval: 50,
 		heartbeatInterval: cfg.heartbeatIntervalMs / 1000,
 		heartbeatTimeout: cfg.heartbeatTimeoutMs / 1000,
 		registry: { strategy: "RoundRobin", preferLocal: true, discoverer: new FailoverDiscoverer() },
@@ -33,11 +36,13 @@ export function brokerOptions(cfg?: PlatformConfig): BrokerOptions {
 		metrics: {
 			enabled: true,
 			// Rendered by the gateway's /metrics (and each ops port), not by a listener of its own.
-			reporter: [new TextPrometheusReporter({ includes: ["moleculer.request.**", "moleculer.event.**", "moleculer.transit.**", "gateway.**", "publisher.**", "preserver.**", "process.**", "os.memory.**"] }) as any],
+			// The registry's view of the cluster (nodes, endpoints per service and per event) tells an operator which
+			// replicas and listeners this node knows; its per-action endpoints (hundreds of lines) are left out.
+			reporter: [new TextPrometheusReporter({ includes: ["moleculer.request.**", "moleculer.event.**", "moleculer.transit.**", "moleculer.registry.nodes.**", "moleculer.registry.service.endpoints.**", "moleculer.registry.event.endpoints.**", "gateway.**", "publisher.**", "preserver.**", "process.**", "os.memory.**"] }) as any],
 		},
 		tracing: { enabled: false },
 		// The production event stream (EVENT_STREAM=nats|redis): @moleculer/channels, see events/channels.stream.ts.
-		middlewares: [FailoverMiddleware(cfg.failoverWaitMs) as unknown as Middleware, UnitOfWorkMiddleware, AuthorityMiddleware, ReplPrincipalMiddleware as unknown as Middleware, ...(cfg.eventStream && cfg.eventStream !== "outbox" ? [channelsMiddleware(cfg)] : [])],
+		middlewares: [LeanMetricsMiddleware as unknown as Middleware, FailoverMiddleware(cfg.failoverWaitMs) as unknown as Middleware, UnitOfWorkMiddleware, AuthorityMiddleware, ReplPrincipalMiddleware as unknown as Middleware, ...(cfg.eventStream && cfg.eventStream !== "outbox" ? [channelsMiddleware(cfg)] : [])],
 		// The operator's REPL: `as <username|client id>`, `whoami`, `unas` (lib/repl.ts).
 		replCommands: replCommands() as BrokerOptions["replCommands"],
 	};

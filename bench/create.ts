@@ -5,11 +5,11 @@
  * idle). PROFILE=dir profiles the child, BENCH_PLATFORM_DIR runs another checkout (bench/process.ts).
  */
 import type { ChildProcess } from "child_process";
-import { mkdtempSync, readFileSync, rmSync } from "fs";
+import { mkdtempSync, readFileSync } from "fs";
 import os from "os";
 import path from "path";
 import autocannon from "autocannon";
-import { freePort, rootToken, spawnPlatform, waitFor } from "./process";
+import { cpuSplit, freePort, rootToken, spawnPlatform, waitFor, stopPlatform } from "./process";
 
 const DURATION = Number(process.env.BENCH_DURATION ?? 10);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
@@ -26,6 +26,8 @@ export interface CreateRow {
 	 * less sensitive than req/s to other jobs sharing the machine.
 	 */
 	cpuMsPerCreate: number;
+	/** The same for the PostgreSQL server processes below the platform (DOCUMENT_STORE=postgres, embedded), else 0. */
+	pgCpuMsPerCreate: number;
 }
 
 /** ~900 characters of words, about 1 KB as JSON with its title: the peer bench's note. */
@@ -74,33 +76,46 @@ export async function noteWriter(base: string, rootAuth: Record<string, string>,
 	return login.data.access_token;
 }
 
+/** The platform at `base` (its DATA_DIR, its process) with a note writer, once its workers are idle: the writer's token. */
+export async function createSetup(base: string, dataDir: string, pid: number): Promise<string> {
+	await waitFor(`${base}/status`, 120_000);
+	const boot = JSON.parse(readFileSync(path.join(dataDir, "bootstrap.json"), "utf8"));
+	const rootAuth = { authorization: `Bearer ${await rootToken(base, dataDir)}` };
+	const token = await noteWriter(base, rootAuth, boot.domain ?? "root.local", boot.client_id);
+	await idle(pid);
+	return token;
+}
+
+/** The create load: POST /content/notes of a 1 KB note, CONNECTIONS connections for DURATION seconds. */
+export function createLoad(base: string, token: string): Promise<autocannon.Result> {
+	return autocannon({
+		url: `${base}/content/notes`,
+		method: "POST",
+		connections: CONNECTIONS,
+		duration: DURATION,
+		headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+		body: JSON.stringify(kbNote(9999)),
+	});
+}
+
 export async function createScenario(env: Record<string, string> = {}): Promise<CreateRow> {
 	const dataDir = mkdtempSync(path.join(os.tmpdir(), "bench-create-"));
 	const port = await freePort();
 	const base = `http://127.0.0.1:${port}`;
 	const child: ChildProcess = spawnPlatform({ PORT: String(port), DATA_DIR: dataDir, ...env });
 	try {
-		await waitFor(`${base}/status`, 120_000);
-		const boot = JSON.parse(readFileSync(path.join(dataDir, "bootstrap.json"), "utf8"));
-		const rootAuth = { authorization: `Bearer ${await rootToken(base, dataDir)}` };
-		const token = await noteWriter(base, rootAuth, boot.domain ?? "root.local", boot.client_id);
-		await idle(child.pid!);
+		const token = await createSetup(base, dataDir, child.pid!);
 		const cpu0 = ticks(child.pid!);
-		const r = await autocannon({
-			url: `${base}/content/notes`,
-			method: "POST",
-			connections: CONNECTIONS,
-			duration: DURATION,
-			headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
-			body: JSON.stringify(kbNote(9999)),
-		});
+		const pg0 = cpuSplit(child.pid!).pg;
+		const r = await createLoad(base, token);
 		const drainS = await idle(child.pid!);
 		// Clock ticks are 10 ms; the two quiet seconds idle() waited for are left in (a few ticks).
-		const cpuMsPerCreate = Math.round(((ticks(child.pid!) - cpu0) * 10 * 1000) / Math.max(1, r.requests.total)) / 1000;
-		return { rps: Math.round(r.requests.average), p50: r.latency.p50, p99: r.latency.p99, non2xx: r.non2xx + r.errors, drainS, cpuMsPerCreate };
+		const perCreate = (t: number) => Math.round((t * 10 * 1000) / Math.max(1, r.requests.total)) / 1000;
+		const cpuMsPerCreate = perCreate(ticks(child.pid!) - cpu0);
+		const pgCpuMsPerCreate = perCreate(cpuSplit(child.pid!).pg - pg0);
+		return { rps: Math.round(r.requests.average), p50: r.latency.p50, p99: r.latency.p99, non2xx: r.non2xx + r.errors, drainS, cpuMsPerCreate, pgCpuMsPerCreate };
 	} finally {
-		await new Promise((r) => (child.exitCode !== null ? r(null) : (child.once("exit", r), child.kill("SIGTERM"))));
-		rmSync(dataDir, { recursive: true, force: true, maxRetries: 5, retryDelay: 200 });
+		await stopPlatform(child, dataDir);
 	}
 }
 

@@ -10,7 +10,7 @@ import { mkdtempSync, rmSync } from "fs";
 import os from "os";
 import path from "path";
 import { SMTPServer } from "smtp-server";
-import { freePort, rootToken, waitFor } from "./process";
+import { freePort, rootToken, waitFor, stopPlatform } from "./process";
 
 export interface EmailRow {
 	clients: number;
@@ -117,7 +117,7 @@ export async function emailScenario(durationS: number, children: ChildProcess[] 
 		const token = await rootToken(base, dataDir);
 		return await emailBench(base, token, rx, durationS);
 	} finally {
-		if (child.exitCode === null && child.signalCode === null) await new Promise((r) => (child.once("exit", r), child.kill("SIGTERM")));
+		await stopPlatform(child);
 		await rx.close();
 	}
 }

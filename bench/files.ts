@@ -5,10 +5,10 @@
  */
 import http from "http";
 import { spawn } from "child_process";
-import { mkdtempSync, rmSync } from "fs";
+import { mkdtempSync } from "fs";
 import os from "os";
 import path from "path";
-import { freePort, rootToken, waitFor } from "./process";
+import { freePort, rootToken, waitFor, stopPlatform } from "./process";
 
 export interface FileRow {
 	/** Bytes per file. */
@@ -120,8 +120,7 @@ async function alone() {
 		const row = await fileBench(base, token, Number(process.env.BENCH_DURATION ?? 10));
 		console.log(JSON.stringify(row));
 	} finally {
-		await new Promise((r) => (child.once("exit", r), child.kill("SIGTERM")));
-		rmSync(dataDir, { recursive: true, force: true, maxRetries: 5, retryDelay: 200 });
+		await stopPlatform(child, dataDir);
 	}
 }
 

@@ -40,18 +40,16 @@ export async function rootToken(base: string, dataDir: string): Promise<string> 
 	return r.data.access_token;
 }
 
-/**
- * CPU time (user + system, in clock ticks) a process and its descendants (tsx's node, the embedded PostgreSQL) have
- * used so far; undefined where /proc is missing.
- */
-export function cpuTicksOf(pid: number): number | undefined {
-	const stats = new Map<number, { ppid: number; ticks: number }>();
+/** A process and its descendants (tsx's node, the embedded PostgreSQL): name and CPU ticks (user + system) of each. */
+export function processTree(pid: number): Map<number, { comm: string; ticks: number }> | undefined {
+	const stats = new Map<number, { ppid: number; ticks: number; comm: string }>();
 	try {
 		for (const d of readdirSync("/proc")) {
 			if (!/^\d+$/.test(d)) continue;
 			try {
-				const f = readFileSync(`/proc/${d}/stat`, "utf8").split(") ")[1].split(" ");
-				stats.set(Number(d), { ppid: Number(f[1]), ticks: Number(f[11]) + Number(f[12]) });
+				const s = readFileSync(`/proc/${d}/stat`, "utf8");
+				const f = s.slice(s.lastIndexOf(") ") + 2).split(" ");
+				stats.set(Number(d), { ppid: Number(f[1]), ticks: Number(f[11]) + Number(f[12]), comm: s.slice(s.indexOf("(") + 1, s.lastIndexOf(")")) });
 			} catch {
 				/* gone meanwhile */
 			}
@@ -60,17 +58,35 @@ export function cpuTicksOf(pid: number): number | undefined {
 		return undefined;
 	}
 	if (!stats.has(pid)) return undefined;
-	const tree = new Set([pid]);
+	const tree = new Map([[pid, stats.get(pid)!]]);
 	for (let grew = true; grew; ) {
 		grew = false;
 		for (const [p, s] of stats)
 			if (!tree.has(p) && tree.has(s.ppid)) {
-				tree.add(p);
+				tree.set(p, s);
 				grew = true;
 			}
 	}
+	return tree;
+}
+
+/** CPU ticks (1/100 s) of the platform process itself and of the PostgreSQL server processes below it. */
+export function cpuSplit(pid: number): { node: number; pg: number } {
+	const tree = processTree(pid) ?? new Map();
+	let pg = 0;
+	for (const [p, s] of tree) if (p !== pid && s.comm.startsWith("postgres")) pg += s.ticks;
+	return { node: tree.get(pid)?.ticks ?? 0, pg };
+}
+
+/**
+ * CPU time (user + system, in clock ticks) a process and its descendants (tsx's node, the embedded PostgreSQL) have
+ * used so far; undefined where /proc is missing.
+ */
+export function cpuTicksOf(pid: number): number | undefined {
+	const tree = processTree(pid);
+	if (!tree) return undefined;
 	let ticks = 0;
-	for (const p of tree) ticks += stats.get(p)!.ticks;
+	for (const s of tree.values()) ticks += s.ticks;
 	return ticks;
 }
 
@@ -99,16 +115,22 @@ export async function quiet(pid: number, ms = 60_000): Promise<number> {
 export const PLATFORM_DIR = process.env.BENCH_PLATFORM_DIR ?? path.resolve(__dirname, "..");
 
 /**
- * `start.ts` of PLATFORM_DIR in a child process with `env` on top of this one's (LOG_LEVEL warn); PROFILE=dir runs it
+ * `start.ts` of PLATFORM_DIR (or `dir`) in a child process with `env` on top of this one's (LOG_LEVEL warn); PROFILE=dir runs it
  * under `node --cpu-prof` into dir (read with bench/cpuprofile.ts).
  */
-export function spawnPlatform(env: Record<string, string>): ChildProcess {
+export function spawnPlatform(env: Record<string, string>, dir = PLATFORM_DIR): ChildProcess {
 	const prof = process.env.PROFILE ? ["--cpu-prof", `--cpu-prof-dir=${process.env.PROFILE}`] : [];
 	return spawn(process.execPath, [...prof, "--import", "tsx", "start.ts"], {
-		cwd: PLATFORM_DIR,
+		cwd: dir,
 		env: { ...process.env, LOG_LEVEL: "warn", ...env },
 		stdio: ["ignore", "ignore", "inherit"],
 	});
+}
+
+/** SIGTERM to a platform child (unless it has already exited), then its DATA_DIR removed. */
+export async function stopPlatform(child: ChildProcess, dataDir?: string): Promise<void> {
+	if (child.exitCode === null && child.signalCode === null) await new Promise((r) => (child.once("exit", r), child.kill("SIGTERM")));
+	if (dataDir) rmSync(dataDir, { recursive: true, force: true, maxRetries: 5, retryDelay: 200 });
 }
 
 /**
@@ -125,8 +147,7 @@ export function runAlone(name: string, run: (base: string, dataDir: string) => P
 			await waitFor(`${base}/status`, 60_000);
 			await run(base, dataDir);
 		} finally {
-			await new Promise((r) => (child.once("exit", r), child.kill("SIGTERM")));
-			rmSync(dataDir, { recursive: true, force: true, maxRetries: 5, retryDelay: 200 });
+			await stopPlatform(child, dataDir);
 		}
 	})().catch((err) => {
 		console.error(err);

@@ -35,8 +35,10 @@ interface Row {
 
 
 
+/** `node --import tsx <script>` (PROFILE=dir: under --cpu-prof, written when the process ends). */
 function startNode(script: string, env: Record<string, string>): ChildProcess {
-	return spawn(path.join(ROOT, "node_modules/.bin/tsx"), [script], { cwd: ROOT, env: { ...process.env, LOG_LEVEL: "warn", ...env }, stdio: ["ignore", "ignore", "inherit"] });
+	const prof = process.env.PROFILE ? ["--cpu-prof", `--cpu-prof-dir=${process.env.PROFILE}`] : [];
+	return spawn(process.execPath, [...prof, "--import", "tsx", script], { cwd: ROOT, env: { ...process.env, LOG_LEVEL: "warn", ...env }, stdio: ["ignore", "ignore", "inherit"] });
 }
 
 async function load(name: string, opts: autocannon.Options, ceiling?: number, note?: string): Promise<Row> {
@@ -228,7 +230,7 @@ function writeReport(rows: Row[], microRows: Array<{ name: string; us: number; n
 		"",
 		"Reading the search rows: 10 000 posts (bench/search.ts), searched as root once the workers have drained their creation; one word matches about 135 posts, the worst case 5 000 (every candidate is ranked and checked against the view for an exact total). See docs/search.md.",
 		"Reading the list rows: root owns all 10 000 notes, so its zones select every document. A repeated query is served by the embedded store's read cache (cleared by every write to the collection). A different query every request as root scans 10 000 candidates: the worst case, bounded by NeDB's matcher. A user owning 100 of them is served by the index planner (owner and shares indexes for the default zones) without any cache.",
-		"Reading the login row: a login costs about 82 ms of CPU, 72 of them the bcrypt verification, which runs on one worker thread per core (docs/security.md, \"Password hashing\"): the rate scales with the free cores, about 12 logins/s per core.",
+		"Reading the login row: a login costs about 25 ms of CPU, about 15 of them the argon2id verification, which runs on libuv's thread pool beside the event loop (docs/security.md, \"Password hashing\"): the rate scales with the free cores until the event loop's 10 ms per login (about 100 logins/s).",
 		"The ceiling varies between runs on this shared 2-core machine (the load generator shares it); compare shares of the ceiling within one run.",
 		"",
 	];

@@ -154,7 +154,7 @@ export const FIELD_DOCS: Record<string, Doc> = {
 	"identity/users.username": ["Login name, unique within the tenant: `^[a-z0-9][a-z0-9._-]{2,63}$`, never 24 hex digits", "alice"],
 	"identity/users.email": ["Login email, unique within the tenant (compared lower-cased)", "alice@acme.example"],
 	"identity/users.phone": ["Login phone (E.164), unique within the tenant", "+15551230001"],
-	"identity/users.password": ["Password; stored as a bcrypt hash, never returned", "Alice-Pass-123!"],
+	"identity/users.password": ["Password; stored as an Argon2id hash, never returned", "Alice-Pass-123!"],
 	"identity/users.subjects": ["Roles (`@editor`) and group names (`team@example.com`, `eng.example.com`), without domain suffix: a token carries them as `@editor@<domain>`, `team@example.com@<domain>`", ["@editor", "team@example.com"]],
 	"identity/users.status": ["INACTIVE users cannot log in", "ACTIVE"],
 	"identity/profiles.user": ["The user of the profile", ID],

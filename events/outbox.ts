@@ -31,6 +31,14 @@ export interface OutboxRecord {
 	actor: ChangeActor;
 }
 
+/**
+ * The consumer groups waiting for new records are signalled (`readable`) this long after the first append of a burst,
+ * once for all the appends in between: each then reads them as one batch, instead of waking up, reading and storing
+ * its position once per record. (Each node's search index wakes on `appended`, at once: a search right after a write
+ * finds it.)
+ */
+export const READ_LINGER_MS = 10;
+
 export class Outbox extends EventEmitter {
 	private store: DocumentStore;
 	/** Set on PostgreSQL: the transactional outbox, which every method below uses instead of `store`. */
@@ -40,6 +48,7 @@ export class Outbox extends EventEmitter {
 	private tail?: OutboxTail;
 	private connecting?: Promise<void>;
 	private users = 0;
+	private lingering?: NodeJS.Timeout;
 
 	constructor(cfg: StoreConfig) {
 		super();
@@ -69,6 +78,8 @@ export class Outbox extends EventEmitter {
 		await this.connecting;
 		this.connecting = undefined;
 		this.tail = undefined;
+		if (this.lingering) clearTimeout(this.lingering);
+		this.lingering = undefined;
 		if (this.pg) await this.pg.disconnect();
 		else await this.store.disconnect();
 	}
@@ -82,23 +93,35 @@ export class Outbox extends EventEmitter {
 		if (this.pg) {
 			const seqs = await this.pg.append(records);
 			const out = records.map((r, i) => ({ ...r, seq: seqs[i] }) as OutboxRecord);
-			this.emit("appended", out);
+			this.appended(out);
 			return out;
 		}
 		const stored = records.map((r) => ({ _id: objectId(), ...r, seq: (this.seq = Math.max(this.seq + 1, Date.now() * 1000)) }));
-		await this.store.insertMany(stored);
+		const saved = await this.store.insertMany(stored);
 		const out = stored.map(({ _id, ...r }) => r as OutboxRecord);
-		// A copy: the caller keeps its objects (the document's arrays), the readers must not see them change.
-		this.tail?.add(structuredClone(out));
-		this.emit("appended", out);
+		// Copies: the caller keeps its objects (the document's arrays), the readers must not see them change. NeDB
+		// (the only store with a tail) answers an insert with fresh copies of what it stored: those, not one more clone.
+		this.tail?.add(saved.map(({ _id, ...r }) => r as unknown as OutboxRecord));
+		this.appended(out);
 		return out;
+	}
+
+	/** `appended` at once (with the records), `readable` once per burst (READ_LINGER_MS) for the waiting readers. */
+	private appended(out: OutboxRecord[]): void {
+		this.emit("appended", out);
+		if (this.lingering || !this.listenerCount("readable")) return;
+		this.lingering = setTimeout(() => {
+			this.lingering = undefined;
+			this.emit("readable");
+		}, READ_LINGER_MS);
 	}
 
 	async readFrom(after: number, limit = 100): Promise<OutboxRecord[]> {
 		if (this.pg) return (await this.pg.readFrom<Omit<OutboxRecord, "seq">>(after, limit)).map(({ seq, rec }) => ({ ...rec, seq }) as OutboxRecord);
 		const recent = this.tail?.readFrom(after, limit);
 		if (recent) return recent;
-		const docs = await this.store.find({ query: { seq: { $gt: after } }, sort: { seq: 1 }, limit });
+		// Behind the tail: from the seq index, the next `limit` records only (not every later one, sorted).
+		const docs = this.store.firstAfter?.("seq", after, limit) ?? (await this.store.find({ query: { seq: { $gt: after } }, sort: { seq: 1 }, limit }));
 		return docs.map(({ _id, ...r }) => r as unknown as OutboxRecord);
 	}
 

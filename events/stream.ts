@@ -135,17 +135,26 @@ export class OutboxStream implements ChangeStream {
 		let stored = position;
 		let stopped = false;
 		let wake: (() => void) | undefined;
-		const onAppend = () => wake?.();
-		this.outbox.on("appended", onAppend);
-		const sleep = (ms: number) =>
+		// Set by the outbox's `readable` (new records, once per burst); a sleep that finds it set returns at once.
+		let signalled = false;
+		const onReadable = () => {
+			signalled = true;
+			wake?.();
+		};
+		this.outbox.on("readable", onReadable);
+		/** Waits `ms`, or less: until stopped, or (`untilReadable`) until new records are signalled. */
+		const sleep = (ms: number, untilReadable: boolean) =>
 			new Promise<void>((resolve) => {
+				if (stopped || (untilReadable && signalled)) return resolve();
 				const t = setTimeout(done, ms);
 				function done() {
 					clearTimeout(t);
 					wake = undefined;
 					resolve();
 				}
-				wake = done;
+				wake = () => {
+					if (stopped || (untilReadable && signalled)) done();
+				};
 			});
 		// A failed save must not end the loop: the position in memory is right and the next save stores it (a restart
 		// before then replays from the stored one: at least once).
@@ -163,14 +172,16 @@ export class OutboxStream implements ChangeStream {
 			let attempt = 0;
 			while (!stopped) {
 				let batch: OutboxRecord[] = [];
+				// Records appended from here on signal again.
+				signalled = false;
 				try {
 					batch = await this.outbox.readFrom(position, max);
 				} catch {
-					await sleep(POLL_MS);
+					await sleep(POLL_MS, false);
 					continue;
 				}
 				if (!batch.length) {
-					await sleep(POLL_MS);
+					await sleep(POLL_MS, true);
 					continue;
 				}
 				try {
@@ -181,11 +192,14 @@ export class OutboxStream implements ChangeStream {
 					attempt = 0;
 				} catch {
 					await save();
-					if (!stopped) await sleep(RETRY_MS[Math.min(attempt++, RETRY_MS.length - 1)]);
+					if (!stopped) await sleep(RETRY_MS[Math.min(attempt++, RETRY_MS.length - 1)], false);
 					continue;
 				}
 				await save();
 				this.pruner.schedule();
+				// A short batch took everything there was: the next read waits for the records appended meanwhile to be
+				// signalled (at once if they already were), so that they come as one batch.
+				if (batch.length < max) await sleep(POLL_MS, true);
 			}
 			await save();
 		})();
@@ -194,7 +208,7 @@ export class OutboxStream implements ChangeStream {
 			stop: async () => {
 				stopped = true;
 				wake?.();
-				this.outbox.off("appended", onAppend);
+				this.outbox.off("readable", onReadable);
 				this.consumers.delete(consumer);
 				await loop;
 			},

@@ -4,6 +4,8 @@
  *   dropped then (the stock check compares whole seconds once per timeout: up to twice the timeout and a second);
  * - a node that comes back under the same id with a new instance (a restart quicker than the timeout) fails at once
  *   the requests its previous instance had taken: that process is gone, they would wait for REQUEST_TIMEOUT_MS.
+ * - a node announces its services as soon as its broker has started, not after Moleculer's 1 s debounce of service
+ *   changes: until the others know them, they neither call it nor send it broadcasts (a cache reset it would miss).
  * Dropping a node rejects its pending requests (RequestRejectedError), which the failover middleware sends again
  * to another node when they are idempotent.
  */
@@ -18,6 +20,11 @@ export class FailoverDiscoverer extends Discoverers.Local {
 
 	private get self(): any {
 		return this as any;
+	}
+
+	init(registry: any): void {
+		super.init(registry);
+		if (this.transit) this.self.broker.localBus.on("$broker.started", () => this.self.sendLocalNodeInfo());
 	}
 
 	startHeartbeatTimers(): void {

@@ -1,16 +1,17 @@
 /**
- * bcrypt off the event loop: a small pool of worker threads, one per core, each running bcryptjs synchronously.
- * bcryptjs is pure JavaScript: in the main thread a cost-10 hash held the event loop for tens of milliseconds and
- * every login of a node ran on one core. Here the hash runs beside the event loop and logins use every core.
- * The hash itself is unchanged (same library, same output), so stored hashes stay valid as they are.
+ * Verification of the bcrypt hashes of earlier versions off the event loop: a small pool of worker threads, one per
+ * core, each running bcryptjs synchronously. New hashes are Argon2id (lib/crypto.ts) and need no worker; a bcrypt hash
+ * is replaced by one at its holder's next login, so the pool only starts (at its first job) in a process that still
+ * verifies one. bcryptjs is pure JavaScript: in the main thread a cost-10 verification held the event loop for tens of
+ * milliseconds; here it runs beside the event loop.
  */
 import os from "os";
 import { Worker } from "worker_threads";
 
-type Job = { op: "hash"; plain: string; cost: number } | { op: "compare"; plain: string; hash: string };
+type Job = { plain: string; hash: string };
 interface Pending {
 	job: Job;
-	resolve: (v: string | boolean) => void;
+	resolve: (v: boolean) => void;
 	reject: (e: Error) => void;
 }
 
@@ -20,8 +21,7 @@ const { parentPort, workerData } = require("worker_threads");
 const bcrypt = require(workerData.bcrypt);
 parentPort.on("message", (job) => {
 	try {
-		const value = job.op === "hash" ? bcrypt.hashSync(job.plain, job.cost) : bcrypt.compareSync(job.plain, job.hash);
-		parentPort.postMessage({ ok: true, value });
+		parentPort.postMessage({ ok: true, value: bcrypt.compareSync(job.plain, job.hash) });
 	} catch (err) {
 		parentPort.postMessage({ ok: false, message: String(err && err.message || err) });
 	}
@@ -47,7 +47,7 @@ class Slot {
 	private ensure(): Worker {
 		if (this.worker) return this.worker;
 		const w = new Worker(WORKER_SOURCE, { eval: true, workerData: { bcrypt: require.resolve("bcryptjs") } });
-		w.on("message", (m: { ok: boolean; value?: string | boolean; message?: string }) => this.settle((p) => (m.ok ? p.resolve(m.value as string | boolean) : p.reject(new Error(m.message)))));
+		w.on("message", (m: { ok: boolean; value?: boolean; message?: string }) => this.settle((p) => (m.ok ? p.resolve(m.value === true) : p.reject(new Error(m.message)))));
 		// A dead worker fails its job (verifySecret answers false) and is replaced at the next job.
 		const gone = (err: Error) => {
 			if (this.worker === w) this.worker = null;
@@ -84,26 +84,16 @@ export class HashWorkers {
 		this.slots = Array.from({ length: size }, () => new Slot(() => this.drain()));
 	}
 
-	hash(plain: string, cost: number): Promise<string> {
-		// bcryptjs would clamp a cost above 31 to 31: a job that never ends and holds its worker.
-		if (!Number.isInteger(cost) || cost < 4 || cost > 31) return Promise.reject(new Error(`bcrypt cost ${cost} is outside 4..31`));
-		return this.submit({ op: "hash", plain, cost }) as Promise<string>;
-	}
-
 	compare(plain: string, hash: string): Promise<boolean> {
-		return this.submit({ op: "compare", plain, hash }) as Promise<boolean>;
+		return new Promise((resolve, reject) => {
+			this.queue.push({ job: { plain, hash }, resolve, reject });
+			this.drain();
+		});
 	}
 
 	/** Jobs waiting for a free worker (not counting the ones running). */
 	get waiting(): number {
 		return this.queue.length;
-	}
-
-	private submit(job: Job): Promise<string | boolean> {
-		return new Promise((resolve, reject) => {
-			this.queue.push({ job, resolve, reject });
-			this.drain();
-		});
 	}
 
 	private drain(): void {
@@ -121,7 +111,7 @@ export class HashWorkers {
 
 let shared: HashWorkers | null = null;
 
-/** The process's pool, started at its first hash. */
+/** The process's pool, made at its first bcrypt verification (its threads at their first jobs). */
 export function hashWorkers(): HashWorkers {
 	shared ??= new HashWorkers();
 	return shared;

@@ -4,7 +4,7 @@
  * The gateway adds per-route HTTP request counts and latency histograms.
  */
 import type { IncomingMessage } from "http";
-import { MetricReporters, type ServiceBroker } from "moleculer";
+import { MetricReporters, MetricTypes, type ServiceBroker } from "moleculer";
 
 const BasePrometheus = (MetricReporters as any).Prometheus as new (opts?: object) => any;
 const BaseReporter = (MetricReporters as any).Base as { prototype: { init(registry: unknown): void } };
@@ -92,11 +92,78 @@ function ensureHttpMetrics(broker: ServiceBroker): boolean {
 	return true;
 }
 
+/**
+ * Moleculer's own metrics (moleculer.request.*, moleculer.event.*) register every histogram with quantiles and every
+ * counter with a rate: on every action call each of them updates a time window of quantiles and a rate estimate
+ * that /metrics never exports (see generatePrometheusResponse). Registered without them: counts, sums and buckets
+ * stay as they were, the per-call work that fed nothing is gone. A broker middleware, listed before Moleculer's
+ * internal ones so that its `created` runs before their metrics are registered.
+ */
+export const LeanMetricsMiddleware = {
+	name: "LeanMetrics",
+	created(broker: ServiceBroker) {
+		if (!broker.isMetricsEnabled()) return;
+		const registry = broker.metrics as unknown as { register(opts: Record<string, unknown>): unknown };
+		const register = registry.register.bind(registry);
+		registry.register = (opts) => {
+			const metric = register(opts && typeof opts === "object" ? { ...opts, quantiles: false, rate: false } : opts) as Histogram | null;
+			if (metric?.type === "histogram" && Array.isArray(metric.buckets)) {
+				metric.bucketKeys = metric.buckets.map(String);
+				metric.observe = observeBuckets;
+			}
+			return metric;
+		};
+	},
+};
+
+/** What observeBuckets uses of Moleculer's histogram (0.14). */
+interface Histogram {
+	type: string;
+	buckets?: number[];
+	bucketKeys?: string[];
+	values: Map<string, { sum: number; count: number; lastValue: number; timestamp: number; bucketValues?: Record<string, number> }>;
+	hashingLabels(labels: unknown): string;
+	changed(value: number, labels: unknown, timestamp?: number): void;
+	observe(value: number, labels?: unknown, timestamp?: number): unknown;
+}
+const histogramObserve = (MetricTypes as any).Histogram.prototype.observe as Histogram["observe"];
+
+/**
+ * Moleculer's histogram observe, for a histogram without quantiles and rate, with its bucket keys as strings once
+ * (Moleculer indexes its bucket counts by the bound as a number: a number-to-string conversion per bucket per
+ * observation). A new label set goes through Moleculer's own code, which creates its entry.
+ */
+function observeBuckets(this: Histogram, value: number, labels?: unknown, timestamp?: number): unknown {
+	const item = this.values.get(this.hashingLabels(labels));
+	if (!item) return histogramObserve.call(this, value, labels, timestamp);
+	item.timestamp = timestamp == null ? Date.now() : timestamp;
+	item.sum += value;
+	item.count++;
+	item.lastValue = value;
+	const counts = item.bucketValues;
+	if (counts) {
+		const bounds = this.buckets!;
+		const keys = this.bucketKeys!;
+		for (let i = 0; i < bounds.length; i++) if (value <= bounds[i]) counts[keys[i]] += 1;
+	}
+	this.changed(value, labels, timestamp);
+	return item;
+}
+
+/** `/content/notes/:id` per alias path (the route label of the HTTP metrics). */
+const routeLabels = new Map<string, string>();
+function routeLabel(path: string | undefined): string {
+	if (path === undefined) return "unmatched";
+	let label = routeLabels.get(path);
+	// Alias paths come from the route table: a bounded set.
+	if (label === undefined) routeLabels.set(path, (label = `/${path.replace(/^\//, "")}`));
+	return label;
+}
+
 /** Records one finished request: its route pattern (bounded cardinality), status and latency. */
 export function observeHttp(broker: ServiceBroker, req: IncomingMessage & { $alias?: { path?: string; method?: string }; $startedAt?: bigint }, status: number): void {
 	if (!ensureHttpMetrics(broker)) return;
-	const path = req.$alias?.path;
-	const route = path === undefined ? "unmatched" : `/${path.replace(/^\//, "")}`;
+	const route = routeLabel(req.$alias?.path);
 	const method = req.method ?? "GET";
 	broker.metrics.increment(HTTP_REQUESTS, { method, route, status });
 	if (req.$startedAt) broker.metrics.observe(HTTP_DURATION, Number(process.hrtime.bigint() - req.$startedAt) / 1e9, { method, route });

@@ -122,7 +122,9 @@ export async function startServer(dir: string, port: number, asRoot: boolean, ti
 	await stopOrphan(dir);
 	const bin = await postgresBinary();
 	const tail: string[] = [];
-	const child: ChildProcess = spawn(bin, ["-D", dir, "-p", String(port)], {
+	// EMBEDDED_PG_ARGS (profiling only, bench/pg-statements.ts): more server options, e.g. `-c shared_preload_libraries=pg_stat_statements`.
+	const extra = process.env.EMBEDDED_PG_ARGS?.split(" ").filter(Boolean) ?? [];
+	const child: ChildProcess = spawn(bin, ["-D", dir, "-p", String(port), ...extra], {
 		...(asRoot ? postgresUser() : {}),
 		detached: true,
 		stdio: ["ignore", "ignore", "pipe"],

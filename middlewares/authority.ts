@@ -198,7 +198,7 @@ export async function callerView(ctx: Ctx, service: string, collection: string, 
 	if (!token) throw new ApiError(502, "authorization layers were not applied");
 	if (token.type !== "access") throw unauthorized();
 	checkScope(token, action, service, collection);
-	const index = await grantCache.get(ctx);
+	const index = grantCache.loaded() ?? (await grantCache.get(ctx));
 	const decision = checkGrant(index, token, action, `${service}:${collection}`, ctx.meta.ip);
 	const meta = { service, collection, op: id !== undefined ? "get" : "count", level: action } as unknown as CollectionActionMeta;
 	const view = { params: { params: id !== undefined ? { id } : {}, query: id !== undefined ? {} : ctx.params.query }, meta: ctx.meta } as unknown as Ctx;
@@ -235,7 +235,7 @@ export const AuthorityMiddleware = {
 			if (!token) throw new ApiError(502, "authorization layers were not applied");
 			if (token.type !== "access") throw unauthorized();
 			checkScope(token, meta.level, meta.service, meta.collection);
-			const index = await grantCache.get(ctx);
+			const index = grantCache.loaded() ?? (await grantCache.get(ctx));
 			const decision = checkGrant(index, token, meta.level, object, ctx.meta.ip);
 			ctx.locals.plan = enforce(ctx, index, ref.collection, meta, decision, token);
 			return handler(ctx);

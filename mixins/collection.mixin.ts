@@ -187,6 +187,12 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 		}
 
 		async function record(ctx: Ctx, changes: Change[], svc: unknown = ctx.service) {
+			await append(ctx, changes, svc);
+			await afterWrites(ctx, changes);
+		}
+
+		/** The change events of `changes`, appended to the outbox (on PostgreSQL: committed with the unit's writes). */
+		async function append(ctx: Ctx, changes: Change[], svc: unknown = ctx.service) {
 			const ts = Date.now();
 			await state(svc).outbox.append(
 				changes.map(({ op, before, after }) => {
@@ -200,7 +206,25 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 					};
 				}),
 			);
+		}
+
+		async function afterWrites(ctx: Ctx, changes: Change[]) {
 			if (h.afterWrite) for (const c of changes) await h.afterWrite(ctx, c.op, c.before, c.after);
+		}
+
+		/**
+		 * New documents and their change events. The insert may be held back and written by the outbox's append, in one
+		 * statement (PostgreSQL, mixins/stores/unit.ts): its duplicate key surfaces from either, the same 409.
+		 */
+		async function create(ctx: Ctx, docs: StoredDoc[]) {
+			const changes = docs.map((after) => ({ op: "c" as const, before: null, after }));
+			await insert(async () => {
+				const s = store(ctx);
+				if (docs.length === 1) await s.insert(keyRef(docs[0]), { hold: true });
+				else await s.insertMany(docs.map(keyRef), { hold: true });
+				await append(ctx, changes);
+			});
+			await afterWrites(ctx, changes);
 		}
 
 		function writable(op: string) {
@@ -305,8 +329,7 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 				const { doc, extra } = await build(ctx, plan, ctx.params.body);
 				inGrant(plan, [doc]);
 				await assertShares(ctx, plan.token, [doc.shares]);
-				await insert(() => store(ctx).insert(keyRef(doc)));
-				await record(ctx, [{ op: "c", before: null, after: doc }]);
+				await create(ctx, [doc]);
 				return { data: { ...out(doc, plan), ...extra } };
 			},
 			async bulkCreate(ctx) {
@@ -323,8 +346,7 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 				if (new Set(refs).size !== refs.length) throw conflict("ref already exists");
 				inGrant(plan, built.map((b) => b.doc));
 				await assertShares(ctx, plan.token, built.map((b) => b.doc.shares));
-				await insert(() => store(ctx).insertMany(built.map((b) => keyRef(b.doc))));
-				await record(ctx, built.map((b) => ({ op: "c" as const, before: null, after: b.doc })));
+				await create(ctx, built.map((b) => b.doc));
 				return { items: built.map((b) => ({ ...out(b.doc, plan), ...b.extra })), total: built.length };
 			},
 			async patch(ctx) {

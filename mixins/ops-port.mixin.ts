@@ -11,6 +11,8 @@ import { HEALTH_ACTION, type Health } from "../lib/health";
 import { metricsText } from "../lib/metrics";
 import { startOpsServer, stopOpsServer } from "../lib/ops-server";
 
+const STARTING: Health = { status: "error", info: { node: { status: "down", message: "starting" } } };
+
 /** Whether this node serves the per-service ops ports. */
 export function opsPortsEnabled(cfg: Pick<PlatformConfig, "servicePorts" | "services">): boolean {
 	return cfg.servicePorts ?? (cfg.services !== undefined && !cfg.services.includes("api"));
@@ -31,7 +33,9 @@ export function opsPortMixin(specPort: number): Partial<ServiceSchema> {
 				this.opsServer = (await startOpsServer({
 					host: cfg.host,
 					port,
-					status: health ? () => health() : async () => ({ status: "ok", info: {} }),
+					// Ready once the whole node has started and announced its services (FailoverDiscoverer): before, the
+					// other nodes neither call it nor send it broadcasts.
+					status: async () => (!this.broker.started ? STARTING : health ? health() : { status: "ok", info: {} }),
 					metrics: () => metricsText(this.broker),
 					// A service may serve more on its port (the preserver: MQTT hooks) through an `opsRoute` method.
 					extra: typeof this.opsRoute === "function" ? (req, res) => this.opsRoute(req, res) : undefined,

@@ -22,8 +22,13 @@ import { metricsText, observeHttp } from "../lib/metrics";
 import { emitAudit } from "../lib/audit";
 import { startShipper } from "../events/audit-shipper";
 import { fileMethods } from "./api/files";
+import { AliasIndex, type IndexedAlias } from "./api/alias-index";
 import { isFormRequest, tokenRequestFromForm, withBasicClientAuth } from "../lib/oauth-form";
 import { isPlainObject } from "../lib/validate";
+import { actionError, leanMatch, runRouteMiddlewares } from "./api/lean-route";
+
+/** moleculer-web's own request handler: every request the lean path (services/api/lean-route.ts) does not serve. */
+const webHttpHandler = (ApiGateway as unknown as { methods: { httpHandler(this: unknown, req: unknown, res: unknown, next?: unknown): Promise<void> } }).methods.httpHandler;
 
 type Req = IncomingMessage & { $ctx: Context<any, any>; $params: any; $route?: any; $alias?: any; query?: Record<string, unknown>; $startedAt?: bigint };
 type Res = ServerResponse & { $route?: any };
@@ -193,6 +198,9 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 	created(this: any) {
 		const keys = loadKeys(cfg);
 		this.cfg = cfg;
+		// The endpoint of moleculer-web's private `api.rest` action: the lean path's contexts are created on it, as
+		// `this.actions.rest` creates them (ctx.service is the gateway: the callee sees `caller` "api").
+		this.restEndpoint = this.broker.registry.createPrivateActionEndpoint(this._serviceSpecification.actions[`${this.fullName}.rest`]);
 		// Request audit entries leave through the durable event stream, in batches, off the request path.
 		this.audit = startShipper(this.broker, (msg) => this.logger.warn(msg));
 		/** Open cursor streams per principal on this gateway (see streamCursor). */
@@ -218,6 +226,22 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 		await this.audit?.stop();
 	},
 
+	actions: {
+		/**
+		 * Internal (never routed): applies revocations on this gateway and answers once they hold, so that a logout
+		 * answers after every gateway refuses the token (services/auth/authenticate.ts, announceRevocation).
+		 */
+		revoke: {
+			visibility: "public",
+			params: { sessions: { type: "array", items: "string", default: [] }, hashes: { type: "array", items: "string", default: [] } },
+			handler(this: any, ctx: Context<{ sessions: string[]; hashes: string[] }>) {
+				for (const s of ctx.params.sessions) this.authenticator.sessionRevoked(s);
+				for (const h of ctx.params.hashes) this.authenticator.aptRevoked(h);
+				return true;
+			},
+		},
+	},
+
 	events: {
 		"auth.session.revoked"(this: any, ctx: Context<{ session: string }>) {
 			this.authenticator.sessionRevoked(ctx.params.session);
@@ -229,6 +253,67 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 
 	methods: {
 		...fileMethods,
+		/**
+		 * The HTTP server's handler. The "api" route's action aliases (authenticated collection CRUD) are served here
+		 * without moleculer-web's `api.rest` action call (services/api/lean-route.ts): the same Context (request id
+		 * from x-request-id / x-correlation-id), tracked for a clean stop, then moleculer-web's own route steps and
+		 * error path. Everything else goes to moleculer-web's handler.
+		 */
+		async httpHandler(this: any, req: Req & { originalUrl?: string; parsedUrl?: string; baseUrl?: string; [k: string]: any }, res: Res & { [k: string]: any }, next?: unknown) {
+			const match = leanMatch(req, (url, method) => this.resolveAlias(url, method), "api");
+			if (!match) return webHttpHandler.call(this, req, res, next);
+			// moleculer-web's httpHandler, then its `rest` action's handler and routeHandler, for one alias.
+			req.$startTime = process.hrtime();
+			req.$service = this;
+			req.$next = next;
+			res.$service = this;
+			res.locals = res.locals || {};
+			let requestID = req.headers["x-request-id"];
+			if (req.headers["x-correlation-id"]) requestID = req.headers["x-correlation-id"];
+			const ctx = this.broker.ContextFactory.create(this.broker, this.restEndpoint, { req, res }, { requestID });
+			// Moleculer's context tracker: a stopping gateway waits for the requests it serves.
+			const tracked: Context[] | undefined = this.broker.options.tracking?.enabled ? this._trackedContexts : undefined;
+			tracked?.push(ctx);
+			try {
+				req.$ctx = ctx;
+				res.$ctx = ctx;
+				if (ctx.requestID) res.setHeader("X-Request-ID", ctx.requestID);
+				if (!req.originalUrl) req.originalUrl = req.url;
+				req.parsedUrl = match.url;
+				if (!req.query) req.query = this.parseQueryString(req).query;
+				const { alias, params } = match.found;
+				const route = alias.route as any;
+				req.baseUrl = route.path;
+				req.url = req.originalUrl!.substring(route.path.length);
+				if (req.url.length == 0 || req.url[0] !== "/") req.url = "/" + req.url;
+				req.$route = route;
+				res.$route = route;
+				this.logRequest(req);
+				const parsing = runRouteMiddlewares(this, req, res, route.middlewares);
+				if (parsing) await parsing;
+				if (this.corsHandler(route, req, res)) return;
+				req.$params = { body: (req as { body?: unknown }).body, query: req.query, params };
+				req.$alias = alias;
+				await this.aliasHandler(req, res, alias);
+			} catch (err) {
+				// moleculer-web answered nothing more once the response had finished or the client had gone.
+				if (res.writableFinished || res.destroyed) return;
+				this.errorHandler(req, res, actionError(err, ctx));
+			} finally {
+				if (tracked) {
+					const i = tracked.indexOf(ctx);
+					if (i !== -1) tracked.splice(i, 1);
+				}
+			}
+		},
+		/** moleculer-web's alias lookup, through an index by first path segment (services/api/alias-index.ts). */
+		resolveAlias(this: any, url: string, method = "GET") {
+			const aliases = this.aliases as IndexedAlias[];
+			let index = this.aliasIndex as { of: AliasIndex<IndexedAlias>; length: number } | undefined;
+			// Rebuilt whenever moleculer-web changes its alias list (routes are added at start only).
+			if (!index || index.of.aliases !== aliases || index.length !== aliases.length) this.aliasIndex = index = { of: new AliasIndex(aliases), length: aliases.length };
+			return index.of.resolve(url, method);
+		},
 		async authenticate(this: any, ctx: Context<any, any>, route: unknown, req: Req, res: Res) {
 			const { token, kind } = await this.limitedAuthentication(ctx, req, res);
 			ctx.meta.token = token;

@@ -21,13 +21,12 @@ import { isPlainObject } from "../lib/validate";
 import { AUTHORITY_CHANGED, grantCache } from "../middlewares/grant-cache";
 import { subjectsOf } from "../middlewares/authority";
 import { hasParsedScope, parseScopes, scopeSatisfies } from "../lib/scopes";
-import { aptKey, blacklistSession, ignoreCacheOutage, type AptRecord } from "./auth/authenticate";
+import { announceRevocation, aptKey, blacklistSession, ignoreCacheOutage, type AptRecord } from "./auth/authenticate";
 import { parseTokenRequest, TokenIssuer } from "./auth/token-grants";
 import { callerClient, type ClientInfo } from "./domain.service";
 import type { GrantAuthor } from "../lib/grant-validation";
 
-export const SESSION_REVOKED = "auth.session.revoked";
-export const APT_REVOKED = "auth.apt.revoked";
+export { SESSION_REVOKED, APT_REVOKED } from "./auth/authenticate";
 /** The longest an APT may live (CONTRACTS.md, "Tenants"). */
 export const APT_MAX_TTL_MS = 365 * 24 * 3600 * 1000;
 
@@ -122,8 +121,7 @@ const AuthService: ServiceSchema = {
 						const self = ctx.service as unknown as AuthThis;
 						await ctx.call("identity.sessions.close", { id: before.session });
 						await blacklistSession(self.kv, before.session as string);
-						ctx.broadcast(SESSION_REVOKED, { session: before.session });
-						ctx.broadcast(APT_REVOKED, { hash: before.token });
+						await announceRevocation(ctx.broker, { sessions: [before.session as string], hashes: [before.token as string] });
 					}
 				},
 			},
@@ -178,7 +176,7 @@ const AuthService: ServiceSchema = {
 				// The durable close first: it is the revocation; the blacklist entry is its shortcut (skipped without the cache).
 				await ctx.call("identity.sessions.close", { id: t.session });
 				await blacklistSession(this.kv, t.session);
-				ctx.broadcast(SESSION_REVOKED, { session: t.session });
+				await announceRevocation(ctx.broker, { sessions: [t.session] });
 				return { result: "OK" };
 			},
 		},

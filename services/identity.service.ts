@@ -11,8 +11,7 @@ import { rehashIfWeak } from "../lib/rehash";
 import { badRequest, conflict } from "../lib/errors";
 import { configOf } from "../lib/config";
 import { sharedKeyValue, type KeyValue } from "../lib/kv";
-import { blacklistSession } from "./auth/authenticate";
-import { SESSION_REVOKED } from "./auth.service";
+import { announceRevocation, blacklistSession } from "./auth/authenticate";
 import { usernameProblem, userSubjectProblem } from "../lib/grant-validation";
 
 export const USER_CREATED = "identity.user.created";
@@ -77,10 +76,8 @@ async function closeSessions(svc: any, ctx: Ctx, match: { uid?: string; cid?: st
 		if (!batch.length) break;
 		await store.setMany(batch.map((b) => b._id), stamp);
 		await svc.recordChanges(ctx, "sessions", batch.map((before) => ({ op: "d", before, after: null })));
-		for (const b of batch) {
-			await blacklistSession(svc.kv as KeyValue, b._id);
-			ctx.broadcast(SESSION_REVOKED, { session: b._id });
-		}
+		for (const b of batch) await blacklistSession(svc.kv as KeyValue, b._id);
+		await announceRevocation(ctx.broker, { sessions: batch.map((b) => b._id) });
 		closed += batch.length;
 		if (batch.length < CLOSE_BATCH) break;
 	}

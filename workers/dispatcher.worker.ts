@@ -16,7 +16,8 @@
  * docs/webhooks.md has the receiver's side.
  */
 import { Errors, type Context } from "moleculer";
-import { AddressRefused, resolveTarget } from "../lib/address-guard";
+import { isIP } from "net";
+import { AddressRefused, resolveTarget, type ResolvedTarget } from "../lib/address-guard";
 import { configOf, type PlatformConfig } from "../lib/config";
 import { migrate, openRelational, releaseRelational, type Relational } from "../lib/relational";
 import type { OutboxRecord } from "../events/outbox";
@@ -61,6 +62,9 @@ export function eventIdOf(rec: OutboxRecord): string {
 	return `${rec.seq}:${rec.event.id}:${rec.event.op}`;
 }
 
+/** Webhook URLs whose host is an IP literal, checked (no DNS involved: the answer cannot change); emptied past this. */
+const LITERAL_TARGETS = 1000;
+
 const isOk = (status: number | null) => status !== null && status >= 200 && status < 300;
 const webhookOf = (c: CqrsConfig) => (typeof c.value.webhook === "string" ? c.value.webhook : null);
 const reasonOf = (c: CqrsConfig) => (typeof c.value.disabled_reason === "string" ? `: ${c.value.disabled_reason}` : "");
@@ -69,6 +73,7 @@ interface State {
 	cfg: PlatformConfig;
 	owner: string;
 	cache: Map<string, { at: number; p: Promise<CqrsConfig | null>; ttl: number }>;
+	literals: Map<string, ResolvedTarget>;
 	inflight: Map<string, AbortController>;
 	running: Set<Promise<void>>;
 	poster: Poster;
@@ -87,6 +92,7 @@ type Svc = State & {
 	logger: Context["broker"]["logger"];
 	ready(): Promise<DeliveryStore>;
 	configFor(eid: string): Promise<CqrsConfig | null>;
+	targetOf(webhook: unknown): Promise<ResolvedTarget>;
 	forget(eid: string): void;
 	wake(): void;
 	disable(config: CqrsConfig, reason: string): Promise<void>;
@@ -266,6 +272,22 @@ export default workerService(
 				);
 				return p;
 			},
+			/**
+			 * The checked target of a webhook URL (lib/address-guard: every check). A host name is resolved on every
+			 * attempt; a URL whose host is an IP literal gives the same answer each time and is kept.
+			 */
+			async targetOf(this: Svc, webhook: unknown): Promise<ResolvedTarget> {
+				const allowPrivate = this.cfg.webhookAllowPrivate;
+				const key = typeof webhook === "string" ? `${allowPrivate ? "+" : "-"}${webhook}` : undefined;
+				const hit = key === undefined ? undefined : this.literals.get(key);
+				if (hit) return hit;
+				const target = await resolveTarget(webhook, allowPrivate);
+				if (key !== undefined && isIP(target.url.hostname.replace(/^\[(.*)\]$/, "$1"))) {
+					if (this.literals.size >= LITERAL_TARGETS) this.literals.clear();
+					this.literals.set(key, target);
+				}
+				return target;
+			},
 			forget(this: Svc, eid: string) {
 				this.cache.delete(eid);
 			},
@@ -314,7 +336,7 @@ export default workerService(
 				};
 				let target;
 				try {
-					target = await resolveTarget(config.value.webhook, this.cfg.webhookAllowPrivate);
+					target = await this.targetOf(config.value.webhook);
 				} catch (err) {
 					const message = errorText(err);
 					if (err instanceof AddressRefused) {
@@ -327,8 +349,10 @@ export default workerService(
 					await failed({ url, status: null, error: `resolve: ${message}`, durationMs: 0 });
 					return;
 				}
-				const headers = webhookHeaders({ id: webhookId(row.event_id, row.client_id), body: row.body, authorization: config.value.authorization, secret: config.value.secret });
-				const res: PostResult = await this.poster.post(target, headers, row.body, signal);
+				// The body's bytes, encoded once: signed and sent as they are.
+				const body = Buffer.from(row.body);
+				const headers = webhookHeaders({ id: webhookId(row.event_id, row.client_id), body, authorization: config.value.authorization, secret: config.value.secret });
+				const res: PostResult = await this.poster.post(target, headers, body, signal);
 				if (res.aborted) {
 					await store.release(row.id, this.owner).catch(() => undefined);
 					return;
@@ -378,8 +402,9 @@ export default workerService(
 							.finally(() => {
 								this.inflight.delete(row.id);
 								this.running.delete(run);
-								// A finished delivery may unblock the next event of its document.
-								this.wake();
+								// A finished delivery may unblock the next event of its document: the scheduler looks
+								// again once it may claim (CLAIM_AT free slots; below that it would not claim anyway).
+								if (CONCURRENCY - this.inflight.size >= CLAIM_AT) this.wake();
 							});
 						this.running.add(run);
 					}
@@ -394,6 +419,7 @@ export default workerService(
 			this.cfg = configOf(this.broker);
 			this.owner = this.broker.nodeID;
 			this.cache = new Map();
+			this.literals = new Map();
 			this.inflight = new Map();
 			this.running = new Set();
 			this.poster = new Poster(REQUEST_TIMEOUT_MS);

@@ -395,7 +395,19 @@ export default workerService(
 			// Embedded broker (no MQTT_URL)
 			// ---------------------------------------------------------------------------------------------------
 
+			/**
+			 * Whether a change published to the embedded broker at `url` could reach anyone: false only while no token
+			 * holder has been admitted since that broker started. Its sessions live in memory (aedes' default
+			 * persistence), so until then it holds no subscription at all, online or offline, and a message would go
+			 * nowhere. True for any other broker (MQTT_URL, another node's): that one cannot be known from here.
+			 */
+			mayHaveSubscribers(this: any, url: string): boolean {
+				return !this.embeddedUrl || url !== this.embeddedUrl || this.holderAdmitted !== false;
+			},
+
 			async startEmbedded(this: any) {
+				// A new broker starts with no session (memory persistence); set before it accepts anyone.
+				this.holderAdmitted = false;
 				const aedes = await Aedes.createBroker({ id: `preserver-${this.broker.nodeID}`, connectTimeout: 10_000, drainTimeout: 30_000 });
 				const refuse = (done: (err: any, ok: boolean) => void, message: string) => done(Object.assign(new Error(message), { returnCode: 5 }), false);
 				aedes.authenticate = (client, username, password, done) => {
@@ -414,6 +426,8 @@ export default workerService(
 							if (others.length >= MQTT_MAX_CONNECTIONS) return `at most ${MQTT_MAX_CONNECTIONS} connections per identity`;
 							open.add(client);
 							this.openByIdentity.set(p.identity!, open);
+							// From now on this broker may hold subscriptions (also of sessions gone offline).
+							this.holderAdmitted = true;
 						}
 						return p;
 					};
@@ -500,6 +514,7 @@ export default workerService(
 				this.aedes = undefined;
 				this.mqttServer = undefined;
 				this.embeddedUrl = undefined;
+				this.holderAdmitted = undefined;
 				if (aedes) await new Promise<void>((r) => aedes.close(() => r()));
 				if (server?.listening) await new Promise<void>((r) => server.close(() => r()));
 				this.embeddedClients.clear();

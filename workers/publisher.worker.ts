@@ -1,8 +1,8 @@
 /**
  * publisher (4050): one MQTT message per change and topic (docs/mqtt.md): the document owner's topic, each share's,
  * each client's, QoS 1, payload = the change event JSON. Broker: MQTT_URL, else the preserver's embedded broker
- * (found through `preserver.brokerUrl`). Reads the change stream as its own consumer group: a change counts as
- * handled once the broker acknowledged every one of its messages (PUBACK), so a broker outage delays messages and
+ * (found through `preserver.brokerUrl`). Reads the change stream as its own consumer group, in batches: a batch counts
+ * as handled once the broker acknowledged every one of its messages (PUBACK), so a broker outage delays messages and
  * never loses them (at least once: a subscriber may see a message twice).
  * It is also the outbound relay of email, SMS and Web Push (workers/publisher/delivery.ts, docs/communications.md).
  */
@@ -45,8 +45,9 @@ export default workerService(
 	{
 		name: "publisher",
 		port: WORKER_PORTS.publisher,
-		async onChange(this: any, rec: OutboxRecord) {
-			await this.publishChange(rec);
+		// A batch's messages go out together and the batch is handled once the broker acknowledged all of them.
+		async onChanges(this: any, recs: OutboxRecord[]) {
+			await this.publishChanges(recs);
 		},
 		async checks(this: any) {
 			return { "mqtt broker": !!(this.mqtt as MqttClient | undefined)?.connected, ...(await (this.delivery as Delivery).checks()) };
@@ -90,6 +91,7 @@ export default workerService(
 				if (this.stopping) throw new Error("publisher is stopping");
 				this.connecting ??= (async () => {
 					const url: string = await this.brokerUrl();
+					this.url = url;
 					const own = new URL(url);
 					const client = mqtt.connect(url, {
 						clientId: `platform-publisher-${randomBytes(6).toString("hex")}`,
@@ -128,15 +130,32 @@ export default workerService(
 				await client.endAsync(true).catch(() => undefined);
 			},
 
-			/** Every topic of the change, QoS 1; resolves when the broker acknowledged all of them. */
-			async publishChange(this: any, rec: OutboxRecord) {
-				const topics = changeTopics(this.cfg.mqttTopicRoot, rec);
-				if (!topics.length) return;
-				const payload = mqttPayload(rec.event as any);
+			/**
+			 * Every topic of each change, QoS 1; resolves when the broker acknowledged all of them. Nothing is sent when
+			 * the broker is this node's embedded one and no token holder has connected to it since it started (the
+			 * preserver's `mayHaveSubscribers`): nobody could receive those messages.
+			 */
+			async publishChanges(this: any, recs: OutboxRecord[]) {
+				const root: string = this.cfg.mqttTopicRoot;
+				const targets = recs.map((rec) => ({ rec, topics: changeTopics(root, rec) })).filter((x) => x.topics.length);
+				if (!targets.length) return;
 				const client: MqttClient = await this.client();
-				await Promise.all(topics.map((t) => withTimeout(client.publishAsync(t, payload, { qos: 1 }), PUBACK_TIMEOUT_MS, `publishing to ${t}`)));
+				if (!this.mayHaveSubscribers()) return;
+				const acks: Promise<unknown>[] = [];
+				for (const { rec, topics } of targets) {
+					const payload = mqttPayload(rec.event as any);
+					for (const t of topics) acks.push(client.publishAsync(t, payload, { qos: 1 }));
+				}
+				// One timer for the batch, not one per message.
+				await withTimeout(Promise.all(acks), PUBACK_TIMEOUT_MS, `publishing ${acks.length} messages`);
 				if (this.broker.isMetricsEnabled())
-					for (const t of topics) this.broker.metrics.increment(MESSAGES_TOTAL, { kind: t.slice(this.cfg.mqttTopicRoot.length + 1).split("/")[0] });
+					for (const { topics } of targets) for (const t of topics) this.broker.metrics.increment(MESSAGES_TOTAL, { kind: t.slice(root.length + 1).split("/")[0] });
+			},
+
+			/** False only when the broker in use is this node's embedded one and it cannot hold a subscription yet. */
+			mayHaveSubscribers(this: any): boolean {
+				const preserver = this.cfg.mqttUrl ? null : this.broker.getLocalService("preserver");
+				return !preserver || typeof preserver.mayHaveSubscribers !== "function" || preserver.mayHaveSubscribers(this.url) !== false;
 			},
 		},
 	},

@@ -24,8 +24,7 @@ import { sharedKeyValue, type KeyValue } from "../lib/kv";
 import type { Doc } from "../lib/types";
 import { AUTHORITY_CHANGED } from "../middlewares/grant-cache";
 import type { OutboxRecord } from "../events/outbox";
-import { APT_REVOKED, SESSION_REVOKED } from "../services/auth.service";
-import { blacklistSession } from "../services/auth/authenticate";
+import { announceRevocation, blacklistSession } from "../services/auth/authenticate";
 import { CQRS_CHANGED } from "../services/context.service";
 import { WORKER_PORTS } from "./index";
 import { workerService } from "./worker";
@@ -68,8 +67,8 @@ export async function watch(d: WatchDeps, rec: OutboxRecord): Promise<void> {
 			const apt = (await d.broker.call("auth.apts.revocation", { id: ev.id })) as { session?: string; hash?: string; live: boolean } | null;
 			// Destroyed: the delete itself revoked it (nothing left to read); restored since: it must keep working.
 			if (!apt || apt.live) return;
-			if (apt.session) await revokeSession(d, apt.session);
-			if (apt.hash) d.broker.broadcast(APT_REVOKED, { hash: apt.hash });
+			if (apt.session) await blacklistSession(d.kv, apt.session);
+			await announceRevocation(d.broker, { sessions: apt.session ? [apt.session] : [], hashes: apt.hash ? [apt.hash] : [] });
 			return;
 		}
 		case "domain.clients":
@@ -83,7 +82,7 @@ export async function watch(d: WatchDeps, rec: OutboxRecord): Promise<void> {
 
 async function revokeSession(d: WatchDeps, session: string): Promise<void> {
 	await blacklistSession(d.kv, session);
-	d.broker.broadcast(SESSION_REVOKED, { session });
+	await announceRevocation(d.broker, { sessions: [session] });
 }
 
 export default workerService(

@@ -148,7 +148,12 @@ export class NedbStore implements DocumentStore {
 		this.appender = keepDataFileOpen(this.db as never);
 		// Data files written before `ref` became unique per tenant persist a unique `ref` index: replace it.
 		if ((this.db as any).indexes?.ref?.unique) await this.db.removeIndex("ref");
-		for (const idx of [...INDEXES, ...this.extraIndexes.map((fieldName) => ({ fieldName }))]) await this.db.ensureIndex(idx);
+		// The platform's own stores (`_outbox`, `_audit_spool`, positions...) are read by `_id` or their own field and
+		// hold none of the collection fields: in a collection index every one of their records would sit under the
+		// one `undefined` key, whose removal filters all the others (NeDB), so pruning thousands was quadratic.
+		const internal = !!this.file && path.basename(this.file).startsWith("_");
+		if (internal) for (const idx of INDEXES) if ((this.db as any).indexes?.[idx.fieldName]) await this.db.removeIndex(idx.fieldName);
+		for (const idx of [...(internal ? [] : INDEXES), ...this.extraIndexes.map((fieldName) => ({ fieldName }))]) await this.db.ensureIndex(idx);
 		if (this.file) {
 			// A file an earlier version left 0644 (loading compacts it into a new 0600 file; this covers the rest).
 			await chmod(this.file, 0o600).catch(() => undefined);
@@ -201,6 +206,34 @@ export class NedbStore implements DocumentStore {
 		const page = matches.slice(start, o.limit ? start + o.limit : undefined).map((d) => model.deepCopy(d));
 		this.remember(key, page);
 		return Promise.resolve(page.map((d) => model.deepCopy(d)));
+	}
+
+	/**
+	 * An in-order walk of the field's index (NeDB keeps an AVL tree per index) that skips the subtrees at or below
+	 * `after` and stops after `limit` documents: O(log n + limit). A `find` of `{ field: { $gt: after } }` sorted and
+	 * limited takes every later document as a candidate and sorts them all: the change stream's consumer groups read
+	 * their batches so when they trail the outbox's memory tail (events/outbox-tail.ts), and a backlog of tens of
+	 * thousands of events made each batch cost the whole backlog.
+	 */
+	firstAfter(field: string, after: number, limit: number): StoredDoc[] | undefined {
+		type Node = { key?: number; data: StoredDoc[]; left?: Node | null; right?: Node | null };
+		const root = ((this.db as any).indexes?.[field]?.tree?.tree ?? undefined) as Node | undefined;
+		if (!root) return undefined;
+		const out: StoredDoc[] = [];
+		// True once `limit` documents are taken.
+		const walk = (node: Node | null | undefined): boolean => {
+			if (!node || !Object.prototype.hasOwnProperty.call(node, "key")) return false;
+			const later = typeof node.key === "number" && node.key > after;
+			if (later && walk(node.left)) return true;
+			if (later)
+				for (const d of node.data) {
+					out.push(d);
+					if (out.length >= limit) return true;
+				}
+			return walk(node.right);
+		};
+		if (limit > 0) walk(root);
+		return out.map((d) => model.deepCopy(d));
 	}
 
 	/**

@@ -12,19 +12,27 @@
 import type { PoolClient } from "pg";
 import { openRelational, releaseRelational, type Relational } from "../../lib/relational";
 import { DDL_LOCK, PgDatabase, type PgConfig } from "./pg.store";
-import { commitUnit } from "./unit";
+import { commitUnit, takeHeld } from "./unit";
 
 const TABLE = `"_outbox"`;
 const SEQUENCE = `"_outbox_seq"`;
 /**
  * One statement, one round trip: the lock is an InitPlan of a one-time filter, so it is taken before the first
- * position is drawn; the n-th smallest position goes to the n-th record.
+ * position is drawn; the n-th smallest position goes to the n-th record. With `held` (a document write the unit of
+ * work held back, mixins/stores/unit.ts), that write is the statement's first part, `d`, and the lock waits for it
+ * (it counts d's rows): the documents are written, and a duplicate key fails the statement, before any lock is taken
+ * or position drawn, as when they were a statement of their own. Its parameters come first.
  */
-const APPEND =
-	`with s as materialized (select nextval('${SEQUENCE}') as seq from generate_series(1, $1::int) ` +
-	`where (select count(*) from (select pg_advisory_xact_lock(hashtext('platform-outbox-append'))) l) = 1), ` +
-	`n as (select seq, row_number() over (order by seq) as i from s) ` +
-	`insert into ${TABLE} (seq, rec) select n.seq, u.r from n join unnest($2::jsonb[]) with ordinality u(r, o) on u.o = n.i returning seq`;
+function appendSql(held?: string, heldParams = 0): string {
+	const $n = (i: number) => `$${heldParams + i}`;
+	return (
+		`with ${held ? `d as (${held} returning 1), ` : ""}s as materialized (select nextval('${SEQUENCE}') as seq from generate_series(1, ${$n(1)}::int) ` +
+		`where (select count(*) from (select pg_advisory_xact_lock(hashtext('platform-outbox-append'))${held ? " from (select count(*) from d) w" : ""}) l) = 1), ` +
+		`n as (select seq, row_number() over (order by seq) as i from s) ` +
+		`insert into ${TABLE} (seq, rec) select n.seq, u.r from n join unnest(${$n(2)}::jsonb[]) with ordinality u(r, o) on u.o = n.i returning seq`
+	);
+}
+const APPEND = appendSql();
 
 export interface PgOutboxRow<T> {
 	seq: number;
@@ -64,12 +72,15 @@ export class PgOutbox {
 
 	/**
 	 * Inserts the records in the current unit of work's transaction (the one holding the documents they describe)
-	 * and commits it; outside a unit, in a statement of their own. Returns their positions, in order.
+	 * and commits it; with the unit's held-back document write, in one statement with it, its own transaction;
+	 * outside a unit, in a statement of their own. Returns their positions, in order.
 	 */
 	async append<T>(records: T[]): Promise<number[]> {
 		const db = this.d;
-		// In the unit's transaction; outside one, the statement is a transaction of its own (the lock is held until it commits).
-		const { rows } = await db.write(APPEND, [records.length, records.map((r) => JSON.stringify(r))]);
+		const recs = [records.length, records.map((r) => JSON.stringify(r))];
+		const held = takeHeld(db.rel);
+		// Otherwise in the unit's transaction; outside one, the statement is a transaction of its own (the lock is held until it commits).
+		const { rows } = held ? await db.alone(appendSql(held.text, held.values?.length ?? 0), [...(held.values ?? []), ...recs]) : await db.write(APPEND, recs);
 		const seqs = rows.map((r) => Number(r.seq)).sort((a, b) => a - b);
 		await commitUnit(db.rel);
 		return seqs;

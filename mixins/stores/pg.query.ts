@@ -119,8 +119,10 @@ function eq(field: string, v: unknown, p: Params): Sql {
 	const top = !field.includes(".");
 	if (v === null) {
 		if (top) {
+			// One extraction of the field per row (each `doc->...` of a compressed row decompresses it again): missing
+			// (SQL null) and JSON null match, an array when it holds a null, anything else not.
 			const x = valueAt(field);
-			return ok(`(${x} is null or ${x} = 'null'::jsonb or (jsonb_typeof(${x}) = 'array' and ${x} @> '[null]'::jsonb))`);
+			return ok(`(case coalesce(jsonb_typeof(${x}), 'null') when 'null' then true when 'array' then ${x} @> '[null]'::jsonb else false end)`);
 		}
 		const has = pathExists(field, p);
 		const isNull = pathExists(field, p, "@ == null");

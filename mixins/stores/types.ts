@@ -29,8 +29,13 @@ export interface DocumentStore {
 	 * (PostgreSQL: one statement). Optional: `pageOf` falls back to find + count.
 	 */
 	findPage?(opts: FindOptions): Promise<Page>;
-	insert(doc: StoredDoc): Promise<StoredDoc>;
-	insertMany(docs: StoredDoc[]): Promise<StoredDoc[]>;
+	/**
+	 * The first `limit` documents whose indexed numeric `field` is greater than `after`, in the field's order, read from
+	 * the index without visiting the others (embedded store only; undefined when the field has no index). Copies.
+	 */
+	firstAfter?(field: string, after: number, limit: number): StoredDoc[] | undefined;
+	insert(doc: StoredDoc, opts?: WriteOptions): Promise<StoredDoc>;
+	insertMany(docs: StoredDoc[], opts?: WriteOptions): Promise<StoredDoc[]>;
 	/** `$set` on the documents with these ids; returns how many changed. */
 	setMany(ids: string[], set: Record<string, unknown>): Promise<number>;
 	/** `$set` on one document; returns it as stored afterwards, or null. */
@@ -47,6 +52,16 @@ export interface DocumentStore {
 	/** Replaces the first document matching `query` by `doc` (same `_id`), atomically with the match; false when none matched. */
 	replaceIf(query: Filter, doc: StoredDoc): Promise<boolean>;
 	ping(): Promise<boolean>;
+}
+
+export interface WriteOptions {
+	/**
+	 * The write may be held back until the unit of work's next statement on the same database (PostgreSQL: the outbox
+	 * append, which then inserts the documents and their events in one statement, its own transaction), or until the
+	 * unit commits. Its errors (a duplicate key: 409) then surface there, not here: only for a caller that handles them
+	 * around both. Stores without transactions, and writes outside a unit, write at once as usual.
+	 */
+	hold?: boolean;
 }
 
 /** A page and its total through the store's one-pass `findPage` when it has one. */

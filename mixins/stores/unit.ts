@@ -9,18 +9,28 @@
  * what is not committed yet. Stores without transactions (NeDB, MongoDB) ignore the scope: their behaviour is
  * unchanged (write, then append).
  *
+ * A write can be held back instead (`holdWrite`, a create's document insert): no transaction is begun for it, and the
+ * outbox's append takes it (`takeHeld`) into the statement that appends the events, which then is the transaction,
+ * one round trip instead of four (begin, insert, append, commit). Anything else on that database in the unit (a read
+ * that must see the write, another write, a call to another action) begins the transaction with the held write
+ * first; a unit that ends without an append runs it alone (commit) or drops it (rollback).
+ *
  * Scopes do not nest: an action called from inside another one (a local `ctx.call`) gets a unit of its own.
  */
 import { AsyncLocalStorage } from "async_hooks";
-import type { PoolClient } from "pg";
+import type { PoolClient, QueryConfig } from "pg";
 
 interface Tx {
 	client: Promise<PoolClient>;
 }
 
+/** A statement held back by the unit (text, values, and its name when it is a named statement). */
+export type Held = QueryConfig;
+
 export interface Unit {
 	open: boolean;
 	txs: Map<object, Tx>;
+	held: Map<object, Held>;
 }
 
 const als = new AsyncLocalStorage<Unit>();
@@ -31,7 +41,7 @@ export interface Transactional {
 }
 
 export async function unitOfWork<T>(fn: () => Promise<T>): Promise<T> {
-	const unit: Unit = { open: true, txs: new Map() };
+	const unit: Unit = { open: true, txs: new Map(), held: new Map() };
 	return als.run(unit, async () => {
 		let out: T;
 		try {
@@ -49,7 +59,17 @@ async function finish(unit: Unit, commit: boolean): Promise<void> {
 	unit.open = false;
 	const txs = [...unit.txs.values()];
 	unit.txs.clear();
+	const held = [...unit.held];
+	unit.held.clear();
 	let failure: unknown;
+	// A held write nothing took: alone, its own transaction (never begun on a rollback: nothing to undo).
+	if (commit)
+		for (const [db, h] of held)
+			try {
+				await runAlone(db as Transactional, h);
+			} catch (err) {
+				failure ??= err;
+			}
 	for (const tx of txs) {
 		const client = await tx.client.catch(() => undefined);
 		if (!client) continue;
@@ -64,10 +84,42 @@ async function finish(unit: Unit, commit: boolean): Promise<void> {
 	if (failure && commit) throw failure;
 }
 
-/** The current unit's open transaction on `db`, if a write in this scope began one. */
+async function runAlone(db: Transactional, h: Held): Promise<void> {
+	const c = await db.client();
+	try {
+		await c.query(h);
+	} finally {
+		c.release();
+	}
+}
+
+/**
+ * The current unit's open transaction on `db`, if a write in this scope began one (or held one back: the transaction
+ * begins now with it, so that what follows sees it).
+ */
 export function openTransaction(db: Transactional): Promise<PoolClient> | undefined {
 	const unit = als.getStore();
-	return unit?.open ? unit.txs.get(db)?.client : undefined;
+	if (!unit?.open) return undefined;
+	return unit.held.has(db) ? unitTransaction(db) : unit.txs.get(db)?.client;
+}
+
+/**
+ * Holds `statement` back in the current unit (see above) when the unit has nothing on `db` yet; false (the caller
+ * runs it as usual) outside a unit or once the unit holds a transaction or another write there.
+ */
+export function holdWrite(db: Transactional, statement: Held): boolean {
+	const unit = als.getStore();
+	if (!unit?.open || unit.txs.has(db) || unit.held.has(db)) return false;
+	unit.held.set(db, statement);
+	return true;
+}
+
+/** The write the current unit holds back on `db`, now the caller's to run (no transaction is open there then). */
+export function takeHeld(db: Transactional): Held | undefined {
+	const unit = als.getStore();
+	const h = unit?.open ? unit.held.get(db) : undefined;
+	if (h) unit!.held.delete(db);
+	return h;
 }
 
 /** Whether the caller runs in an open unit of work (its writes would join a transaction). */
@@ -81,6 +133,8 @@ export function unitTransaction(db: Transactional): Promise<PoolClient> | undefi
 	if (!unit?.open) return undefined;
 	let tx = unit.txs.get(db);
 	if (!tx) {
+		const held = unit.held.get(db);
+		unit.held.delete(db);
 		tx = {
 			client: (async () => {
 				const c = await db.client();
@@ -90,6 +144,13 @@ export function unitTransaction(db: Transactional): Promise<PoolClient> | undefi
 					c.release(err as Error);
 					throw err;
 				}
+				if (held)
+					try {
+						await c.query(held);
+					} catch (err) {
+						await c.query("rollback").then(() => c.release(), (e) => c.release(e as Error));
+						throw err;
+					}
 				return c;
 			})(),
 		};
@@ -100,9 +161,14 @@ export function unitTransaction(db: Transactional): Promise<PoolClient> | undefi
 	return tx.client;
 }
 
-/** Commits the current unit's transaction on `db` (the outbox, after appending the events); a no-op without one. */
+/**
+ * Commits the current unit's transaction on `db` (the outbox, after appending the events), or runs the write it holds
+ * back there; a no-op without either.
+ */
 export async function commitUnit(db: Transactional): Promise<void> {
 	const unit = als.getStore();
+	const held = takeHeld(db);
+	if (held) return runAlone(db, held);
 	const tx = unit?.txs.get(db);
 	if (!unit || !tx) return;
 	unit.txs.delete(db);
@@ -119,12 +185,12 @@ export async function commitUnit(db: Transactional): Promise<void> {
 /** Commits every open transaction of the current unit (before a call to another action). */
 export async function flushUnit(): Promise<void> {
 	const unit = als.getStore();
-	if (!unit?.open || !unit.txs.size) return;
-	for (const db of [...unit.txs.keys()]) await commitUnit(db as Transactional);
+	if (!unit?.open || !(unit.txs.size + unit.held.size)) return;
+	for (const db of new Set([...unit.held.keys(), ...unit.txs.keys()])) await commitUnit(db as Transactional);
 }
 
-/** Whether the current unit holds an open transaction. */
+/** Whether the current unit holds an open transaction (or a write held back). */
 export function hasOpenTransaction(): boolean {
 	const unit = als.getStore();
-	return !!unit?.open && unit.txs.size > 0;
+	return !!unit?.open && unit.txs.size + unit.held.size > 0;
 }

@@ -29,12 +29,44 @@ export async function blacklistSession(kv: KeyValue, session: string): Promise<v
 	await kv.set(blacklistKey(session), "1", BLACKLIST_TTL_MS).catch(ignoreCacheOutage);
 }
 
+/** Broadcast to every node when a session (logout, APT deletion, expiry) or an APT is revoked. */
+export const SESSION_REVOKED = "auth.session.revoked";
+export const APT_REVOKED = "auth.apt.revoked";
+/** The gateway action that applies a revocation on its node (services/api.service.ts). */
+export const REVOKE_ACTION = "api.revoke";
+/** How long a revocation waits for each gateway's acknowledgement. */
+const REVOCATION_ACK_MS = 2000;
+
+/**
+ * Tells every node that sessions or APTs are revoked (the broadcasts) and waits until each gateway has applied it
+ * (`api.revoke` on every node that runs one, at most REVOCATION_ACK_MS each): a client answered "logged out" finds
+ * its token refused on every gateway at once, not once an event has crossed the transporter. A gateway that does not
+ * answer in time still refuses the token within 30 s, when its local "live" answer expires (the blacklist and the
+ * durable session decide then).
+ */
+export async function announceRevocation(broker: ServiceBroker, what: { sessions?: string[]; hashes?: string[] }): Promise<void> {
+	const sessions = what.sessions ?? [];
+	const hashes = what.hashes ?? [];
+	if (!sessions.length && !hashes.length) return;
+	for (const session of sessions) broker.broadcast(SESSION_REVOKED, { session });
+	for (const hash of hashes) broker.broadcast(APT_REVOKED, { hash });
+	const endpoints = ((broker.registry as unknown as { getActionEndpoints(a: string): { endpoints: Array<{ id: string; isAvailable: boolean }> } | undefined }).getActionEndpoints(REVOKE_ACTION)?.endpoints ?? []).filter((e) => e.isAvailable);
+	await Promise.allSettled(endpoints.map((e) => broker.call(REVOKE_ACTION, { sessions, hashes }, { nodeID: e.id, timeout: REVOCATION_ACK_MS, retries: 0 })));
+}
+
 /** `.catch` for cache calls whose answer another path provides: an outage is skipped, anything else still throws. */
 export function ignoreCacheOutage(err: unknown): undefined {
 	if (isCacheUnavailable(err)) return undefined;
 	throw err;
 }
 const LOCAL_TTL_MS = 30_000;
+/**
+ * A gateway keeps no "live" answer of its first seconds: the other nodes learn of a node from its INFO packet, which
+ * a node busy starting reads late, and a revocation announced by a node that does not know this gateway yet would
+ * not reach it (the cached answer would keep a revoked session working up to LOCAL_TTL_MS). During the grace every
+ * request asks the shared blacklist (and the durable session when the cache has no entry).
+ */
+const DISCOVERY_GRACE_MS = 10_000;
 const MAX_LOCAL = 10_000;
 
 /** The APT record as cached (AES-encrypted) under `auth:apt:<suffix>`. */
@@ -100,6 +132,7 @@ export class Authenticator {
 	private aptCache = new Map<string, { rec: AptRecord; hash: string; at: number }>();
 	private sessionChecked = new Map<string, number>();
 	private revoked = new Set<string>();
+	private readonly startedAt = Date.now();
 	/** Durable checks under way, so a burst of requests of one session asks identity once. */
 	private pending = new Map<string, Promise<boolean>>();
 
@@ -195,7 +228,7 @@ export class Authenticator {
 		if (revoked) {
 			if (this.revoked.size >= MAX_LOCAL) this.revoked.clear();
 			this.revoked.add(session);
-		} else bounded(this.sessionChecked).set(session, now);
+		} else if (now - this.startedAt >= DISCOVERY_GRACE_MS) bounded(this.sessionChecked).set(session, now);
 		return revoked;
 	}
 

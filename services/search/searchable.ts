@@ -89,17 +89,25 @@ export function searchableMixin(domain: DomainDef, names: string[]): Partial<Ser
 			let position = (Date.now() - START_MARGIN_MS) * 1000;
 			let stopped = false;
 			let wake: (() => void) | undefined;
-			const onAppend = () => wake?.();
+			// New records signalled (the outbox's `appended`, at every append: a search right after a write on this node
+			// finds it; under load the appends made while a batch is indexed are read as the next batch): the next wait
+			// ends at once.
+			let signalled = false;
+			const onAppended = () => {
+				signalled = true;
+				wake?.();
+			};
 			state.ready = (async () => {
 				await outbox.connect();
 				outbox.setMaxListeners(outbox.getMaxListeners() + 1);
-				outbox.on("appended", onAppend);
+				outbox.on("appended", onAppended);
 				for (const c of cols) await build(this.collectionStore(c.name), indexes.get(c.name)!);
 			})();
 			await state.ready;
 			const loop = (async () => {
 				while (!stopped) {
 					let batch: OutboxRecord[] = [];
+					signalled = false;
 					try {
 						batch = await outbox.readFrom(position, TAIL_BATCH);
 					} catch {
@@ -111,6 +119,7 @@ export function searchableMixin(domain: DomainDef, names: string[]): Partial<Ser
 					}
 					if (batch.length === TAIL_BATCH || stopped) continue;
 					await new Promise<void>((resolve) => {
+						if (signalled || stopped) return resolve();
 						const t = setTimeout(done, POLL_MS);
 						function done() {
 							clearTimeout(t);
@@ -125,7 +134,7 @@ export function searchableMixin(domain: DomainDef, names: string[]): Partial<Ser
 				stopped = true;
 				wake?.();
 				await loop;
-				outbox.off("appended", onAppend);
+				outbox.off("appended", onAppended);
 				outbox.setMaxListeners(Math.max(10, outbox.getMaxListeners() - 1));
 				await outbox.disconnect();
 			};

@@ -78,12 +78,12 @@ async function scenario(env: Record<string, string>): Promise<void> {
 		}
 	};
 	const load = Promise.all([0, 1, 2, 3].map(worker));
-	await sleep(2000);
+	await sleep(1500);
 	const beforeKill = answered.length;
 	await crashNode(logger);
-	await sleep(2000);
+	await sleep(1500);
 	logger = node("logger-again", loggerEnv);
-	await sleep(4000);
+	await sleep(2500);
 	stop = true;
 	await load;
 

@@ -246,6 +246,11 @@ beforeAll(async () => {
 		end $$;
 		create trigger test_lease_log after update on ${SCHEMA}.deliveries for each row execute function ${SCHEMA}.test_lease_log();
 	`);
+	// The writer of configs (the domain node) knows both dispatchers' listeners before the tests write one: a /status
+	// answer says the node has announced itself, not that every other node has processed the announcement yet.
+	const contextOps = DOMAINS.find((d) => d.name === "context")!.restPort + offset;
+	await until("both dispatchers in the domain node's registry", async () =>
+		counter((await metricsOf(contextOps)).text, "moleculer_registry_event_endpoints_total_value", /event="context\.cqrs\.changed"/) >= 2);
 }, 40_000);
 
 afterAll(async () => {
@@ -269,7 +274,7 @@ const metricsOf = async (port: number) => {
 	return { status: r.status, type: r.headers.get("content-type"), text: await r.text() };
 };
 
-/** A counter of one node's own registry, summed over the label sets that match. */
+/** A sample (counter or gauge) of one node's own metrics registry, summed over the label sets that match. */
 function counter(text: string, name: string, match: RegExp): number {
 	let sum = 0;
 	for (const line of text.split("\n")) if (line.startsWith(`${name}{`) && match.test(line)) sum += Number(line.slice(line.lastIndexOf(" ") + 1));

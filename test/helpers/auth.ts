@@ -68,8 +68,9 @@ type Http = TestPlatform["http"];
 
 /**
  * Records every response text of a suite so that a last test can assert no secret ever left the platform:
- * no registered secret (passwords, client secrets, APTs), no bcrypt hash. A creation response that is meant to
- * show a secret once is marked `revealing` and only checked for bcrypt hashes and passwords.
+ * no registered secret (passwords, client secrets, APTs), no password hash (Argon2id, or bcrypt of earlier versions).
+ * A creation response that is meant to show a secret once is marked `revealing` and only checked for password hashes
+ * and passwords.
  */
 export class LeakWatch {
 	private texts: Array<{ what: string; text: string; revealing: boolean }> = [];
@@ -103,6 +104,7 @@ export class LeakWatch {
 		const out: string[] = [];
 		for (const t of this.texts) {
 			if (/\$2[aby]?\$\d\d\$/.test(t.text)) out.push(`${t.what}: bcrypt hash`);
+			if (/\$argon2(id|i|d)\$/.test(t.text)) out.push(`${t.what}: argon2 hash`);
 			for (const [v, s] of this.secrets) if ((!t.revealing || s.neverShown) && t.text.includes(v)) out.push(`${t.what}: ${s.kind}`);
 		}
 		return out;

@@ -1,7 +1,11 @@
 /**
- * Platform nodes as child processes (`tsx start.ts` with their own environment), for multi-node tests over a
- * real transporter. Each child leads its own process group, so stopping it by its PID also ends the node
- * process tsx starts beneath it.
+ * Platform nodes as child processes (`node --import tsx start.ts`, as `npm start` and the image run them, with their
+ * own environment), for multi-node tests over a real transporter. Each child leads its own process group (with the
+ * embedded servers it starts).
+ *
+ * Not the `tsx` command: it relays a SIGTERM to its child and SIGKILLs the child when the child's event loop has not
+ * acknowledged the signal within 30 ms, which a node busy with a burst of writes often cannot do (the clean-stop
+ * test then saw a node killed before it logged a line of its stop).
  */
 import { spawn, type ChildProcess } from "child_process";
 import { randomBytes } from "crypto";
@@ -12,9 +16,9 @@ import Redis from "ioredis";
 import { connect } from "nats";
 import { DOMAINS } from "../../catalog";
 import type { HttpResult } from "./platform";
+import { seedEmbeddedPg } from "./pg-template";
 
 const ROOT = path.resolve(__dirname, "../..");
-const TSX = path.join(ROOT, "node_modules/.bin/tsx");
 
 /** Every domain service: what a "domain node" runs beside the gateway node. */
 export const ALL_DOMAINS = DOMAINS.map((d) => d.name).join(",");
@@ -71,7 +75,7 @@ const OWN_SETTINGS = [
 
 /**
  * How the image starts a node (Dockerfile CMD: `node --import tsx start.ts`) from the app directory `cwd`, as the
- * unprivileged `uid`/`gid`; without it, `tsx start.ts` in this checkout as the test's own user.
+ * unprivileged `uid`/`gid`; without it, the same command in this checkout as the test's own user.
  */
 export interface AsImage {
 	cwd: string;
@@ -82,10 +86,11 @@ export interface AsImage {
 export function startNode(name: string, env: Record<string, string>, image?: AsImage): ChildNode {
 	// A DATA_DIR given by the caller is used as is, and left for the caller to remove.
 	const dataDir = env.DATA_DIR ?? mkdtempSync(path.join(os.tmpdir(), `node-${name}-`));
+	// A new DATA_DIR of ours gets the initialised cluster when a platform of this run built it (pg-template.ts).
+	if (!env.DATA_DIR && !image) seedEmbeddedPg(dataDir, env.DATABASE_URL);
 	const base: NodeJS.ProcessEnv = { ...process.env };
 	for (const k of OWN_SETTINGS) delete base[k];
-	const [cmd, args] = image ? [process.execPath, ["--import", "tsx", "start.ts"]] : [TSX, ["start.ts"]];
-	const child = spawn(cmd, args, {
+	const child = spawn(process.execPath, ["--import", "tsx", "start.ts"], {
 		cwd: image?.cwd ?? ROOT,
 		uid: image?.uid,
 		gid: image?.gid,
@@ -100,13 +105,24 @@ export function startNode(name: string, env: Record<string, string>, image?: AsI
 	};
 	child.stdout!.on("data", keep);
 	child.stderr!.on("data", keep);
-	const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+	// 'exit' can come before the pipes are read to their end (the last lines, e.g. a stop's log, still unread):
+	// `exited` waits for both streams to close too, at most 2 s more (a grandchild may still hold them open).
+	const streamsClosed = new Promise<void>((resolve) => child.once("close", () => resolve()));
+	const exited = new Promise<number | null>((resolve) =>
+		child.once("exit", (code) => {
+			const t = setTimeout(() => resolve(code), 2000);
+			void streamsClosed.then(() => {
+				clearTimeout(t);
+				resolve(code);
+			});
+		}),
+	);
 	if (!child.pid) throw new Error(`could not start ${name}`);
 	return { name, pid: child.pid, dataDir, ownsDataDir: env.DATA_DIR === undefined, child, output: () => out, exited };
 }
 
 /**
- * SIGTERM to the node's PID (tsx relays it once to the node process: a clean broker stop that tells the other
+ * SIGTERM to the node's PID (a clean broker stop that tells the other
  * nodes), SIGKILL to its process group after `graceMs` or once it has exited; removes the DATA_DIR it made.
  */
 export async function stopNode(node: ChildNode | undefined, graceMs = 5000): Promise<void> {
@@ -124,13 +140,13 @@ export async function stopNode(node: ChildNode | undefined, graceMs = 5000): Pro
 		await node.exited;
 		clearTimeout(t);
 	}
-	// Whatever of the group is left (tsx's own child, if tsx went first) goes too.
+	// Whatever of its process group is left goes too.
 	kill(-node.pid, "SIGKILL");
 	if (node.ownsDataDir) rmSync(node.dataDir, { recursive: true, force: true });
 }
 
 /**
- * A crash: SIGKILL to the node's process group (tsx and the node process beneath it; no clean broker stop, no
+ * A crash: SIGKILL to the node's process group (no clean broker stop, no
  * chance to release anything), then waits until no process of the group is left (bounded by `timeoutMs`).
  * `stopNode` afterwards only removes its DATA_DIR.
  */

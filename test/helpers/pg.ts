@@ -4,7 +4,9 @@
  */
 import { randomBytes } from "crypto";
 import { Client } from "pg";
-import { requireServer } from "./platform";
+import { bootPlatform, requireServer, type TestPlatform } from "./platform";
+import { sharedOutbox, type OutboxRecord } from "../../events/outbox";
+import { createStore } from "../../mixins/stores";
 
 export const PG_BASE = "postgres://postgres@127.0.0.1:5432";
 
@@ -34,4 +36,28 @@ export async function testDatabase(): Promise<TestDatabase | undefined> {
 		url: `${PG_BASE}/${name}`,
 		drop: () => admin((c) => c.query(`drop database if exists ${name} with (force)`)).then(() => undefined),
 	};
+}
+
+/**
+ * A platform on `url` (DOCUMENT_STORE=postgres) whose outbox keeps every event for the test to read: a consumer group
+ * that never moves holds the pruning back.
+ */
+export async function pgPlatformKeepingEvents(url: string): Promise<TestPlatform> {
+	const p = await bootPlatform({ documentStore: "postgres", databaseUrl: url });
+	const offsets = createStore(p.cfg, "_stream_offsets");
+	await offsets.connect();
+	await offsets.insert({ _id: "test-hold", seq: 0 }).catch(() => undefined);
+	await offsets.disconnect();
+	return p;
+}
+
+/** Every record of the platform's outbox after position `after`, in order. */
+export async function outboxRecords(p: TestPlatform, after = 0): Promise<OutboxRecord[]> {
+	const out: OutboxRecord[] = [];
+	for (let pos = after; ; ) {
+		const batch = await sharedOutbox(p.cfg).readFrom(pos, 1000);
+		out.push(...batch);
+		if (batch.length < 1000) return out;
+		pos = batch[batch.length - 1].seq;
+	}
 }

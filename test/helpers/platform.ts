@@ -1,9 +1,11 @@
 /** Boots a whole platform in-process on a fresh DATA_DIR and a free port, with HTTP helpers for tests. */
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "fs";
 import os from "os";
 import path from "path";
 import { startPlatform, type Platform } from "../../platform";
+import { pgTemplate, seedEmbeddedPg } from "./pg-template";
 import type { PlatformConfig } from "../../lib/config";
+import { createStore, onPostgres } from "../../mixins/stores";
 
 export interface HttpResult<T = any> {
 	status: number;
@@ -59,19 +61,37 @@ export function tempDir(prefix = "platform-test-"): string {
 	return mkdtempSync(path.join(os.tmpdir(), prefix));
 }
 
+const HOLD = { _id: "test-hold", seq: 0 };
+const HOLD_FILE = "_stream_offsets.db";
+
 /**
  * A DATA_DIR where a consumer group that is down has stored its position at the start: the outbox keeps every event
  * until every group has passed it (CONTRACTS.md "Limits the platform keeps"), so a test can read all of its events.
+ * On NeDB the position is in this file; on PostgreSQL (DOCUMENT_STORE=postgres) bootPlatform stores it once the
+ * database is up, before the test's first request.
  */
 export function dataDirHoldingOutbox(dir = tempDir()): string {
-	writeFileSync(path.join(dir, "_stream_offsets.db"), JSON.stringify({ _id: "test-hold", seq: 0 }) + "\n");
+	writeFileSync(path.join(dir, HOLD_FILE), JSON.stringify(HOLD) + "\n");
 	return dir;
+}
+
+async function holdOnPostgres(cfg: PlatformConfig): Promise<void> {
+	const offsets = createStore(cfg, "_stream_offsets");
+	await offsets.connect();
+	try {
+		await offsets.insert({ ...HOLD });
+	} finally {
+		await offsets.disconnect();
+	}
 }
 
 export async function bootPlatform(overrides: Partial<PlatformConfig> = {}): Promise<TestPlatform> {
 	const dataDir = overrides.dataDir ?? tempDir();
 	const cfg: Partial<PlatformConfig> = { port: 0, host: "127.0.0.1", logLevel: "warn", dataDir, ...overrides };
+	// A new DATA_DIR of ours gets the initialised cluster (test/helpers/pg-template.ts); a caller's is left as given.
+	if (!overrides.dataDir && (await pgTemplate())) seedEmbeddedPg(dataDir, overrides.databaseUrl ?? process.env.DATABASE_URL);
 	let p = await startPlatform(cfg);
+	if (onPostgres(p.cfg) && existsSync(path.join(dataDir, HOLD_FILE))) await holdOnPostgres(p.cfg);
 	const root = JSON.parse(readFileSync(path.join(dataDir, "bootstrap.json"), "utf8"));
 	const tp: TestPlatform = {
 		...p,

@@ -279,7 +279,7 @@ describe("the cache entry auth:apt:<suffix>", () => {
 	});
 });
 
-test("no response of this suite contained a password, a client secret, an APT after creation or a bcrypt hash", () => {
+test("no response of this suite contained a password, a client secret, an APT after creation or a password hash", () => {
 	expect(w.count).toBeGreaterThan(40);
 	expect(w.leaks()).toEqual([]);
 });

@@ -132,6 +132,6 @@ test("the check needs a bearer; it is not a JWT check", async () => {
 	expect((await check({ secret, token })).body).toEqual({ result: "NOK" });
 });
 
-test("no response of this suite contained a password or a bcrypt hash", () => {
+test("no response of this suite contained a password or a password hash", () => {
 	expect(w.leaks()).toEqual([]);
 });

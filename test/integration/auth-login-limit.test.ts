@@ -120,7 +120,7 @@ test("malformed token requests (400) are not failed logins", async () => {
 	expect((await w.http("POST", "/auth/token", { body: login() })).status).toBe(200);
 });
 
-test("no response of this suite contained a password, a client secret or a bcrypt hash", () => {
+test("no response of this suite contained a password, a client secret or a password hash", () => {
 	expect(w.leaks()).toEqual([]);
 	expect(wb.leaks()).toEqual([]);
 });

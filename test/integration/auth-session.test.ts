@@ -226,7 +226,7 @@ describe("logout and the session lifecycle", () => {
 	});
 });
 
-test("no response of this suite contained a password, a client secret or a bcrypt hash", () => {
+test("no response of this suite contained a password, a client secret or a password hash", () => {
 	expect(w.count).toBeGreaterThan(50);
 	expect(w.leaks()).toEqual([]);
 });

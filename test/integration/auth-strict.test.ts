@@ -160,7 +160,7 @@ test("x-api-key is ignored for non-strict tokens", async () => {
 	}
 });
 
-test("no response of this suite contained a password, a client secret, an APT after creation or a bcrypt hash", () => {
+test("no response of this suite contained a password, a client secret, an APT after creation or a password hash", () => {
 	expect(w.count).toBeGreaterThan(40);
 	expect(w.leaks()).toEqual([]);
 });

@@ -451,7 +451,7 @@ describe("GET /auth/verify", () => {
 	});
 });
 
-test("no response of this suite contained a password, a client secret after creation or a bcrypt hash", () => {
+test("no response of this suite contained a password, a client secret after creation or a password hash", () => {
 	expect(w.count).toBeGreaterThan(50);
 	expect(w.leaks()).toEqual([]);
 });

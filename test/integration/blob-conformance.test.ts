@@ -5,7 +5,8 @@
 import { createHash, randomBytes } from "crypto";
 import { Readable } from "stream";
 import { rmSync } from "fs";
-import { LocalBlobStore, S3BlobStore, type BlobStore } from "../../mixins/blobs";
+import { LocalBlobStore, type BlobStore } from "../../mixins/blobs";
+import { S3BlobStore } from "../../mixins/blobs/s3";
 import { tempDir } from "../helpers/platform";
 import { startS3, type LocalS3 } from "../helpers/s3";
 

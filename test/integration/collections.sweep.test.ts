@@ -313,7 +313,7 @@ for (const c of COLLECTIONS) {
 	});
 }
 
-test("no plaintext password or secret, no bcrypt hash, and no 5xx in any response", () => {
+test("no plaintext password or secret, no password hash, and no 5xx in any response", () => {
 	expect(responses.length).toBeGreaterThan(COLLECTIONS.length * 20);
 	expect(passwords).toHaveLength(3);
 	expect(clientSecrets).toHaveLength(3);

@@ -374,8 +374,9 @@ function oracle(c: Case) {
 						: d.clients.includes(c.token.cid),
 		);
 	const asDoc = (i: number): Record<string, unknown> => ({ ...c.docs[i], id: DOC_IDS[i] });
-	const rowOk = (i: number) =>
-		applicable.some((g) => g.filter === null) || applicable.some((g) => (g.filter ?? []).some((n) => !missingVar(n, claims) && evaluate(n, asDoc(i), claims)));
+	const rowOkDoc = (doc: Record<string, unknown>) =>
+		applicable.some((g) => g.filter === null) || applicable.some((g) => (g.filter ?? []).some((n) => !missingVar(n, claims) && evaluate(n, doc, claims)));
+	const rowOk = (i: number) => rowOkDoc(asDoc(i));
 	const expected = c.docs
 		.map((d, i) => ({ d, i }))
 		.filter(({ d, i }) => (c.op !== "get" || DOC_IDS[i] === c.target) && (c.withDeleted || !d.deleted) && inZone(d) && rowOk(i) && (!query || evaluate(query, asDoc(i), claims)))
@@ -384,6 +385,9 @@ function oracle(c: Case) {
 	// A bulk patch body ({ name }) must be writable too.
 	const written = c.op === "bulkPatch" ? ["name"] : [];
 	const refused = applicable.length === 0 || (allowed !== null && [...referenced, ...written].some((f) => !allowed.has(f)));
+	// A write may not move a document out of the grant's rows: a bulk patch that would is refused whole (403, nothing
+	// written). Only the write path (the broker's) checks it; the plan alone does not.
+	const writeRefused = c.op === "bulkPatch" && expected.some((id) => !rowOkDoc({ ...asDoc(DOC_IDS.indexOf(id)), name: "patched" }));
 	/** Never a document outside soft delete ∧ zones ∧ row filter. */
 	const assertInside = (ids: string[]) => {
 		for (const id of ids) {
@@ -393,7 +397,7 @@ function oracle(c: Case) {
 			if (!c.withDeleted) expect(c.docs[i].deleted).toBe(false);
 		}
 	};
-	return { token, grants, level, allowed, referenced, applicable, expected, refused, assertInside };
+	return { token, grants, level, allowed, referenced, applicable, expected, refused, writeRefused, assertInside };
 }
 
 /** The collection action's params and ctx.meta headers, as the gateway builds them from a request. */
@@ -497,8 +501,14 @@ describe("the broker path: authority middleware, collection engine and the platf
 					const code = (err as { code?: number }).code;
 					if (code === 403 && o.refused) return;
 					if (code === 404 && c.op === "get" && !o.refused && o.expected.length === 0) return;
+					if (code === 403 && o.writeRefused && (err as Error).message === "document is outside the grant filter") {
+						// All or nothing: no document was patched.
+						expect(await locations.count({ name: "patched" })).toBe(0);
+						return;
+					}
 					throw err;
 				}
+				if (o.writeRefused) throw new Error(`expected 403 (the patch moves a document out of the grant rows), got ${JSON.stringify(res).slice(0, 200)}`);
 				executed++;
 				if (o.expected.length) nonEmpty++;
 				if (o.refused) throw new Error(`expected 403, got ${JSON.stringify(res).slice(0, 200)}`);

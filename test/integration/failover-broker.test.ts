@@ -2,7 +2,8 @@
  * The failover pieces on real brokers (Moleculer's in-memory transporter, one process): a node that vanishes without
  * a word (no DISCONNECT, no more heartbeats, its requests fall into the void) is dropped within the heartbeat
  * timeout; reads cut off by that are answered by another node, writes are not repeated; a node restarted under the
- * same id fails its previous instance's pending requests at once; a call that finds no node waits for one.
+ * same id fails its previous instance's pending requests at once; a call that finds no node waits for one; a node
+ * announces its services as soon as it has started.
  */
 import { randomBytes } from "crypto";
 import { ServiceBroker, type BrokerOptions } from "moleculer";
@@ -171,4 +172,24 @@ test("an endpoint that keeps timing out is left out by the circuit breaker; its 
 	expect(await Promise.all(Array.from({ length: 10 }, () => gw.call("notes.read")))).toEqual(Array(10).fill("fast"));
 	await delay(2100);
 	expect((ran.read ?? []).filter((n) => n === "slow").length).toBe(sentToSlow);
+});
+
+test("a node announces its services as soon as it has started: a broadcast right after its start reaches it", async () => {
+	// Heartbeats far apart: only the start's own announcement can tell the gateway about the new node's services.
+	const slow = { heartbeatInterval: 10, heartbeatTimeout: 30 };
+	const gw = broker("gw", slow);
+	await gw.start();
+	const got: string[] = [];
+	const a = broker("a", slow);
+	a.createService({ name: "cache", events: { "cache.reset": () => void got.push("a") } });
+	await a.start();
+	// Moleculer's own announcement of new services is debounced by 1 s; this one comes at once.
+	const deadline = Date.now() + 500;
+	while (!(gw.registry as any).events.getAllEndpoints("cache.reset").some((ep: any) => ep.id === "a")) {
+		if (Date.now() > deadline) throw new Error("the gateway does not know a's listener 500 ms after a started");
+		await delay(10);
+	}
+	await gw.broadcast("cache.reset");
+	for (const end = Date.now() + 2000; !got.length && Date.now() < end; ) await delay(10);
+	expect(got).toEqual(["a"]);
 });

@@ -11,6 +11,7 @@ import { DOMAIN_SPEC_PORTS, freeOpsOffset } from "../helpers/ports";
 import { WORKER_PORTS } from "../../workers";
 import { PUBLISHER_USERNAME, publisherPassword } from "../../lib/mqtt";
 import { walletIdOf } from "../../services/financial.service";
+import { drained } from "../helpers/stream";
 
 /** Mosquitto, for the block that needs it: decided when the file loads, so jest reports its tests as skipped without it. */
 const servers = needServers(["Mosquitto", 1883]);
@@ -158,6 +159,26 @@ describe("embedded broker and preserver hooks", () => {
 	test("the embedded broker listens on a free port, never the standard 1883", () => {
 		expect(url).toMatch(/^mqtt:\/\/127\.0\.0\.1:\d+$/);
 		expect(new URL(url).port).not.toBe("1883");
+	});
+
+	test("until a token holder has connected, the publisher sends nothing to the embedded broker (nobody could receive it)", async () => {
+		const aedes = (p.broker.getLocalService("preserver") as any).aedes;
+		const sent: string[] = [];
+		const onPublish = (packet: { topic: string }) => packet.topic.startsWith("platform/") && sent.push(packet.topic);
+		aedes.on("publish", onPublish);
+		try {
+			await createNote(p, a.token, "unheard");
+			await drained(p.cfg);
+			expect(sent).toEqual([]);
+			// Once a token holder is admitted, its subscriptions (and those of its offline session) may match: sent again.
+			const s = track(await connect(url, { username: b.id, password: b.token }));
+			expect(await subscribe(s, `platform/owner/${b.id}/content/notes/#`)).toBe(1);
+			const other = await createNote(p, a.token, "heard");
+			await drained(p.cfg);
+			expect(sent).toEqual(expect.arrayContaining([`platform/owner/${a.id}/content/notes/${other}`, `platform/client/${p.root.client_id}/content/notes/${other}`]));
+		} finally {
+			aedes.off("publish", onPublish);
+		}
 	});
 
 	test("a subscriber with username = uid and password = its JWT receives the note it creates on its owner topic", async () => {

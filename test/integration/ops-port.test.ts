@@ -9,11 +9,12 @@ import path from "path";
 import type { Server } from "http";
 import { DOMAINS } from "../../catalog";
 import { startPlatform, type Platform } from "../../platform";
-import type { PlatformConfig } from "../../lib/config";
+import { ServiceBroker } from "moleculer";
+import { bindConfig, readConfig, type PlatformConfig } from "../../lib/config";
 import type { Health } from "../../lib/health";
 import { boundPort, PROMETHEUS_TYPE, startOpsServer, stopOpsServer } from "../../lib/ops-server";
 import { CacheUnavailableError } from "../../lib/kv";
-import { opsPort, opsPortsEnabled } from "../../mixins/ops-port.mixin";
+import { opsPort, opsPortMixin, opsPortsEnabled } from "../../mixins/ops-port.mixin";
 import { serverAnswers } from "../helpers/platform";
 import { freeOpsOffset, freePort } from "../helpers/ports";
 
@@ -169,6 +170,34 @@ describe("when the ops ports are on", () => {
 	});
 });
 
+describe("readiness", () => {
+	test("a node whose other services are still starting answers 503 `starting`; 200 once the whole node has started", async () => {
+		const offset = await freeOpsOffset([3110]);
+		const broker = new ServiceBroker({ nodeID: "ops-ready", logger: false });
+		bindConfig(broker, { ...readConfig(), host: "127.0.0.1", services: ["probe"], servicePorts: true, opsPortOffset: offset });
+		let release!: () => void;
+		const slowStarted = new Promise<void>((r) => (release = r));
+		broker.createService({ name: "probe", mixins: [opsPortMixin(3110)] });
+		broker.createService({ name: "slow", started: () => slowStarted });
+		const starting = broker.start();
+		try {
+			const url = `http://127.0.0.1:${3110 + offset}/status`;
+			// The probe's own port is up (its `started` ran) while the node is not: the others could not reach it yet.
+			let s = { status: 0, body: undefined as unknown };
+			for (const end = Date.now() + 5000; s.status !== 503 && Date.now() < end; ) s = await get(url).catch(() => s);
+			expect(s).toEqual({ ...s, status: 503, body: { status: "error", info: { node: { status: "down", message: "starting" } } } });
+			release();
+			await starting;
+			const r = await get(url);
+			expect([r.status, r.body]).toEqual([200, { status: "ok", info: {} }]);
+		} finally {
+			release();
+			await starting.catch(() => undefined);
+			await broker.stop();
+		}
+	});
+});
+
 describe("the ops port of every domain service (in-process nodes)", () => {
 	let dataDir: string;
 	let offset: number;
@@ -203,6 +232,9 @@ describe("the ops port of every domain service (in-process nodes)", () => {
 		expect(m.text).toMatch(/^# TYPE moleculer_request_total counter$/m);
 		// The status probe ran the service's own health action through the broker: it is counted.
 		expect(m.text).toMatch(/^moleculer_request_total\{[^}]*action="content\.health"[^}]*\} [1-9]/m);
+		// The node's view of the cluster: itself, and one endpoint of each of its services.
+		expect(m.text).toMatch(/^moleculer_registry_nodes_online_total_value\{[^}]*\} 1$/m);
+		expect(m.text).toMatch(/^moleculer_registry_service_endpoints_total_value\{[^}]*service="content"[^}]*\} 1$/m);
 		// Domains this node does not run have no port.
 		expect(await serverAnswers(portOf("identity") + offset)).toBe(false);
 

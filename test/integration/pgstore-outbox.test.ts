@@ -9,16 +9,16 @@
 import { rmSync } from "fs";
 import { Client } from "pg";
 import { sharedOutbox, type OutboxRecord } from "../../events/outbox";
-import { createStore, PgStore, unitOfWork } from "../../mixins/stores";
+import { PgStore, unitOfWork } from "../../mixins/stores";
 import { PgOutbox } from "../../mixins/stores/pg.outbox";
 import { Outbox } from "../../events/outbox";
-import { bootPlatform, tempDir, type TestPlatform } from "../helpers/platform";
+import { tempDir, type TestPlatform } from "../helpers/platform";
 import { needServers } from "../helpers/platform";
 import { Relay } from "../../events/relay";
 import type { ChannelsStream } from "../../events/channels.stream";
 import type { PlatformConfig } from "../../lib/config";
 import { hexId, unique } from "../helpers/samples";
-import { testDatabase, type TestDatabase } from "../helpers/pg";
+import { outboxRecords, pgPlatformKeepingEvents, testDatabase, type TestDatabase } from "../helpers/pg";
 
 const servers = needServers(["PostgreSQL", 5432]);
 
@@ -30,27 +30,12 @@ afterAll(async () => {
 	await pg?.drop();
 });
 
-async function readAll(outbox: Outbox): Promise<OutboxRecord[]> {
-	const out: OutboxRecord[] = [];
-	for (let pos = 0; ; ) {
-		const batch = await outbox.readFrom(pos, 1000);
-		out.push(...batch);
-		if (batch.length < 1000) return out;
-		pos = batch[batch.length - 1].seq;
-	}
-}
-
 servers.describe("the platform on PostgreSQL: a write and its events commit together", () => {
 	let p: TestPlatform | undefined;
 	let token: string;
 	beforeAll(async () => {
 		if (!pg) return;
-		p = await bootPlatform({ documentStore: "postgres", databaseUrl: pg.url });
-		// A consumer group that never moves: the outbox keeps every event for this test to read.
-		const offsets = createStore(p.cfg, "_stream_offsets");
-		await offsets.connect();
-		await offsets.insert({ _id: "test-hold", seq: 0 }).catch(() => undefined);
-		await offsets.disconnect();
+		p = await pgPlatformKeepingEvents(pg.url);
 		token = await p.rootToken();
 	}, 120_000);
 	afterAll(async () => {
@@ -65,14 +50,14 @@ servers.describe("the platform on PostgreSQL: a write and its events commit toge
 		const id = created.body.data.id;
 		expect((await p!.http("PATCH", `/content/notes/${id}`, { token, body: { title: `${title}-2` } })).status).toBe(200);
 		expect((await p!.http("DELETE", `/content/notes/${id}`, { token })).status).toBe(200);
-		const events = (await readAll(sharedOutbox(p!.cfg))).filter((r) => r.event.id === id);
+		const events = (await outboxRecords(p!)).filter((r) => r.event.id === id);
 		expect(events.map((r) => r.event.op)).toEqual(["c", "u", "d"]);
 		expect(events.every((r, i) => i === 0 || r.seq > events[i - 1].seq)).toBe(true);
 	});
 
 	servers.test("a failure between the document write and its events: no document, no event, no acknowledgement", async () => {
 		const title = `lost-${unique()}`;
-		const before = (await readAll(sharedOutbox(p!.cfg))).length;
+		const before = (await outboxRecords(p!)).length;
 		const spy = jest.spyOn(PgOutbox.prototype, "append").mockRejectedValueOnce(new Error("simulated crash between the write and its events"));
 		const r = await p!.http("POST", "/content/notes", { token, body: { title, content: "x" } });
 		expect(spy).toHaveBeenCalledTimes(1);
@@ -81,14 +66,14 @@ servers.describe("the platform on PostgreSQL: a write and its events commit toge
 		const listed = await p!.http("GET", `/content/notes?query=${encodeURIComponent(JSON.stringify({ title }))}`, { token });
 		expect(listed.status).toBe(200);
 		expect(listed.body.total).toBe(0);
-		expect((await readAll(sharedOutbox(p!.cfg))).length).toBe(before);
+		expect((await outboxRecords(p!)).length).toBe(before);
 		// The same for a patch: the title stays as it was.
 		const ok = await p!.http("POST", "/content/notes", { token, body: { title, content: "x" } });
 		expect(ok.status).toBe(200);
 		jest.spyOn(PgOutbox.prototype, "append").mockRejectedValueOnce(new Error("simulated crash"));
 		expect((await p!.http("PATCH", `/content/notes/${ok.body.data.id}`, { token, body: { title: "changed" } })).status).toBe(500);
 		expect((await p!.http("GET", `/content/notes/${ok.body.data.id}`, { token })).body.data.title).toBe(title);
-		const events = (await readAll(sharedOutbox(p!.cfg))).filter((e) => e.event.id === ok.body.data.id);
+		const events = (await outboxRecords(p!)).filter((e) => e.event.id === ok.body.data.id);
 		expect(events.map((e) => e.event.op)).toEqual(["c"]);
 	});
 });

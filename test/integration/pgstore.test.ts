@@ -236,6 +236,50 @@ describe("PgStore: parameterised SQL", () => {
 		expect(newest.map((d) => d._id)).toEqual(many.slice(-3).reverse().map((d) => d._id));
 	}, 60_000);
 
+	test("rows up to 8 KB are stored uncompressed; the soft-deleted rows' index serves `deleted_at != null` and replaces the earlier one", async () => {
+		if (!up()) return;
+		await store.removeMany({});
+		const live = Array.from({ length: 2000 }, (_, i) => ({ _id: hexId(20_000 + i), owner: "u1", content: "lorem ipsum ".repeat(120), deleted_at: i % 500 === 0 ? "2026-01-01T00:00:00.000Z" : null }));
+		const big = { _id: hexId(30_000), content: "lorem ipsum ".repeat(2000), deleted_at: null };
+		await store.insertMany([...live, big]);
+		const db = await openRelational(cfg());
+		const table = `"docs/${store.name}"`;
+		try {
+			const sizes = await db.query<{ id: string; doc: string | null; body: string | null }>(
+				`select id, pg_column_compression(doc) as doc, pg_column_compression(body) as body from ${table} where id = any($1::text[]) order by id`,
+				[[live[1]._id, big._id]],
+			);
+			// 1.4 KB of text that compresses well: kept as it is (PostgreSQL's default compresses rows above about 2 KB).
+			expect(sizes.rows[0]).toEqual({ id: live[1]._id, doc: null, body: null });
+			// 24 KB: compressed as before.
+			expect(sizes.rows[1].doc ?? sizes.rows[1].body).not.toBeNull();
+			await db.query(`analyze ${table}`);
+			const p = new Params();
+			const w = whereOf({ deleted_at: { $ne: null } }, p);
+			const plan = (await db.query<{ "QUERY PLAN": string }>(`explain select id from ${table} where ${w.sql}`, p.values)).rows.map((r) => r["QUERY PLAN"]).join("\n");
+			expect(plan).toMatch(/docs_[0-9a-f]{12}_deleted_v2/);
+			expect((await store.find({ query: { deleted_at: { $ne: null } }, sort: { id: 1 } })).map((d) => d._id)).toEqual(live.filter((d) => d.deleted_at).map((d) => d._id));
+			expect(await store.count({ deleted_at: null })).toBe(live.length - 4 + 1);
+			const options = async () => (await db.query<{ o: string[] | null }>(`select reloptions as o from pg_class where oid = to_regclass($1)`, [table])).rows[0].o;
+			expect(await options()).toEqual(["toast_tuple_target=8160"]);
+			// A table made by an earlier version (the earlier form of the index, default storage): a new connection
+			// drops that index and sets the storage.
+			const short = (await import("crypto")).createHash("sha256").update(store.name).digest("hex").slice(0, 12);
+			await db.query(`create index "docs_${short}_deleted" on ${table} (id) where (doc->'deleted_at') is not null`);
+			await db.query(`alter table ${table} reset (toast_tuple_target)`);
+			expect(await options()).toBeNull();
+			const again = new PgStore(cfg(), store.name);
+			await again.connect();
+			await again.disconnect();
+			const names = (await db.query<{ n: string }>(`select indexname as n from pg_indexes where tablename = $1 order by 1`, [`docs/${store.name}`])).rows.map((r) => r.n);
+			expect(names).toContain(`docs_${short}_deleted_v2`);
+			expect(names).not.toContain(`docs_${short}_deleted`);
+			expect(await options()).toEqual(["toast_tuple_target=8160"]);
+		} finally {
+			await releaseRelational(cfg());
+		}
+	}, 60_000);
+
 	test("a read returns the keys in the order written; a change keeps existing keys in place and appends new ones", async () => {
 		if (!up()) return;
 		await store.removeMany({});

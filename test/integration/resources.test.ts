@@ -4,9 +4,12 @@
  * MQTT connections each announcing a 250 MB CONNECT packet and streaming a few MB. While they are held, `/status`
  * answers quickly; once they end, the process's memory (RSS) returns to its starting level.
  *
- * Run with `node --expose-gc` for a forced collection; otherwise the test waits and polls.
+ * Memory is compared after full collections (V8's gc, exposed at run time below): without them, whether the
+ * burst's garbage is collected before the measurement is up to V8, and a heap left 80 MB larger failed the check.
  */
 import net from "net";
+import v8 from "v8";
+import vm from "vm";
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
 import { aesOf, errorBody, sleep } from "../helpers/auth";
 import { unique } from "../helpers/samples";
@@ -22,7 +25,8 @@ let token: string;
 let cursorPath: string;
 let mqttPort: number;
 
-const gc = () => (global as { gc?: () => void }).gc?.();
+v8.setFlagsFromString("--expose-gc");
+const gc = vm.runInNewContext("gc") as () => void;
 const rss = () => process.memoryUsage().rss;
 
 beforeAll(async () => {
@@ -92,6 +96,10 @@ test("50 stalled cursors, 500 TOTP checks and 20 oversized MQTT packets at once:
 	const secret = encryptEnvelope(aesOf(p), HEX);
 	expect((await p.http("POST", "/auth/check", { token, body: { secret, token: totp(HEX, Date.now()) } })).body).toEqual({ result: "OK" });
 	await statusTimes(3);
+	// Two logins too: a password hash's working memory (Argon2id, 19 MiB) stays with the allocator of the libuv thread
+	// that ran it, which is reuse, not growth, and belongs in the baseline.
+	const login = () => p.http("POST", "/auth/token", { body: { grant_type: "password", client_id: p.root.client_id, username: p.root.username, password: p.root.password } });
+	expect((await Promise.all([login(), login()])).map((r) => r.status)).toEqual([200, 200]);
 	gc();
 	await sleep(1000);
 	gc();
@@ -113,7 +121,7 @@ test("50 stalled cursors, 500 TOTP checks and 20 oversized MQTT packets at once:
 	const mqtt = Array.from({ length: 20 }, () => hugeConnect(4));
 
 	// 3. A burst of 500 TOTP checks with wrong codes from one session: 30 NOK, the rest 429.
-	const guesser = (await p.http("POST", "/auth/token", { body: { grant_type: "password", client_id: p.root.client_id, username: p.root.username, password: p.root.password } })).body.data.access_token;
+	const guesser = (await login()).body.data.access_token;
 	const wrong = totp(HEX, Date.now() + 3_600_000) === totp(HEX, Date.now()) ? "000001" : totp(HEX, Date.now() + 3_600_000);
 	const burst = Promise.all(Array.from({ length: 500 }, () => p.http("POST", "/auth/check", { token: guesser, body: { secret, token: wrong } })));
 
@@ -134,18 +142,20 @@ test("50 stalled cursors, 500 TOTP checks and 20 oversized MQTT packets at once:
 	expect(median).toBeLessThan(100);
 	expect(times[times.length - 1]).toBeLessThan(500);
 
-	// Memory returns to the start level once they end.
+	// Memory comes back to at most 50 MB above the start level once they end.
 	const until = Date.now() + 30_000;
 	let after = rss();
 	for (;;) {
 		gc();
 		after = rss();
-		if (Math.abs(after - before) <= 50 * MB || Date.now() > until) break;
+		if (after - before <= 50 * MB || Date.now() > until) break;
 		await sleep(500);
 	}
 	const mu = (m: NodeJS.MemoryUsage) => Object.entries(m).map(([k, v]) => `${k} ${(v / MB).toFixed(0)}`).join(", ");
 	console.log(`resources: RSS after ${(after / MB).toFixed(0)} MB (before: ${mu(beforeAll_)}; after: ${mu(process.memoryUsage())})`);
-	expect(Math.abs(after - before)).toBeLessThanOrEqual(50 * MB);
+	// Growth is what it bounds: in a jest worker that ran other files before, a full GC may also return memory those
+	// left behind, so the process can end below where this test started.
+	expect(after - before).toBeLessThanOrEqual(50 * MB);
 	// The gateway freed every cursor slot.
 	const open = (p.broker.getLocalService("api") as any).openCursors as Map<string, number>;
 	const slotsUntil = Date.now() + 10_000;

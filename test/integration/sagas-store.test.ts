@@ -6,7 +6,8 @@
  */
 import { rmSync } from "fs";
 import path from "path";
-import { MongoStore, NedbStore, PgStore, type DocumentStore } from "../../mixins/stores";
+import { NedbStore, PgStore, type DocumentStore } from "../../mixins/stores";
+import { MongoStore } from "../../mixins/stores/mongo.store";
 import { testDatabase, type TestDatabase } from "../helpers/pg";
 import { tempDir } from "../helpers/platform";
 import { unique } from "../helpers/samples";

@@ -63,6 +63,9 @@ describe("ranking on a fixed corpus", () => {
 			prefix: { title: "Ownerships registry", content: "registry of deeds" },
 		};
 		for (const [k, body] of Object.entries(corpus)) ids[k] = (await create(root, "/content/posts", body)).id;
+		// The index follows the writes within 2 s (it reads them in batches): every document of the corpus is in it.
+		await within2s(root, "/content/posts", "rust ownership", (b) => b.total === 4);
+		await within2s(root, "/content/posts", "pasta", (b) => b.total === 1);
 	});
 
 	test("best first, each with its score; documents matching no term are absent", async () => {

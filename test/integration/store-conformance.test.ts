@@ -5,7 +5,8 @@
  */
 import { rmSync, writeFileSync } from "fs";
 import path from "path";
-import { isDuplicateKeyError, MongoStore, NedbStore, pageOf, PgStore, type DocumentStore, type FindOptions, type StoredDoc } from "../../mixins/stores";
+import { isDuplicateKeyError, NedbStore, pageOf, PgStore, type DocumentStore, type FindOptions, type StoredDoc } from "../../mixins/stores";
+import { MongoStore } from "../../mixins/stores/mongo.store";
 import { testDatabase, type TestDatabase } from "../helpers/pg";
 import { tempDir } from "../helpers/platform";
 import { hexId, unique } from "../helpers/samples";

@@ -34,12 +34,19 @@ describe("embedded stream over the outbox", () => {
 		return out.map((r) => r.seq);
 	}
 
-	/** A consumer that collects the seqs it handled. */
-	async function collect(s: OutboxStream, group: string, seen: number[], fail?: (rec: OutboxRecord) => boolean): Promise<Consumer> {
+	/**
+	 * A consumer that collects the seqs it handled. Its handler waits until `consume` has answered: a group may read
+	 * its first batch before that (the outbox answers from memory or its index at once), and `fail` may need the
+	 * consumer.
+	 */
+	async function collect(s: OutboxStream, group: string, seen: number[], fail?: (rec: OutboxRecord, c: Consumer) => boolean): Promise<Consumer> {
+		let started!: (c: Consumer) => void;
+		const consumer = new Promise<Consumer>((r) => (started = r));
 		const c = await s.consume(group, async (rec) => {
-			if (fail?.(rec)) throw new Error(`fails on ${rec.seq}`);
+			if (fail?.(rec, await consumer)) throw new Error(`fails on ${rec.seq}`);
 			seen.push(rec.seq);
 		});
+		started(c);
 		consumers.push(c);
 		return c;
 	}
@@ -59,15 +66,31 @@ describe("embedded stream over the outbox", () => {
 		rmSync(dataDir, { recursive: true, force: true });
 	});
 
+	test("a burst of appends reaches a waiting group as one batch; readers get copies, not the writer's objects", async () => {
+		const batches: OutboxRecord[][] = [];
+		consumers.push(await stream.consumeBatches("burst", async (recs) => void batches.push(recs)));
+		// The group has read the empty outbox and waits for the outbox's signal.
+		await new Promise((r) => setTimeout(r, 100));
+		const written = Array.from({ length: 5 }, (_, i) => ({ ...record(i), clients: ["c1"] }));
+		const seqs = (await Promise.all(written.map((w) => outbox.append([w])))).map(([r]) => r.seq);
+		// The writer changes its objects afterwards (the document's arrays are the caller's).
+		for (const w of written) w.clients.push("later");
+		await waitFor(() => batches.flat().length === 5, "the five records handled");
+		// Woken once for the burst, not once per append (a slow machine may split it in two at most).
+		expect(batches.length).toBeLessThanOrEqual(2);
+		expect(batches.flat().map((r) => r.seq)).toEqual(seqs);
+		expect(batches.flat().map((r) => r.clients)).toEqual(seqs.map(() => ["c1"]));
+	});
+
 	test("a handler that throws gets the event again, and the position does not move past it", async () => {
 		const seqs = await append(3);
 		const seen: number[] = [];
 		const positionsAtFailure: number[] = [];
 		let failures = 0;
-		const c = await collect(stream, "retry", seen, (rec) => {
+		const c = await collect(stream, "retry", seen, (rec, self) => {
 			if (rec.seq !== seqs[1] || failures >= 2) return false;
 			failures++;
-			positionsAtFailure.push(c.position());
+			positionsAtFailure.push(self.position());
 			return true;
 		});
 		await waitFor(() => seen.length === 3, "three events handled");
@@ -153,9 +176,13 @@ describe("embedded stream over the outbox", () => {
 		const calls: number[][] = [];
 		const positions: number[] = [];
 		let c: Consumer | undefined;
+		// The handler waits for the consumer: the first batch may be read before consumeBatches answers.
+		let started!: () => void;
+		const ready = new Promise<void>((r) => (started = r));
 		c = await stream.consumeBatches(
 			"batch-retry",
 			async (recs) => {
+				await ready;
 				calls.push(recs.map((r) => r.seq));
 				if (calls.length <= 2) {
 					positions.push(c?.position() ?? -1);
@@ -164,6 +191,7 @@ describe("embedded stream over the outbox", () => {
 			},
 			{ maxBatch: 3 },
 		);
+		started();
 		consumers.push(c);
 		await waitFor(() => calls.flat().length >= 10, "the retried batch and the rest");
 		expect(calls).toEqual([seqs.slice(0, 3), seqs.slice(0, 3), seqs.slice(0, 3), [seqs[3]]]);

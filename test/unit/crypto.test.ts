@@ -3,13 +3,11 @@ import {
 	Aes,
 	decryptEnvelope,
 	encryptEnvelope,
-	hashSecret,
 	isObjectId,
 	objectId,
 	randomToken,
 	safeEqual,
 	sha256Hex,
-	verifySecret,
 } from "../../lib/crypto";
 
 const WIRE = /^[A-Za-z0-9_-]{16}\.[A-Za-z0-9_-]{22,}$/;
@@ -118,22 +116,6 @@ describe("envelope", () => {
 		expect(decryptEnvelope(aes, Buffer.from("no dot here").toString("base64"))).toBeNull();
 		expect(decryptEnvelope(aes, encryptEnvelope(new Aes("other"), "x"))).toBeNull();
 		expect(decryptEnvelope(aes, undefined as unknown as string)).toBeNull();
-	});
-});
-
-describe("bcrypt secrets", () => {
-	it("verifies the right secret and rejects a wrong one", async () => {
-		const hash = await hashSecret("correct horse");
-		expect(hash).toMatch(/^\$2[aby]\$10\$/);
-		await expect(verifySecret("correct horse", hash)).resolves.toBe(true);
-		await expect(verifySecret("wrong horse", hash)).resolves.toBe(false);
-	});
-
-	it("is false on malformed hashes and never throws", async () => {
-		for (const hash of ["", "garbage", "$2a$10$short", "$2a$99$" + "a".repeat(53), null, 7]) {
-			await expect(verifySecret("x", hash as string)).resolves.toBe(false);
-		}
-		await expect(verifySecret(undefined as unknown as string, "$2a$10$abc")).resolves.toBe(false);
 	});
 });
 

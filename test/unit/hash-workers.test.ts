@@ -1,7 +1,6 @@
-/** The bcrypt worker pool (lib/hash-workers.ts) and the rehash rule of stored secrets (lib/crypto.ts needsRehash). */
+/** The worker pool that verifies bcrypt hashes of earlier versions (lib/hash-workers.ts). */
 import bcrypt from "bcryptjs";
 import { HashWorkers } from "../../lib/hash-workers";
-import { BCRYPT_COST, needsRehash } from "../../lib/crypto";
 
 let pool: HashWorkers;
 beforeAll(() => {
@@ -10,22 +9,17 @@ beforeAll(() => {
 afterAll(() => pool.close());
 
 describe("hash workers", () => {
-	it("hash → standard bcrypt at the given cost that the library itself verifies; compare is true for the right secret only", async () => {
-		const hash = await pool.hash("correct horse", 6);
-		expect(hash).toMatch(/^\$2b\$06\$[./A-Za-z0-9]{53}$/);
-		expect(bcrypt.compareSync("correct horse", hash)).toBe(true);
+	it("verifies standard bcrypt hashes made by the library: true for the right secret only", async () => {
+		const hash = bcrypt.hashSync("correct horse", 6);
 		await expect(pool.compare("correct horse", hash)).resolves.toBe(true);
 		await expect(pool.compare("correct horsf", hash)).resolves.toBe(false);
-	});
-
-	it("verifies hashes made by the library in this thread (data of earlier versions)", async () => {
 		const legacy = bcrypt.hashSync("ünïcödé pass", 4);
 		await expect(pool.compare("ünïcödé pass", legacy)).resolves.toBe(true);
 		await expect(pool.compare("unicode pass", legacy)).resolves.toBe(false);
 	});
 
 	it("a tampered hash (one character of the digest, of the salt, or the cost) no longer verifies", async () => {
-		const hash = await pool.hash("s3cret", 5);
+		const hash = bcrypt.hashSync("s3cret", 5);
 		const swap = (i: number) => hash.slice(0, i) + (hash[i] === "a" ? "b" : "a") + hash.slice(i + 1);
 		await expect(pool.compare("s3cret", swap(hash.length - 2))).resolves.toBe(false);
 		await expect(pool.compare("s3cret", swap(10))).resolves.toBe(false);
@@ -33,14 +27,13 @@ describe("hash workers", () => {
 	});
 
 	it("a malformed hash rejects the job (verifySecret turns that into false) and the pool keeps working", async () => {
-		await expect(pool.hash("x", 99)).rejects.toThrow("bcrypt cost 99 is outside 4..31");
 		await expect(pool.compare("x", "$2a$99$" + "a".repeat(53))).rejects.toThrow(/rounds/i);
 		await expect(pool.compare("x", "$2a$10$short")).resolves.toBe(false);
-		await expect(pool.compare("x", await pool.hash("x", 4))).resolves.toBe(true);
+		await expect(pool.compare("x", bcrypt.hashSync("x", 4))).resolves.toBe(true);
 	});
 
-	it("hashes off the event loop: timers keep firing while cost-10 comparisons run", async () => {
-		const hash = bcrypt.hashSync("pw", BCRYPT_COST);
+	it("verifies off the event loop: timers keep firing while cost-10 comparisons run", async () => {
+		const hash = bcrypt.hashSync("pw", 10);
 		let ticks = 0;
 		const timer = setInterval(() => ticks++, 5);
 		const t0 = Date.now();
@@ -53,33 +46,24 @@ describe("hash workers", () => {
 
 	it("runs as many jobs at once as it has workers, queues the rest and answers every job with its own result", async () => {
 		const secrets = Array.from({ length: 6 }, (_, i) => `secret-${i}`);
-		const jobs = secrets.map((s) => pool.hash(s, 4));
+		const hashes = secrets.map((s) => bcrypt.hashSync(s, 4));
+		// Every other job gets the wrong secret: each answer must be its own job's.
+		const jobs = secrets.map((s, i) => pool.compare(i % 2 ? "wrong" : s, hashes[i]));
 		expect(pool.waiting).toBe(4);
-		const hashes = await Promise.all(jobs);
+		const results = await Promise.all(jobs);
 		expect(pool.waiting).toBe(0);
-		expect(hashes.map((h, i) => bcrypt.compareSync(secrets[i], h))).toEqual(secrets.map(() => true));
+		expect(results).toEqual(secrets.map((_, i) => i % 2 === 0));
 	});
 
 	it("a worker that dies fails its job only; the next job gets a new worker", async () => {
 		const one = new HashWorkers(1);
 		try {
-			const job = one.hash("pw", 12);
+			const job = one.compare("pw", bcrypt.hashSync("pw", 12));
 			await one.close();
 			await expect(job).rejects.toThrow(/exited/);
 			await expect(one.compare("pw", bcrypt.hashSync("pw", 4))).resolves.toBe(true);
 		} finally {
 			await one.close();
 		}
-	});
-});
-
-describe("needsRehash", () => {
-	it("is true for bcrypt below today's cost only", () => {
-		expect(BCRYPT_COST).toBe(10);
-		expect(needsRehash(bcrypt.hashSync("x", 4))).toBe(true);
-		expect(needsRehash("$2a$09$" + "a".repeat(53))).toBe(true);
-		expect(needsRehash(bcrypt.hashSync("x", 10))).toBe(false);
-		expect(needsRehash("$2b$12$" + "a".repeat(53))).toBe(false);
-		for (const h of ["", "garbage", "$2b$xx$abc"]) expect(needsRehash(h)).toBe(false);
 	});
 });

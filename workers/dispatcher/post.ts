@@ -16,19 +16,38 @@ export interface PostResult {
 	aborted?: boolean;
 }
 
+/** The request line's target and the Host header of a URL (what `http.request(url)` derives, computed once per URL). */
+interface UrlParts {
+	hostname: string;
+	port: string;
+	path: string;
+	host: string;
+}
+
 export class Poster {
 	private httpAgent = new http.Agent({ keepAlive: true, maxSockets: 64 });
 	private httpsAgent = new https.Agent({ keepAlive: true, maxSockets: 64 });
+	private parts = new WeakMap<URL, UrlParts>();
 
 	constructor(private timeoutMs: number) {}
 
-	post(target: ResolvedTarget, headers: Record<string, string>, body: string, signal?: AbortSignal): Promise<PostResult> {
+	/**
+	 * `body` is sent as its UTF-8 bytes (give the Buffer the signature was computed over: it is not encoded again).
+	 * Headers go out in the order given, then `content-length`, `host` and Node's `connection`.
+	 */
+	post(target: ResolvedTarget, headers: Record<string, string>, body: string | Buffer, signal?: AbortSignal): Promise<PostResult> {
 		const started = performance.now();
 		const pinned: LookupFunction = (_host, opts, cb) => {
 			if ((opts as { all?: boolean }).all) (cb as any)(null, [{ address: target.address, family: target.family }]);
 			else cb(null, target.address, target.family);
 		};
 		const secure = target.url.protocol === "https:";
+		const bytes = typeof body === "string" ? Buffer.from(body) : body;
+		const url = this.partsOf(target.url);
+		// A flat header list: Node writes it as is, without a setHeader (name check, lower-casing, map) per header.
+		const raw: string[] = [];
+		for (const name in headers) raw.push(name, headers[name]);
+		raw.push("content-length", String(bytes.length), "host", url.host);
 		return new Promise<PostResult>((resolve) => {
 			let settled = false;
 			const done = (r: Omit<PostResult, "durationMs">) => {
@@ -38,9 +57,13 @@ export class Poster {
 				signal?.removeEventListener("abort", onAbort);
 				resolve({ ...r, durationMs: performance.now() - started });
 			};
-			const req = (secure ? https : http).request(target.url, {
+			const req = (secure ? https : http).request({
+				protocol: target.url.protocol,
+				hostname: url.hostname,
+				port: url.port,
+				path: url.path,
 				method: "POST",
-				headers: { ...headers, "content-length": String(Buffer.byteLength(body)) },
+				headers: raw,
 				lookup: pinned,
 				agent: secure ? this.httpsAgent : this.httpAgent,
 			});
@@ -56,13 +79,26 @@ export class Poster {
 			req.on("error", (err: NodeJS.ErrnoException) => done({ status: null, error: err.code ? `${err.code}: ${err.message}` : err.message }));
 			req.on("response", (res) => {
 				// The body is drained (and ignored) so the connection can be reused; the status decides.
-				res.on("data", () => undefined);
-				res.on("end", () => done({ status: res.statusCode ?? null, error: null }));
-				res.on("error", () => done({ status: res.statusCode ?? null, error: null }));
-				res.on("close", () => done({ status: res.statusCode ?? null, error: null }));
+				const status = res.statusCode ?? null;
+				const finish = () => done({ status, error: null });
+				res.resume();
+				res.on("end", finish);
+				res.on("error", finish);
+				res.on("close", finish);
 			});
-			req.end(body);
+			req.end(bytes);
 		});
+	}
+
+	private partsOf(u: URL): UrlParts {
+		let p = this.parts.get(u);
+		if (!p) {
+			// As http.request(url) does: an IPv6 literal without its brackets, the path with the query string.
+			const hostname = u.hostname.startsWith("[") ? u.hostname.slice(1, -1) : u.hostname;
+			p = { hostname, port: u.port, path: `${u.pathname}${u.search}`, host: u.host };
+			this.parts.set(u, p);
+		}
+		return p;
 	}
 
 	close(): void {

@@ -89,8 +89,8 @@ export interface DeliveryRow {
 	delivered_at: Date | null;
 }
 
-/** A claimed row: its payload as the exact JSON text to post. */
-export interface ClaimedDelivery extends DeliveryRow {
+/** A claimed row: what a delivery attempt and its settle need, with its payload as the exact JSON text to post. */
+export interface ClaimedDelivery extends Pick<DeliveryRow, "id" | "event_id" | "client_id" | "config_id" | "url" | "attempts"> {
 	body: string;
 }
 
@@ -107,6 +107,20 @@ export interface AttemptRecord {
  */
 export function storableUrl(url: string | null | undefined): string | null {
 	if (url === null || url === undefined) return null;
+	let out = storable.get(url);
+	if (out === undefined) {
+		if (storable.size >= STORABLE_MAX) storable.clear();
+		out = withoutUserinfo(url);
+		storable.set(url, out);
+	}
+	return out;
+}
+
+/** storableUrl's answers for the URLs in use (a few: one per webhook), not parsed again on every settle. */
+const storable = new Map<string, string>();
+const STORABLE_MAX = 1000;
+
+function withoutUserinfo(url: string): string {
 	try {
 		const u = new URL(url);
 		if (!u.username && !u.password) return url;
@@ -130,6 +144,59 @@ interface PendingSettle {
 
 /** Settles per statement (12 parameters each). */
 const SETTLE_CHUNK = 200;
+/**
+ * A settle statement of up to this many rows is a prepared one (one per row count and connection, parsed and planned
+ * once); a larger batch, rare (more than the deliveries a dispatcher has in flight), is sent as plain text.
+ */
+const PREPARED_SETTLE = 64;
+const SETTLE_CASTS = ["bigint", "text", "text", "integer", "float8", "integer", "text", "text", "text", "boolean", "text", "integer"];
+const settleTexts: string[] = [];
+
+/** The settle statement for `n` rows (built once per row count). */
+function settleText(n: number): string {
+	let text = settleTexts[n];
+	if (text) return text;
+	const values = Array.from({ length: n }, (_, r) => `(${SETTLE_CASTS.map((c, i) => `$${r * SETTLE_CASTS.length + i + 1}::${c}`).join(", ")})`);
+	text = `with v (id, owner, status, attempts, next_in, last_status, last_error, config_id, url, has_attempt, a_error, a_duration) as (values ${values.join(", ")}),
+			 a as (insert into delivery_attempts (delivery_id, attempt, url, status, error, duration_ms)
+				select id, attempts, url, last_status, a_error, a_duration from v where has_attempt)
+			 update deliveries d set status = v.status, attempts = v.attempts, next_at = now() + make_interval(secs => v.next_in),
+				last_status = coalesce(v.last_status, d.last_status), last_error = v.last_error, config_id = v.config_id, url = v.url,
+				delivered_at = case when v.status = 'delivered' then now() else d.delivered_at end,
+				locked_by = null, locked_until = null, updated_at = now()
+			 from v where d.id = v.id and d.locked_by = v.owner`;
+	if (n <= PREPARED_SETTLE) settleTexts[n] = text;
+	return text;
+}
+
+/**
+ * The claim stays a plain (unnamed) statement: planned on every call for the queue as it is then, never with a
+ * generic plan cached on the connection. It runs in one transaction with the planner settings CLAIM_PLAN: claims come
+ * in bursts, when the queue holds far more pending rows than the table's statistics say (autovacuum gathers them long
+ * after the burst), and planned from those statistics the claim read every due row, looked up each one's predecessor
+ * and sorted them all before taking its `limit` (O(pending rows) per claim: 3-7 ms with 2 000 queued). With them the
+ * only plan left is the queue's order: the index on next_at walked from its head (enqueue makes the rows of a batch due
+ * 1 µs apart, in seq order, so that rows due at one instant, sorted by seq, are few), each row's predecessor looked up by index, stopping once `limit` rows are
+ * taken. The same rows are claimed as before; only the work to find them changes.
+ */
+export const CLAIM_PLAN = `select ${["enable_seqscan", "enable_bitmapscan", "enable_sort", "enable_hashjoin", "enable_mergejoin", "enable_material"].map((s) => `set_config('${s}', 'off', true)`).join(", ")}`;
+export const CLAIM = `update deliveries d set locked_by = $1, locked_until = now() + make_interval(secs => $3), updated_at = now()
+			 where d.id in (
+				select c.id from deliveries c
+				where c.status = 'pending' and c.next_at <= now() and (c.locked_until is null or c.locked_until < now())
+				  and not exists (
+					select 1 from deliveries e
+					where e.status = 'pending' and e.client_id = c.client_id and e.topic = c.topic
+					  and e.document_id = c.document_id and (e.seq < c.seq or (e.seq = c.seq and e.id < c.id))
+				  )
+				order by c.next_at, c.seq
+				limit $2
+				for update skip locked
+			 )
+			 returning d.id, d.event_id, d.client_id, d.config_id, d.url, d.attempts, d.payload::text as body`;
+/** A prepared (named) statement: a lookup by primary key, parsed and planned once per connection. */
+const RELEASE =
+	"update deliveries set locked_by = null, locked_until = null, next_at = greatest(next_at, now() + make_interval(secs => $3)), updated_at = now() where id = $1 and locked_by = $2";
 
 /** Rows per insert statement (11 parameters each, well under PostgreSQL's 65 535). */
 const ENQUEUE_CHUNK = 500;
@@ -148,13 +215,15 @@ export class DeliveryStore {
 		for (let i = 0; i < rows.length; i += ENQUEUE_CHUNK) {
 			const chunk = rows.slice(i, i + ENQUEUE_CHUNK);
 			const params: unknown[] = [];
-			const values = chunk.map((r) => {
+			// Each row is due 1 µs after the previous one: the queue's index on next_at alone then orders a batch as
+			// (next_at, seq) does, and the claim's walk stops after the rows it takes (CLAIM).
+			const values = chunk.map((r, j) => {
 				const at = params.length;
 				params.push(r.event_id, r.seq, r.client_id, r.config_id, storableUrl(r.url), r.topic, r.op, r.document_id, r.body, r.status, r.last_error ?? null);
-				return `($${at + 1}, $${at + 2}, $${at + 3}, $${at + 4}, $${at + 5}, $${at + 6}, $${at + 7}, $${at + 8}, $${at + 9}::json, $${at + 10}, $${at + 11})`;
+				return `($${at + 1}, $${at + 2}, $${at + 3}, $${at + 4}, $${at + 5}, $${at + 6}, $${at + 7}, $${at + 8}, $${at + 9}::json, $${at + 10}, $${at + 11}, ${j ? `now() + interval '${j} microseconds'` : "now()"})`;
 			});
 			const res = await this.db.query(
-				`insert into deliveries (event_id, seq, client_id, config_id, url, topic, op, document_id, payload, status, last_error)
+				`insert into deliveries (event_id, seq, client_id, config_id, url, topic, op, document_id, payload, status, last_error, next_at)
 				 values ${values.join(", ")} on conflict (event_id, client_id) do nothing`,
 				params,
 			);
@@ -168,32 +237,22 @@ export class DeliveryStore {
 	 * oldest pending row of their (client, document), so a later event never overtakes an earlier one.
 	 */
 	async claim(owner: string, limit: number, leaseSec: number): Promise<ClaimedDelivery[]> {
-		const { rows } = await this.db.query<ClaimedDelivery>(
-			`update deliveries d set locked_by = $1, locked_until = now() + make_interval(secs => $3), updated_at = now()
-			 where d.id in (
-				select c.id from deliveries c
-				where c.status = 'pending' and c.next_at <= now() and (c.locked_until is null or c.locked_until < now())
-				  and not exists (
-					select 1 from deliveries e
-					where e.status = 'pending' and e.client_id = c.client_id and e.topic = c.topic
-					  and e.document_id = c.document_id and (e.seq < c.seq or (e.seq = c.seq and e.id < c.id))
-				  )
-				order by c.next_at, c.seq
-				limit $2
-				for update skip locked
-			 )
-			 returning ${COLUMNS.split(", ").map((c) => `d.${c}`).join(", ")}, d.payload::text as body`,
-			[owner, limit, leaseSec],
-		);
-		return rows;
+		if (!Number.isInteger(limit) || !Number.isFinite(leaseSec)) throw new TypeError("claim: limit must be an integer and leaseSec a number");
+		// One round trip: the settings and the claim as one simple query, which PostgreSQL runs as one transaction
+		// (the settings, local to it, end with it). A simple query has no parameters: the values are written in it.
+		const client = await this.db.client();
+		try {
+			const values = [client.escapeLiteral(owner), String(limit), String(leaseSec)];
+			const res = (await client.query(`${CLAIM_PLAN}; ${CLAIM.replace(/\$([123])\b/g, (_, i: string) => values[Number(i) - 1])}`)) as unknown as Array<{ rows: ClaimedDelivery[] }>;
+			return res[1].rows;
+		} finally {
+			client.release();
+		}
 	}
 
 	/** Gives a leased row back without counting an attempt (stop, transient lookup failure). */
 	async release(id: string, owner: string, delaySec = 0): Promise<void> {
-		await this.db.query(
-			"update deliveries set locked_by = null, locked_until = null, next_at = greatest(next_at, now() + make_interval(secs => $3)), updated_at = now() where id = $1 and locked_by = $2",
-			[id, owner, delaySec],
-		);
+		await this.db.query({ name: "dispatcher-release", text: RELEASE, values: [id, owner, delaySec] });
 	}
 
 	/** Leases a previous run of this node left behind (crash, kill): free them at start. */
@@ -203,9 +262,11 @@ export class DeliveryStore {
 	}
 
 	/**
-	 * Records an attempt and the row's new state. The settles of deliveries finishing together (the same turn of the
-	 * event loop, at most SETTLE_CHUNK) go in one statement; each caller's promise settles with its own batch.
-	 * `nextInSec` applies to a row still pending (due again after it).
+	 * Records an attempt and the row's new state. The settles of deliveries finishing together go in one statement
+	 * (at most SETTLE_CHUNK): those of the same turn of the event loop, and, while one statement runs, every settle
+	 * arriving meanwhile, sent as the next one when it is done (one settle statement at a time per store: under load
+	 * the batches grow instead of the statements). Each caller's promise settles with its own batch. `nextInSec`
+	 * applies to a row still pending (due again after it).
 	 */
 	settle(
 		row: ClaimedDelivery,
@@ -215,29 +276,36 @@ export class DeliveryStore {
 	): Promise<void> {
 		return new Promise((resolve, reject) => {
 			this.settling.push({ row, owner, attempt, state, resolve, reject });
-			if (this.settling.length === 1) setImmediate(() => void this.flushSettles());
+			if (this.flushing) return;
+			this.flushing = true;
+			setImmediate(() => void this.flushSettles());
 		});
 	}
 
 	private settling: PendingSettle[] = [];
+	/** A flush is scheduled or running: it takes whatever is queued when its current statement is done. */
+	private flushing = false;
 
 	private async flushSettles(): Promise<void> {
-		while (this.settling.length) {
-			const batch = this.settling.splice(0, SETTLE_CHUNK);
-			try {
-				await this.settleMany(batch);
-				for (const b of batch) b.resolve();
-			} catch (err) {
-				for (const b of batch) b.reject(err);
+		try {
+			while (this.settling.length) {
+				const batch = this.settling.splice(0, SETTLE_CHUNK);
+				try {
+					await this.settleMany(batch);
+					for (const b of batch) b.resolve();
+				} catch (err) {
+					for (const b of batch) b.reject(err);
+				}
 			}
+		} finally {
+			this.flushing = false;
 		}
 	}
 
 	/** One statement: the attempts inserted, the rows updated (only those still leased by their settler). */
 	private async settleMany(batch: PendingSettle[]): Promise<void> {
 		const params: unknown[] = [];
-		const values = batch.map(({ row, owner, attempt, state }) => {
-			const at = params.length;
+		for (const { row, owner, attempt, state } of batch)
 			params.push(
 				row.id,
 				owner,
@@ -252,20 +320,8 @@ export class DeliveryStore {
 				attempt?.error ?? null,
 				attempt ? Math.round(attempt.durationMs) : null,
 			);
-			const casts = ["bigint", "text", "text", "integer", "float8", "integer", "text", "text", "text", "boolean", "text", "integer"];
-			return `(${casts.map((c, i) => `$${at + i + 1}::${c}`).join(", ")})`;
-		});
-		await this.db.query(
-			`with v (id, owner, status, attempts, next_in, last_status, last_error, config_id, url, has_attempt, a_error, a_duration) as (values ${values.join(", ")}),
-			 a as (insert into delivery_attempts (delivery_id, attempt, url, status, error, duration_ms)
-				select id, attempts, url, last_status, a_error, a_duration from v where has_attempt)
-			 update deliveries d set status = v.status, attempts = v.attempts, next_at = now() + make_interval(secs => v.next_in),
-				last_status = coalesce(v.last_status, d.last_status), last_error = v.last_error, config_id = v.config_id, url = v.url,
-				delivered_at = case when v.status = 'delivered' then now() else d.delivered_at end,
-				locked_by = null, locked_until = null, updated_at = now()
-			 from v where d.id = v.id and d.locked_by = v.owner`,
-			params,
-		);
+		const text = settleText(batch.length);
+		await this.db.query(batch.length <= PREPARED_SETTLE ? { name: `dispatcher-settle-${batch.length}`, text, values: params } : text, params);
 	}
 
 	async get(id: string): Promise<DeliveryRow | null> {

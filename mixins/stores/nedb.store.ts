@@ -180,6 +180,8 @@ export class NedbStore implements DocumentStore {
 	find(o: FindOptions): Promise<StoredDoc[]> {
 		if (o.projection) return this.cursorFind(o);
 		const q = toStoreQuery(o.query);
+		// One `_id`: NeDB's `_id` index gives at most one candidate, cheaper to match than a cache key is to build.
+		if (typeof q._id === "string") return this.findById(q, o);
 		const sort = o.sort ? renameIdKeys(o.sort)! : undefined;
 		const key = `f${keyOf([q, sort, o.skip ?? 0, o.limit ?? 0])}`;
 		const hit = this.cache.get(key) as StoredDoc[] | undefined;
@@ -206,6 +208,18 @@ export class NedbStore implements DocumentStore {
 		const page = matches.slice(start, o.limit ? start + o.limit : undefined).map((d) => model.deepCopy(d));
 		this.remember(key, page);
 		return Promise.resolve(page.map((d) => model.deepCopy(d)));
+	}
+
+	/** `find` of a query with an `_id` equality, without the read cache. */
+	private findById(q: Filter, o: FindOptions): Promise<StoredDoc[]> {
+		let matches: StoredDoc[];
+		try {
+			matches = ((this.db as any)._getRawCandidates(q) as StoredDoc[]).filter((d) => model.match(d, q));
+		} catch (err) {
+			return Promise.reject(queryError(err));
+		}
+		const start = o.skip ?? 0;
+		return Promise.resolve(matches.slice(start, o.limit ? start + o.limit : undefined).map((d) => model.deepCopy(d)));
 	}
 
 	/**

@@ -1,8 +1,12 @@
 /**
- * Every local action runs in a unit of work (mixins/stores/unit.ts): on PostgreSQL, its document writes and its
+ * On PostgreSQL every local action runs in a unit of work (mixins/stores/unit.ts): its document writes and its
  * change events commit together. Before the action calls another one (local or remote), what it has written is
  * committed: the callee never waits on a row lock its caller holds (no deadlock across actions or nodes) and reads
- * what was written, as it does on the embedded store. A no-op for stores without transactions.
+ * what was written, as it does on the embedded store.
+ *
+ * Stores without transactions (NeDB, MongoDB) have nothing for a unit to hold, so their nodes get no middleware at
+ * all (`unitOfWorkMiddleware`): a unit is an AsyncLocalStorage scope, and the first scope turns on Node's promise
+ * hooks for the whole process, a cost on every promise of every request (about 5 % of a get's CPU on NeDB).
  */
 import type { Middleware } from "moleculer";
 import { flushUnit, hasOpenTransaction, unitOfWork } from "./unit";
@@ -13,6 +17,23 @@ import { flushUnit, hasOpenTransaction, unitOfWork } from "./unit";
  * Unset (always, outside that test), actions are wrapped exactly as without it.
  */
 const CRASH_AFTER_COMMIT = process.env.TEST_CRASH_AFTER_COMMIT;
+
+/** The unit-of-work middleware for a node whose documents are on PostgreSQL; none for the other stores. */
+export function unitOfWorkMiddleware(transactional: boolean): Middleware | undefined {
+	return transactional ? UnitOfWorkMiddleware : CRASH_AFTER_COMMIT ? CrashAfterWriteMiddleware : undefined;
+}
+
+/** The test-only crash above for a node without units: the action has written when it returns. */
+const CrashAfterWriteMiddleware = {
+	name: "CrashAfterWrite",
+	localAction(handler: (ctx: unknown) => Promise<unknown>) {
+		return async function (this: unknown, ctx: { params?: { body?: { title?: unknown } } }) {
+			const out = await handler.call(this, ctx);
+			if (ctx.params?.body?.title === CRASH_AFTER_COMMIT) process.kill(process.pid, "SIGKILL");
+			return out;
+		};
+	},
+} as unknown as Middleware;
 
 export const UnitOfWorkMiddleware: Middleware = {
 	name: "UnitOfWork",

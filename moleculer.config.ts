@@ -4,7 +4,7 @@ import type { PlatformConfig } from "./lib/config";
 import { AuthorityMiddleware } from "./middlewares/authority";
 import { LeanMetricsMiddleware, TextPrometheusReporter } from "./lib/metrics";
 import { channelsMiddleware } from "./events/channels.stream";
-import { unitOfWorkMiddleware } from "./mixins/stores/unit.middleware";
+import { unitOfWorkMiddlewares } from "./mixins/stores/unit.middleware";
 import { onPostgres } from "./mixins/stores";
 import { replCommands, ReplPrincipalMiddleware } from "./lib/repl";
 import { claimNodeId, transportFailure } from "./lib/failover";
@@ -43,13 +43,11 @@ export function brokerOptions(cfg?: PlatformConfig): BrokerOptions {
 		},
 		tracing: { enabled: false },
 		// The production event stream (EVENT_STREAM=nats|redis): @moleculer/channels, see events/channels.stream.ts.
-		middlewares: [LeanMetricsMiddleware as unknown as Middleware, FailoverMiddleware(cfg.failoverWaitMs) as unknown as Middleware, ...optional(unitOfWorkMiddleware(onPostgres(cfg))), AuthorityMiddleware, ReplPrincipalMiddleware as unknown as Middleware, ...(cfg.eventStream && cfg.eventStream !== "outbox" ? [channelsMiddleware(cfg)] : [])],
+		middlewares: [LeanMetricsMiddleware as unknown as Middleware, FailoverMiddleware(cfg.failoverWaitMs) as unknown as Middleware, ...unitOfWorkMiddlewares(onPostgres(cfg)), AuthorityMiddleware, ReplPrincipalMiddleware as unknown as Middleware, ...(cfg.eventStream && cfg.eventStream !== "outbox" ? [channelsMiddleware(cfg)] : [])],
 		// The operator's REPL: `as <username|client id>`, `whoami`, `unas` (lib/repl.ts).
 		replCommands: replCommands() as BrokerOptions["replCommands"],
 	};
 }
-
-const optional = (m: Middleware | undefined): Middleware[] => (m ? [m] : []);
 
 /** The platform as moleculer-runner starts it: configuration from the environment, every service (or SERVICES). */
 function runnerOptions(): BrokerOptions {

@@ -81,7 +81,6 @@ type Datastore = {
 	find(q: Filter, p?: Record<string, 0 | 1>): { sort(s: object): any; skip(n: number): any; limit(n: number): any; exec(cb: (e: Error | null, d: StoredDoc[]) => void): void };
 	findOne(q: Filter): Promise<StoredDoc | null>;
 	count(q: Filter): Promise<number>;
-	insert<T>(d: T): Promise<T>;
 	insertAsync<T>(d: T): Promise<T>;
 	update(q: Filter, u: object, o: object): Promise<[number, StoredDoc | StoredDoc[]]>;
 	remove(q: Filter, o: object): Promise<number>;

@@ -5,7 +5,7 @@
  * what was written, as it does on the embedded store.
  *
  * Stores without transactions (NeDB, MongoDB) have nothing for a unit to hold, so their nodes get no middleware at
- * all (`unitOfWorkMiddleware`): a unit is an AsyncLocalStorage scope, and the first scope turns on Node's promise
+ * all (`unitOfWorkMiddlewares`): a unit is an AsyncLocalStorage scope, and the first scope turns on Node's promise
  * hooks for the whole process, a cost on every promise of every request (about 5 % of a get's CPU on NeDB).
  */
 import type { Middleware } from "moleculer";
@@ -14,18 +14,21 @@ import { flushUnit, hasOpenTransaction, unitOfWork } from "./unit";
 /**
  * Test-only (test/e2e/write-kill.test.ts): the process SIGKILLs itself once an action whose body's `title` is this
  * text has committed, before its reply leaves: a crash between a write and its acknowledgement, on purpose.
- * Unset (always, outside that test), actions are wrapped exactly as without it.
+ * Unset (always, outside that test), no middleware is added for it.
  */
 const CRASH_AFTER_COMMIT = process.env.TEST_CRASH_AFTER_COMMIT;
 
-/** The unit-of-work middleware for a node whose documents are on PostgreSQL; none for the other stores. */
-export function unitOfWorkMiddleware(transactional: boolean): Middleware | undefined {
-	return transactional ? UnitOfWorkMiddleware : CRASH_AFTER_COMMIT ? CrashAfterWriteMiddleware : undefined;
+/**
+ * The unit-of-work middleware for a node whose documents are on PostgreSQL, none for the other stores; then the
+ * test-only crash when it is set. Moleculer wraps each middleware around the ones listed before it, so the crash runs
+ * once the unit has committed.
+ */
+export function unitOfWorkMiddlewares(transactional: boolean): Middleware[] {
+	return [...(transactional ? [UnitOfWorkMiddleware] : []), ...(CRASH_AFTER_COMMIT ? [CrashAfterCommitMiddleware] : [])];
 }
 
-/** The test-only crash above for a node without units: the action has written when it returns. */
-const CrashAfterWriteMiddleware = {
-	name: "CrashAfterWrite",
+const CrashAfterCommitMiddleware = {
+	name: "CrashAfterCommit",
 	localAction(handler: (ctx: unknown) => Promise<unknown>) {
 		return async function (this: unknown, ctx: { params?: { body?: { title?: unknown } } }) {
 			const out = await handler.call(this, ctx);
@@ -38,12 +41,6 @@ const CrashAfterWriteMiddleware = {
 export const UnitOfWorkMiddleware: Middleware = {
 	name: "UnitOfWork",
 	localAction(handler: (ctx: unknown) => Promise<unknown>) {
-		if (CRASH_AFTER_COMMIT)
-			return async function (this: unknown, ctx: { params?: { body?: { title?: unknown } } }) {
-				const out = await unitOfWork(() => handler.call(this, ctx));
-				if (ctx.params?.body?.title === CRASH_AFTER_COMMIT) process.kill(process.pid, "SIGKILL");
-				return out;
-			};
 		return function (this: unknown, ctx: unknown) {
 			return unitOfWork(() => handler.call(this, ctx));
 		};

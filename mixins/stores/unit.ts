@@ -6,8 +6,8 @@
  * see those writes. The outbox's append (events/outbox.ts) inserts the events on the same connection and commits
  * (`commitUnit`): the documents and their events are durable together or not at all. Whatever the action writes
  * afterwards (hooks) opens a new transaction, committed when the action returns; an action that throws rolls back
- * what is not committed yet. Stores without transactions (NeDB, MongoDB) ignore the scope: their behaviour is
- * unchanged (write, then append).
+ * what is not committed yet. Nodes on stores without transactions (NeDB, MongoDB) run no units at all
+ * (mixins/stores/unit.middleware.ts): they write, then append.
  *
  * A write can be held back instead (`holdWrite`, a create's document insert): no transaction is begun for it, and the
  * outbox's append takes it (`takeHeld`) into the statement that appends the events, which then is the transaction,

@@ -108,7 +108,7 @@ export async function emailScenario(durationS: number, children: ChildProcess[] 
 	const base = `http://127.0.0.1:${port}`;
 	const child = spawn(path.join(root, "node_modules/.bin/tsx"), ["start.ts"], {
 		cwd: root,
-		env: { ...process.env, PORT: String(port), DATA_DIR: dataDir, LOG_LEVEL: "warn", SMTP_URL: `smtp://127.0.0.1:${rx.port}` },
+		env: { ...process.env, PORT: String(port), DATA_DIR: dataDir, LOG_LEVEL: "warn", SMTP_URL: `smtp://127.0.0.1:${rx.port}`, TOUCH_EMAIL_SENDERS: "example.com" },
 		stdio: ["ignore", "ignore", "inherit"],
 	});
 	children.push(child);

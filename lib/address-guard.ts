@@ -11,39 +11,49 @@ import { BlockList, isIP } from "net";
 import { lookup } from "dns/promises";
 import { normalizeIp } from "./cidr";
 
-const blocked = new BlockList();
-for (const [net, prefix] of [
-	["0.0.0.0", 8], // "this network", unspecified
-	["10.0.0.0", 8], // private
-	["100.64.0.0", 10], // carrier-grade NAT
-	["127.0.0.0", 8], // loopback
-	["169.254.0.0", 16], // link-local (cloud metadata)
-	["172.16.0.0", 12], // private
-	["192.0.0.0", 24], // IETF protocol assignments
-	["192.0.2.0", 24], // documentation
-	["192.88.99.0", 24], // 6to4 relay anycast
-	["192.168.0.0", 16], // private
-	["198.18.0.0", 15], // benchmarking
-	["198.51.100.0", 24], // documentation
-	["203.0.113.0", 24], // documentation
-	["224.0.0.0", 4], // multicast
-	["240.0.0.0", 4], // reserved, broadcast
+/** Why an address is not public, by category only: what a client may be told (the address itself stays in the log). */
+export type AddressCategory = "loopback" | "private" | "link-local" | "multicast" | "reserved";
+
+const blocked: Record<AddressCategory, BlockList> = {
+	loopback: new BlockList(),
+	private: new BlockList(),
+	"link-local": new BlockList(),
+	multicast: new BlockList(),
+	reserved: new BlockList(),
+};
+for (const [net, prefix, category] of [
+	["0.0.0.0", 8, "reserved"], // "this network", unspecified
+	["10.0.0.0", 8, "private"],
+	["100.64.0.0", 10, "private"], // carrier-grade NAT
+	["127.0.0.0", 8, "loopback"],
+	["169.254.0.0", 16, "link-local"], // (cloud metadata)
+	["172.16.0.0", 12, "private"],
+	["192.0.0.0", 24, "reserved"], // IETF protocol assignments
+	["192.0.2.0", 24, "reserved"], // documentation
+	["192.88.99.0", 24, "reserved"], // 6to4 relay anycast
+	["192.168.0.0", 16, "private"],
+	["198.18.0.0", 15, "reserved"], // benchmarking
+	["198.51.100.0", 24, "reserved"], // documentation
+	["203.0.113.0", 24, "reserved"], // documentation
+	["224.0.0.0", 4, "multicast"],
+	["240.0.0.0", 4, "reserved"], // reserved, broadcast
 ] as const)
-	blocked.addSubnet(net, prefix, "ipv4");
-for (const [net, prefix] of [
-	["::", 128], // unspecified
-	["::1", 128], // loopback
-	["::", 96], // IPv4-compatible (deprecated)
-	["100::", 64], // discard
-	["64:ff9b:1::", 48], // local-use NAT64
-	["2001:db8::", 32], // documentation
-	["2001:10::", 28], // ORCHID
-	["fc00::", 7], // unique local (private)
-	["fe80::", 10], // link-local
-	["fec0::", 10], // site-local (deprecated)
-	["ff00::", 8], // multicast
+	blocked[category].addSubnet(net, prefix, "ipv4");
+for (const [net, prefix, category] of [
+	["::", 128, "reserved"], // unspecified
+	["::1", 128, "loopback"],
+	["::", 96, "reserved"], // IPv4-compatible (deprecated)
+	["100::", 64, "reserved"], // discard
+	["64:ff9b:1::", 48, "reserved"], // local-use NAT64
+	["2001:db8::", 32, "reserved"], // documentation
+	["2001:10::", 28, "reserved"], // ORCHID
+	["fc00::", 7, "private"], // unique local
+	["fe80::", 10, "link-local"],
+	["fec0::", 10, "private"], // site-local (deprecated)
+	["ff00::", 8, "multicast"],
 ] as const)
-	blocked.addSubnet(net, prefix, "ipv6");
+	blocked[category].addSubnet(net, prefix, "ipv6");
+const CATEGORIES = Object.keys(blocked) as AddressCategory[];
 
 /**
  * The IPv4 addresses an IPv6 address embeds, written in any of its forms: IPv4-mapped (::ffff:0:0/96, any spelling,
@@ -64,7 +74,8 @@ function embeddedIpv4(ip6: string): string[] {
 	return out;
 }
 
-function expandIpv6(ip: string): number[] | undefined {
+/** The eight groups of an IPv6 address (a trailing dotted IPv4 as two), or undefined when it is not one. */
+export function expandIpv6(ip: string): number[] | undefined {
 	let s = ip;
 	// A trailing dotted IPv4 (::ffff:1.2.3.4 style) becomes two groups.
 	const dotted = /(\d+\.\d+\.\d+\.\d+)$/.exec(s);
@@ -82,21 +93,37 @@ function expandIpv6(ip: string): number[] | undefined {
 	return all.map((g) => parseInt(g, 16));
 }
 
-/** True for a public unicast address; false for every non-public range above and for anything not an IP. */
-export function isPublicAddress(address: string): boolean {
+/** The category of a non-public address (see the ranges above; anything not an IP is `reserved`); null for a public one. */
+export function nonPublicCategory(address: string): AddressCategory | null {
 	const ip = normalizeIp(address);
 	const family = isIP(ip);
-	if (family === 4) return !blocked.check(ip, "ipv4");
-	if (family !== 6) return false;
-	if (blocked.check(ip, "ipv6")) return false;
+	if (family !== 4 && family !== 6) return "reserved";
+	const type = family === 4 ? "ipv4" : "ipv6";
+	const hit = CATEGORIES.find((c) => blocked[c].check(ip, type));
+	if (hit || family === 4) return hit ?? null;
 	// Every embedded IPv4 must be public too (a loopback or private one is refused whatever the IPv6 form).
-	return embeddedIpv4(ip).every((v4) => isPublicAddress(v4));
+	for (const v4 of embeddedIpv4(ip)) {
+		const c = nonPublicCategory(v4);
+		if (c) return c;
+	}
+	return null;
 }
 
+/** True for a public unicast address; false for every non-public range above and for anything not an IP. */
+export function isPublicAddress(address: string): boolean {
+	return nonPublicCategory(address) === null;
+}
+
+/**
+ * A permanent refusal. `message` is what a client may read (kept in delivery records, push-histories, SMS records,
+ * configs): it never says what a host name resolved to. `detail` is for the server log only.
+ */
 export class AddressRefused extends Error {
-	constructor(message: string) {
+	readonly detail: string;
+	constructor(message: string, detail = message) {
 		super(message);
 		this.name = "AddressRefused";
+		this.detail = detail;
 	}
 }
 
@@ -130,8 +157,14 @@ export async function resolveTarget(raw: unknown, allowPrivate: boolean, resolve
 	const addresses = literal ? [{ address: host, family: literal }] : await resolver(host);
 	if (!addresses.length) throw new Error(`${host} does not resolve`);
 	if (!allowPrivate) {
-		const bad = addresses.find((a) => !isPublicAddress(a.address));
-		if (bad) throw new AddressRefused(`webhook host ${host} resolves to a non-public address (${bad.address}); set WEBHOOK_ALLOW_PRIVATE=1 to allow`);
+		for (const a of addresses) {
+			const category = nonPublicCategory(a.address);
+			if (category)
+				throw new AddressRefused(
+					`webhook host ${host} is not allowed: not a public address (${category})`,
+					`webhook host ${host} resolves to ${a.address}, a ${category} address; set WEBHOOK_ALLOW_PRIVATE=1 to allow`,
+				);
+		}
 	}
 	const first = addresses[0];
 	return { url, address: first.address, family: first.family === 6 ? 6 : 4 };

@@ -94,6 +94,8 @@ export interface PlatformConfig {
 	cursorIdleMs: number;
 	/** RATE_LIMIT (`<n>/s[,<burst>]`): requests per principal (per IP unauthenticated); undefined = off (default). */
 	rateLimit?: RateLimit;
+	/** METRICS_TOKEN: when set, `/metrics` (gateway and ops ports) answers only `Authorization: Bearer <it>`; unset = open. */
+	metricsToken?: string;
 	/** SMTP_URL: `smtp(s)://user:pass@host:port` of the mail relay (pooled); unset = emails fail with `no transport`. Never logged. */
 	smtpUrl?: string;
 	/** VAPID_PUBLIC_KEY / VAPID_PRIVATE_KEY (base64url): unset = generated once and kept in DATA_DIR/vapid.json (0600). */
@@ -107,6 +109,8 @@ export interface PlatformConfig {
 	tlsCaFile?: string;
 	/** TOUCH_RETRY_SCHEDULE: seconds before each delivery attempt of an email, SMS or push (its length is the attempt count). */
 	touchRetrySchedule: number[];
+	/** TOUCH_EMAIL_SENDERS: addresses (`noreply@platform.example`) or domains any tenant's email may have as `From`, besides the tenant's own domains; default none. */
+	touchEmailSenders: string[];
 	/** FILE_MAX_BYTES: largest file an upload accepts (413 above); default 8 MiB (docs/files.md). */
 	fileMaxBytes: number;
 	/** FILE_ORPHAN_GRACE_MINUTES: a stored blob without a file record is removed by the cleaner once this old; default 60. */
@@ -135,6 +139,13 @@ export function rateLimit(v: string | undefined): RateLimit | undefined {
 	if (!m || !(rate > 0) || !Number.isFinite(rate) || !Number.isInteger(burst) || burst < 1 || burst > 1e9)
 		throw new Error(`RATE_LIMIT must be <requests>/s (or /m, /h) with an optional ,<burst>, e.g. 50/s,200, got ${v}`);
 	return { rate, burst };
+}
+
+/** METRICS_TOKEN: at least 16 characters, no whitespace (it travels as a bearer); anything else refuses to start. */
+export function metricsToken(v: string | undefined): string | undefined {
+	if (v === undefined) return undefined;
+	if (v.length < 16 || /\s/.test(v)) throw new Error("METRICS_TOKEN must be at least 16 characters without whitespace");
+	return v;
 }
 
 function nonNegativeInt(name: string, v: string): number {
@@ -277,6 +288,13 @@ function smsProviders(): PlatformConfig["smsProviders"] {
 	return out;
 }
 
+/** TOUCH_EMAIL_SENDERS: comma-separated addresses or domains, lower-cased; anything else refuses to start. */
+function emailSenders(v: string | undefined): string[] {
+	const list = (v ?? "").split(",").map((x) => x.trim().toLowerCase()).filter(Boolean);
+	for (const x of list) if (!/^([^@\s,<>]+@)?[a-z0-9-]+(\.[a-z0-9-]+)*$/.test(x)) throw new Error(`TOUCH_EMAIL_SENDERS must be comma-separated addresses or domains, got ${x}`);
+	return list;
+}
+
 export function readConfig(): PlatformConfig {
 	const services = env("SERVICES");
 	return {
@@ -325,6 +343,7 @@ export function readConfig(): PlatformConfig {
 		cursorIdleMs: cursorIdle(env("CURSOR_IDLE_MS")),
 		outboxGraceMs: env("OUTBOX_GRACE_MS") === undefined ? undefined : nonNegativeInt("OUTBOX_GRACE_MS", env("OUTBOX_GRACE_MS")!),
 		rateLimit: rateLimit(env("RATE_LIMIT")),
+		metricsToken: metricsToken(env("METRICS_TOKEN")),
 		smtpUrl: env("SMTP_URL"),
 		vapidPublicKey: env("VAPID_PUBLIC_KEY"),
 		vapidPrivateKey: env("VAPID_PRIVATE_KEY"),
@@ -333,6 +352,7 @@ export function readConfig(): PlatformConfig {
 		tlsCaFile: env("TLS_CA_FILE"),
 		touchRetrySchedule: retrySchedule(env("TOUCH_RETRY_SCHEDULE"), DEFAULT_TOUCH_RETRY_SCHEDULE, "TOUCH_RETRY_SCHEDULE"),
 		touchLeaseMs: env("TOUCH_LEASE_MS") === undefined ? undefined : nonNegativeInt("TOUCH_LEASE_MS", env("TOUCH_LEASE_MS")!),
+		touchEmailSenders: emailSenders(env("TOUCH_EMAIL_SENDERS")),
 		fileMaxBytes: Math.floor(positive("FILE_MAX_BYTES") ?? 8 * 1024 * 1024),
 		fileOrphanGraceMinutes: positive("FILE_ORPHAN_GRACE_MINUTES") ?? 60,
 		s3: s3Settings(),

@@ -127,12 +127,15 @@ export const DEFAULT_RETRY_AFTER_S = 2;
 /**
  * Seconds for Retry-After: a 503 or 504 always gets one (the cause's own `data.retryAfter`, e.g. the cache's; for a
  * node that could not be reached, the heartbeat timeout when given: a dead node is dropped by then; else the default),
- * so a client backs off and comes back instead of giving up; other statuses set theirs where they arise.
+ * so a client backs off and comes back instead of giving up; a 429 the one it names itself (the failure limits of
+ * services/auth); other statuses set theirs where they arise.
  */
 export function retryAfterOf(err: unknown, statusCode: number, heartbeatTimeoutMs?: number): number | undefined {
-	if (statusCode !== 503 && statusCode !== 504) return undefined;
 	const s = (err as { data?: { retryAfter?: unknown } })?.data?.retryAfter;
-	if (typeof s === "number" && Number.isInteger(s) && s > 0 && s <= 3600) return s;
+	const named = typeof s === "number" && Number.isInteger(s) && s > 0 && s <= 3600 ? s : undefined;
+	if (statusCode === 429) return (err as { code?: unknown })?.code === 429 ? named : undefined;
+	if (statusCode !== 503 && statusCode !== 504) return undefined;
+	if (named !== undefined) return named;
 	if (heartbeatTimeoutMs !== undefined && isTransportError(err)) return Math.max(1, Math.ceil(heartbeatTimeoutMs / 1000));
 	return DEFAULT_RETRY_AFTER_S;
 }

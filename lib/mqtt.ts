@@ -8,7 +8,10 @@
  *   <root>/client/<cid>/<service>/<collection>/<id>     each client id in the document's `clients`
  */
 import { createHmac } from "crypto";
+import { isIP } from "net";
 import { COLLECTIONS, type CollectionRef } from "../catalog";
+import { expandIpv6 } from "./address-guard";
+import { normalizeIp } from "./cidr";
 import type { GrantIndex } from "./grants";
 import { hasScope } from "./scopes";
 import { identityOf, type TokenClaims } from "./types";
@@ -22,6 +25,51 @@ export const PUBLISHER_USERNAME = "$publisher";
 /** The publisher's password: derived from the deployment's JWT secret, so every node of a deployment agrees. */
 export function publisherPassword(jwtSecret: string): string {
 	return createHmac("sha256", jwtSecret).update("mqtt:publisher").digest("base64url");
+}
+
+/**
+ * What a connection to the embedded broker may cost before it is authenticated (docs/mqtt.md, "Limits"): at most
+ * `maxConnections` such connections at once, `maxPerIp` of them from one IPv4 address or IPv6 /64 (beyond either cap a
+ * new connection is closed at once, before anything is read); each may send `maxBytes` before its login is accepted
+ * (a CONNECT with a token is a few KiB; one announcing more is closed at its fixed header) and must have sent its
+ * CONNECT within `connectTimeoutMs`. Worst case held by unauthenticated connections: maxConnections x maxBytes (16 MiB).
+ */
+export const MQTT_PREAUTH = { maxConnections: 1024, maxPerIp: 32, maxBytes: 16 * 1024, connectTimeoutMs: 5_000 } as const;
+
+/** The key a connection's address counts under: the IPv4 address, or the /64 of an IPv6 one (one host's usual share). */
+export function preAuthKey(address: string | undefined): string {
+	const ip = normalizeIp(address ?? "");
+	const groups = isIP(ip) === 6 ? expandIpv6(ip) : undefined;
+	return groups ? `${groups.slice(0, 4).map((g) => g.toString(16)).join(":")}::/64` : ip;
+}
+
+/** Counts the connections not yet authenticated, in all and per address (preAuthKey), against MQTT_PREAUTH's caps. */
+export class PreAuthGate {
+	private total = 0;
+	private readonly byKey = new Map<string, number>();
+	constructor(private readonly caps: { maxConnections: number; maxPerIp: number } = MQTT_PREAUTH) {}
+
+	/** A slot for a new connection from `address`, as its release (idempotent); null when a cap is reached: refuse it. */
+	admit(address: string | undefined): (() => void) | null {
+		const key = preAuthKey(address);
+		const n = this.byKey.get(key) ?? 0;
+		if (this.total >= this.caps.maxConnections || n >= this.caps.maxPerIp) return null;
+		this.total++;
+		this.byKey.set(key, n + 1);
+		let held = true;
+		return () => {
+			if (!held) return;
+			held = false;
+			this.total--;
+			const left = (this.byKey.get(key) ?? 1) - 1;
+			if (left > 0) this.byKey.set(key, left);
+			else this.byKey.delete(key);
+		};
+	}
+
+	get size(): number {
+		return this.total;
+	}
 }
 
 /** One topic level taken from data (an id): not empty, no separator or wildcard, bounded. */

@@ -2,7 +2,9 @@
  * The ops listener of a node without the gateway: `GET /status` and `GET /metrics` on a domain's or worker's own
  * spec port (3020..3150, 4010..4070), so an orchestrator or Prometheus can probe each node directly. Plain
  * node:http: two fixed routes need no framework. A service may add its own routes (`extra`); never over these two.
+ * With METRICS_TOKEN set, `/metrics` (here and on the gateway) answers only requests carrying it as their bearer.
  */
+import { createHash, timingSafeEqual } from "crypto";
 import http, { type IncomingMessage, type Server, type ServerResponse } from "http";
 import type { AddressInfo } from "net";
 import { ApiError, retryAfterOf, toErrorBody } from "./errors";
@@ -15,6 +17,8 @@ export interface OpsServerOptions {
 	status(): Promise<Health>;
 	/** Prometheus text exposition. */
 	metrics(): string;
+	/** METRICS_TOKEN: when set, `/metrics` needs `Authorization: Bearer <it>` (401 otherwise). */
+	metricsToken?: string;
 	/** How long /status waits for the health check before answering 503. */
 	statusTimeoutMs?: number;
 	/** Further routes of one service (the preserver's MQTT hooks): resolves true when it answered the request. */
@@ -22,6 +26,18 @@ export interface OpsServerOptions {
 }
 
 export const PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8";
+
+const digest = (v: string) => createHash("sha256").update(v).digest();
+
+/** Whether the request may read the metrics: no METRICS_TOKEN, or its bearer in the Authorization header (compared in constant time). */
+export function metricsAuthorized(req: IncomingMessage, token: string | undefined): boolean {
+	if (!token) return true;
+	const m = /^Bearer\s+(\S+)\s*$/i.exec(String(req.headers.authorization ?? "").trim());
+	return !!m && timingSafeEqual(digest(m[1]), digest(token));
+}
+
+/** The answer to a metrics request without the token (sent with `WWW-Authenticate: Bearer`). */
+export const METRICS_UNAUTHORIZED = () => new ApiError(401, "metrics token is required");
 
 function send(res: ServerResponse, status: number, body: string, type: string, extra: Record<string, string> = {}): void {
 	res.writeHead(status, { "Content-Type": type, "Content-Length": Buffer.byteLength(body), "Cache-Control": "no-store", ...extra });
@@ -65,6 +81,7 @@ export function opsHandler(opts: OpsServerOptions) {
 			const h = await boundedHealth(opts.status, timeoutMs);
 			return sendJson(res, h.status === "ok" ? 200 : 503, h);
 		}
+		if (!metricsAuthorized(req, opts.metricsToken)) return sendError(res, METRICS_UNAUTHORIZED(), { "WWW-Authenticate": "Bearer" });
 		let text: string;
 		try {
 			text = opts.metrics();

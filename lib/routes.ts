@@ -99,6 +99,18 @@ export function publicCollectionRoutes(): RouteDef[] {
 	];
 }
 
+/** Special actions that only read (routed by GET): every other special action changes state, whatever its method. */
+const READING_SPECIALS = new Set(["search", "read"]);
+
+/**
+ * Whether a request of the route changes state (the cross-site rule, docs/security.md "Cross-site requests"): every
+ * method but GET and HEAD, `GET /auth/logout`, and the special actions routed by GET that act (saga commit and abort,
+ * transaction verify and abort).
+ */
+export function changesState(r: Pick<RouteDef, "method" | "path" | "special">): boolean {
+	return r.method !== "GET" || r.path === "/auth/logout" || (r.special !== undefined && !READING_SPECIALS.has(r.special.action));
+}
+
 export function allRoutes(): RouteDef[] {
 	return [...AUTH_ROUTES, ...DOMAINS.flatMap((d) => d.collections.flatMap((c) => collectionRoutes(d, c))), ...publicCollectionRoutes()];
 }

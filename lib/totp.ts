@@ -4,8 +4,13 @@ import { createHmac, timingSafeEqual } from "crypto";
 /** Bounds callers validate `period` and `window` against before storing or checking. */
 export const TOTP_LIMITS = { maxPeriod: 3600, maxWindow: 5 } as const;
 
-/** POST /auth/check: after this many `NOK` answers for one session within TOTP_FAIL_WINDOW_MS, 429 until it passes. */
+/**
+ * POST /auth/check: after this many `NOK` answers for one session within TOTP_FAIL_WINDOW_MS, 429 until it passes; the
+ * same for one user (uid, else aid, else cid) across all its sessions, and for one IP across all users.
+ */
 export const TOTP_FAIL_LIMIT = 30;
+export const TOTP_USER_FAIL_LIMIT = 60;
+export const TOTP_IP_FAIL_LIMIT = 120;
 export const TOTP_FAIL_WINDOW_MS = 15 * 60 * 1000;
 
 const DIGITS = 6;

@@ -3,6 +3,7 @@
  * filling, the SMS providers' wire shapes (kavenegar, twilio), sealing of push keys and SMS credentials, and the
  * scrubbing of provider answers. No I/O: the touch service and the publisher's delivery engine use these.
  */
+import addressparser from "nodemailer/lib/addressparser";
 import type { Aes } from "./crypto";
 import { badRequest } from "./errors";
 
@@ -42,6 +43,24 @@ export function openPushKeys(aes: Aes, stored: unknown): { p256dh: string; auth:
 	} catch {
 		return null;
 	}
+}
+
+/**
+ * An email's `From`: exactly one mailbox (a display name is allowed), parsed as nodemailer parses it for the header
+ * and the SMTP envelope, at one of the tenant's `domains` or a configured sender (TOUCH_EMAIL_SENDERS: an address, or
+ * a domain), compared without case. Line breaks and control characters are refused, so no header can be injected.
+ * Answers 400 otherwise.
+ */
+export function assertSender(from: unknown, domains: readonly string[], senders: readonly string[]): void {
+	if (typeof from !== "string") return;
+	if (/[\u0000-\u001f\u007f]/.test(from)) throw badRequest("from must not contain line breaks or control characters");
+	const [mailbox, ...more] = addressparser(from);
+	const one = !more.length && mailbox && "address" in mailbox ? String(mailbox.address).toLowerCase() : "";
+	if (!/^[^@\s]+@[^@\s]+$/.test(one)) throw badRequest("from must be one email address (a display name is allowed)");
+	const domain = one.slice(one.indexOf("@") + 1);
+	const allowed = (d: string) => d.toLowerCase() === domain;
+	if (domains.some(allowed) || senders.some((s) => (s.includes("@") ? s.toLowerCase() === one : allowed(s)))) return;
+	throw badRequest(`from: ${domain} is not a domain of this tenant; send from one of its domains (${domains.join(", ") || "none registered"}) or a sender the platform allows`);
 }
 
 /** Credentials of one SMS provider: `key` is the kavenegar API key, or `<sid>:<token>` for twilio. */

@@ -68,12 +68,22 @@ function checkScalar(name: string, def: Pick<FieldDef, "format" | "enum" | "maxL
 	if (def.minimum !== undefined && typeof v === "number" && v < def.minimum) throw badRequest(`${name} must be at least ${def.minimum}`);
 }
 
+/** How deeply a free-form value (props, config values, a saga stage's `req`...) may nest objects and arrays. */
+export const MAX_NESTING = 16;
+const tooDeep = (name: string) => badRequest(`${name} is too deeply nested (at most ${MAX_NESTING} levels)`);
+
+/** The nesting limit alone, for free-form values whose keys are kept as they are (a saga stage's `req` and `res`). */
+export function checkNesting(name: string, v: unknown, depth = 0): void {
+	if (depth > MAX_NESTING) throw tooDeep(name);
+	if (v && typeof v === "object") for (const x of Object.values(v)) checkNesting(name, x, depth + 1);
+}
+
 /**
  * Keys of free-form objects (props, config values, grant times...), at any depth: none that could reach
  * Object.prototype, and none a document store refuses (NeDB and MongoDB: no `.`, no leading `$`; BSON: no NUL).
  */
 export function checkKeys(name: string, v: unknown, depth = 0): void {
-	if (depth > 16) throw badRequest(`${name} is too deeply nested`);
+	if (depth > MAX_NESTING) throw tooDeep(name);
 	if (Array.isArray(v)) v.forEach((x, i) => checkKeys(`${name}[${i}]`, x, depth + 1));
 	else if (v && typeof v === "object")
 		for (const k of Object.keys(v)) {

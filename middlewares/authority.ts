@@ -201,7 +201,9 @@ export async function callerView(ctx: Ctx, service: string, collection: string, 
 	const index = grantCache.loaded() ?? (await grantCache.get(ctx));
 	const decision = checkGrant(index, token, action, `${service}:${collection}`, ctx.meta.ip);
 	const meta = { service, collection, op: id !== undefined ? "get" : "count", level: action } as unknown as CollectionActionMeta;
-	const view = { params: { params: id !== undefined ? { id } : {}, query: id !== undefined ? {} : ctx.params.query }, meta: ctx.meta } as unknown as Ctx;
+	// By id, of the request's query only its zone counts (`?zone=`, as for GET; the header `x-zone` is in ctx.meta).
+	const zone = (ctx.params.query as Record<string, unknown> | undefined)?.zone;
+	const view = { params: { params: id !== undefined ? { id } : {}, query: id !== undefined ? (zone !== undefined ? { zone } : {}) : ctx.params.query }, meta: ctx.meta } as unknown as Ctx;
 	return enforce(view, index, ref.collection, meta, decision, token);
 }
 

@@ -37,6 +37,7 @@ export function opsPortMixin(specPort: number): Partial<ServiceSchema> {
 					// other nodes neither call it nor send it broadcasts.
 					status: async () => (!this.broker.started ? STARTING : health ? health() : { status: "ok", info: {} }),
 					metrics: () => metricsText(this.broker),
+					metricsToken: cfg.metricsToken,
 					// A service may serve more on its port (the preserver: MQTT hooks) through an `opsRoute` method.
 					extra: typeof this.opsRoute === "function" ? (req, res) => this.opsRoute(req, res) : undefined,
 				})) as Server;

@@ -15,9 +15,10 @@ import type { CollectionDef, DomainDef, StandardOp } from "../catalog";
 import type { SAGA_STAGE_ACTIONS } from "../catalog/domains/essential";
 import { writeOnlyFields } from "../lib/present";
 import type { ChangeOp } from "../lib/change-event";
+import { sha256Hex } from "../lib/crypto";
 import { isPlainObject } from "../lib/validate";
 import type { DocumentStore, StoredDoc } from "./stores";
-import { isDuplicateKeyError, pageOf } from "./stores";
+import { isDuplicateKeyError, pageOf, updateOf } from "./stores";
 
 export const SAGA_HEADER = "x-saga-session";
 
@@ -45,10 +46,15 @@ export interface Stamp {
 	restored_at: unknown;
 }
 
-/** What compensation (and commit settlement) needs for one document. */
+/**
+ * What compensation (and commit settlement) needs for one document. An insert keeps the digest of the document it
+ * inserted, an update the `$set` it applied: compensation undoes a document only while it is exactly as the stage
+ * left it (a write by anyone since, a platform balance move included, is a conflict), and an update's undo puts
+ * back only the fields of that `$set`.
+ */
 export type Image =
-	| { kind: "insert"; id: string; after: Stamp }
-	| { kind: "update"; id: string; before: StoredDoc; after: Stamp }
+	| { kind: "insert"; id: string; after: Stamp; digest?: string }
+	| { kind: "update"; id: string; before: StoredDoc; after: Stamp; set?: Record<string, unknown> }
 	| { kind: "destroy"; id: string; before: StoredDoc }
 	/** A balance move: `$inc` of `by` on `field`, tagged `op` in the document's `saga_ops` (undone at most once). */
 	| { kind: "inc"; id: string; field: string; by: number; op: string }
@@ -73,10 +79,35 @@ export function stampOf(doc: Record<string, unknown>): Stamp {
 
 const sameStamp = (a: Stamp, b: Stamp) => a.updated_at === b.updated_at && a.deleted_at === b.deleted_at && a.restored_at === b.restored_at;
 
+/** A document's JSON with its keys sorted at every depth: equal for equal documents whichever store returns them. */
+const canonical = (doc: unknown) => JSON.stringify(doc, (_k, v) => (isPlainObject(v) ? Object.fromEntries(Object.keys(v).sort().map((k) => [k, v[k]])) : v));
+const digestOf = (doc: StoredDoc) => sha256Hex(canonical(doc));
+
+type StoreUpdate = { $set?: Record<string, unknown>; $unset?: Record<string, unknown> };
+
+/** The document as the store leaves it after `$set` (store semantics: a cleared `ref` is removed). */
 function applySet(before: StoredDoc, set: Record<string, unknown>): StoredDoc {
-	const d = { ...before, ...set };
-	if (set.ref === null) delete d.ref;
+	const u = updateOf(set) as StoreUpdate;
+	const d = { ...before, ...u.$set };
+	for (const k of Object.keys(u.$unset ?? {})) delete d[k];
 	return d;
+}
+
+/** The update that puts back the before-image's values of the fields `set` wrote, and nothing else. */
+function revertOf(before: StoredDoc, set: Record<string, unknown>): StoreUpdate {
+	const keys = Object.keys(set).filter((k) => k !== "_id");
+	const $set = Object.fromEntries(keys.filter((k) => before[k] !== undefined).map((k) => [k, before[k]]));
+	const $unset = Object.fromEntries(keys.filter((k) => before[k] === undefined).map((k) => [k, true]));
+	return { ...(Object.keys($set).length ? { $set } : {}), ...(Object.keys($unset).length ? { $unset } : {}) };
+}
+
+/**
+ * The compare-and-set condition "still exactly `cur`" as far as a store query can say it: its stamps and every
+ * top-level scalar (a balance among them), so a write landing between the read and the undo makes the undo a no-op.
+ */
+function unchanged(cur: StoredDoc): Record<string, unknown> {
+	const scalars = Object.entries(cur).filter(([k, v]) => k !== "_id" && (v === null || ["string", "number", "boolean"].includes(typeof v)));
+	return { ...Object.fromEntries(scalars), id: cur._id, deleted_at: cur.deleted_at ?? null };
 }
 
 interface StageState {
@@ -98,6 +129,9 @@ async function writeAhead(ctx: CallCtx, stage: StageState, images: Image[]): Pro
 	} else if (images.length) await ctx.call("essential.saga-stages.append", { stage: stage.id, lease: stage.lease, images });
 }
 
+const insertImage = (doc: StoredDoc): Image => ({ kind: "insert", id: doc._id, after: stampOf(doc), digest: digestOf(doc) });
+const updateImage = (before: StoredDoc, set: Record<string, unknown>): Image => ({ kind: "update", id: before._id, before, after: stampOf(applySet(before, set)), set });
+
 /** The store a staged write uses: each write is preceded by its images in the stage. Reads pass through. */
 export function stagingStore(ctx: CallCtx, base: DocumentStore): DocumentStore {
 	const stage = ctx.locals?.stage as StageState | undefined;
@@ -115,21 +149,21 @@ export function stagingStore(ctx: CallCtx, base: DocumentStore): DocumentStore {
 		updateIf: (q, u) => base.updateIf(q, u),
 		replaceIf: (q, d) => base.replaceIf(q, d),
 		async insert(doc) {
-			await note([{ kind: "insert", id: doc._id, after: stampOf(doc) }]);
+			await note([insertImage(doc)]);
 			return base.insert(doc);
 		},
 		async insertMany(docs) {
-			await note(docs.map((d) => ({ kind: "insert" as const, id: d._id, after: stampOf(d) })));
+			await note(docs.map(insertImage));
 			return base.insertMany(docs);
 		},
 		async setOne(id, set) {
 			const before = await base.findOne({ id });
-			if (before) await note([{ kind: "update", id, before, after: stampOf(applySet(before, set)) }]);
+			if (before) await note([updateImage(before, set)]);
 			return base.setOne(id, set);
 		},
 		async setMany(ids, set) {
 			const befores = await base.find({ query: { id: { $in: ids } } });
-			await note(befores.map((b) => ({ kind: "update" as const, id: b._id, before: b, after: stampOf(applySet(b, set)) })));
+			await note(befores.map((b) => updateImage(b, set)));
 			return base.setMany(ids, set);
 		},
 		async removeMany(q) {
@@ -259,8 +293,10 @@ async function settleOne(d: SettleDeps, img: Image, reason: SettleReason, confli
 		case "insert": {
 			const cur = await store.findOne({ id: img.id });
 			if (!cur) return "already";
-			if (!sameStamp(stampOf(cur), img.after)) return "conflict";
-			const n = await store.removeMany({ id: img.id, updated_at: cur.updated_at, deleted_at: cur.deleted_at ?? null });
+			// Changed since, by anyone (a balance credited by the platform too): left as it is. (An image recorded by an
+			// earlier version has no digest: its stamps alone decide.)
+			if (!sameStamp(stampOf(cur), img.after) || (img.digest !== undefined && digestOf(cur) !== img.digest)) return "conflict";
+			const n = await store.removeMany(unchanged(cur));
 			if (!n) return "conflict";
 			await d.record([{ op: "d", before: cur, after: null }]);
 			return "undone";
@@ -268,14 +304,16 @@ async function settleOne(d: SettleDeps, img: Image, reason: SettleReason, confli
 		case "update": {
 			const cur = await store.findOne({ id: img.id });
 			if (!cur) return "conflict";
-			const before = stampOf(img.before);
-			if (sameStamp(stampOf(cur), before)) return "already";
-			if (!sameStamp(stampOf(cur), img.after)) return "conflict";
-			const ok = await store.replaceIf({ id: img.id, updated_at: cur.updated_at, deleted_at: cur.deleted_at ?? null }, img.before);
-			if (!ok) return "conflict";
+			if (sameStamp(stampOf(cur), stampOf(img.before))) return "already";
+			// Anything but exactly what the stage left (a later write by anyone, a balance move by the platform) is a
+			// conflict. An image recorded by an earlier version has no `$set` to tell that by: it is left alone too.
+			if (!img.set || canonical(cur) !== canonical(applySet(img.before, img.set))) return "conflict";
+			// Only the fields the stage wrote go back: a balance, or anything else the platform keeps, is never written.
+			const after = await store.updateIf(unchanged(cur), revertOf(img.before, img.set));
+			if (!after) return "conflict";
 			// Undoing a delete restores, undoing a restore deletes, anything else is an update.
-			const op: ChangeOp = cur.deleted_at && !img.before.deleted_at ? "r" : !cur.deleted_at && img.before.deleted_at ? "d" : "u";
-			await d.record([{ op, before: cur, after: op === "d" ? null : img.before }]);
+			const op: ChangeOp = cur.deleted_at && !after.deleted_at ? "r" : !cur.deleted_at && after.deleted_at ? "d" : "u";
+			await d.record([{ op, before: cur, after: op === "d" ? null : after }]);
 			return "undone";
 		}
 		case "destroy": {

@@ -26,6 +26,9 @@ import { AliasIndex, type IndexedAlias } from "./api/alias-index";
 import { isFormRequest, tokenRequestFromForm, withBasicClientAuth } from "../lib/oauth-form";
 import { isPlainObject } from "../lib/validate";
 import { actionError, leanMatch, runRouteMiddlewares } from "./api/lean-route";
+import { actingGets, refuseCrossSiteCookie } from "./api/cross-site";
+import { answerClientError } from "./api/client-error";
+import { metricsAuthorized, METRICS_UNAUTHORIZED, PROMETHEUS_TYPE } from "../lib/ops-server";
 
 /** moleculer-web's own request handler: every request the lean path (services/api/lean-route.ts) does not serve. */
 const webHttpHandler = (ApiGateway as unknown as { methods: { httpHandler(this: unknown, req: unknown, res: unknown, next?: unknown): Promise<void> } }).methods.httpHandler;
@@ -88,6 +91,7 @@ function aliasesOf(routes: RouteDef[]): Record<string, unknown> {
 /** Routes are built with the schema: moleculer-web mounts them in its own `created`, before ours runs. */
 export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 	const routes = allRoutes();
+	const actingGetPaths = actingGets(routes);
 	const common = {
 		mergeParams: false,
 		mappingPolicy: "restrict",
@@ -138,7 +142,12 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 						return this.handleStatus(req, res);
 					},
 					"GET /metrics"(this: any, req: Req, res: Res) {
-						this.sendText(res, 200, metricsText(this.broker), "text/plain; version=0.0.4; charset=utf-8");
+						// METRICS_TOKEN: the metrics name services, routes and traffic; set, only its bearer reads them.
+						if (!metricsAuthorized(req, cfg.metricsToken)) {
+							res.setHeader("WWW-Authenticate", "Bearer");
+							return this.sendErrorBody(req, res, METRICS_UNAUTHORIZED());
+						}
+						this.sendText(res, 200, metricsText(this.broker), PROMETHEUS_TYPE);
 					},
 					"GET /api-json"(this: any, req: Req, res: Res) {
 						setDocsSecurityHeaders(res);
@@ -218,6 +227,8 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 
 	started(this: any) {
 		this.transport.start();
+		// Requests the HTTP parser refuses are answered in the spec's error shape (services/api/client-error.ts).
+		this.server?.on("clientError", answerClientError);
 	},
 
 	async stopped(this: any) {
@@ -314,22 +325,26 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 			if (!index || index.of.aliases !== aliases || index.length !== aliases.length) this.aliasIndex = index = { of: new AliasIndex(aliases), length: aliases.length };
 			return index.of.resolve(url, method);
 		},
-		async authenticate(this: any, ctx: Context<any, any>, route: unknown, req: Req, res: Res) {
-			const { token, kind } = await this.limitedAuthentication(ctx, req, res);
+		async authenticate(this: any, ctx: Context<any, any>, route: unknown, req: Req, res: Res, alias?: { fullPath?: string }) {
+			const { token, kind } = await this.limitedAuthentication(ctx, req, res, alias);
 			ctx.meta.token = token;
 			ctx.meta.tokenKind = kind;
 			return null;
 		},
-		async authenticateRevocable(this: any, ctx: Context<any, any>, route: unknown, req: Req, res: Res) {
-			const { token, kind } = await this.limitedAuthentication(ctx, req, res, { allowRevoked: true });
+		async authenticateRevocable(this: any, ctx: Context<any, any>, route: unknown, req: Req, res: Res, alias?: { fullPath?: string }) {
+			const { token, kind } = await this.limitedAuthentication(ctx, req, res, alias, { allowRevoked: true });
 			ctx.meta.token = token;
 			ctx.meta.tokenKind = kind;
 			return null;
 		},
-		/** Authenticates, then counts the request (RATE_LIMIT) per principal; a request that fails to authenticate counts per IP. */
-		async limitedAuthentication(this: any, ctx: Context<any, any>, req: Req, res: Res, opts?: { allowRevoked: boolean }) {
+		/**
+		 * Refuses a cookie-authenticated request that changes state from another site (services/api/cross-site.ts), then
+		 * authenticates, then counts the request (RATE_LIMIT) per principal; a refused request counts per IP.
+		 */
+		async limitedAuthentication(this: any, ctx: Context<any, any>, req: Req, res: Res, alias?: { fullPath?: string }, opts?: { allowRevoked: boolean }) {
 			let found: { token: { uid?: string; aid?: string; cid?: string }; kind: string };
 			try {
+				refuseCrossSiteCookie(req, alias?.fullPath, actingGetPaths, this.cfg.trustProxy);
 				found = await this.authenticator.authenticate(req, opts);
 			} catch (err) {
 				await this.limitRate(res, `ip:${ctx.meta.ip}`);

@@ -14,7 +14,7 @@ import { configOf, loadKeys, readJson, writePrivateJson } from "../lib/config";
 import { ApiError, badRequest, forbidden } from "../lib/errors";
 import { expandRbac, validateGrant, type Grant } from "../lib/grants";
 import { sharedKeyValue, type KeyValue } from "../lib/kv";
-import { checkTotp, TOTP_FAIL_LIMIT, TOTP_FAIL_WINDOW_MS, TOTP_LIMITS } from "../lib/totp";
+import { checkTotp, TOTP_FAIL_LIMIT, TOTP_FAIL_WINDOW_MS, TOTP_IP_FAIL_LIMIT, TOTP_LIMITS, TOTP_USER_FAIL_LIMIT } from "../lib/totp";
 import { APT_DEFAULT_TTL_MS, JwtKeys, publicClaims } from "../lib/tokens";
 import type { TokenClaims } from "../lib/types";
 import { isPlainObject } from "../lib/validate";
@@ -23,6 +23,7 @@ import { subjectsOf } from "../middlewares/authority";
 import { hasParsedScope, parseScopes, scopeSatisfies } from "../lib/scopes";
 import { announceRevocation, aptKey, blacklistSession, ignoreCacheOutage, type AptRecord } from "./auth/authenticate";
 import { parseTokenRequest, TokenIssuer } from "./auth/token-grants";
+import { FailureCounter, type FailureLimit } from "./auth/failure-limits";
 import { callerClient, type ClientInfo } from "./domain.service";
 import type { GrantAuthor } from "../lib/grant-validation";
 
@@ -32,6 +33,7 @@ export const APT_MAX_TTL_MS = 365 * 24 * 3600 * 1000;
 
 interface AuthThis {
 	kv: KeyValue;
+	totpFailures: FailureCounter;
 	aes: Aes;
 	jwt: JwtKeys;
 	issuer: TokenIssuer;
@@ -151,6 +153,7 @@ const AuthService: ServiceSchema = {
 		this.aes = new Aes(keys.aesSecret);
 		this.jwt = new JwtKeys(keys.jwtSecret);
 		this.issuer = new TokenIssuer({ jwt: this.jwt, kv: this.kv });
+		this.totpFailures = new FailureCounter(this.kv, TOTP_FAIL_WINDOW_MS);
 	},
 
 	async started(this: any) {
@@ -192,15 +195,16 @@ const AuthService: ServiceSchema = {
 				const window = b.window ?? 1;
 				if (!Number.isInteger(period) || (period as number) < 1 || (period as number) > TOTP_LIMITS.maxPeriod) throw badRequest(`period must be an integer from 1 to ${TOTP_LIMITS.maxPeriod}`);
 				if (!Number.isInteger(window) || (window as number) < 0 || (window as number) > TOTP_LIMITS.maxWindow) throw badRequest(`window must be an integer from 0 to ${TOTP_LIMITS.maxWindow}`);
-				// Guessing bound: 30 NOK answers per session within 15 minutes (counted in the shared cache, so on every
-				// gateway), then 429 until 15 minutes pass without a counted failure.
-				const failKey = `auth:totp-fail:${t.session}`;
-				if (Number((await this.kv.get(failKey)) ?? 0) >= TOTP_FAIL_LIMIT) throw new ApiError(429, "too many failed TOTP checks for this session");
+				// Guessing bounds (docs/security.md, "TOTP checks"): NOK answers per session, per user (across its sessions)
+				// and per IP within 15 minutes, counted in the shared cache (so on every gateway); then 429 with Retry-After
+				// until 15 minutes pass without a counted failure.
+				const limits = totpLimits(t, ctx.meta.ip ?? "unknown");
+				await this.totpFailures.assertBelow(limits);
 				const hex = decryptEnvelope(this.aes, b.secret);
 				if (hex === null) throw badRequest("secret is malformed");
 				const ok = checkTotp(hex.trim(), b.token, { period: period as number, window: window as number });
-				// Counted atomically before answering: concurrent guesses cannot get more than 30 NOK answers between them.
-				if (!ok && (await this.kv.incr(failKey, TOTP_FAIL_WINDOW_MS)) > TOTP_FAIL_LIMIT) throw new ApiError(429, "too many failed TOTP checks for this session");
+				// Counted atomically before answering: concurrent guesses cannot get more NOK answers than a limit between them.
+				if (!ok) await this.totpFailures.count(limits);
 				return { result: ok ? "OK" : "NOK" };
 			},
 		},
@@ -279,6 +283,14 @@ const AuthService: ServiceSchema = {
 					hasParsedScope(parseScopes(t.scope), "read:auth:grants") &&
 					index.decide({ subjects: mine, action: "read", object: "auth:grants", ip: ctx.meta.ip, tz: t.tz, token: t }).granted;
 				if (foreign && !reader()) throw forbidden("subjects outside the token need a read grant on auth:grants");
+				// A grant belongs to its subject's domain (docs/security.md, "Tenants"): a reader asks only about subjects of its
+				// client's domains, as it grants only them; the operator about every registered domain.
+				if (foreign) {
+					const { domains } = await callerDomains(ctx);
+					const own = new Set(domains.map((d) => d.toLowerCase()));
+					const outside = (b.subjects as string[]).find((s) => !mine.includes(s) && !own.has(subjectDomain(s)));
+					if (outside !== undefined) throw forbidden(`subjects: ${outside} is not a subject of this tenant`);
+				}
 				subjects = b.subjects as string[];
 			}
 			const d = index.decide({ subjects, action: b.action, object: b.object, strictObj: b.strict === "obj", ip: (b.ip as string) ?? ctx.meta.ip, tz: (b.tz as string) ?? t.tz, token: t });
@@ -366,6 +378,21 @@ const AuthService: ServiceSchema = {
 		},
 	},
 };
+
+/** The counters of failed TOTP checks a check is held to, in the order their 429 is told. */
+function totpLimits(t: TokenClaims, ip: string): FailureLimit[] {
+	return [
+		{ key: `auth:totp-fail:${t.session}`, limit: TOTP_FAIL_LIMIT, message: "too many failed TOTP checks for this session" },
+		{ key: `auth:totp-fail:user:${t.uid ?? t.aid ?? t.cid}`, limit: TOTP_USER_FAIL_LIMIT, message: "too many failed TOTP checks for this user" },
+		{ key: `auth:totp-fail:ip:${ip}`, limit: TOTP_IP_FAIL_LIMIT, message: "too many failed TOTP checks from this IP" },
+	];
+}
+
+/** The domain of a grant subject (`<local>@<domain>`, `@role@<domain>`), lower-cased; "" without one. */
+function subjectDomain(subject: string): string {
+	const at = subject.lastIndexOf("@");
+	return at > 0 ? subject.slice(at + 1).toLowerCase() : "";
+}
 
 function requireToken(ctx: Ctx): TokenClaims {
 	const t = ctx.meta.token;

@@ -10,32 +10,29 @@ import { collectionMixin, platformDoc, type Ctx } from "../mixins/collection.mix
 import type { OutboxRecord } from "../events/outbox";
 import { isDuplicateKeyError, type StoredDoc } from "../mixins/stores";
 import { configOf } from "../lib/config";
-import { sha256Hex } from "../lib/crypto";
 import { sharedStream, type Consumer } from "../events/stream";
 import { invoiceHooks, transactionHooks } from "./financial/transactions";
+import { walletHooks, walletIdOf } from "./financial/wallets";
+
+export { walletIdOf };
 
 export const WALLET_GROUP = "financial.wallets";
 export const WALLET_CURRENCY = "USD";
 
-/**
- * A wallet's id follows from its user's: two deliveries of one creation (two nodes, a replay) insert the same id,
- * and the second is a duplicate-key no-op, so there is one wallet per user even under a race.
- */
-export function walletIdOf(user: string): string {
-	return sha256Hex(`wallet:${user}`).slice(0, 24);
-}
-
 const FinancialService: ServiceSchema = {
 	name: "financial",
-	mixins: [collectionMixin(financial, { transactions: transactionHooks, invoices: invoiceHooks })],
+	mixins: [collectionMixin(financial, { transactions: transactionHooks, invoices: invoiceHooks, wallets: walletHooks })],
 	methods: {
-		/** The user's wallet, created once: owner = the user, clients = the user document's clients. */
+		/**
+		 * The user's wallet, created once: owner = the user, clients = the user document's clients. Found by its id
+		 * (`walletIdOf`): a wallet that only names the user in `user` is not the user's and does not stop this one.
+		 */
 		async ensureWallet(this: any, rec: OutboxRecord): Promise<StoredDoc | null> {
 			const ev = rec.event;
 			if (ev.topic !== "identity.users" || ev.op !== "c" || typeof ev.id !== "string") return null;
 			const user = ev.id;
 			const store = this.collectionStore("wallets");
-			const existing: StoredDoc | null = await store.findOne({ user });
+			const existing: StoredDoc | null = await store.findOne({ id: walletIdOf(user) });
 			if (existing) return existing;
 			const clients = [...new Set((rec.clients?.length ? rec.clients : ((ev.after?.clients as string[] | undefined) ?? [])).filter((c) => typeof c === "string" && c))];
 			const doc = platformDoc({ user, currency: WALLET_CURRENCY, balance: 0 }, { owner: user, cid: clients[0] ?? user });
@@ -44,7 +41,7 @@ const FinancialService: ServiceSchema = {
 			try {
 				await store.insert(doc);
 			} catch (err) {
-				if (isDuplicateKeyError(err)) return store.findOne({ user });
+				if (isDuplicateKeyError(err)) return store.findOne({ id: walletIdOf(user) });
 				throw err;
 			}
 			// A platform-made write: change event like any other (webhooks, MQTT, stats), with no caller token.

@@ -10,7 +10,7 @@ import { touch } from "../catalog/domains/touch";
 import { collectionMixin } from "../mixins/collection.mixin";
 import { sealPushKeys } from "../lib/touch";
 import { deliveryActions, deliveryState } from "./touch/delivery";
-import { queuedFields, sendEmail, sendPush, sendSms, sendSmsTemplate, vapidPublicKey } from "./touch/send";
+import { checkSender, queuedFields, sendEmail, sendPush, sendSms, sendSmsTemplate, vapidPublicKey } from "./touch/send";
 
 const queue = {
 	beforeCreate(_ctx: unknown, doc: Record<string, unknown>) {
@@ -26,7 +26,19 @@ const TouchService: ServiceSchema = {
 	name: "touch",
 	mixins: [
 		collectionMixin(touch, {
-			emails: { ...queue, specials: { send: (ctx) => sendEmail(ctx, ctx.params.body) } },
+			emails: {
+				specials: { send: (ctx) => sendEmail(ctx, ctx.params.body) },
+				// `from` stays at a domain of the email's tenant (or a sender the platform allows): create, bulk, patch.
+				async beforeCreate(ctx, doc) {
+					await checkSender(ctx as any, (doc.clients as string[])[0], doc.from);
+					queue.beforeCreate(ctx, doc);
+				},
+				async beforePatch(ctx, set, before) {
+					const tenant = before ? (before.clients as string[])[0] : (ctx.locals?.plan as any)?.token?.cid ?? ctx.meta.token?.cid;
+					await checkSender(ctx as any, tenant, set.from);
+					queue.beforePatch(ctx, set, before);
+				},
+			},
 			smss: { ...queue, specials: { send: (ctx) => sendSms(ctx, ctx.params.body), "send/template": (ctx) => sendSmsTemplate(ctx, ctx.params.body) } },
 			pushes: {
 				specials: { send: (ctx) => sendPush(ctx, ctx.params.body), vapid: async (ctx) => vapidPublicKey(ctx) },

@@ -341,6 +341,7 @@ export default workerService(
 					const message = errorText(err);
 					if (err instanceof AddressRefused) {
 						const error = `refused: ${message}`;
+						this.logger.warn(`dispatcher: delivery ${row.id} of config ${config.id}: ${err.detail}`);
 						await store.settle(row, this.owner, { url, status: null, error, durationMs: 0 }, { status: "failed", attempts: row.attempts + 1, configId: config.id, lastError: error });
 						await this.disable(config, `webhook ${error}`);
 						return;

@@ -19,7 +19,7 @@ import { Aedes, type Client as AedesClient } from "aedes";
 import { configOf, loadKeys, type PlatformConfig } from "../lib/config";
 import { Aes, safeEqual, sha256Hex } from "../lib/crypto";
 import { sharedKeyValue, type KeyValue } from "../lib/kv";
-import { authorizePublish, authorizeSubscribe, PUBLISHER_USERNAME, publisherPassword, type AclDecision } from "../lib/mqtt";
+import { authorizePublish, authorizeSubscribe, MQTT_PREAUTH, PreAuthGate, PUBLISHER_USERNAME, publisherPassword, type AclDecision } from "../lib/mqtt";
 import { JwtKeys } from "../lib/tokens";
 import { identityOf, type TokenClaims } from "../lib/types";
 import { AUTHORITY_CHANGED, grantCache } from "../middlewares/grant-cache";
@@ -50,9 +50,11 @@ const MAX_BODY = 16 * 1024;
 const MAX_RECORDS = 100_000;
 const PUBLISHER_TTL_MS = 24 * 3600 * 1000;
 const PRINCIPAL = Symbol("mqttPrincipal");
+/** The connection's slot among the unauthenticated ones (lib/mqtt.ts PreAuthGate), released once it is authenticated. */
+const PREAUTH = Symbol("mqttPreAuth");
 export const BROKER_URL_ACTION = "preserver.brokerUrl";
 const clientKey = (clientid: string) => `mqtt:client:${sha256Hex(clientid)}`;
-/** Largest MQTT packet the embedded broker reads (before authentication, and from any token holder). */
+/** Largest MQTT packet the embedded broker reads from a token holder (before authentication: MQTT_PREAUTH.maxBytes in all). */
 export const MQTT_MAX_PACKET = 1024 * 1024;
 /** Open connections one identity may hold on the embedded broker. */
 export const MQTT_MAX_CONNECTIONS = 8;
@@ -130,7 +132,8 @@ function readBody(req: IncomingMessage): Promise<Record<string, unknown> | null>
 /**
  * Closes a connection as soon as a packet's fixed header announces more than MQTT_MAX_PACKET (before the payload is
  * read, so nothing of it is buffered), unless the connection is the platform's own publisher (a change event may be
- * larger). Hooks the parser aedes made for this connection; fails loudly at start if aedes ever changes it.
+ * larger); before it is authenticated, as soon as it announces or sends more than MQTT_PREAUTH.maxBytes in all.
+ * Hooks the parser aedes made for this connection; fails loudly at start if aedes ever changes it.
  */
 function limitPacketSize(client: AedesClient, socket: net.Socket): boolean {
 	const parser = (client as any)._parser;
@@ -140,15 +143,25 @@ function limitPacketSize(client: AedesClient, socket: net.Socket): boolean {
 		return false;
 	}
 	const parseLength = parser._parseLength;
+	const limit = () => ((client as any)[PRINCIPAL] ? MQTT_MAX_PACKET : MQTT_PREAUTH.maxBytes);
 	parser._parseLength = function (this: any) {
 		const ok = parseLength.call(this);
-		if (ok && this.packet.length > MQTT_MAX_PACKET && !(client as any)[PRINCIPAL]?.publisher) {
+		if (ok && this.packet.length > limit() && !(client as any)[PRINCIPAL]?.publisher) {
 			socket.destroy();
 			this._list.consume(this._list.length);
-			this._emitError(new Error(`packet of ${this.packet.length} bytes is over ${MQTT_MAX_PACKET}`));
+			this._emitError(new Error(`packet of ${this.packet.length} bytes is over ${limit()}`));
 			return false;
 		}
 		return ok;
+	};
+	let unauthenticated = 0;
+	const parse = parser.parse;
+	parser.parse = function (this: any, buf: Buffer) {
+		if (!(client as any)[PRINCIPAL] && (unauthenticated += buf.length) > MQTT_PREAUTH.maxBytes) {
+			socket.destroy();
+			return 0;
+		}
+		return parse.call(this, buf);
 	};
 	return true;
 }
@@ -408,7 +421,7 @@ export default workerService(
 			async startEmbedded(this: any) {
 				// A new broker starts with no session (memory persistence); set before it accepts anyone.
 				this.holderAdmitted = false;
-				const aedes = await Aedes.createBroker({ id: `preserver-${this.broker.nodeID}`, connectTimeout: 10_000, drainTimeout: 30_000 });
+				const aedes = await Aedes.createBroker({ id: `preserver-${this.broker.nodeID}`, connectTimeout: MQTT_PREAUTH.connectTimeoutMs, drainTimeout: 30_000 });
 				const refuse = (done: (err: any, ok: boolean) => void, message: string) => done(Object.assign(new Error(message), { returnCode: 5 }), false);
 				aedes.authenticate = (client, username, password, done) => {
 					/** The principal admitted, or why the connection is refused (CONNACK 5). */
@@ -435,6 +448,7 @@ export default workerService(
 						(r) => {
 							if (typeof r === "string") return refuse(done, r);
 							(client as any)[PRINCIPAL] = r;
+							(client as any)[PREAUTH]?.();
 							done(null, true);
 						},
 						// A store that does not answer: "server unavailable", the client may retry.
@@ -478,8 +492,14 @@ export default workerService(
 					this.recordDisconnected(client.id);
 				});
 				aedes.on("clientError", (client, err) => this.logger.debug(`mqtt client ${client?.id} error: ${err.message}`));
+				const preAuth = new PreAuthGate();
 				const server = net.createServer((socket) => {
+					// Unauthenticated connections are capped in all and per address: beyond, closed before anything is read.
+					const release = preAuth.admit(socket.remoteAddress);
+					if (!release) return void socket.destroy();
+					socket.once("close", release);
 					const client = aedes.handle(socket);
+					(client as any)[PREAUTH] = release;
 					if (!limitPacketSize(client, socket)) this.logger.error("preserver: the aedes packet parser is not where expected; MQTT connection refused (packet size limit)");
 					// Counted per identity until the socket is gone, whatever ended it.
 					socket.once("close", () => {

@@ -21,7 +21,8 @@ export const essential: DomainDef = {
 			name: "sagas",
 			description: "Saga instances",
 			fields: {
-				ttl: { type: "integer", required: true, minimum: 1, description: "Lifetime in seconds" },
+				/** The range (5 to 900) is checked by the saga hooks, with the same message as `start`. */
+				ttl: { type: "integer", required: true, description: "Lifetime in seconds, 5 to 900" },
 				job: { type: "string", required: true, format: "uuid" },
 				state: { type: "string", required: true, enum: SAGA_STATES },
 				session: { type: "string", required: true, format: "hex" },

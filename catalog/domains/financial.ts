@@ -39,10 +39,14 @@ export const financial: DomainDef = {
 			specials: [
 				{
 					action: "payment", method: "POST", path: ":id/payment", implemented: true,
-					description: "Pay the invoice from one of the caller's wallets to the wallet of the invoice's owner (a transaction initiated and verified at once): `status: PAID`, `paid_at`, `transaction`; a paid invoice answers 409",
-					body: { wallet: { type: "string", required: true, format: "objectId" } },
+					description:
+						"Pay the invoice from one of the caller's wallets to the wallet of the invoice's owner (a transaction initiated and verified at once): `status: PAID`, `paid_at`, `transaction`; a paid or cancelled invoice, or one whose `amount` is not the expected one, answers 409; wallets in another currency than the invoice's answer 400",
+					body: {
+						wallet: { type: "string", required: true, format: "objectId" },
+						amount: { type: "integer", minimum: 1, description: "The amount the payer expects to pay (minor units), as it read it: 409 when the invoice says otherwise (the owner changed it since)" },
+					},
 					answer: "data",
-					errors: [404, 409],
+					errors: [400, 404, 409],
 				},
 			],
 		},

@@ -68,7 +68,7 @@ export const special: DomainDef = {
 			specials: [
 				{
 					action: "collect", method: "POST", path: "collect", implemented: true,
-					description: "The caller's tenant's statistics (its client's) summed per service and collection over the buckets of `period` from `from` to `to` (inclusive, either may be omitted), read through the caller's view (a user token reads them with `zone=client`)",
+					description: "The caller's tenant's statistics (its client's) summed per service and collection over the buckets of `period` from `from` to `to` (inclusive, either may be omitted), read through the caller's view (zone `client` unless the caller names one)",
 					listParams: true,
 					body: {
 						period: { type: "string", required: true, enum: ["daily", "monthly", "yearly"] },

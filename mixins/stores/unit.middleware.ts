@@ -57,7 +57,10 @@ export const UnitOfWorkMiddleware: Middleware = {
 			if (!hasOpenTransaction()) return next(...args);
 			let inner: (Promise<unknown> & { ctx?: unknown }) | undefined;
 			const p = flushUnit().then(() => (inner = next(...args)));
-			Object.defineProperty(p, "ctx", { get: () => inner?.ctx });
+			// Moleculer's call interceptor assigns `ctx` on every middleware's promise (`promise.ctx = result.ctx`, where
+			// `result` is whatever call of the process ran `next` last, not necessarily this one): the assignment must be
+			// accepted (a getter alone throws in strict mode: a 500) and ignored, the getter keeps this call's context.
+			Object.defineProperty(p, "ctx", { get: () => inner?.ctx, set: () => undefined });
 			return p;
 		};
 	},

@@ -23,6 +23,8 @@ export const MAX_FILES = 10;
 /** Bytes of request body read (and dropped) after an early answer, so the client can read it; then the socket closes. */
 const DRAIN_LIMIT = 16 * 1024 * 1024;
 
+const ignore = () => undefined;
+
 /** After an early answer (413, 403...): drop what the client still sends, up to DRAIN_LIMIT, then cut the connection. */
 function drain(req: Req): void {
 	let seen = 0;
@@ -63,6 +65,11 @@ export const fileMethods = {
 				else fail(badRequest(`${name} is not allowed: the form takes file parts and name fields`));
 			});
 			bb.on("file", (field, stream, info) => {
+				// Listened to from the moment it exists: busboy destroys a part with an error when the form ends inside it
+				// or the client goes away, possibly before the call below consumes it (the authority check is awaited
+				// first); unheard, that error would end the process. The request learns of it through busboy's own
+				// 'error' (a malformed or truncated form) or the call's rejection (the consumer's pipeline).
+				stream.on("error", ignore);
 				if (field !== "file" || failed) {
 					if (!failed) fail(badRequest(`${field} is not allowed: file parts are named file`));
 					stream.resume();

@@ -13,6 +13,7 @@ import { isPlainObject } from "../../lib/validate";
 import { usernameProblem, userSubjectProblem } from "../../lib/grant-validation";
 import type { ClientInfo } from "../domain.service";
 import { blacklistKey, ignoreCacheOutage } from "./authenticate";
+import { FailureCounter } from "./failure-limits";
 
 export const GRANTS = ["password", "refresh_token", "client_credential", "authorization_code"] as const;
 export const LOGIN_LIMIT = 10;
@@ -74,6 +75,14 @@ export function parseTokenRequest(body: unknown): TokenRequest {
 	return r;
 }
 
+/** What a login asked for: a refresh narrows the client's and the user's current scopes and subjects to it again. */
+interface Asked {
+	/** Requested scopes; absent: all of the client's (or app's). */
+	scopes?: string[];
+	/** Requested subjects, with the domain suffix; absent: all of the user's. */
+	subjects?: string[];
+}
+
 /** The basis from which access/refresh tokens are minted (also what an authorization code stands for). */
 interface Principal {
 	uid?: string;
@@ -89,6 +98,8 @@ interface Principal {
 	tz: string;
 	lang: string;
 	withRefresh: boolean;
+	/** Carried by the refresh token only (claim `asked`). */
+	asked: Asked;
 }
 
 export interface TokenDeps {
@@ -113,14 +124,59 @@ function pickDomain(client: ClientInfo, requested?: string): string {
 	return requested;
 }
 
-/** The user exists (not deleted) and is ACTIVE. */
-async function activeUser(ctx: Context<unknown, any>, uid: string): Promise<boolean> {
-	const u = (await ctx.call("identity.users.byId", { id: uid })) as { status?: string } | null;
-	return !!u && u.status !== "INACTIVE";
+interface UserInfo {
+	id: string;
+	username?: string;
+	subjects: string[];
+	status?: string;
+}
+
+/** The user when it exists (not deleted) and is ACTIVE, else null. */
+async function activeUser(ctx: Context<unknown, any>, uid: string): Promise<UserInfo | null> {
+	const u = (await ctx.call("identity.users.byId", { id: uid })) as UserInfo | null;
+	return u && u.status !== "INACTIVE" ? u : null;
+}
+
+/**
+ * A user's subjects in `domain`: its roles and groups suffixed with the domain, `<uid>@domain`, `<username>@domain`.
+ * Only well-formed entries become subjects (stored before validation existed, an entry could hold spaces or an id and
+ * pose as another principal).
+ */
+function userSubjects(user: UserInfo, domain: string): { subjects: string[]; groups: string[] } {
+	const own = (user.subjects ?? []).filter((s, i) => userSubjectProblem(s, `subjects[${i}]`) === null);
+	const named = user.username && usernameProblem(user.username) === null ? [`${user.username}@${domain}`] : [];
+	return { subjects: [...own.map((s) => `${s}@${domain}`), `${user.id}@${domain}`, ...named], groups: own.filter((s) => !s.startsWith("@")) };
+}
+
+/**
+ * The `subject` claim and groups of a principal: a user's subjects, else the client's own; its app's; narrowed to those
+ * asked (never widened).
+ */
+function principalSubjects(user: UserInfo | null, client: ClientInfo, aid: string | undefined, domain: string, asked?: string[]) {
+	const { subjects, groups } = user ? userSubjects(user, domain) : { subjects: [`${client.id}@${domain}`], groups: [] };
+	if (aid) subjects.push(`${aid}@${domain}`);
+	return { subject: [...new Set(asked ? subjects.filter((s) => asked.includes(s)) : subjects)].join(" "), groups };
+}
+
+const ttlsOf = (c: ClientInfo) => ({ access: c.access_token_ttl ?? ACCESS_TTL, refresh: c.refresh_token_ttl ?? REFRESH_TTL });
+
+/**
+ * The scopes the client holds, or (with `appId`) its app and the app's scopes that the client also holds; null when the
+ * app is gone or not the client's.
+ */
+async function heldScopes(ctx: Context<unknown, any>, client: ClientInfo, appId?: string): Promise<{ scopes: string[]; aid?: string } | null> {
+	if (!appId) return { scopes: client.scopes };
+	const app = (await ctx.call("domain.apps.lookup", { id: appId })) as { id: string; client: string; scopes: string[] } | null;
+	if (!app || app.client !== client.id) return null;
+	return { scopes: app.scopes.filter((a) => client.scopes.some((h) => scopeSatisfies(h, a))), aid: app.id };
 }
 
 export class TokenIssuer {
-	constructor(private readonly deps: TokenDeps) {}
+	private readonly failures: FailureCounter;
+
+	constructor(private readonly deps: TokenDeps) {
+		this.failures = new FailureCounter(deps.kv, LOGIN_WINDOW_MS);
+	}
 
 	async handle(ctx: Context<unknown, any>, r: TokenRequest, ip: string): Promise<{ data: Record<string, unknown> }> {
 		switch (r.grant_type) {
@@ -133,97 +189,82 @@ export class TokenIssuer {
 			case "authorization_code":
 				return { data: await this.exchangeCode(ctx, r, ip) };
 			default:
-				return { data: await this.refresh(ctx, r) };
+				return { data: await this.refresh(ctx, r, ip) };
 		}
 	}
 
-	private failKey(ip: string) {
-		return `auth:fail:${ip}`;
+	private failLimit(ip: string) {
+		return [{ key: `auth:fail:${ip}`, limit: LOGIN_LIMIT, message: "too many failed login attempts from this IP" }];
 	}
 
-	async assertNotLimited(ip: string): Promise<void> {
-		const n = Number((await this.deps.kv.get(this.failKey(ip))) ?? 0);
-		if (n >= LOGIN_LIMIT) throw new ApiError(429, "too many failed login attempts from this IP");
+	/** 429 (with Retry-After) once LOGIN_LIMIT failures from this IP were counted within the window. */
+	assertNotLimited(ip: string): Promise<void> {
+		return this.failures.assertBelow(this.failLimit(ip));
 	}
 
 	private async fail(ip: string): Promise<never> {
-		await this.deps.kv.incr(this.failKey(ip), LOGIN_WINDOW_MS);
+		await this.failures.count(this.failLimit(ip));
 		throw unauthorized(INVALID_LOGIN);
+	}
+
+	/**
+	 * A client secret that is presented (HTTP Basic or body) is verified whatever the grant (RFC 6749 §2.3): a wrong one
+	 * is a failed login, answered as client_credential answers it. Without one, the client is looked up only.
+	 */
+	private async client(ctx: Context<unknown, any>, r: TokenRequest, ip: string): Promise<ClientInfo | null> {
+		const secret = r.client_secret || undefined;
+		// Each secret tried is a guess: bounded like passwords.
+		if (secret !== undefined) await this.assertNotLimited(ip);
+		const client = (await ctx.call("domain.clients.authenticate", { id: r.client_id, secret })) as ClientInfo | null;
+		return client ?? (secret !== undefined ? this.fail(ip) : null);
 	}
 
 	private async login(ctx: Context<unknown, any>, r: TokenRequest, ip: string): Promise<Principal> {
 		await this.assertNotLimited(ip);
-		const secret = r.grant_type === "client_credential" ? r.client_secret : undefined;
-		const client = (await ctx.call("domain.clients.authenticate", { id: r.client_id, secret })) as ClientInfo | null;
+		const client = await this.client(ctx, r, ip);
 		if (!client) return this.fail(ip);
 		if (!client.grant_types.includes(r.grant_type) || (r.response_type === "code" && !client.grant_types.includes("authorization_code")))
 			throw badRequest(`grant_type ${r.response_type === "code" ? "authorization_code" : r.grant_type} is not allowed for this client`);
 		const domain = pickDomain(client, r.domain);
-		let heldScopes = client.scopes;
-		let aid: string | undefined;
-		if (r.app_id) {
-			const app = (await ctx.call("domain.apps.lookup", { id: r.app_id })) as { id: string; client: string; scopes: string[] } | null;
-			if (!app || app.client !== client.id) throw badRequest("app_id is not an app of the client");
-			aid = app.id;
-			heldScopes = app.scopes.filter((a) => client.scopes.some((h) => scopeSatisfies(h, a)));
-		}
-		const scope = grantScopes(heldScopes, r.scopes).join(" ");
+		const held = await heldScopes(ctx, client, r.app_id);
+		if (!held) throw badRequest("app_id is not an app of the client");
+		const { aid } = held;
+		const scope = grantScopes(held.scopes, r.scopes).join(" ");
 		const coworkers = (r.coworkers ?? []).filter((c) => client.coworkers.includes(c));
-		let uid: string | undefined;
-		let subjects: string[];
-		let groups: string[] = [];
+		let user: UserInfo | null = null;
 		if (r.grant_type === "password") {
 			// Only users of this client's tenant, or of the tenants it lists as coworkers, log in through it.
 			const tenants = [client.id, ...client.coworkers];
-			const user = (await ctx.call("identity.users.verifyLogin", { login: r.username, password: r.password, tenants })) as {
-				id: string;
-				username?: string;
-				subjects: string[];
-			} | null;
+			user = (await ctx.call("identity.users.verifyLogin", { login: r.username, password: r.password, tenants })) as UserInfo | null;
 			if (!user) return this.fail(ip);
-			uid = user.id;
-			// Only well-formed entries become subjects (stored before validation existed, an entry could hold spaces
-			// or an id and pose as another principal).
-			const own = user.subjects.filter((s, i) => userSubjectProblem(s, `subjects[${i}]`) === null);
-			groups = own.filter((s) => !s.startsWith("@"));
-			const named = user.username && usernameProblem(user.username) === null ? [`${user.username}@${domain}`] : [];
-			subjects = [...own.map((s) => `${s}@${domain}`), `${user.id}@${domain}`, ...named];
-		} else subjects = [`${client.id}@${domain}`];
-		if (aid) subjects.push(`${aid}@${domain}`);
-		if (r.subjects?.length) {
-			// `subjects` narrows, never widens: entries may be given with or without the domain suffix.
-			const wanted = new Set(r.subjects.map((s) => (s.endsWith(`@${domain}`) ? s : `${s}@${domain}`)));
-			subjects = subjects.filter((s) => wanted.has(s));
 		}
+		// `subjects` narrows, never widens: entries may be given with or without the domain suffix.
+		const asked: Asked = {
+			...(r.scopes?.length ? { scopes: [...new Set(r.scopes)] } : {}),
+			...(r.subjects?.length ? { subjects: [...new Set(r.subjects.map((s) => (s.endsWith(`@${domain}`) ? s : `${s}@${domain}`)))] } : {}),
+		};
 		return {
-			uid,
+			uid: user?.id,
 			aid,
 			cid: client.id,
 			client_id: client.id,
 			scope,
 			domain,
-			subject: [...new Set(subjects)].join(" "),
-			groups,
+			...principalSubjects(user, client, aid, domain, asked.subjects),
 			coworker: coworkers.length ? coworkers.join(" ") : undefined,
 			strict: r.strict === true,
 			tz: "UTC",
 			lang: "en",
 			withRefresh: r.grant_type === "password",
+			asked,
 		};
-	}
-
-	private ttls(ctx: Context<unknown, any>, cid: string) {
-		return (ctx.call("domain.clients.authenticate", { id: cid }) as Promise<ClientInfo | null>).then((c) => ({
-			access: c?.access_token_ttl ?? ACCESS_TTL,
-			refresh: c?.refresh_token_ttl ?? REFRESH_TTL,
-			live: !!c,
-		}));
 	}
 
 	/** Opens a session and signs the tokens. */
 	private async mint(ctx: Context<unknown, any>, p: Principal, ip: string): Promise<Record<string, unknown>> {
-		const ttl = await this.ttls(ctx, p.cid);
-		if (!ttl.live) throw unauthorized(INVALID_LOGIN);
+		const client = (await ctx.call("domain.clients.authenticate", { id: p.cid })) as ClientInfo | null;
+		if (!client) throw unauthorized(INVALID_LOGIN);
+		const ttl = ttlsOf(client);
 		const jti = p.withRefresh ? randomToken(16) : undefined;
 		const session = (await ctx.call("identity.sessions.open", {
 			uid: p.uid,
@@ -266,7 +307,7 @@ export class TokenIssuer {
 			...(p.coworker ? { coworker: p.coworker } : {}),
 			session,
 		};
-		if (jti) out.refresh_token = this.deps.jwt.sign({ ...claims, type: "refresh" }, ttl.refresh, jti);
+		if (jti) out.refresh_token = this.deps.jwt.sign({ ...claims, type: "refresh", asked: p.asked }, ttl.refresh, jti);
 		return out;
 	}
 
@@ -278,6 +319,8 @@ export class TokenIssuer {
 
 	private async exchangeCode(ctx: Context<unknown, any>, r: TokenRequest, ip: string): Promise<Record<string, unknown>> {
 		await this.assertNotLimited(ip);
+		// The client first (a wrong secret does not spend the code).
+		if (!(await this.client(ctx, r, ip))) return this.fail(ip);
 		const raw = await this.deps.kv.take(`auth:code:${sha256Hex(r.code!)}`);
 		const p = raw ? (JSON.parse(raw) as Principal) : null;
 		// Single use, bound to its client: a code presented by another client is burnt too.
@@ -287,7 +330,8 @@ export class TokenIssuer {
 		return this.mint(ctx, p, ip);
 	}
 
-	private async refresh(ctx: Context<unknown, any>, r: TokenRequest): Promise<Record<string, unknown>> {
+	private async refresh(ctx: Context<unknown, any>, r: TokenRequest, ip: string): Promise<Record<string, unknown>> {
+		const client = await this.client(ctx, r, ip);
 		const c = this.deps.jwt.verify(r.refresh_token!);
 		if (!c || c.type !== "refresh" || !c.jti || c.client_id !== r.client_id) throw unauthorized();
 		// A cache outage skips this shortcut only: the durable state below decides.
@@ -295,9 +339,9 @@ export class TokenIssuer {
 		// The durable state, whatever the cache lost: the session is open, its user exists and is ACTIVE, its client too.
 		const state = (await ctx.call("identity.sessions.live", { id: c.session })) as { live: boolean } | null;
 		if (!state?.live) throw new ApiError(401, "session is revoked");
-		if (c.uid && !(await activeUser(ctx, c.uid))) throw unauthorized();
-		const ttl = await this.ttls(ctx, c.cid);
-		if (!ttl.live) throw unauthorized();
+		if (!client) throw unauthorized();
+		const p = await this.reread(ctx, client, c);
+		const ttl = ttlsOf(client);
 		const jti = randomToken(16);
 		const rotated = (await ctx.call("identity.sessions.rotate", {
 			id: c.session,
@@ -306,21 +350,40 @@ export class TokenIssuer {
 			expiration: new Date(Date.now() + ttl.refresh * 1000).toISOString(),
 		})) as { ok: boolean };
 		if (!rotated.ok) throw unauthorized("refresh token was already used");
-		const p: Principal = {
+		return this.sign(p, c.session, ttl, jti);
+	}
+
+	/**
+	 * The principal of a refresh token as its user and client are now (CONTRACTS.md: "A refresh re-reads the user and
+	 * the client"): the user's current roles and groups, the client's (or app's) current scopes and coworkers, each
+	 * narrowed to what the login asked (a refresh token of an earlier version: to what it carries). A user that no
+	 * longer logs in through the client, an app gone, or a domain the client no longer registers ends the refreshes.
+	 */
+	private async reread(ctx: Context<unknown, any>, client: ClientInfo, c: TokenClaims): Promise<Principal> {
+		const asked = (c.asked as Asked | undefined) ?? { scopes: c.scope.split(" ").filter(Boolean), subjects: c.subject.split(" ").filter(Boolean) };
+		const held = await heldScopes(ctx, client, c.aid);
+		if (!held || !client.domains.includes(c.domain)) throw unauthorized();
+		let user: UserInfo | null = null;
+		if (c.uid) {
+			user = await activeUser(ctx, c.uid);
+			const tenants = [client.id, ...client.coworkers];
+			if (!user || ((await ctx.call("identity.users.outsideTenant", { tenants, ids: [user.id] })) as { outside: string[] }).outside.length) throw unauthorized();
+		}
+		const coworkers = (c.coworker?.split(" ") ?? []).filter((x) => client.coworkers.includes(x));
+		return {
 			uid: c.uid,
 			aid: c.aid,
 			cid: c.cid,
 			client_id: c.client_id,
-			scope: c.scope,
+			scope: grantScopes(held.scopes, asked.scopes).join(" "),
 			domain: c.domain,
-			subject: c.subject,
-			groups: (c.groups as string[] | undefined) ?? [],
-			coworker: c.coworker,
+			...principalSubjects(user, client, c.aid, c.domain, asked.subjects),
+			coworker: coworkers.length ? coworkers.join(" ") : undefined,
 			strict: c.strict,
 			tz: c.tz ?? "UTC",
 			lang: c.lang ?? "en",
 			withRefresh: true,
+			asked,
 		};
-		return this.sign(p, c.session, ttl, jti);
 	}
 }

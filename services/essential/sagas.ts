@@ -18,7 +18,7 @@ import { releaseLease, renewLease, tryLease, type Lease } from "../../lib/lock";
 import { requirePlan } from "../../lib/plan";
 import { present } from "../../lib/present";
 import { identityOf, type RequestMeta } from "../../lib/types";
-import { isPlainObject } from "../../lib/validate";
+import { checkNesting, isPlainObject } from "../../lib/validate";
 import { platformDoc, type CollectionHooks, type Ctx } from "../../mixins/collection.mixin";
 import type { Image, Outcome, SettleReason } from "../../mixins/saga-staging";
 import type { DocumentStore, StoredDoc } from "../../mixins/stores";
@@ -76,9 +76,14 @@ export async function inFlight(svc: Svc, meta: RequestMeta, id: unknown): Promis
 	return saga;
 }
 
+/** A saga's lifetime, whoever sets it (start, a raw create, a financial transaction): 5 to 900 seconds. */
+function checkTtl(ttl: unknown): asserts ttl is number {
+	if (typeof ttl !== "number" || !Number.isInteger(ttl) || ttl < MIN_TTL || ttl > MAX_TTL) throw badRequest(`ttl must be an integer between ${MIN_TTL} and ${MAX_TTL}`);
+}
+
 /** A new saga owned by the caller (also the start of a financial transaction). */
 export async function startSaga(svc: Svc, ctx: Ctx, ttl: unknown): Promise<StoredDoc> {
-	if (typeof ttl !== "number" || !Number.isInteger(ttl) || ttl < MIN_TTL || ttl > MAX_TTL) throw badRequest(`ttl must be an integer between ${MIN_TTL} and ${MAX_TTL}`);
+	checkTtl(ttl);
 	const t = ctx.meta.token!;
 	const doc = platformDoc(
 		{ ttl, job: randomUUID(), state: "AWAITING", session: t.session ?? "", expires_at: new Date(Date.now() + ttl * 1000).toISOString() },
@@ -184,10 +189,15 @@ export async function expireSagas(svc: Svc, ctx: Ctx, limit = 100): Promise<{ co
 
 const out = (doc: StoredDoc, ctx: Ctx, col = SAGAS) => present(col, doc, ctx.locals?.plan ? requirePlan(ctx.locals).fields : null);
 
-/** essential/sagas: raw creates get their `expires_at`; the four special actions. */
+/**
+ * essential/sagas: a raw create starts a saga like `start` does (AWAITING, ttl 5 to 900, `expires_at` from it: the
+ * validator already refuses `expires_at` and the other dates the saga operations set); the four special actions.
+ */
 export const sagaHooks: CollectionHooks = {
 	beforeCreate(ctx, doc) {
-		doc.expires_at = new Date(Date.now() + Number(doc.ttl) * 1000).toISOString();
+		if (doc.state !== "AWAITING") throw badRequest("state must be AWAITING on create (a saga's state moves only through start, commit, abort and expiry)");
+		checkTtl(doc.ttl);
+		doc.expires_at = new Date(Date.now() + doc.ttl * 1000).toISOString();
 	},
 	/** A saga's lifecycle moves only through start, commit, abort and expiry: never by a patch. */
 	beforePatch(ctx, set) {
@@ -213,6 +223,9 @@ export const sagaHooks: CollectionHooks = {
 			if (typeof body.bucket !== "string" || !BUCKETS.has(body.bucket)) throw badRequest("bucket must be a collection of the catalog (`service/collection`)");
 			if (!(SAGA_STAGE_ACTIONS as readonly unknown[]).includes(body.action)) throw badRequest(`action must be one of ${SAGA_STAGE_ACTIONS.join(", ")}`);
 			if (!isPlainObject(body.req)) throw badRequest("req must be an object");
+			// Before anything walks them (storable, the size check): no unbounded recursion.
+			checkNesting("req", body.req);
+			checkNesting("res", body.res);
 			if (JSON.stringify(body).length > 256 * 1024) throw badRequest("a stage must not be larger than 256 KB");
 			const saga = await inFlight(svc, ctx.meta, body.saga);
 			const lease = await acquire(svc, saga._id);

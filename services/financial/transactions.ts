@@ -7,6 +7,9 @@
  * from one wallet never overdraw it, on any number of nodes) tagged with an op id in the wallet's `saga_ops`: the
  * compensation reverses a move only while its tag is there, so at most once. A move that does not fit undoes the
  * moves already made and answers 409 `insufficient balance`; the saga is aborted and no transaction is stored.
+ *
+ * Every wallet a transaction touches is in the caller's view (payers: its write view; payees: what it can GET, see
+ * ./wallets.ts), else 404 as for a foreign id; all of them hold the transaction's currency (400 otherwise).
  */
 import { randomBytes } from "crypto";
 import { TRANSACTION_TYPES, financial } from "../../catalog/domains/financial";
@@ -20,6 +23,8 @@ import { platformDoc, type CollectionHooks, type Ctx } from "../../mixins/collec
 import { settle, type Image } from "../../mixins/saga-staging";
 import type { DocumentStore, StoredDoc } from "../../mixins/stores";
 import { identityOf } from "../../lib/types";
+import { userWallet, walletInView } from "./wallets";
+import { flushUnit } from "../../mixins/stores/unit";
 
 const TRANSACTIONS = financial.collections.find((c) => c.name === "transactions")!;
 const INVOICES = financial.collections.find((c) => c.name === "invoices")!;
@@ -32,6 +37,9 @@ interface Leg {
 	amount: number;
 }
 
+/** An amount in minor units: a positive safe integer. */
+const isAmount = (v: unknown): v is number => typeof v === "number" && Number.isSafeInteger(v) && v >= 1;
+
 function legs(name: string, v: unknown): Leg[] {
 	if (v === undefined || v === null) return [];
 	if (!Array.isArray(v)) throw badRequest(`${name} must be an array`);
@@ -41,7 +49,7 @@ function legs(name: string, v: unknown): Leg[] {
 		const extra = Object.keys(x).find((k) => k !== "wallet" && k !== "amount");
 		if (extra) throw badRequest(`${name}[${i}].${extra} is not allowed`);
 		if (typeof x.wallet !== "string" || !OBJECT_ID.test(x.wallet)) throw badRequest(`${name}[${i}].wallet must be a wallet id`);
-		if (typeof x.amount !== "number" || !Number.isSafeInteger(x.amount) || x.amount < 1) throw badRequest(`${name}[${i}].amount must be a positive integer (minor units)`);
+		if (!isAmount(x.amount)) throw badRequest(`${name}[${i}].amount must be a positive integer (minor units)`);
 		return { wallet: x.wallet.toLowerCase(), amount: x.amount };
 	});
 }
@@ -62,7 +70,7 @@ export function parseInit(body: unknown): InitBody {
 	const extra = Object.keys(body).find((k) => !["amount", "currency", "type", "payers", "payees", "ttl"].includes(k));
 	if (extra) throw badRequest(`${extra} is not allowed`);
 	const { amount, currency } = body;
-	if (typeof amount !== "number" || !Number.isSafeInteger(amount) || amount < 1) throw badRequest("amount must be a positive integer (minor units)");
+	if (!isAmount(amount)) throw badRequest("amount must be a positive integer (minor units)");
 	if (currency !== undefined && (typeof currency !== "string" || currency.length > 10)) throw badRequest("currency must be a string of at most 10 characters");
 	const type = (body.type ?? "TRANSFER") as InitBody["type"];
 	if (!TRANSACTION_TYPES.includes(type)) throw badRequest(`type must be one of ${TRANSACTION_TYPES.join(", ")}`);
@@ -80,12 +88,24 @@ export function parseInit(body: unknown): InitBody {
 export async function initTransaction(svc: Svc, ctx: Ctx, b: InitBody): Promise<StoredDoc> {
 	const wallets = svc.collectionStore("wallets");
 	if (b.type !== "TRANSFER") await callerView(ctx, "financial", "wallets", "manage");
-	// Every payer wallet must be in the caller's write view; payees must exist.
+	// Every payer wallet must be in the caller's write view, every payee in its read view (404 as for a foreign id).
+	const touched: StoredDoc[] = [];
 	for (const l of b.payers) {
 		const plan = await callerView(ctx, "financial", "wallets", "write", l.wallet);
-		if (!(await wallets.findOne(plan.filter))) throw notFound(`wallet ${l.wallet} not found`);
+		const w = await wallets.findOne(plan.filter);
+		if (!w) throw notFound(`wallet ${l.wallet} not found`);
+		touched.push(w);
 	}
-	for (const l of b.payees) if (!(await wallets.findOne({ id: l.wallet, deleted_at: null }))) throw notFound(`wallet ${l.wallet} not found`);
+	for (const l of b.payees) {
+		await walletInView(ctx, l.wallet);
+		const w = await wallets.findOne({ id: l.wallet, deleted_at: null });
+		if (!w) throw notFound(`wallet ${l.wallet} not found`);
+		touched.push(w);
+	}
+	// One currency: the body's, else the first wallet's; every wallet holds it.
+	const currency = b.currency ?? (touched[0]?.currency as string | undefined);
+	const named = (c: unknown) => (c === undefined || c === null ? "no currency" : String(c));
+	for (const w of touched) if ((w.currency ?? undefined) !== currency) throw badRequest(`wallet ${w._id} holds ${named(w.currency)}, not ${named(currency)}`);
 
 	const saga = (await ctx.call("essential.sagas.open", { ttl: b.ttl })) as StoredDoc;
 	const id = objectId();
@@ -129,7 +149,7 @@ export async function initTransaction(svc: Svc, ctx: Ctx, b: InitBody): Promise<
 		if (short) await settle({ store: wallets, record }, done, "abort");
 		else {
 			const doc = platformDoc(
-				{ amount: b.amount, ...(b.currency ? { currency: b.currency } : {}), type: b.type, payers: b.payers, payees: b.payees, saga: saga._id, state: "PENDING" },
+				{ amount: b.amount, ...(currency ? { currency } : {}), type: b.type, payers: b.payers, payees: b.payees, saga: saga._id, state: "PENDING" },
 				{ owner: identityOf(ctx.meta.token!), cid: ctx.meta.token!.cid, aid: ctx.meta.token!.aid, coworkers: ctx.meta.token!.coworker?.split(" ").filter(Boolean) },
 			);
 			doc._id = id;
@@ -189,27 +209,74 @@ export const transactionHooks: CollectionHooks = {
 	},
 };
 
+const PAID_BY_PLATFORM = "status PAID is set by the platform";
+/** Fields a payment depends on: a paid invoice keeps them. */
+const PAID_KEEPS = ["status", "amount", "currency"];
+
+/** 409 when the invoice cannot be paid (paid, cancelled) or its amount is not the one the payer expects. */
+function assertPayable(invoice: StoredDoc, expected: number | undefined): void {
+	if (invoice.status === "PAID") throw conflict(`invoice ${invoice._id} is already paid`);
+	if (invoice.status === "CANCELLED") throw conflict(`invoice ${invoice._id} is cancelled`);
+	if (expected !== undefined && invoice.amount !== expected) throw conflict(`invoice ${invoice._id} amount is ${String(invoice.amount)}, not ${expected}`);
+}
+
+function parsePayment(body: unknown): { wallet: string; amount?: number } {
+	if (!isPlainObject(body)) throw badRequest("body must be a JSON object");
+	const extra = Object.keys(body).find((k) => k !== "wallet" && k !== "amount");
+	if (extra) throw badRequest(`${extra} is not allowed`);
+	if (typeof body.wallet !== "string" || !OBJECT_ID.test(body.wallet)) throw badRequest("wallet must be a wallet id");
+	const { amount } = body;
+	if (amount !== undefined && !isAmount(amount)) throw badRequest("amount must be a positive integer (minor units)");
+	return { wallet: body.wallet, amount: amount as number | undefined };
+}
+
+/** A stored value as a condition: the same value, or absent. */
+const same = (v: unknown) => (v === undefined ? { $exists: false } : v);
+
 export const invoiceHooks: CollectionHooks = {
+	/** `PAID` is the payment's to set (CONTRACTS.md "Fields and bodies": platform-set values in a body answer 400). */
+	beforeCreate(_ctx, doc) {
+		if (doc.status === "PAID") throw badRequest(PAID_BY_PLATFORM);
+	},
+	/** A paid invoice keeps its status, amount and currency: reopened, it could be paid twice. */
+	async beforePatch(ctx, set, before) {
+		if (set.status === "PAID") throw badRequest(PAID_BY_PLATFORM);
+		if (!PAID_KEEPS.some((k) => k in set)) return;
+		if (before) {
+			if (before.status === "PAID") throw conflict(`invoice ${before._id} is already paid`);
+			return;
+		}
+		const paid = await (ctx.service as unknown as Svc).collectionStore("invoices").count({ $and: [requirePlan(ctx.locals).filter, { status: "PAID" }] });
+		if (paid) throw conflict("a paid invoice keeps its status, amount and currency");
+	},
 	specials: {
-		/** Pays the invoice from the caller's wallet to its owner's: init + verify; PAID, paid_at, transaction. */
+		/**
+		 * Pays the invoice from the caller's wallet to its owner's: init + verify; PAID, paid_at, transaction. An
+		 * `amount` in the body pins what the payer read: 409 when the invoice says otherwise.
+		 */
 		async payment(ctx) {
 			const svc = ctx.service as unknown as Svc;
-			const body = ctx.params.body;
-			if (!isPlainObject(body)) throw badRequest("body must be a JSON object");
-			const extra = Object.keys(body).find((k) => k !== "wallet");
-			if (extra) throw badRequest(`${extra} is not allowed`);
-			if (typeof body.wallet !== "string" || !OBJECT_ID.test(body.wallet)) throw badRequest("wallet must be a wallet id");
+			const body = parsePayment(ctx.params.body);
 			const invoices = svc.collectionStore("invoices");
 			const invoice = await invoices.findOne(requirePlan(ctx.locals).filter);
 			if (!invoice) throw notFound();
-			if (invoice.status === "PAID") throw conflict(`invoice ${invoice._id} is already paid`);
-			const amount = invoice.amount as number;
-			if (!Number.isSafeInteger(amount) || amount < 1) throw badRequest("the invoice amount must be a positive integer");
-			const payee = await svc.collectionStore("wallets").findOne({ user: invoice.owner, deleted_at: null });
+			assertPayable(invoice, body.amount);
+			const amount = invoice.amount;
+			if (!isAmount(amount)) throw badRequest("the invoice amount must be a positive integer");
+			const payee = await userWallet(svc.collectionStore("wallets"), invoice.owner as string);
 			if (!payee) throw conflict("the invoice's owner has no wallet");
-			// Claimed first (compare-and-set): two payments of one invoice never both pay.
-			const claimed = await invoices.updateIf({ id: invoice._id, status: invoice.status ?? { $exists: false } }, { $set: { status: "PAID" } });
-			if (!claimed) throw conflict(`invoice ${invoice._id} is already paid`);
+			// Claimed first (compare-and-set on what the payment depends on): two payments of one invoice never both pay,
+			// and an invoice changed since it was read is not paid at the old terms.
+			const claimed = await invoices.updateIf(
+				{ id: invoice._id, status: same(invoice.status), amount, currency: same(invoice.currency), deleted_at: null },
+				{ $set: { status: "PAID" } },
+			);
+			if (!claimed) {
+				const now = await invoices.findOne({ id: invoice._id, deleted_at: null });
+				if (!now) throw notFound();
+				assertPayable(now, body.amount);
+				throw conflict(`invoice ${invoice._id} changed while it was being paid`);
+			}
 			let tx: StoredDoc;
 			try {
 				const b = parseInit({ amount, ...(invoice.currency ? { currency: invoice.currency } : {}), payers: [{ wallet: body.wallet, amount }], payees: [{ wallet: payee._id, amount }] });
@@ -217,10 +284,13 @@ export const invoiceHooks: CollectionHooks = {
 				tx = await finishTransaction(svc, ctx, tx, "commit");
 			} catch (err) {
 				await invoices.updateIf({ id: invoice._id, status: "PAID" }, invoice.status === undefined ? { $unset: { status: true } } : { $set: { status: invoice.status } });
+				// On PostgreSQL the claim is committed already (at the first call above) and the unit of work would roll this
+				// undo back with the error: it is committed now, or the invoice would stay PAID, unpaid.
+				await flushUnit();
 				throw err;
 			}
 			const now = new Date().toISOString();
-			const after = (await invoices.updateIf({ id: invoice._id }, { $set: { paid_at: now, transaction: tx._id, updated_at: now } }))!;
+			const after = (await invoices.updateIf({ id: invoice._id }, { $set: { status: "PAID", paid_at: now, transaction: tx._id, updated_at: now } }))!;
 			await svc.recordChanges(ctx, "invoices", [{ op: "u", before: invoice, after }]);
 			return { data: present(INVOICES, after, requirePlan(ctx.locals).fields) };
 		},

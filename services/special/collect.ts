@@ -2,13 +2,14 @@
  * special/stats `collect` (CONTRACTS.md "Other special actions"): the caller's tenant's statistics (special/stats,
  * written by the observer, see lib/stat-buckets.ts) summed over a range of buckets of one period, per service
  * and collection. The tenant is the token's client (`cid`); the documents are read through the caller's view too
- * (zones and grant rows: stats are owned by the tenant's client, so a user reads them with `zone=client`).
+ * (zones and grant rows). Stats are owned by the tenant's client, so the view's default zone here is `client` (a
+ * user of the tenant reads its tenant's stats without asking); a `zone` the caller gives (`?zone=`, `x-zone`) is kept.
  */
 import { findCollection, DOMAINS } from "../../catalog";
 import { badRequest } from "../../lib/errors";
 import { requirePlan } from "../../lib/plan";
 import { isPlainObject } from "../../lib/validate";
-import { and } from "../../middlewares/authority";
+import { and, callerView } from "../../middlewares/authority";
 import type { Ctx } from "../../mixins/collection.mixin";
 import type { DocumentStore } from "../../mixins/stores";
 import { bucketOf, COUNTERS, PERIODS, type Period } from "../../lib/stat-buckets";
@@ -55,8 +56,16 @@ export function parseCollect(body: unknown): { period: Period; service?: string;
 	return { period, service: service as string | undefined, collection: collection as string | undefined, from, to };
 }
 
+/** The caller's view of special/stats: the plan the authority layer made, or, when the caller named no zone, the `client` zone's. */
+async function statsView(ctx: Ctx) {
+	const query = (ctx.params.query ?? {}) as Record<string, unknown>;
+	if (query.zone !== undefined || ctx.meta.headers?.["x-zone"] !== undefined) return requirePlan(ctx.locals);
+	const view = Object.assign(Object.create(ctx) as Ctx, { params: { ...ctx.params, query: { ...query, zone: "client" } } });
+	return callerView(view, "special", "stats", "collect");
+}
+
 export async function collect(ctx: Ctx): Promise<{ items: CollectedStat[]; total: number }> {
-	const plan = requirePlan(ctx.locals);
+	const plan = await statsView(ctx);
 	const b = parseCollect(ctx.params.body);
 	const store = (ctx.service as unknown as { collectionStore(n: string): DocumentStore }).collectionStore("stats");
 	const range: Record<string, string> = {};

@@ -14,7 +14,7 @@ import { objectId } from "../../lib/crypto";
 import { ApiError, badRequest, conflict, forbidden, notFound } from "../../lib/errors";
 import type { AccessPlan } from "../../lib/plan";
 import { present } from "../../lib/present";
-import { fillTemplate } from "../../lib/touch";
+import { assertSender, fillTemplate } from "../../lib/touch";
 import { identityOf, type Doc, type TokenClaims } from "../../lib/types";
 import { isPlainObject, validateBody, validateValue } from "../../lib/validate";
 import { loadVapid } from "../../lib/vapid";
@@ -53,6 +53,17 @@ export function queuedFields(date?: unknown): Record<string, unknown> {
 	return { state: "QUEUED", attempts: 0, next_at: at };
 }
 
+/**
+ * An email's `from` must be at a domain of its tenant (`tenant`: the client id first in its `clients`) or a sender
+ * TOUCH_EMAIL_SENDERS allows (400 otherwise, lib/touch.ts assertSender). Every path that writes `from` checks it:
+ * send, create, bulk create, patch and bulk patch.
+ */
+export async function checkSender(ctx: Pick<Context, "call"> & { service: any }, tenant: unknown, from: unknown): Promise<void> {
+	if (from === undefined) return;
+	const client = typeof tenant === "string" ? ((await ctx.call("domain.clients.authenticate", { id: tenant })) as { domains?: string[] } | null) : null;
+	assertSender(from, client?.domains ?? [], configOf(ctx.service.broker).touchEmailSenders);
+}
+
 async function insertRecords(ctx: SendCtx, collection: string, docs: StoredDoc[]): Promise<void> {
 	const store = ctx.service.collectionStore(collection);
 	try {
@@ -70,6 +81,7 @@ async function createQueued(ctx: SendCtx, collection: "emails" | "smss", body: R
 	const c = col(collection);
 	const clean = validateBody(c, body, "create");
 	const doc = platformDoc({ ...clean, ...extra, ...queuedFields(clean.date) }, stampsOf(token));
+	if (collection === "emails") await checkSender(ctx, token.cid, doc.from);
 	// The same rules as a create: the record stays inside the caller's view (grant row filter), shares stay in the tenant.
 	if (plan && !matchesFilter(doc, plan.filter)) throw forbidden("document is outside the grant filter");
 	await assertShares(ctx as unknown as Ctx, token, [doc.shares]);

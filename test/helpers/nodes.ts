@@ -94,7 +94,7 @@ export function startNode(name: string, env: Record<string, string>, image?: AsI
 		cwd: image?.cwd ?? ROOT,
 		uid: image?.uid,
 		gid: image?.gid,
-		env: { ...base, HOST: "127.0.0.1", LOG_LEVEL: "warn", DATA_DIR: dataDir, NODE_ID: `${name}-${randomBytes(3).toString("hex")}`, ...env },
+		env: { ...base, HOST: "127.0.0.1", LOG_LEVEL: "warn", DATA_DIR: dataDir, NODE_ID: `${name}-${randomBytes(3).toString("hex")}`, TOUCH_EMAIL_SENDERS: "example.com", ...env },
 		stdio: ["ignore", "pipe", "pipe"],
 		detached: true,
 	});

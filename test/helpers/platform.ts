@@ -87,7 +87,8 @@ async function holdOnPostgres(cfg: PlatformConfig): Promise<void> {
 
 export async function bootPlatform(overrides: Partial<PlatformConfig> = {}): Promise<TestPlatform> {
 	const dataDir = overrides.dataDir ?? tempDir();
-	const cfg: Partial<PlatformConfig> = { port: 0, host: "127.0.0.1", logLevel: "warn", dataDir, ...overrides };
+	// Tests send email as @example.com (TOUCH_EMAIL_SENDERS); a tenant's own domains are always allowed.
+	const cfg: Partial<PlatformConfig> = { port: 0, host: "127.0.0.1", logLevel: "warn", dataDir, touchEmailSenders: ["example.com"], ...overrides };
 	// A new DATA_DIR of ours gets the initialised cluster (test/helpers/pg-template.ts); a caller's is left as given.
 	if (!overrides.dataDir && (await pgTemplate())) seedEmbeddedPg(dataDir, overrides.databaseUrl ?? process.env.DATABASE_URL);
 	let p = await startPlatform(cfg);

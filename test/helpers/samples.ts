@@ -49,6 +49,8 @@ const OMIT: Record<string, readonly string[]> = {
 	"domain/clients": ["secret", "coworkers"],
 	// The caller's client is filled in; another client's id is the operator's only, and must name a client.
 	"context/configs": ["eid"],
+	// `user` must name a user of the caller's tenant, which a sample does not know.
+	"financial/wallets": ["user"],
 };
 
 function scalar(name: string, def: FieldDef, n: number, type = def.type): unknown {
@@ -137,6 +139,12 @@ function special(path: string, n: number, domain: string): Record<string, unknow
 			return { key: `sample.${n}`, value: { theme: "dark" } };
 		case "essential/saga-stages":
 			return { req: { query: { n } } };
+		case "essential/sagas":
+			// A raw saga is created AWAITING with a ttl of 5 to 900 seconds, as `start` makes one.
+			return { state: "AWAITING", ttl: 5 + (n % 896) };
+		case "financial/invoices":
+			// `PAID` is set by the platform (a payment), never by a body.
+			return { status: ["DRAFT", "ISSUED", "CANCELLED"][n % 3] };
 		case "financial/transactions":
 			return sampleLinks.saga ? { saga: sampleLinks.saga } : {};
 		case "touch/pushes":
@@ -180,7 +188,9 @@ export function sampleBody(ref: CollectionRef | string, n = 0, opts: SampleOptio
 export function patchField(ref: CollectionRef | string): string {
 	const c = collectionRef(ref);
 	// A config's key and value cannot be set by a bulk patch (each config's credentials decide): `description` instead.
+	// An email's `from` must stay a sender the platform allows: its `subject` instead.
 	if (c.path === "identity/users" || c.path === "auth/grants" || c.path === "context/configs") return "description";
+	if (c.path === "touch/emails") return "subject";
 	const f = Object.entries(c.collection.fields).find(
 		([, d]) => d.type === "string" && !d.format && !d.enum && !d.relation && !d.writeOnly && !d.internal && !d.readOnly,
 	);

@@ -907,7 +907,9 @@ describe("probing content/notes", () => {
 		expect(await can(limited, { action: "read", object: "content:notes", subjects: [subjectOf(owner.claims.uid!, DOMAIN2)] })).toEqual({ granted: true });
 		expectStatus(await call(owner, "POST", "/auth/can", { body: { action: "read", object: "logistic:cargoes", subjects: [subjectOf(T2.id, DOMAIN2)] } }), 403, "whole scope, no grant");
 		await grant({ subject: ownerSubject, action: "read", object: "auth:grants" });
-		expect(await can(owner, { action: "read", object: "logistic:cargoes", subjects: [subjectOf(T2.id, DOMAIN2)] })).toEqual({ granted: true });
+		expect(await can(owner, { action: "manage", object: "identity:users", subjects: [subjectOf(T.id)] })).toEqual({ granted: true });
+		// Only subjects of its own tenant: a grant belongs to its subject's domain (T2 is another tenant).
+		expectStatus(await call(owner, "POST", "/auth/can", { body: { action: "read", object: "logistic:cargoes", subjects: [subjectOf(T2.id, DOMAIN2)] } }), 403, "another tenant's subject");
 		// Bad bodies.
 		for (const body of [{}, { action: "read" }, { object: "content:notes" }, { action: "read", object: "content" }, { action: "read", object: "content:notes", strict: "yes" }, { action: "read", object: "content:notes", fields: "title" }, { action: "read", object: "content:notes", bogus: 1 }])
 			expectStatus(await call(owner, "POST", "/auth/can", { body }), 400, JSON.stringify(body));

@@ -14,6 +14,7 @@ import { DOMAIN_SPEC_PORTS, freeOpsOffset } from "../helpers/ports";
 import { sleep } from "../helpers/wait";
 import { WORKER_PORTS } from "../../workers";
 import { MQTT_MAX_CONNECTIONS } from "../../workers/preserver.worker";
+import { connectHeader } from "../helpers/mqtt-wire";
 
 jest.setTimeout(90_000);
 
@@ -156,16 +157,8 @@ describe("MQTT hardening", () => {
 			global.gc?.();
 			const before = process.memoryUsage();
 			// Fixed header: CONNECT (0x10), remaining length 250 MB as a variable byte integer.
-			let n = 250 * 1024 * 1024;
-			const len: number[] = [];
-			do {
-				let b = n % 128;
-				n = Math.floor(n / 128);
-				if (n > 0) b |= 0x80;
-				len.push(b);
-			} while (n > 0);
 			const start = Date.now();
-			socket.write(Buffer.from([0x10, ...len]));
+			socket.write(connectHeader(250 * 1024 * 1024));
 			const chunk = Buffer.alloc(64 * 1024, 0x41);
 			let sent = 0;
 			// 20 MB streamed behind the header (or until the broker closed the socket).

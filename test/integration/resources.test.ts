@@ -16,6 +16,7 @@ import { unique } from "../helpers/samples";
 import { bigNotes, otherPrincipal, stalledStream, type Stalled } from "../helpers/stall";
 import { encryptEnvelope } from "../../lib/crypto";
 import { totp } from "../../lib/totp";
+import { connectHeader } from "../helpers/mqtt-wire";
 
 const MB = 1024 * 1024;
 const HEX = "3132333435363738393031323334353637383930";
@@ -65,15 +66,7 @@ function hugeConnect(mb: number): { done: Promise<{ sent: number; closedByServer
 		sock.on("end", () => (closedByServer = !ending));
 		sock.on("connect", async () => {
 			// Remaining length 250,000,000 as an MQTT variable byte integer.
-			let n = 250_000_000;
-			const len: number[] = [];
-			do {
-				let b = n % 128;
-				n = Math.floor(n / 128);
-				if (n > 0) b |= 0x80;
-				len.push(b);
-			} while (n > 0);
-			sock.write(Buffer.from([0x10, ...len, 0x00, 0x04, 0x4d, 0x51, 0x54, 0x54, 0x04, 0x02, 0x00, 0x3c]));
+			sock.write(Buffer.concat([connectHeader(250_000_000), Buffer.from([0x00, 0x04, 0x4d, 0x51, 0x54, 0x54, 0x04, 0x02, 0x00, 0x3c])]));
 			const chunk = Buffer.alloc(64 * 1024, 0x61);
 			while (sent < mb * MB && !sock.destroyed) {
 				if (!sock.write(chunk)) await new Promise((r) => sock.once("drain", r).once("close", r));

@@ -80,11 +80,12 @@ describe("collect: the caller's tenant's stats summed over the range", () => {
 		expect(y.body).toEqual({ items: [{ service: "content", collection: "notes", period: "yearly", from: "2024", to: "2024", created: 1, updated: 0, deleted: 0, restored: 0 }], total: 1 });
 	});
 
-	test("a user reads its tenant's stats with zone=client; fields its grant hides are not summed", async () => {
+	test("a user reads its tenant's stats (zone client by default); fields its grant hides are not summed", async () => {
 		const u = await user([["collect", "special:stats", { field: ["service", "collection", "period", "created"] }]]);
-		expect((await post(u.token, "/special/stats/collect", { period: "monthly", service: "career" })).body).toEqual({ items: [], total: 0 });
+		expect((await post(u.token, "/special/stats/collect?zone=own", { period: "monthly", service: "career" })).body).toEqual({ items: [], total: 0 });
 		const r = await post(u.token, "/special/stats/collect?zone=client", { period: "monthly", service: "career", collection: "products", to: "2025-06" });
 		expect(r.body).toEqual({ items: [{ service: "career", collection: "products", period: "monthly", created: 4 }], total: 1 });
+		expect((await post(u.token, "/special/stats/collect", { period: "monthly", service: "career", collection: "products", to: "2025-06" })).body).toEqual(r.body);
 	});
 
 	test("bad bodies: 400 with the exact message", async () => {
@@ -340,8 +341,8 @@ describe("the authority layer on every special: allowed, no scope, no grant, out
 		// A user of the root tenant with every grant but no documents of its own: root's documents are outside.
 		const u = await user([...SPECIALS.map(([action, object]) => [action, object] as [string, string]), ["read", "logistic:locations"]]);
 		for (const object of ["content:posts", "career:products", "conjoint:messages"]) expect({ object, body: (await call(u.token, "root", object)).body }).toEqual({ object, body: { items: [], total: 0 } });
-		// Stats belong to the client: a user reads them only with zone=client.
-		expect((await call(u.token, "root", "special:stats")).body).toEqual({ items: [], total: 0 });
+		// Stats belong to the client: a user reads them in the client zone (collect's default), none in its own.
+		expect((await call(u.token, "root", "special:stats", "zone=own")).body).toEqual({ items: [], total: 0 });
 		expect((await call(u.token, "root", "logistic:locations")).body).toEqual(errorBody(404, "no location with coordinates found"));
 		expect((await call(u.token, "root", "logistic:travels")).body).toEqual(errorBody(404, `location ${docs.root.location} not found`));
 		// generate: the new account must lie inside the grant's rows.

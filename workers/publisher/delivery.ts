@@ -269,6 +269,7 @@ export class Delivery {
 		let failure: Outcome | undefined;
 		for (const r of requests) {
 			const a = await guardedRequest(r.url, "POST", r.headers, r.body, this.cfg.webhookAllowPrivate, SEND_TIMEOUT_MS, this.ca);
+			if (a.detail) this.logger.warn(`publisher: sms ${job.id} not sent: ${a.detail}`);
 			answers.push({ receptors: r.receptors, status: a.status, body: scrub(answerOf(a.body), secrets) });
 			if (a.status !== null && a.status >= 200 && a.status < 300) continue;
 			const reason = scrub(a.error ?? `${provider} answered HTTP ${a.status}`, secrets);
@@ -296,6 +297,7 @@ export class Delivery {
 			return { ok: false, permanent: true, reason: `the subscription cannot be encrypted to: ${(err as Error).message}` };
 		}
 		const a = await guardedRequest(details.endpoint, details.method, details.headers as Record<string, string>, details.body ?? null, this.cfg.webhookAllowPrivate, SEND_TIMEOUT_MS, this.ca);
+		if (a.detail) this.logger.warn(`publisher: push ${job.id} not sent: ${a.detail}`);
 		const info = { status: a.status, body: answerOf(a.body) };
 		if (a.status !== null && a.status >= 200 && a.status < 300) return { ok: true, info };
 		if (a.status === 404 || a.status === 410) return { ok: false, gone: true, info, reason: `push service answered ${a.status}: the subscription is gone` };

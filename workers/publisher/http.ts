@@ -15,6 +15,8 @@ export interface HttpAnswer {
 	error: string | null;
 	/** The address guard refused the URL (permanent). */
 	refused?: boolean;
+	/** Why, for the server log only (what the host resolved to): `error` is what the record keeps. */
+	detail?: string;
 }
 
 const MAX_ANSWER = 64 * 1024;
@@ -24,8 +26,8 @@ export async function guardedRequest(raw: string, method: string, headers: Recor
 	try {
 		target = await resolveTarget(raw, allowPrivate);
 	} catch (err) {
-		const e = err as Error;
-		return { status: null, body: "", error: e.message.replace(/^webhook/, "address"), refused: e.name === "AddressRefused" };
+		const e = err as Error & { detail?: string };
+		return { status: null, body: "", error: e.message.replace(/^webhook/, "address"), refused: e.name === "AddressRefused", detail: e.detail?.replace(/^webhook/, "address") };
 	}
 	const pinned: LookupFunction = (_host, opts, cb) => {
 		if ((opts as { all?: boolean }).all) (cb as any)(null, [{ address: target.address, family: target.family }]);

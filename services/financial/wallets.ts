@@ -1,0 +1,89 @@
+/**
+ * Whose wallet is whose (CONTRACTS.md "Financial transactions and payments", "Tenants").
+ *
+ * - Every user gets one wallet made by the platform, whose id follows from the user's (`walletIdOf`). That wallet,
+ *   and no other wallet that merely names the user in `user`, is the user's: payments credit it, `ensureWallet`
+ *   looks for it.
+ * - `user` names a user of the caller's tenant, like `shares` (400 otherwise), on create, bulk create, patch and bulk
+ *   patch.
+ * - A wallet holding money, or with balance moves of a saga in flight, keeps its currency (409): relabelling it would
+ *   turn one currency into another.
+ * - A wallet a transaction touches is in the caller's view (`walletInView`): the collection's own authorized read,
+ *   404 otherwise, as for a GET.
+ */
+import { badRequest, conflict, notFound } from "../../lib/errors";
+import { sha256Hex } from "../../lib/crypto";
+import { requirePlan } from "../../lib/plan";
+import type { TokenClaims } from "../../lib/types";
+import { USERS_OUTSIDE_TENANT, type CollectionHooks, type Ctx } from "../../mixins/collection.mixin";
+import type { DocumentStore, StoredDoc } from "../../mixins/stores";
+
+/**
+ * A wallet's id follows from its user's: two deliveries of one creation (two nodes, a replay) insert the same id,
+ * and the second is a duplicate-key no-op, so there is one wallet per user even under a race.
+ */
+export function walletIdOf(user: string): string {
+	return sha256Hex(`wallet:${user}`).slice(0, 24);
+}
+
+/** The user's own wallet (the platform's), live; never another wallet naming the user. */
+export function userWallet(wallets: DocumentStore, user: string): Promise<StoredDoc | null> {
+	return wallets.findOne({ id: walletIdOf(user), user, deleted_at: null });
+}
+
+/** Every zone: a wallet the caller can GET in any of them is in its view. */
+const ANY_ZONE = "own,share,group,client";
+
+/**
+ * 404 `wallet <id> not found` unless the caller can GET the wallet (scope, grant, row filter, zones: the collection's
+ * `get` action itself, asked in every zone, without the request's other headers).
+ */
+export async function walletInView(ctx: Ctx, id: string): Promise<void> {
+	try {
+		await ctx.call("financial.wallets.get", { params: { id } }, { meta: { headers: { "x-zone": ANY_ZONE } } } as any);
+	} catch (err) {
+		if ((err as { code?: number }).code === 404) throw notFound(`wallet ${id} not found`);
+		throw err;
+	}
+}
+
+function tenantsOf(token: TokenClaims): string[] {
+	return [token.cid, ...(token.coworker ? token.coworker.split(" ") : [])].filter(Boolean);
+}
+
+/** 400 unless `user` (when given) is a live user of the caller's tenant (not one of its clients). */
+async function assertTenantUser(ctx: Ctx, user: unknown): Promise<void> {
+	if (user === undefined || user === null) return;
+	const id = String(user).toLowerCase();
+	const token = requirePlan(ctx.locals).token;
+	const known = await ctx.call("identity.users.byId", { id });
+	const { outside } = known
+		? await ctx.call<{ outside: string[] }, { tenants: string[]; uid?: string; ids: string[] }>(USERS_OUTSIDE_TENANT, { tenants: tenantsOf(token), uid: token.uid, ids: [id] })
+		: { outside: [id] };
+	if (outside.length) throw badRequest(`user: ${String(user)} is not a user of this tenant`);
+}
+
+const HOLDING = { $or: [{ balance: { $gt: 0 } }, { "saga_ops.0": { $exists: true } }] };
+
+/** 409 when the patch would change the currency of a wallet that holds money or has moves in flight. */
+async function assertCurrencyKept(ctx: Ctx, set: Record<string, unknown>, before: StoredDoc | null): Promise<void> {
+	if (!("currency" in set)) return;
+	if (before) {
+		const holds = ((before.balance as number | undefined) ?? 0) > 0 || ((before.saga_ops as unknown[] | undefined)?.length ?? 0) > 0;
+		if (holds && before.currency !== set.currency) throw conflict(`wallet ${before._id} holds a balance: its currency cannot change`);
+		return;
+	}
+	const store = (ctx.service as unknown as { collectionStore(n: string): DocumentStore }).collectionStore("wallets");
+	const held = await store.count({ $and: [requirePlan(ctx.locals).filter, { currency: { $ne: set.currency ?? null } }, HOLDING] });
+	if (held) throw conflict("a wallet of the patch holds a balance: its currency cannot change");
+}
+
+export const walletHooks: CollectionHooks = {
+	async beforeCreate(ctx, doc) {
+		await assertTenantUser(ctx, doc.user);
+	},
+	async beforePatch(ctx, set, before) {
+		if ("user" in set) await assertTenantUser(ctx, set.user);
+		await assertCurrencyKept(ctx, set, before);
+	},
+};

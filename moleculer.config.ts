@@ -11,7 +11,9 @@ import { claimNodeId, transportFailure } from "./lib/failover";
 import { FailoverDiscoverer } from "./lib/failover-discoverer";
 import { FailoverMiddleware } from "./middlewares/failover";
 
-export function brokerOptions(cfg?: PlatformConfig): BrokerOptions {
+export function brokerOptions(cfg: PlatformConfig): BrokerOptions;
+export function brokerOptions(): Promise<BrokerOptions>;
+export function brokerOptions(cfg?: PlatformConfig): BrokerOptions | Promise<BrokerOptions> {
 	// Called without a configuration by moleculer-runner (`moleculer-runner --config moleculer.config.ts --repl`):
 	// the environment's, and the platform's services are created with the broker (see runnerOptions).
 	if (!cfg || typeof (cfg as Partial<PlatformConfig>).dataDir !== "string") return runnerOptions();
@@ -50,12 +52,21 @@ export function brokerOptions(cfg?: PlatformConfig): BrokerOptions {
 }
 
 /** The platform as moleculer-runner starts it: configuration from the environment, every service (or SERVICES). */
-function runnerOptions(): BrokerOptions {
+async function runnerOptions(): Promise<BrokerOptions> {
 	// eslint-disable-next-line @typescript-eslint/no-var-requires
 	const { readConfig, bindConfig, privateDataDir } = require("./lib/config") as typeof import("./lib/config");
+	// eslint-disable-next-line @typescript-eslint/no-var-requires
+	const { lockDataDir, DataDirInUse } = require("./lib/datadir-lock") as typeof import("./lib/datadir-lock");
 	const cfg = readConfig();
+	// DATA_DIR first, as start.ts takes it (lib/datadir-lock.ts); given back once the broker has stopped.
+	const lock = await lockDataDir(cfg).catch((err) => {
+		if (!(err instanceof DataDirInUse)) throw err;
+		console.error(err.message);
+		process.exit(1);
+	});
 	privateDataDir(cfg.dataDir);
 	return {
+		stopped: () => lock?.release(),
 		...brokerOptions(cfg),
 		created(broker) {
 			bindConfig(broker, cfg);

@@ -10,6 +10,7 @@ import { DOMAINS } from "./catalog";
 import { serviceCatalog } from "./services";
 import { grantCache } from "./middlewares/grant-cache";
 import { setPgLog } from "./lib/pg-process";
+import { lockDataDir, type DataDirLock } from "./lib/datadir-lock";
 
 export interface Platform {
 	broker: ServiceBroker;
@@ -19,8 +20,23 @@ export interface Platform {
 	stop(): Promise<void>;
 }
 
-export async function startPlatform(overrides: Partial<PlatformConfig> = {}): Promise<Platform> {
+/**
+ * `lock`: DATA_DIR already taken by the caller (start.ts takes it before loading the platform); else taken here, before
+ * anything reads or writes the directory. Either way the platform gives it back last at its stop, or when its start fails.
+ */
+export async function startPlatform(overrides: Partial<PlatformConfig> = {}, lock?: DataDirLock): Promise<Platform> {
 	const cfg = { ...readConfig(), ...overrides };
+	// One process per DATA_DIR with an embedded store: a second one exits here, having touched nothing (lib/datadir-lock.ts).
+	lock ??= await lockDataDir(cfg);
+	try {
+		return await start(cfg, lock);
+	} catch (err) {
+		await lock?.release();
+		throw err;
+	}
+}
+
+async function start(cfg: PlatformConfig, lock: DataDirLock | undefined): Promise<Platform> {
 	// DATA_DIR holds password hashes, keys and the audit store: its owner's only (every file in it is 0600).
 	privateDataDir(cfg.dataDir);
 	// The embedded cache keeps its login failure counters across a restart (DATA_DIR/cache.json, mode 0600).
@@ -53,7 +69,7 @@ export async function startPlatform(overrides: Partial<PlatformConfig> = {}): Pr
 		 * In dependency order, each step logged: the gateway stops taking requests; the consumer groups stop once their
 		 * events in progress are handled (Moleculer stops the services in parallel, so a worker's handler would
 		 * otherwise call a service or store that is already stopping); the services and workers stop (the last user of
-		 * the embedded PostgreSQL stops it); then the event streams and the cache close.
+		 * the embedded PostgreSQL stops it); then the event streams and the cache close; then DATA_DIR is given back.
 		 */
 		async stop() {
 			const api = broker.getLocalService("api");
@@ -68,6 +84,7 @@ export async function startPlatform(overrides: Partial<PlatformConfig> = {}): Pr
 			await closeSharedStreams(cfg);
 			log.info("stop: event streams closed");
 			await closeSharedKeyValues();
+			await lock?.release();
 			log.info("stop: cache closed; stopped");
 		},
 	};

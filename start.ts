@@ -1,10 +1,11 @@
 /** `npm start`: the whole platform in one process on PORT with the embedded stores (or a SERVICES subset). */
-import { startPlatform, type Platform } from "./platform";
-import { startRepl } from "./lib/repl";
-import { StartupError } from "./lib/config";
+import type { Platform } from "./platform";
+import { readConfig, StartupError } from "./lib/config";
+import { DataDirInUse, lockDataDir, type DataDirLock } from "./lib/datadir-lock";
 
 async function main() {
 	let platform: Platform | undefined;
+	let lock: DataDirLock | undefined;
 	let stopping = false;
 	// SIGINT (Ctrl-C) and SIGTERM (docker stop, systemd, kill) stop the platform in order (platform.stop logs each
 	// step); a second signal while stopping exits at once. `npm start` execs node, so npm's signals reach it.
@@ -18,7 +19,7 @@ async function main() {
 		if (log) log.info(`${signal} received: stopping`);
 		else console.error(`${signal} received: stopping`);
 		try {
-			await platform?.stop();
+			await (platform ? platform.stop() : lock?.release());
 			process.exit(0);
 		} catch (err) {
 			console.error("stop failed:", err);
@@ -28,13 +29,18 @@ async function main() {
 	process.on("SIGINT", stop);
 	process.on("SIGTERM", stop);
 	process.on("SIGHUP", stop);
-	platform = await startPlatform();
+	// DATA_DIR first, before the platform is even loaded: a second `npm start` or `npm run repl` on a data directory in
+	// use exits at once, having touched nothing (lib/datadir-lock.ts).
+	lock = await lockDataDir(readConfig());
+	if (stopping) return;
+	const { startPlatform } = await import("./platform");
+	platform = await startPlatform({}, lock);
 	if (stopping) return; // a signal came during the start: stop() waits for nothing more
 	if (platform.url) platform.broker.logger.info(`Platform gateway listening on ${platform.url} (docs: ${platform.url}/api)`);
-	if (process.argv.includes("--repl")) startRepl(platform);
+	if (process.argv.includes("--repl")) (await import("./lib/repl")).startRepl(platform);
 }
 
 main().catch((err) => {
-	console.error(err instanceof StartupError ? `cannot start: ${err.message}` : err);
+	console.error(err instanceof DataDirInUse ? err.message : err instanceof StartupError ? `cannot start: ${err.message}` : err);
 	process.exit(1);
 });

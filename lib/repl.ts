@@ -12,7 +12,9 @@
  * Without a principal, a call to a collection action answers a clear message instead of the authority layer's
  * "authorization layers were not applied". A principal's token carries its client's scopes and its subjects, like
  * a password or client_credential login, with a session opened for it; the REPL runs on a node that has the
- * identity and domain services.
+ * identity and domain services. It is a platform of its own: on the DATA_DIR of a running one it exits with
+ * `DATA_DIR <path> is in use by pid <n>` (lib/datadir-lock.ts, whose socket is where a console attached to the running
+ * platform will connect).
  */
 import type { Middleware, ServiceBroker } from "moleculer";
 import type { TokenClaims } from "./types";

@@ -61,6 +61,11 @@ export class Outbox extends EventEmitter {
 		return !!this.pg;
 	}
 
+	/** The newest position: a reader starting from it misses nothing appended later (on PostgreSQL, in commit order). */
+	async head(): Promise<number> {
+		return this.pg ? this.pg.head() : this.seq;
+	}
+
 	connect(): Promise<void> {
 		this.users++;
 		this.connecting ??= (async () => {

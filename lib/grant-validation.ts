@@ -2,9 +2,9 @@
  * Grant bodies (spec: Grant, Grant subjects, constraints) and the RBAC expansion of context/configs into virtual
  * grants. Pure: the grant engine in lib/grants.ts uses both.
  */
-import { CronExpressionParser, type CronExpression } from "cron-parser";
 import { isIpOrCidr } from "./cidr";
 import { badRequest } from "./errors";
+import { MAX_TIME_WINDOWS, parseCron, type CompiledCron } from "./grant-time";
 import { DOMAINS, findCollection, findDomain, type CollectionDef } from "../catalog";
 import { checkField, neverQueried, parseQuery, referencedFields } from "./query-safety";
 import type { Grant } from "./grants";
@@ -101,21 +101,18 @@ function optionalList(body: Record<string, unknown>, key: string): unknown[] | n
 	return v;
 }
 
+/** A cron expression of a time window: parsed into field tables (lib/grant-time.ts), its schedule never iterated. */
 function validateCron(expr: unknown, where: string): void {
 	if (typeof expr !== "string" || !expr.trim()) throw badRequest(`${where}: must be a cron expression`);
 	const n = expr.trim().split(/\s+/).length;
 	if (n !== 5 && n !== 6) throw badRequest(`${where}: a cron expression has 5 or 6 fields, got ${n}`);
-	let parsed: CronExpression;
+	let parsed: CompiledCron;
 	try {
-		parsed = CronExpressionParser.parse(expr.trim(), { tz: "UTC" });
+		parsed = parseCron(expr);
 	} catch (e) {
 		throw badRequest(`${where}: invalid cron expression (${(e as Error).message})`);
 	}
-	try {
-		parsed.next();
-	} catch {
-		throw badRequest(`${where}: cron expression never fires`);
-	}
+	if (!parsed.fires) throw badRequest(`${where}: cron expression never fires`);
 }
 
 /** The collections a grant object names: `service:collection`, or every collection of `service:*`. */
@@ -198,6 +195,7 @@ export function validateGrant(body: unknown, registeredDomains: string[], who?: 
 	});
 
 	const times = optionalList(b, "time");
+	if (times && times.length > MAX_TIME_WINDOWS) throw badRequest(`time: at most ${MAX_TIME_WINDOWS} windows per grant (got ${times.length})`);
 	times?.forEach((t, i) => {
 		if (typeof t !== "object" || t === null || Array.isArray(t))
 			throw badRequest(`time[${i}]: must be an object { cron_exp, duration }`);

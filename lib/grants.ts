@@ -15,7 +15,7 @@ import { Util as CasbinUtil } from "casbin";
 import { IpAllowList } from "./cidr";
 import { parseQuery } from "./query-safety";
 import { RegexBudget, SafeRegExp } from "./safe-regex";
-import { timeWindowOpen } from "./grant-time";
+import { compileWindows, windowsOpen, type CompiledWindows } from "./grant-time";
 import { actionSatisfies } from "./scopes";
 import type { TokenClaims } from "./types";
 
@@ -179,6 +179,8 @@ interface CompiledGrant {
 	/** null: any IP; "invalid": a stored list that does not parse, never satisfied. */
 	location: IpAllowList | null | "invalid";
 	time: GrantTime[] | null;
+	/** `time` compiled at its first decision: kept with the index, so no request can make it be parsed again. */
+	windows?: CompiledWindows;
 }
 
 function compile(g: Grant): CompiledGrant {
@@ -263,7 +265,7 @@ export class GrantIndex {
 					failedLocation = true;
 					continue;
 				}
-				if (c.time !== null && !timeWindowOpen(c.time, now, tz)) {
+				if (c.time !== null && !windowsOpen((c.windows ??= compileWindows(c.time)), now, tz)) {
 					failedTime = true;
 					continue;
 				}

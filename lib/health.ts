@@ -1,12 +1,17 @@
 /**
  * Health in the spec's shape: `{ status: 'ok' | 'error', info: { <dependency>: { status: 'up' | 'down' } } }`.
  * Dependencies are what this deployment actually uses; each domain service and worker reports its own and the
- * gateway's /status merges them (one entry per dependency, plus one per service and worker).
+ * gateway's /status merges them (one entry per dependency, plus one per service and worker), and adds the gateway
+ * process's own `event loop` entry: always `up` (a node that answers is alive), with its delay over the last minute.
  */
 import type { ServiceBroker } from "moleculer";
 import { DOMAINS } from "../catalog";
+import { eventLoopDelay, type LoopDelay } from "./metrics";
 
-export type DependencyStatus = { status: "up" | "down"; message?: string };
+export type DependencyStatus = { status: "up" | "down"; message?: string; delay_ms?: LoopDelay };
+
+/** The `info` key of the gateway's event-loop delay. */
+export const EVENT_LOOP = "event loop";
 export interface Health {
 	status: "ok" | "error";
 	info: Record<string, DependencyStatus>;
@@ -62,5 +67,6 @@ export async function collectHealth(broker: ServiceBroker): Promise<Health> {
 			for (const [dep, s] of Object.entries(h?.info ?? {})) if (!info[dep] || s.status === "down") info[dep] = s;
 		}),
 	);
+	info[EVENT_LOOP] = { status: "up", delay_ms: eventLoopDelay() };
 	return { status: Object.values(info).every((s) => s.status === "up") ? "ok" : "error", info };
 }

@@ -1,9 +1,10 @@
 /**
  * Metrics: Moleculer's built-in registry rendered by its Prometheus reporter, without the reporter's own HTTP
  * listener (it would open another port on every interface); the gateway and every ops port serve its text.
- * The gateway adds per-route HTTP request counts and latency histograms.
+ * The gateway adds per-route HTTP request counts and latency histograms; every node adds its event-loop delay.
  */
 import type { IncomingMessage } from "http";
+import { monitorEventLoopDelay } from "perf_hooks";
 import { MetricReporters, MetricTypes, type ServiceBroker } from "moleculer";
 
 const BasePrometheus = (MetricReporters as any).Prometheus as new (opts?: object) => any;
@@ -72,13 +73,91 @@ function snake(k: string): string {
 
 export const HTTP_REQUESTS = "gateway.http.requests.total";
 export const HTTP_DURATION = "gateway.http.request.duration";
+export const LOOP_DELAY_P99 = "process.eventloop.delay.p99.seconds";
+export const LOOP_DELAY_MAX = "process.eventloop.delay.max.seconds";
+
+// ---------------------------------------------------------------------------------------------------------------
+// Event-loop delay
+
+/** How often the monitor's timer samples the loop (ms): a delay is how late that timer fires. */
+const LOOP_RESOLUTION_MS = 10;
+/** The reported delay covers the last LOOP_SLOTS slots of LOOP_SLOT_MS (one minute), the current one included. */
+const LOOP_SLOT_MS = 5000;
+const LOOP_SLOTS = 12;
+
+/** Event-loop delay in milliseconds (0.1 ms): `p99` of the worst slot of the window, `max` over the window. */
+export interface LoopDelay {
+	p99: number;
+	max: number;
+}
+
+/**
+ * The process's event-loop delay (node's monitorEventLoopDelay), over a sliding window of one minute: the histogram is
+ * read and reset every LOOP_SLOT_MS, and the last LOOP_SLOTS readings are kept. The monitor runs while a broker of the
+ * process runs (the Lean metrics middleware starts and stops it); node reports the time between two samples, the
+ * resolution is subtracted so that an idle loop reads 0.
+ */
+class LoopDelayMonitor {
+	private readonly histogram = monitorEventLoopDelay({ resolution: LOOP_RESOLUTION_MS });
+	private slots: LoopDelay[] = [];
+	private timer?: NodeJS.Timeout;
+	private readonly users = new Set<object>();
+
+	start(user: object): void {
+		if (this.users.has(user)) return;
+		this.users.add(user);
+		if (this.users.size > 1) return;
+		this.histogram.enable();
+		this.timer = setInterval(() => this.rotate(), LOOP_SLOT_MS);
+		this.timer.unref();
+	}
+
+	stop(user: object): void {
+		if (!this.users.delete(user) || this.users.size > 0) return;
+		clearInterval(this.timer);
+		this.histogram.disable();
+		this.histogram.reset();
+		this.slots = [];
+	}
+
+	/** The delay over the window; zeros when the monitor is not running or has no sample yet. */
+	read(): LoopDelay {
+		let { p99, max } = this.current();
+		for (const s of this.slots) {
+			if (s.p99 > p99) p99 = s.p99;
+			if (s.max > max) max = s.max;
+		}
+		return { p99, max };
+	}
+
+	private current(): LoopDelay {
+		if (this.histogram.count === 0) return { p99: 0, max: 0 };
+		const ms = (ns: number) => Math.max(0, Math.round((ns / 1e6 - LOOP_RESOLUTION_MS) * 10) / 10);
+		return { p99: ms(this.histogram.percentile(99)), max: ms(this.histogram.max) };
+	}
+
+	private rotate(): void {
+		this.slots.push(this.current());
+		if (this.slots.length >= LOOP_SLOTS) this.slots.shift();
+		this.histogram.reset();
+	}
+}
+
+const loopDelay = new LoopDelayMonitor();
+
+/** This process's event-loop delay over the last minute (ms), as /status and /metrics report it. */
+export function eventLoopDelay(): LoopDelay {
+	return loopDelay.read();
+}
 
 const registered = new WeakSet<object>();
 
-function ensureHttpMetrics(broker: ServiceBroker): boolean {
+function ensureMetrics(broker: ServiceBroker): boolean {
 	if (!broker.isMetricsEnabled()) return false;
 	if (!registered.has(broker)) {
 		registered.add(broker);
+		broker.metrics.register({ type: "gauge", name: LOOP_DELAY_P99, unit: "seconds", description: "Event-loop delay, 99th percentile of the worst 5 s of the last minute" } as any);
+		broker.metrics.register({ type: "gauge", name: LOOP_DELAY_MAX, unit: "seconds", description: "Event-loop delay, longest of the last minute" } as any);
 		broker.metrics.register({ type: "counter", name: HTTP_REQUESTS, labelNames: ["method", "route", "status"], description: "HTTP requests by route and status" } as any);
 		broker.metrics.register({
 			type: "histogram",
@@ -101,6 +180,13 @@ function ensureHttpMetrics(broker: ServiceBroker): boolean {
  */
 export const LeanMetricsMiddleware = {
 	name: "LeanMetrics",
+	// The event-loop delay is measured while a broker runs (several brokers of one process share the monitor).
+	started(broker: ServiceBroker) {
+		loopDelay.start(broker);
+	},
+	stopped(broker: ServiceBroker) {
+		loopDelay.stop(broker);
+	},
 	created(broker: ServiceBroker) {
 		if (!broker.isMetricsEnabled()) return;
 		const registry = broker.metrics as unknown as { register(opts: Record<string, unknown>): unknown };
@@ -162,7 +248,7 @@ function routeLabel(path: string | undefined): string {
 
 /** Records one finished request: its route pattern (bounded cardinality), status and latency. */
 export function observeHttp(broker: ServiceBroker, req: IncomingMessage & { $alias?: { path?: string; method?: string }; $startedAt?: bigint }, status: number): void {
-	if (!ensureHttpMetrics(broker)) return;
+	if (!ensureMetrics(broker)) return;
 	const route = routeLabel(req.$alias?.path);
 	const method = req.method ?? "GET";
 	broker.metrics.increment(HTTP_REQUESTS, { method, route, status });
@@ -170,7 +256,11 @@ export function observeHttp(broker: ServiceBroker, req: IncomingMessage & { $ali
 }
 
 export function metricsText(broker: ServiceBroker): string {
-	ensureHttpMetrics(broker);
+	if (ensureMetrics(broker)) {
+		const { p99, max } = loopDelay.read();
+		broker.metrics.set(LOOP_DELAY_P99, p99 / 1000);
+		broker.metrics.set(LOOP_DELAY_MAX, max / 1000);
+	}
 	const reporter = ((broker.metrics as any)?.reporter as any[] | undefined)?.find((r) => r instanceof TextPrometheusReporter);
 	return reporter ? reporter.generatePrometheusResponse() : "";
 }

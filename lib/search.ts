@@ -1,9 +1,10 @@
 /**
  * Relevance-ranked text search (CONTRACTS.md "Other special actions", docs/search.md): one in-memory MiniSearch index
- * per searchable collection and node. The index only ranks: it never decides what a caller sees. The search action
- * reads the ranked ids back from the document store through the caller's view (plan.filter), so zones, grant rows,
- * soft delete and tenants are applied by the store, and matching runs only over the text fields the caller's grant
- * lets it read (each field is indexed on its own).
+ * per searchable collection and node. The index finds the matching documents; it never decides what a caller sees. The
+ * search action checks the matches against the document store through the caller's view (plan.filter), so zones, grant
+ * rows, soft delete and tenants are applied by the store, then ranks the visible ones with the statistics of those
+ * documents only (rank()): a document outside the view weighs on no score. Matching runs only over the text fields the
+ * caller's grant lets it read (each field is indexed on its own).
  */
 import MiniSearch from "minisearch";
 import { SETTABLE_FIELDS, type CollectionDef } from "../catalog";
@@ -56,9 +57,32 @@ export function tokenize(text: string): string[] {
 	return text.match(TOKEN) ?? [];
 }
 
+/** A word as indexed and searched: lower-cased; a word longer than 64 characters is not indexed. */
+const processTerm = (t: string): string | null => (t.length > 64 ? null : t.toLowerCase());
+
 export interface Hit {
 	id: string;
 	score: number;
+}
+
+/** MiniSearch's BM25+ parameters and prefix weight (its defaults): the ranking below keeps its formula. */
+const BM25 = { k: 1.2, b: 0.7, d: 0.5 };
+const PREFIX_WEIGHT = 0.375;
+
+/** Postings of one word: field id → short document id → term frequency. */
+type Postings = Map<number, Map<number, number>>;
+
+/**
+ * What ranking reads of MiniSearch 7's index: its inverted index, field ids, field lengths (distinct words) and id maps
+ * (the parts its own toJSON serialises). MiniSearch ranks with the statistics of the whole index, every tenant's
+ * documents included; ranking within the caller's view needs the postings themselves.
+ */
+interface MiniIndex {
+	_index: { get(term: string): Postings | undefined; atPrefix(prefix: string): Iterable<[string, Postings]> };
+	_fieldIds: Record<string, number>;
+	_fieldLength: Map<number, number[]>;
+	_idToShortId: Map<string, number>;
+	_documentIds: Map<number, string>;
 }
 
 /** The index of one collection on this node. */
@@ -73,7 +97,7 @@ export class CollectionIndex {
 			idField: "id",
 			extractField: (doc, field) => textOf((doc as Record<string, unknown>)[field]) ?? "",
 			tokenize,
-			processTerm: (t) => (t.length > 64 ? null : t.toLowerCase()),
+			processTerm,
 		});
 	}
 
@@ -103,18 +127,87 @@ export class CollectionIndex {
 	}
 
 	/**
-	 * Every indexed document matching `q` in one of `fields`, best first (BM25 by MiniSearch; ties by id, so the order
-	 * is stable). Terms match whole words, and the last term also as a prefix (typing ahead); case-insensitive.
+	 * The indexed words `q` reaches, each with its weight, per query word: the word itself (1) and, for the last word of
+	 * 3 letters or more, every longer word it begins (typing ahead; MiniSearch's prefix weight). Case-insensitive.
 	 */
-	search(q: string, fields: string[]): Hit[] {
-		const terms = tokenize(q).slice(0, MAX_QUERY_TERMS);
-		if (!terms.length || !fields.length) return [];
-		const last = terms.length - 1;
-		const res = this.mini.search(terms.join(" "), {
-			fields,
-			prefix: (term, i) => i === last && term.length >= 3,
-			combineWith: "OR",
+	private reach(q: string): Array<{ term: string; words: Array<[word: string, weight: number, postings: Postings]> }> {
+		const index = (this.mini as unknown as MiniIndex)._index;
+		const terms = tokenize(q)
+			.slice(0, MAX_QUERY_TERMS)
+			.map(processTerm)
+			.filter((t): t is string => t !== null);
+		return terms.map((term, i) => {
+			const words: Array<[string, number, Postings]> = [];
+			const exact = index.get(term);
+			if (exact) words.push([term, 1, exact]);
+			if (i === terms.length - 1 && term.length >= 3)
+				for (const [word, postings] of index.atPrefix(term))
+					if (word.length > term.length) words.push([word, (PREFIX_WEIGHT * word.length) / (word.length + 0.3 * (word.length - term.length)), postings]);
+			return { term, words };
 		});
-		return res.map((r) => ({ id: String(r.id), score: r.score })).sort((a, b) => b.score - a.score || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+	}
+
+	/** Ids of every indexed document that `q` matches in one of `fields` (unordered: rank() orders them). */
+	matches(q: string, fields: string[]): string[] {
+		const mini = this.mini as unknown as MiniIndex;
+		const fieldIds = fields.map((f) => mini._fieldIds[f]);
+		const ids = new Set<string>();
+		for (const { words } of this.reach(q))
+			for (const [, , postings] of words)
+				for (const fid of fieldIds)
+					for (const sid of postings.get(fid)?.keys() ?? []) {
+						const id = mini._documentIds.get(sid);
+						if (id !== undefined) ids.add(id);
+					}
+		return [...ids];
+	}
+
+	/**
+	 * `ids` (the documents of the caller's view that `q` matches) best first, ties by id, each with MiniSearch's score
+	 * (BM25+ per field and matched word, summed, times the number of query words matched) computed from those documents
+	 * only (docs/search.md, "Scores"): the document count is theirs, a word's document frequency counts those of them
+	 * holding it in the field, the average field length is theirs. A document outside `ids` (another tenant's, one the
+	 * view hides) changes no score.
+	 */
+	rank(q: string, fields: string[], ids: string[]): Hit[] {
+		const mini = this.mini as unknown as MiniIndex;
+		const docs = new Map<number, string>();
+		for (const id of ids) {
+			const sid = mini._idToShortId.get(id);
+			if (sid !== undefined) docs.set(sid, id);
+		}
+		const n = docs.size;
+		if (!n || !fields.length) return [];
+		const fieldIds = fields.map((f) => mini._fieldIds[f]);
+		const lengthOf = (sid: number, fid: number) => mini._fieldLength.get(sid)?.[fid] ?? 0;
+		const avgLength = fieldIds.map((fid) => {
+			let sum = 0;
+			for (const sid of docs.keys()) sum += lengthOf(sid, fid);
+			return sum / n;
+		});
+		const scores = new Map<number, number>();
+		// Like MiniSearch, a document's sum is multiplied by how many distinct query words it matches.
+		const matched = new Map<number, Set<string>>();
+		for (const { term, words } of this.reach(q))
+			for (const [, weight, postings] of words)
+				fieldIds.forEach((fid, j) => {
+					const freqs = postings.get(fid);
+					if (!freqs) return;
+					let df = 0;
+					for (const sid of freqs.keys()) if (docs.has(sid)) df++;
+					if (!df) return;
+					const idf = Math.log(1 + (n - df + 0.5) / (df + 0.5));
+					for (const [sid, tf] of freqs) {
+						if (!docs.has(sid)) continue;
+						const norm = BM25.k * (1 - BM25.b + (BM25.b * lengthOf(sid, fid)) / avgLength[j]);
+						scores.set(sid, (scores.get(sid) ?? 0) + weight * idf * (BM25.d + (tf * (BM25.k + 1)) / (tf + norm)));
+						const terms = matched.get(sid);
+						if (terms) terms.add(term);
+						else matched.set(sid, new Set([term]));
+					}
+				});
+		return [...scores]
+			.map(([sid, score]) => ({ id: docs.get(sid)!, score: score * matched.get(sid)!.size }))
+			.sort((a, b) => b.score - a.score || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
 	}
 }

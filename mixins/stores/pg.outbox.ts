@@ -101,6 +101,11 @@ export class PgOutbox {
 		return Number((await this.d.read(`select count(*)::int as n from ${TABLE}`)).rows[0].n);
 	}
 
+	/** The newest position (0 when empty): every record at or below it is committed, every later one will be above. */
+	async head(): Promise<number> {
+		return Number((await this.d.read(`select coalesce(max(seq), 0) as n from ${TABLE}`)).rows[0].n);
+	}
+
 	async ping(): Promise<boolean> {
 		return !!this.db && (await this.db.rel.ping());
 	}

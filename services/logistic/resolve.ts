@@ -8,10 +8,13 @@
  *   `speed_kmh` (default 50), the two points.
  * The nearest location is found by a scan of the caller's view in keyset batches (linear in the view's size; a
  * geospatial index would replace it for large fleets).
+ * Both use coordinates only where the caller's view shows them (coordinatesInView): a special action neither returns
+ * nor uses a field outside the caller's view.
  */
 import { logistic } from "../../catalog/domains/logistic";
 import { badRequest, notFound } from "../../lib/errors";
-import { requirePlan } from "../../lib/plan";
+import { fieldsAllowed } from "../../lib/grants";
+import { requirePlan, type AccessPlan } from "../../lib/plan";
 import { present } from "../../lib/present";
 import { parseQueryText } from "../../lib/search";
 import { isPlainObject } from "../../lib/validate";
@@ -58,6 +61,15 @@ const validPoint = (d: Record<string, unknown>): boolean =>
 
 const metres = (m: number) => Math.round(m * 10) / 10;
 
+/**
+ * Whether a view of logistic/locations shows coordinates: its grant's field allowlist covers `lat` and `lng`. A
+ * distance computed from hidden coordinates would give them away (three distances locate a point), and so would the
+ * choice of the nearest location: where they are hidden, no location of the view has coordinates.
+ */
+function coordinatesInView(view: AccessPlan): boolean {
+	return fieldsAllowed(["lat", "lng"], view.fields).length === 0;
+}
+
 export async function resolveLocation(ctx: Ctx): Promise<{ data: Record<string, unknown> }> {
 	const plan = requirePlan(ctx.locals);
 	const body = ctx.params.body;
@@ -73,6 +85,7 @@ export async function resolveLocation(ctx: Ctx): Promise<{ data: Record<string, 
 	}
 	if (!("lat" in body) && !("lng" in body)) throw badRequest("lat and lng, or query, are required");
 	const from = parsePoint(body);
+	if (!coordinatesInView(plan)) throw notFound("no location with coordinates found");
 	let best: { doc: Record<string, unknown> & { _id: string }; d: number } | null = null;
 	let last = "";
 	for (;;) {
@@ -95,11 +108,11 @@ async function endOf(ctx: Ctx, name: string, v: unknown): Promise<Point> {
 	if (isPlainObject(v)) return parsePoint(v, `${name}.`);
 	if (typeof v !== "string" || !OBJECT_ID.test(v)) throw badRequest(`${name} must be a location id or { lat, lng }`);
 	const view = await callerView(ctx, "logistic", "locations", "read", v);
+	// Coordinates the caller's grant hides are not used, nor is it told whether they are valid.
+	if (!coordinatesInView(view)) throw notFound(`location ${v} not found`);
 	const doc = await (ctx.service as unknown as Svc).collectionStore("locations").findOne(view.filter);
 	if (!doc) throw notFound(`location ${v} not found`);
 	if (!validPoint(doc)) throw badRequest(`location ${v} has no valid coordinates`);
-	// Coordinates the caller's grant hides are not used either.
-	if (view.fields && (!view.fields.includes("lat") || !view.fields.includes("lng"))) throw notFound(`location ${v} not found`);
 	return { lat: doc.lat as number, lng: doc.lng as number };
 }
 

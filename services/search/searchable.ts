@@ -10,10 +10,11 @@
  * because each node needs every event (a group hands each event to one member only) and a per-node group would hold
  * the outbox back forever after the node is gone. Replaying an event is harmless: the last image wins.
  *
- * Reading: the index ranks, the store decides. The ranked ids are read back from the store through the caller's view
- * (plan.filter: zones, the grant's rows, soft delete, the caller's `query`), in rank order, so a document outside the
- * view never appears whatever its score, and `total` counts visible matches only. Matching runs only over the text
- * fields the caller's grant may read.
+ * Reading: the index matches, the store decides, the view ranks. The matching ids are checked against the store through
+ * the caller's view (plan.filter: zones, the grant's rows, soft delete, the caller's `query`), so a document outside the
+ * view never appears and `total` counts visible matches only; then the visible ones are ranked with statistics of those
+ * documents only (CollectionIndex.rank), so a document outside the view changes no score either. Matching runs only
+ * over the text fields the caller's grant may read.
  */
 import type { ServiceSchema } from "moleculer";
 import type { CollectionDef, DomainDef } from "../../catalog";
@@ -31,7 +32,10 @@ import type { DocumentStore, StoredDoc } from "../../mixins/stores";
 const BUILD_BATCH = 1000;
 const TAIL_BATCH = 500;
 const POLL_MS = 500;
-/** The tail starts this far before the build's first read: events racing the build are replayed (harmless). */
+/**
+ * The tail starts this far before the build's first read: events racing the build are replayed (harmless). On
+ * PostgreSQL it starts at the newest position read before the build instead.
+ */
 const START_MARGIN_MS = 2000;
 /** Candidate ids checked against the caller's view per store query. */
 const CHECK_BATCH = 500;
@@ -86,6 +90,8 @@ export function searchableMixin(domain: DomainDef, names: string[]): Partial<Ser
 			const outbox = sharedOutbox(configOf(this.broker));
 			const state: SearchState = { indexes, ready: Promise.resolve(), outbox };
 			this.$search = state;
+			// Positions are microsecond timestamps, except on PostgreSQL: there they come from a sequence, in commit order,
+			// so the newest one read before the build is where the tail starts (see below).
 			let position = (Date.now() - START_MARGIN_MS) * 1000;
 			let stopped = false;
 			let wake: (() => void) | undefined;
@@ -99,6 +105,7 @@ export function searchableMixin(domain: DomainDef, names: string[]): Partial<Ser
 			};
 			state.ready = (async () => {
 				await outbox.connect();
+				if (outbox.transactional) position = await outbox.head();
 				outbox.setMaxListeners(outbox.getMaxListeners() + 1);
 				outbox.on("appended", onAppended);
 				for (const c of cols) await build(this.collectionStore(c.name), indexes.get(c.name)!);
@@ -146,15 +153,15 @@ export function searchableMixin(domain: DomainDef, names: string[]): Partial<Ser
 }
 
 /**
- * Ids of `hits` inside the caller's view, best first (every candidate is checked, so `total` is exact). Per batch a
- * count first: when the view holds all of the batch or none of it (the usual cases), no document is read or copied;
- * only a mixed batch is read to tell which.
+ * The ids among `ids` inside the caller's view (every candidate is checked, so `total` is exact). Per batch a count
+ * first: when the view holds all of the batch or none of it (the usual cases), no document is read or copied; only a
+ * mixed batch is read to tell which.
  */
-export async function visibleHits(store: DocumentStore, plan: AccessPlan, hits: Hit[]): Promise<Hit[]> {
-	const out: Hit[] = [];
-	for (let i = 0; i < hits.length; i += CHECK_BATCH) {
-		const chunk = hits.slice(i, i + CHECK_BATCH);
-		const query = and([plan.filter, { id: { $in: chunk.map((h) => h.id) } }]);
+export async function visibleIds(store: DocumentStore, plan: AccessPlan, ids: string[]): Promise<string[]> {
+	const out: string[] = [];
+	for (let i = 0; i < ids.length; i += CHECK_BATCH) {
+		const chunk = ids.slice(i, i + CHECK_BATCH);
+		const query = and([plan.filter, { id: { $in: chunk } }]);
 		const n = await store.count(query);
 		if (n === 0) continue;
 		if (n === chunk.length) {
@@ -164,51 +171,53 @@ export async function visibleHits(store: DocumentStore, plan: AccessPlan, hits: 
 		// No projection: the embedded store's planner then serves `_id $in` from its index (a projection takes NeDB's
 		// own path, which may pick a far larger index).
 		const seen = new Set((await store.find({ query })).map((d) => d._id));
-		for (const h of chunk) if (seen.has(h.id)) out.push(h);
+		for (const id of chunk) if (seen.has(id)) out.push(id);
 	}
 	return out;
 }
 
 const round = (n: number) => Math.round(n * 1e6) / 1e6;
 
+type SearchSvc = Svc & { searchIndex(name: string): Promise<CollectionIndex> };
+
+/** The caller's visible matches of `text`, best first, scored over those documents only (docs/search.md, "Scores"). */
+async function rankedInView(ctx: Ctx, col: CollectionDef, text: string): Promise<{ hits: Hit[]; store: DocumentStore; plan: AccessPlan }> {
+	const plan = requirePlan(ctx.locals);
+	const svc = ctx.service as unknown as SearchSvc;
+	const index = await svc.searchIndex(col.name);
+	const store = svc.collectionStore(col.name);
+	const fields = searchableFor(index.fields, plan.fields);
+	const candidates = index.matches(text, fields);
+	const hits = candidates.length ? index.rank(text, fields, await visibleIds(store, plan, candidates)) : [];
+	return { hits, store, plan };
+}
+
 /** The search special of one collection: `GET /<service>/<collection>/search?q=...&pagination=...`. */
 export function searchHandler(col: CollectionDef) {
 	return async function search(ctx: Ctx): Promise<{ items: Record<string, unknown>[]; total: number }> {
-		const plan = requirePlan(ctx.locals);
 		const q = (ctx.params.query ?? {}) as Record<string, unknown>;
 		const text = parseQueryText(q.q);
 		const page = parsePagination(q.pagination);
 		if (page.sort) throw badRequest("pagination.sort is not allowed in a search: results are ranked by relevance");
-		const svc = ctx.service as unknown as Svc & { searchIndex(name: string): Promise<CollectionIndex> };
-		const index = await svc.searchIndex(col.name);
-		const hits = index.search(text, searchableFor(index.fields, plan.fields));
-		if (!hits.length) return { items: [], total: 0 };
-		const store = svc.collectionStore(col.name);
-		const visible = await visibleHits(store, plan, hits);
-		const pageHits = visible.slice(page.skip, page.skip + page.limit);
-		if (!pageHits.length) return { items: [], total: visible.length };
+		const { hits, store, plan } = await rankedInView(ctx, col, text);
+		const pageHits = hits.slice(page.skip, page.skip + page.limit);
+		if (!pageHits.length) return { items: [], total: hits.length };
 		const docs = await store.find({ query: and([plan.filter, { id: { $in: pageHits.map((h) => h.id) } }]) });
 		const byId = new Map<string, StoredDoc>(docs.map((d) => [d._id, d]));
 		const items = pageHits
 			.filter((h) => byId.has(h.id))
 			.map((h) => ({ ...present(col, byId.get(h.id)!, plan.fields), score: round(h.score) }));
-		return { items, total: visible.length };
+		return { items, total: hits.length };
 	};
 }
 
 /** The best visible match of `q` (logistic/locations `resolve` with `{ query }`), or null. */
 export async function bestMatch(ctx: Ctx, col: CollectionDef, text: string): Promise<{ doc: StoredDoc; score: number } | null> {
-	const plan = requirePlan(ctx.locals);
-	const svc = ctx.service as unknown as Svc & { searchIndex(name: string): Promise<CollectionIndex> };
-	const index = await svc.searchIndex(col.name);
-	const hits = index.search(text, searchableFor(index.fields, plan.fields));
-	const store = svc.collectionStore(col.name);
-	// In rank order, one batch at a time: the first visible candidate is the answer.
-	for (let i = 0; i < hits.length; i += CHECK_BATCH) {
-		const chunk = hits.slice(i, i + CHECK_BATCH);
-		const docs = await store.find({ query: and([plan.filter, { id: { $in: chunk.map((h) => h.id) } }]) });
-		const byId = new Map(docs.map((d) => [d._id, d]));
-		for (const h of chunk) if (byId.has(h.id)) return { doc: byId.get(h.id)!, score: h.score };
+	const { hits, store, plan } = await rankedInView(ctx, col, text);
+	// In rank order: the first still in the view (a write may have raced the check) is the answer.
+	for (const h of hits) {
+		const doc = await store.findOne(and([plan.filter, { id: h.id }]));
+		if (doc) return { doc, score: h.score };
 	}
 	return null;
 }

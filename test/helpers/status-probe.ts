@@ -1,0 +1,199 @@
+/**
+ * The liveness invariant (CONTRACTS.md: "one request never delays `/status` by more than 100 ms"): a probe that polls
+ * GET /status while a request under test runs, and the assertion that the platform held /status under the bound.
+ *
+ *   const probe = startStatusProbe(p.url);
+ *   await the request under test;
+ *   await expectStatusHeldUnder(probe, 100);
+ *
+ * What is measured. The probe GETs /status every `intervalMs` (one request at a time) and counts the answers and the
+ * failures; stop() waits for the request in flight, then takes one more sample, so the answers cover the whole window.
+ * With the platform in this process (bootPlatform, bootTenancy: the default), the probe also ticks a timer on the
+ * event loop they share, every TICK_MS: /status, like any request, waits for the loop, so the longest gap between two
+ * ticks is the longest a /status arriving then waited.
+ *
+ * What the platform held, not what the machine did. On a loaded machine (2 cores shared by many jobs) a gap, or a
+ * /status answer, can take well over 100 ms while the platform does nothing: the process waits for a core, or the
+ * embedded PostgreSQL answers the health check late. So a gap counts as `held = min(its wall time, the CPU time the
+ * process spent during it)`: what the platform kept the loop busy with, i.e. what it would cost on an idle machine. A
+ * 150 ms synchronous computation is ≥ 150 ms of CPU inside one gap and fails the bound however loaded the machine; a
+ * process waiting 400 ms for a core burns no CPU and passes; several requests one after the other do not add up (the
+ * loop turns between them). Blind spots: a stall without CPU (a synchronous wait on a slow disk) is excused, and CPU of
+ * other threads of the process (GC helpers, libuv's pool) in the same gap is counted. For a platform in another
+ * process pass `{ inProcess: false }`: `held` is then the longest /status latency, with no excuse for load.
+ *
+ * `max` is the plain /status latency (informative), `platformDelayMax` the largest event-loop delay the platform
+ * reported in the answers (`info["event loop"].delay_ms.max`, over its last minute, so it may predate the probe, and,
+ * being wall time, includes waits for a core).
+ */
+import { performance } from "perf_hooks";
+
+export interface StatusSample {
+	/** When the GET was sent (performance.now(), ms). */
+	at: number;
+	/** Response time of the GET (ms). */
+	latency: number;
+	/** HTTP status, or 0 when the request failed. */
+	status: number;
+}
+
+/** The longest gap between two ticks of the probe's timer, by what it held (in process only). */
+export interface LoopGap {
+	/** Wall time of the gap (ms). */
+	wall: number;
+	/** CPU time (user + system) of this process during the gap (ms). */
+	cpu: number;
+	/** min(wall, cpu): what the platform held the loop for (ms). */
+	held: number;
+}
+
+export interface ProbeResult {
+	/** Longest /status latency (ms). */
+	max: number;
+	/** Answers received. */
+	count: number;
+	/** Requests that failed: no answer within REQUEST_TIMEOUT_MS, a connection error, a status other than 200/503. */
+	failures: number;
+	/** The longest the platform held /status (ms): the value the bound applies to (see the file's comment). */
+	held: number;
+	/** In process: the gap that gave `held`, the longest gap on the clock, and the number of ticks. */
+	worstGap?: LoopGap;
+	longestGap?: LoopGap;
+	ticks?: number;
+	/** Largest `event loop` delay (`max`, ms) the platform reported in its answers; undefined when it reported none. */
+	platformDelayMax?: number;
+	/** Wall time from start to the last answer (ms). */
+	windowMs: number;
+	samples: StatusSample[];
+}
+
+export interface StatusProbe {
+	/** Waits for the request in flight, takes one last sample, stops. */
+	stop(): Promise<ProbeResult>;
+}
+
+export interface ProbeOptions {
+	/** The platform runs in this process (default true): see the file's comment. */
+	inProcess?: boolean;
+}
+
+const REQUEST_TIMEOUT_MS = 15_000;
+/** Period of the in-process loop ticker (ms). */
+const TICK_MS = 5;
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+const cpuMs = () => {
+	const u = process.cpuUsage();
+	return (u.user + u.system) / 1000;
+};
+
+/** Ticks a timer on this process's event loop; keeps the gap that held it longest, and the longest (see the file's comment). */
+function loopTicker(): { stop(): { worst: LoopGap; longest: LoopGap; ticks: number } } {
+	let worst: LoopGap = { wall: 0, cpu: 0, held: 0 };
+	let longest = worst;
+	let ticks = 0;
+	let wall = performance.now();
+	let cpu = cpuMs();
+	let timer: NodeJS.Timeout;
+	const tick = () => {
+		const w = performance.now();
+		const c = cpuMs();
+		const gap = { wall: w - wall, cpu: c - cpu, held: Math.min(w - wall, c - cpu) };
+		if (gap.held > worst.held) worst = gap;
+		if (gap.wall > longest.wall) longest = gap;
+		ticks++;
+		wall = w;
+		cpu = c;
+		timer = setTimeout(tick, TICK_MS);
+	};
+	timer = setTimeout(tick, TICK_MS);
+	return {
+		stop() {
+			clearTimeout(timer);
+			tick();
+			clearTimeout(timer);
+			return { worst, longest, ticks };
+		},
+	};
+}
+
+/** Polls GET /status of `url` (the platform's base URL, or the /status URL itself) every `intervalMs` until stopped. */
+export function startStatusProbe(url: string, intervalMs = 20, opts: ProbeOptions = {}): StatusProbe {
+	const statusUrl = /\/status$/.test(url) ? url : `${url.replace(/\/$/, "")}/status`;
+	const ticker = (opts.inProcess ?? true) ? loopTicker() : undefined;
+	const samples: StatusSample[] = [];
+	let failures = 0;
+	let platformDelayMax: number | undefined;
+	let stopping = false;
+	const start = performance.now();
+
+	const loop = (async () => {
+		for (let last = false; !last; ) {
+			// The last sample is taken after stop() is called: it closes the window.
+			last = stopping;
+			await sleep(intervalMs);
+			const at = performance.now();
+			let status = 0;
+			try {
+				const res = await fetch(statusUrl, { signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
+				const body = (await res.json().catch(() => undefined)) as { info?: Record<string, { delay_ms?: { max?: unknown } }> } | undefined;
+				status = res.status;
+				const reported = body?.info?.["event loop"]?.delay_ms?.max;
+				if (typeof reported === "number") platformDelayMax = Math.max(platformDelayMax ?? 0, reported);
+			} catch {
+				status = 0;
+			}
+			if (status !== 200 && status !== 503) failures++;
+			samples.push({ at, latency: performance.now() - at, status });
+		}
+	})();
+
+	return {
+		async stop(): Promise<ProbeResult> {
+			stopping = true;
+			await loop;
+			const loopGaps = ticker?.stop();
+			const answered = samples.filter((s) => s.status !== 0);
+			const max = Math.max(0, ...answered.map((s) => s.latency));
+			const end = samples.length ? samples[samples.length - 1].at + samples[samples.length - 1].latency : start;
+			return {
+				max,
+				count: answered.length,
+				failures,
+				held: loopGaps ? loopGaps.worst.held : max,
+				worstGap: loopGaps?.worst,
+				longestGap: loopGaps?.longest,
+				ticks: loopGaps?.ticks,
+				platformDelayMax,
+				windowMs: end - start,
+				samples,
+			};
+		},
+	};
+}
+
+const round = (n: number) => Math.round(n * 10) / 10;
+
+/** One line with the figures of a probe, for a test's log or an assertion message. */
+export function describeProbe(r: ProbeResult): string {
+	return (
+		`${r.count} /status answers over ${round(r.windowMs)} ms, ${r.failures} failed; held at most ${round(r.held)} ms` +
+		(r.worstGap && r.longestGap
+			? ` (loop gap ${round(r.worstGap.wall)} ms wall, ${round(r.worstGap.cpu)} ms CPU; longest gap ${round(r.longestGap.wall)} ms wall, ${round(r.longestGap.cpu)} ms CPU; ${r.ticks} ticks)`
+			: " (latency)") +
+		`; latency max ${round(r.max)} ms; platform-reported loop delay max ${r.platformDelayMax ?? "n/a"} ms`
+	);
+}
+
+/**
+ * Stops the probe (when given one) and asserts that /status answered every time, at least `minCount` times (the
+ * window was covered: with the last sample taken after stop, 2 already cover it), and that the platform held it under
+ * `boundMs`. Returns the figures (for a test to log).
+ */
+export async function expectStatusHeldUnder(probe: StatusProbe | ProbeResult, boundMs = 100, opts: { minCount?: number } = {}): Promise<ProbeResult> {
+	const r = "stop" in probe ? await probe.stop() : probe;
+	const summary = describeProbe(r);
+	expect({ failures: r.failures, summary }).toEqual({ failures: 0, summary });
+	expect({ enoughAnswers: r.count >= (opts.minCount ?? 2), summary }).toEqual({ enoughAnswers: true, summary });
+	expect({ heldUnderBound: r.held < boundMs, boundMs, summary }).toEqual({ heldUnderBound: true, boundMs, summary });
+	return r;
+}

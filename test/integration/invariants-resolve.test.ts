@@ -1,0 +1,79 @@
+/**
+ * A special action neither returns nor uses a field outside the caller's view (docs/search.md, "POST
+ * /logistic/locations/resolve"). `locations/resolve { lat, lng }` answered a `distance` computed from the coordinates
+ * the caller's grant hides: three answers from three points give the hidden position away. Now it refuses like
+ * `travels/resolve` (one shared check): where the view hides `lat` or `lng`, no location of the view has coordinates.
+ */
+import { bootTenancy, ok, STORES, type Tenancy } from "../helpers/tenants";
+import { errorBody } from "../helpers/auth";
+import { sleep } from "../helpers/wait";
+
+/** Three points around the hidden depot: trilateration needs no more. */
+const POINTS = [
+	{ lat: 0, lng: 0 },
+	{ lat: 10, lng: 0 },
+	{ lat: 0, lng: 10 },
+];
+const FIELDS = ["name", "address", "description", "tags"];
+
+describe.each(STORES)("coordinates the grant hides on %s", (store) => {
+	let t: Tenancy;
+	let depot: { id: string; lat: number; lng: number };
+	beforeAll(async () => {
+		t = await bootTenancy(store);
+		const { limited, admin } = t.a;
+		// Tenant a's depot, shared with its limited user (default zones: own, share).
+		depot = (await ok(t.as(admin.token, "POST", "/logistic/locations", { name: "hidden depot", address: "north gate", lat: 35.6892, lng: 51.389, shares: [limited.id] }), "depot")).data;
+		// The limited user reads locations without their coordinates, and may resolve, with the same field list.
+		for (const [action, object] of [
+			["read", "logistic:locations"],
+			["resolve", "logistic:locations"],
+			["resolve", "logistic:travels"],
+		])
+			await t.grant(admin.token, { subject: limited.subject, action, object, field: FIELDS });
+	}, 180_000);
+	afterAll(() => t?.cleanup());
+
+	const resolve = (token: string, body: unknown) => t.as(token, "POST", "/logistic/locations/resolve", body);
+
+	test("the limited user's view shows the depot, without lat and lng", async () => {
+		const r = await ok(t.as(t.a.limited.token, "GET", `/logistic/locations/${depot.id}`), "get depot");
+		expect(r.data).toMatchObject({ id: depot.id, name: "hidden depot" });
+		expect(r.data).not.toHaveProperty("lat");
+		expect(r.data).not.toHaveProperty("lng");
+	});
+
+	test("locations/resolve { lat, lng } answers no distance from hidden coordinates: 404, from any point", async () => {
+		for (const point of POINTS) {
+			const r = await resolve(t.a.limited.token, point);
+			expect({ point, status: r.status, body: r.body }).toEqual({ point, status: 404, body: errorBody(404, "no location with coordinates found") });
+		}
+		// The input is still checked first.
+		expect((await resolve(t.a.limited.token, { lat: 91, lng: 0 })).body).toEqual(errorBody(400, "lat must be between -90 and 90"));
+	});
+
+	test("travels/resolve refuses the same way (the shared check): the depot's id is not a point the caller may use", async () => {
+		const r = await t.as(t.a.limited.token, "POST", "/logistic/travels/resolve", { origin: depot.id, destination: POINTS[0] });
+		expect(r.body).toEqual(errorBody(404, `location ${depot.id} not found`));
+		// Nor is the caller told whether hidden coordinates are valid (stored locations keep any number).
+		const odd = (await ok(t.as(t.a.admin.token, "POST", "/logistic/locations", { name: "odd", lat: 200, lng: 0, shares: [t.a.limited.id] }), "odd")).data;
+		const o = await t.as(t.a.limited.token, "POST", "/logistic/travels/resolve", { origin: odd.id, destination: POINTS[0] });
+		expect(o.body).toEqual(errorBody(404, `location ${odd.id} not found`));
+		expect((await t.as(t.a.admin.token, "POST", "/logistic/travels/resolve", { origin: odd.id, destination: POINTS[0] })).body).toEqual(
+			errorBody(400, `location ${odd.id} has no valid coordinates`),
+		);
+	});
+
+	test("a caller whose view shows the coordinates gets the distance; the text form still answers the limited user", async () => {
+		const admin = await resolve(t.a.admin.token, POINTS[0]);
+		expect(admin.status).toBe(200);
+		expect(admin.body.data).toMatchObject({ id: depot.id, lat: depot.lat, lng: depot.lng, distance: expect.any(Number) });
+		// The search index follows the write within milliseconds.
+		let text = await resolve(t.a.limited.token, { query: "depot" });
+		for (const end = Date.now() + 5000; text.status === 404 && Date.now() < end; await sleep(20)) text = await resolve(t.a.limited.token, { query: "depot" });
+		expect(text.status).toBe(200);
+		expect(text.body.data).toMatchObject({ id: depot.id, name: "hidden depot", score: expect.any(Number) });
+		expect(text.body.data).not.toHaveProperty("lat");
+		expect(text.body.data).not.toHaveProperty("distance");
+	});
+});

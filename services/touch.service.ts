@@ -10,7 +10,7 @@ import { touch } from "../catalog/domains/touch";
 import { collectionMixin } from "../mixins/collection.mixin";
 import { sealPushKeys } from "../lib/touch";
 import { deliveryActions, deliveryState } from "./touch/delivery";
-import { checkSender, queuedFields, sendEmail, sendPush, sendSms, sendSmsTemplate, vapidPublicKey } from "./touch/send";
+import { checkAttachments, checkSender, queuedFields, sendEmail, sendPush, sendSms, sendSmsTemplate, vapidPublicKey } from "./touch/send";
 
 const queue = {
 	beforeCreate(_ctx: unknown, doc: Record<string, unknown>) {
@@ -28,14 +28,17 @@ const TouchService: ServiceSchema = {
 		collectionMixin(touch, {
 			emails: {
 				specials: { send: (ctx) => sendEmail(ctx, ctx.params.body) },
-				// `from` stays at a domain of the email's tenant (or a sender the platform allows): create, bulk, patch.
+				// `from` stays at a domain of the email's tenant (or a sender the platform allows), and every attachment is a
+				// file the caller can GET: create, bulk, patch.
 				async beforeCreate(ctx, doc) {
 					await checkSender(ctx as any, (doc.clients as string[])[0], doc.from);
+					await checkAttachments(ctx, doc.attachments);
 					queue.beforeCreate(ctx, doc);
 				},
 				async beforePatch(ctx, set, before) {
 					const tenant = before ? (before.clients as string[])[0] : (ctx.locals?.plan as any)?.token?.cid ?? ctx.meta.token?.cid;
 					await checkSender(ctx as any, tenant, set.from);
+					await checkAttachments(ctx, set.attachments);
 					queue.beforePatch(ctx, set, before);
 				},
 			},

@@ -9,7 +9,9 @@
  * moves already made and answers 409 `insufficient balance`; the saga is aborted and no transaction is stored.
  *
  * Every wallet a transaction touches is in the caller's view (payers: its write view; payees: what it can GET, see
- * ./wallets.ts), else 404 as for a foreign id; all of them hold the transaction's currency (400 otherwise).
+ * ./wallets.ts), else 404 as for a foreign id; all of them hold the transaction's currency (400 otherwise). What it
+ * uses of them (a payer's balance and currency, a payee's currency), and what a payment uses of its invoice (status,
+ * amount, currency), the caller's grants must let it read: 403 otherwise (../caller-view.ts).
  */
 import { randomBytes } from "crypto";
 import { TRANSACTION_TYPES, financial } from "../../catalog/domains/financial";
@@ -23,7 +25,8 @@ import { platformDoc, type CollectionHooks, type Ctx } from "../../mixins/collec
 import { settle, type Image } from "../../mixins/saga-staging";
 import type { DocumentStore, StoredDoc } from "../../mixins/stores";
 import { identityOf } from "../../lib/types";
-import { userWallet, walletInView } from "./wallets";
+import { userWallet } from "./wallets";
+import { assertInView, refuseHiddenUse } from "../caller-view";
 import { flushUnit } from "../../mixins/stores/unit";
 
 const TRANSACTIONS = financial.collections.find((c) => c.name === "transactions")!;
@@ -84,24 +87,35 @@ export function parseInit(body: unknown): InitBody {
 	return { amount, currency: currency as string | undefined, type, payers, payees, ttl: ttl as number };
 }
 
-/** Runs init for the caller: answers the stored transaction (PENDING). */
-export async function initTransaction(svc: Svc, ctx: Ctx, b: InitBody): Promise<StoredDoc> {
+/** What a transaction uses of its wallets: a debit is checked against the payer's balance, every leg's currency. */
+const PAYER_USES = ["balance", "currency"];
+const PAYEE_USES = ["currency"];
+
+/**
+ * Runs init for the caller (`action`: the special it runs for, `init` or `payment`, named in a 403): answers the
+ * stored transaction (PENDING).
+ */
+export async function initTransaction(svc: Svc, ctx: Ctx, b: InitBody, action = "init"): Promise<StoredDoc> {
 	const wallets = svc.collectionStore("wallets");
 	if (b.type !== "TRANSFER") await callerView(ctx, "financial", "wallets", "manage");
-	// Every payer wallet must be in the caller's write view, every payee in its read view (404 as for a foreign id).
+	// Every payer wallet must be in the caller's write view, every payee in its read view (404 as for a foreign id),
+	// and what the transaction uses of them in the field lists of those views (403: a 409 on a hidden balance tells it).
+	const uses = (grant: string, fields: string[]) => ({ action, grant, object: "financial:wallets", fields });
 	const touched: StoredDoc[] = [];
 	for (const l of b.payers) {
 		const plan = await callerView(ctx, "financial", "wallets", "write", l.wallet);
 		const w = await wallets.findOne(plan.filter);
 		if (!w) throw notFound(`wallet ${l.wallet} not found`);
+		refuseHiddenUse(plan, uses("write", PAYER_USES));
 		touched.push(w);
 	}
 	for (const l of b.payees) {
-		await walletInView(ctx, l.wallet);
+		await assertInView(ctx, "financial.wallets", l.wallet, "wallet");
 		const w = await wallets.findOne({ id: l.wallet, deleted_at: null });
 		if (!w) throw notFound(`wallet ${l.wallet} not found`);
 		touched.push(w);
 	}
+	if (b.payees.length) refuseHiddenUse(await callerView(ctx, "financial", "wallets", "read"), uses("read", PAYEE_USES));
 	// One currency: the body's, else the first wallet's; every wallet holds it.
 	const currency = b.currency ?? (touched[0]?.currency as string | undefined);
 	const named = (c: unknown) => (c === undefined || c === null ? "no currency" : String(c));
@@ -258,8 +272,11 @@ export const invoiceHooks: CollectionHooks = {
 			const svc = ctx.service as unknown as Svc;
 			const body = parsePayment(ctx.params.body);
 			const invoices = svc.collectionStore("invoices");
-			const invoice = await invoices.findOne(requirePlan(ctx.locals).filter);
+			const plan = requirePlan(ctx.locals);
+			const invoice = await invoices.findOne(plan.filter);
 			if (!invoice) throw notFound();
+			// The payment reads the invoice's status, amount and currency: all in the payer's view, or 403.
+			refuseHiddenUse(plan, { action: "payment", grant: "payment", object: "financial:invoices", fields: PAID_KEEPS });
 			assertPayable(invoice, body.amount);
 			const amount = invoice.amount;
 			if (!isAmount(amount)) throw badRequest("the invoice amount must be a positive integer");
@@ -280,7 +297,7 @@ export const invoiceHooks: CollectionHooks = {
 			let tx: StoredDoc;
 			try {
 				const b = parseInit({ amount, ...(invoice.currency ? { currency: invoice.currency } : {}), payers: [{ wallet: body.wallet, amount }], payees: [{ wallet: payee._id, amount }] });
-				tx = await initTransaction(svc, ctx, b);
+				tx = await initTransaction(svc, ctx, b, "payment");
 				tx = await finishTransaction(svc, ctx, tx, "commit");
 			} catch (err) {
 				await invoices.updateIf({ id: invoice._id, status: "PAID" }, invoice.status === undefined ? { $unset: { status: true } } : { $set: { status: invoice.status } });
@@ -292,7 +309,7 @@ export const invoiceHooks: CollectionHooks = {
 			const now = new Date().toISOString();
 			const after = (await invoices.updateIf({ id: invoice._id }, { $set: { status: "PAID", paid_at: now, transaction: tx._id, updated_at: now } }))!;
 			await svc.recordChanges(ctx, "invoices", [{ op: "u", before: invoice, after }]);
-			return { data: present(INVOICES, after, requirePlan(ctx.locals).fields) };
+			return { data: present(INVOICES, after, plan.fields) };
 		},
 	},
 };

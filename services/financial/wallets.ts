@@ -8,10 +8,11 @@
  *   patch.
  * - A wallet holding money, or with balance moves of a saga in flight, keeps its currency (409): relabelling it would
  *   turn one currency into another.
- * - A wallet a transaction touches is in the caller's view (`walletInView`): the collection's own authorized read,
- *   404 otherwise, as for a GET.
+ * - A wallet a transaction touches is in the caller's view (`assertInView`, ../caller-view.ts): the collection's own
+ *   authorized read, 404 otherwise, as for a GET; what the transaction uses of it (a payer's `balance` and
+ *   `currency`, a payee's `currency`) is in that view's field list, 403 otherwise (./transactions.ts).
  */
-import { badRequest, conflict, notFound } from "../../lib/errors";
+import { badRequest, conflict } from "../../lib/errors";
 import { sha256Hex } from "../../lib/crypto";
 import { requirePlan } from "../../lib/plan";
 import type { TokenClaims } from "../../lib/types";
@@ -29,22 +30,6 @@ export function walletIdOf(user: string): string {
 /** The user's own wallet (the platform's), live; never another wallet naming the user. */
 export function userWallet(wallets: DocumentStore, user: string): Promise<StoredDoc | null> {
 	return wallets.findOne({ id: walletIdOf(user), user, deleted_at: null });
-}
-
-/** Every zone: a wallet the caller can GET in any of them is in its view. */
-const ANY_ZONE = "own,share,group,client";
-
-/**
- * 404 `wallet <id> not found` unless the caller can GET the wallet (scope, grant, row filter, zones: the collection's
- * `get` action itself, asked in every zone, without the request's other headers).
- */
-export async function walletInView(ctx: Ctx, id: string): Promise<void> {
-	try {
-		await ctx.call("financial.wallets.get", { params: { id } }, { meta: { headers: { "x-zone": ANY_ZONE } } } as any);
-	} catch (err) {
-		if ((err as { code?: number }).code === 404) throw notFound(`wallet ${id} not found`);
-		throw err;
-	}
 }
 
 function tenantsOf(token: TokenClaims): string[] {

@@ -8,12 +8,11 @@
  *   `speed_kmh` (default 50), the two points.
  * The nearest location is found by a scan of the caller's view in keyset batches (linear in the view's size; a
  * geospatial index would replace it for large fleets).
- * Both use coordinates only where the caller's view shows them (coordinatesInView): a special action neither returns
- * nor uses a field outside the caller's view.
+ * Both use coordinates only where the caller's view shows them (`usesCoordinates`, 403 otherwise): a special action
+ * neither returns nor uses a field outside the caller's view.
  */
 import { logistic } from "../../catalog/domains/logistic";
 import { badRequest, notFound } from "../../lib/errors";
-import { fieldsAllowed } from "../../lib/grants";
 import { requirePlan, type AccessPlan } from "../../lib/plan";
 import { present } from "../../lib/present";
 import { parseQueryText } from "../../lib/search";
@@ -22,6 +21,7 @@ import { and, callerView } from "../../middlewares/authority";
 import type { Ctx } from "../../mixins/collection.mixin";
 import type { DocumentStore } from "../../mixins/stores";
 import { bestMatch } from "../search/searchable";
+import { refuseHiddenUse } from "../caller-view";
 
 const LOCATIONS = logistic.collections.find((c) => c.name === "locations")!;
 const OBJECT_ID = /^[0-9a-f]{24}$/i;
@@ -62,13 +62,12 @@ const validPoint = (d: Record<string, unknown>): boolean =>
 const metres = (m: number) => Math.round(m * 10) / 10;
 
 /**
- * Whether a view of logistic/locations shows coordinates: its grant's field allowlist covers `lat` and `lng`. A
- * distance computed from hidden coordinates would give them away (three distances locate a point), and so would the
- * choice of the nearest location: where they are hidden, no location of the view has coordinates.
+ * A distance from coordinates the caller's grant hides would give them away (three distances locate a point), and so
+ * would the choice of the nearest location: both forms refuse 403 naming `lat`/`lng` where the grant's field list
+ * leaves them out (../caller-view.ts).
  */
-function coordinatesInView(view: AccessPlan): boolean {
-	return fieldsAllowed(["lat", "lng"], view.fields).length === 0;
-}
+const COORDINATES = ["lat", "lng"];
+const usesCoordinates = (view: AccessPlan, grant: string) => refuseHiddenUse(view, { action: "resolve", grant, object: "logistic:locations", fields: COORDINATES });
 
 export async function resolveLocation(ctx: Ctx): Promise<{ data: Record<string, unknown> }> {
 	const plan = requirePlan(ctx.locals);
@@ -85,7 +84,7 @@ export async function resolveLocation(ctx: Ctx): Promise<{ data: Record<string, 
 	}
 	if (!("lat" in body) && !("lng" in body)) throw badRequest("lat and lng, or query, are required");
 	const from = parsePoint(body);
-	if (!coordinatesInView(plan)) throw notFound("no location with coordinates found");
+	usesCoordinates(plan, "resolve");
 	let best: { doc: Record<string, unknown> & { _id: string }; d: number } | null = null;
 	let last = "";
 	for (;;) {
@@ -108,10 +107,10 @@ async function endOf(ctx: Ctx, name: string, v: unknown): Promise<Point> {
 	if (isPlainObject(v)) return parsePoint(v, `${name}.`);
 	if (typeof v !== "string" || !OBJECT_ID.test(v)) throw badRequest(`${name} must be a location id or { lat, lng }`);
 	const view = await callerView(ctx, "logistic", "locations", "read", v);
-	// Coordinates the caller's grant hides are not used, nor is it told whether they are valid.
-	if (!coordinatesInView(view)) throw notFound(`location ${v} not found`);
 	const doc = await (ctx.service as unknown as Svc).collectionStore("locations").findOne(view.filter);
 	if (!doc) throw notFound(`location ${v} not found`);
+	// Coordinates the caller's grant hides are not used, nor is it told whether they are valid.
+	usesCoordinates(view, "read");
 	if (!validPoint(doc)) throw badRequest(`location ${v} has no valid coordinates`);
 	return { lat: doc.lat as number, lng: doc.lng as number };
 }

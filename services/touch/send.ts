@@ -22,6 +22,7 @@ import { configOf } from "../../lib/config";
 import { assertShares, platformDoc, type Ctx } from "../../mixins/collection.mixin";
 import { matchesFilter } from "../../mixins/stores/nedb.store";
 import { isDuplicateKeyError, type StoredDoc } from "../../mixins/stores";
+import { assertInView } from "../caller-view";
 
 /** What every send needs from its context (a Moleculer Context of the touch service, or the same shape). */
 export type SendCtx = Pick<Context, "call"> & {
@@ -64,6 +65,16 @@ export async function checkSender(ctx: Pick<Context, "call"> & { service: any },
 	assertSender(from, client?.domains ?? [], configOf(ctx.service.broker).touchEmailSenders);
 }
 
+/**
+ * Every file an email's `attachments` names is one the caller can GET on special/files (404 `file <id> not found`
+ * otherwise, nothing queued): send, create, bulk create, patch and bulk patch. The publisher checks again at delivery
+ * (docs/files.md, "Email attachments").
+ */
+export async function checkAttachments(ctx: Pick<Context, "call">, attachments: unknown): Promise<void> {
+	if (!Array.isArray(attachments)) return;
+	for (const id of new Set(attachments.map(String))) await assertInView(ctx, "special.files", id, "file");
+}
+
 async function insertRecords(ctx: SendCtx, collection: string, docs: StoredDoc[]): Promise<void> {
 	const store = ctx.service.collectionStore(collection);
 	try {
@@ -81,7 +92,10 @@ async function createQueued(ctx: SendCtx, collection: "emails" | "smss", body: R
 	const c = col(collection);
 	const clean = validateBody(c, body, "create");
 	const doc = platformDoc({ ...clean, ...extra, ...queuedFields(clean.date) }, stampsOf(token));
-	if (collection === "emails") await checkSender(ctx, token.cid, doc.from);
+	if (collection === "emails") {
+		await checkSender(ctx, token.cid, doc.from);
+		await checkAttachments(ctx, doc.attachments);
+	}
 	// The same rules as a create: the record stays inside the caller's view (grant row filter), shares stay in the tenant.
 	if (plan && !matchesFilter(doc, plan.filter)) throw forbidden("document is outside the grant filter");
 	await assertShares(ctx as unknown as Ctx, token, [doc.shares]);
@@ -122,7 +136,8 @@ export async function sendSmsTemplate(ctx: SendCtx, body: unknown): Promise<{ da
 /**
  * `POST /touch/pushes/send` `{ push?, session?, title, body, url?, data? }` → `{ data: { items: <push-histories>, total } }`:
  * one queued push-histories record per target subscription (the named one, or every one of the session) in the
- * caller's view. A named subscription outside the view answers 404.
+ * caller's view. A named subscription outside the view answers 404 `push <id> not found`, a session the caller cannot
+ * GET on identity/sessions 404 `session <id> not found`.
  */
 export async function sendPush(ctx: SendCtx, body: unknown): Promise<{ data: { items: Doc[]; total: number } }> {
 	if (!isPlainObject(body)) throw badRequest("body must be a JSON object");
@@ -141,10 +156,12 @@ export async function sendPush(ctx: SendCtx, body: unknown): Promise<{ data: { i
 	if (Buffer.byteLength(JSON.stringify(message)) > MAX_PUSH_BYTES) throw badRequest(`the push message is too large (at most ${MAX_PUSH_BYTES} bytes of JSON)`);
 
 	const { token, plan } = callerOf(ctx);
+	// A session is one the caller can GET on identity/sessions, as for a foreign id otherwise.
+	if (session !== undefined) await assertInView(ctx, "identity.sessions", session as string, "session");
 	const view = plan?.filter ?? { owner: identityOf(token), deleted_at: null };
 	const target = push !== undefined ? { id: push, ...(session !== undefined ? { session } : {}) } : { session };
 	const subs: StoredDoc[] = await ctx.service.collectionStore("pushes").find({ query: { $and: [view, { deleted_at: null }, target] }, sort: { _id: 1 }, limit: 1000 });
-	if (push !== undefined && !subs.length) throw notFound();
+	if (push !== undefined && !subs.length) throw notFound(`push ${push} not found`);
 	const now = new Date().toISOString();
 	const docs = subs.map((s) =>
 		platformDoc({ _id: objectId(), to: s._id, session: s.session, message, status: "QUEUED", attempt: 1, next_at: now }, stampsOf(token)),

@@ -51,6 +51,8 @@ const OMIT: Record<string, readonly string[]> = {
 	"context/configs": ["eid"],
 	// `user` must name a user of the caller's tenant, which a sample does not know.
 	"financial/wallets": ["user"],
+	// Attachments must name files of the caller's view, which a sample does not know.
+	"touch/emails": ["attachments"],
 };
 
 function scalar(name: string, def: FieldDef, n: number, type = def.type): unknown {

@@ -1,7 +1,8 @@
 /**
  * Email attachments (issue 12, Files): `attachments` of touch/emails are special/files ids resolved through the blob
- * store; the email's owner must be able to read each file in its tenant, else the email FAILS with
- * `attachment <id> is not available` (no retry). A real SMTP server (smtp-server) receives the messages.
+ * store. Each is a file the caller can GET when the email is written (send, create, patch: 404 `file <id> not found`,
+ * nothing queued); at delivery the email's owner must still be able to read each file in its tenant, else the email
+ * FAILS with `attachment <id> is not available` (no retry). A real SMTP server (smtp-server) receives the messages.
  */
 import { SMTPServer } from "smtp-server";
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
@@ -24,13 +25,22 @@ async function uploadAs(token: string, content: string, name: string): Promise<s
 	return ((await r.json()) as any).items[0].id;
 }
 
-async function email(attachments: string[]): Promise<any> {
-	const r = await p.http("POST", "/touch/emails", {
-		token: root,
-		body: { provider: "nodemailer", to: ["to@example.com"], from: "from@example.com", subject: `attachments ${attachments.join(",")}`, text: "see attached", attachments },
-	});
+const emailBody = (attachments: string[], extra: Record<string, unknown> = {}) => ({
+	provider: "nodemailer",
+	to: ["to@example.com"],
+	from: "from@example.com",
+	subject: `attachments ${attachments.join(",")}`,
+	text: "see attached",
+	attachments,
+	...extra,
+});
+
+/** Queues an email (a future `date` schedules it; `meanwhile` runs once it is queued), then waits for its end. */
+async function email(attachments: string[], extra: Record<string, unknown> = {}, meanwhile?: () => Promise<void>): Promise<any> {
+	const r = await p.http("POST", "/touch/emails", { token: root, body: emailBody(attachments, extra) });
 	expect(r.status).toBe(200);
 	const id = r.body.data.id;
+	await meanwhile?.();
 	const end = Date.now() + 20_000;
 	for (;;) {
 		const d = (await p.http("GET", `/touch/emails/${id}`, { token: root })).body.data;
@@ -76,16 +86,39 @@ test("the owner's own files are attached with their name, type and content", asy
 	expect(raw.includes("second one") || bodies.includes("second one")).toBe(true);
 });
 
-test("a file the owner may not read, a soft-deleted file or an unknown id: FAILED, not retried, nothing sent", async () => {
+test("a soft-deleted file or an unknown id is refused when the email is written (send, create, patch): 404, nothing queued", async () => {
+	const gone = await uploadAs(root, "deleted", "gone.txt");
+	expect((await p.http("DELETE", `/special/files/${gone}`, { token: root })).status).toBe(200);
+	const kept = await uploadAs(root, "kept", "kept.txt");
+	const queued = (await p.http("POST", "/touch/emails", { token: root, body: emailBody([kept], { date: new Date(Date.now() + 3_600_000).toISOString() }) })).body.data.id;
+	for (const id of [gone, "0123456789abcdef01234567"]) {
+		const answers = [
+			await p.http("POST", "/touch/emails/send", { token: root, body: emailBody([kept, id]) }),
+			await p.http("POST", "/touch/emails", { token: root, body: emailBody([kept, id]) }),
+			await p.http("PATCH", `/touch/emails/${queued}`, { token: root, body: { attachments: [kept, id] } }),
+		];
+		expect(answers.map((r) => [r.status, r.body?.message])).toEqual(Array(3).fill([404, `file ${id} not found`]));
+		const counted = await p.http("GET", `/touch/emails/count?query=${encodeURIComponent(JSON.stringify({ attachments: id }))}`, { token: root });
+		expect(counted.body.total).toBe(0);
+	}
+	expect((await p.http("GET", `/touch/emails/${queued}`, { token: root })).body.data.attachments).toEqual([kept]);
+});
+
+test("a file the owner may not read, or one deleted once the email is queued: FAILED at delivery, not retried, nothing sent", async () => {
 	const username = `att-${process.pid}`;
 	const u = await createUser(p.http, root, { username, password: "pw-attach-user-1", subjects: [] } as any);
 	await p.http("POST", "/auth/grants", { token: root, body: { subject: `${u.id}@${p.root.domain}`, action: "upload", object: "special:files" } });
 	const t = (await tokenOf(p.http, { grant_type: "password", client_id: p.root.client_id, username, password: "pw-attach-user-1" })).access_token;
+	// In root's view (its tenant's file), but neither owned by nor shared with root, the email's owner.
 	const theirs = await uploadAs(t, "not root's", "theirs.txt");
-	const gone = await uploadAs(root, "deleted", "gone.txt");
-	expect((await p.http("DELETE", `/special/files/${gone}`, { token: root })).status).toBe(200);
-	for (const id of [theirs, gone, "0123456789abcdef01234567"]) {
-		const d = await email([id]);
+	// Deleted after the email was queued (scheduled a moment later), before it is delivered.
+	const later = await uploadAs(root, "deleted later", "later.txt");
+	const deleteLater = async () => expect((await p.http("DELETE", `/special/files/${later}`, { token: root })).status).toBe(200);
+	for (const [id, extra, meanwhile] of [
+		[theirs, {}, undefined],
+		[later, { date: new Date(Date.now() + 1500).toISOString() }, deleteLater],
+	] as const) {
+		const d = await email([id], extra, meanwhile);
 		expect(d.state).toBe("FAILED");
 		expect(d.reason).toBe(`attachment ${id} is not available`);
 		expect(d.attempts).toBe(1);

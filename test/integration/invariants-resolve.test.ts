@@ -2,11 +2,16 @@
  * A special action neither returns nor uses a field outside the caller's view (docs/search.md, "POST
  * /logistic/locations/resolve"). `locations/resolve { lat, lng }` answered a `distance` computed from the coordinates
  * the caller's grant hides: three answers from three points give the hidden position away. Now it refuses like
- * `travels/resolve` (one shared check): where the view hides `lat` or `lng`, no location of the view has coordinates.
+ * `travels/resolve` (one shared check, services/caller-view.ts): where the grant's field list hides `lat` or `lng`,
+ * the action cannot use them for any location, and answers 403 naming them (docs/security.md, "Special actions and
+ * field lists").
  */
 import { bootTenancy, ok, STORES, type Tenancy } from "../helpers/tenants";
 import { errorBody } from "../helpers/auth";
 import { sleep } from "../helpers/wait";
+
+/** The shared refusal: the action, the grant whose field list hides the coordinates. */
+const hidden = (grant: string) => errorBody(403, `resolve uses lat and lng, which your ${grant} grant on logistic:locations does not let you read`);
 
 /** Three points around the hidden depot: trilateration needs no more. */
 const POINTS = [
@@ -43,10 +48,10 @@ describe.each(STORES)("coordinates the grant hides on %s", (store) => {
 		expect(r.data).not.toHaveProperty("lng");
 	});
 
-	test("locations/resolve { lat, lng } answers no distance from hidden coordinates: 404, from any point", async () => {
+	test("locations/resolve { lat, lng } answers no distance from hidden coordinates: 403 naming them, from any point", async () => {
 		for (const point of POINTS) {
 			const r = await resolve(t.a.limited.token, point);
-			expect({ point, status: r.status, body: r.body }).toEqual({ point, status: 404, body: errorBody(404, "no location with coordinates found") });
+			expect({ point, status: r.status, body: r.body }).toEqual({ point, status: 403, body: hidden("resolve") });
 		}
 		// The input is still checked first.
 		expect((await resolve(t.a.limited.token, { lat: 91, lng: 0 })).body).toEqual(errorBody(400, "lat must be between -90 and 90"));
@@ -54,11 +59,14 @@ describe.each(STORES)("coordinates the grant hides on %s", (store) => {
 
 	test("travels/resolve refuses the same way (the shared check): the depot's id is not a point the caller may use", async () => {
 		const r = await t.as(t.a.limited.token, "POST", "/logistic/travels/resolve", { origin: depot.id, destination: POINTS[0] });
-		expect(r.body).toEqual(errorBody(404, `location ${depot.id} not found`));
+		expect(r.body).toEqual(hidden("read"));
 		// Nor is the caller told whether hidden coordinates are valid (stored locations keep any number).
 		const odd = (await ok(t.as(t.a.admin.token, "POST", "/logistic/locations", { name: "odd", lat: 200, lng: 0, shares: [t.a.limited.id] }), "odd")).data;
 		const o = await t.as(t.a.limited.token, "POST", "/logistic/travels/resolve", { origin: odd.id, destination: POINTS[0] });
-		expect(o.body).toEqual(errorBody(404, `location ${odd.id} not found`));
+		expect(o.body).toEqual(hidden("read"));
+		// A location outside the view is still not found, as for a foreign id.
+		const foreign = "0123456789abcdef01234567";
+		expect((await t.as(t.a.limited.token, "POST", "/logistic/travels/resolve", { origin: foreign, destination: POINTS[0] })).body).toEqual(errorBody(404, `location ${foreign} not found`));
 		expect((await t.as(t.a.admin.token, "POST", "/logistic/travels/resolve", { origin: odd.id, destination: POINTS[0] })).body).toEqual(
 			errorBody(400, `location ${odd.id} has no valid coordinates`),
 		);

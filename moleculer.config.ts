@@ -6,10 +6,12 @@ import { LeanMetricsMiddleware, TextPrometheusReporter } from "./lib/metrics";
 import { channelsMiddleware } from "./events/channels.stream";
 import { unitOfWorkMiddlewares } from "./mixins/stores/unit.middleware";
 import { onPostgres } from "./mixins/stores";
+import os from "os";
 import { replCommands, ReplPrincipalMiddleware } from "./lib/repl";
 import { claimNodeId, transportFailure } from "./lib/failover";
 import { FailoverDiscoverer } from "./lib/failover-discoverer";
 import { FailoverMiddleware } from "./middlewares/failover";
+import { transporterOption } from "./lib/transport-watch";
 
 export function brokerOptions(cfg: PlatformConfig): BrokerOptions;
 export function brokerOptions(): Promise<BrokerOptions>;
@@ -22,8 +24,9 @@ export function brokerOptions(cfg?: PlatformConfig): BrokerOptions | Promise<Bro
 		// Failover (docs/production.md): the same id after a restart, dead peers dropped within the heartbeat timeout,
 		// calls that never ran (or reads) sent again to another node, endpoints that keep failing left out a while.
 		nodeID: cfg.nodeId ?? claimNodeId(cfg),
-		// No transporter: every service in one process, calls stay local. NATS in production.
-		transporter: cfg.transporter ?? null,
+		// No transporter: every service in one process, calls stay local. NATS in production, pinged every 2 s
+		// (lib/transport-watch.ts: a connection gone silent is given up within seconds).
+		transporter: transporterOption(cfg.transporter),
 		logger: { type: "Console", options: { level: cfg.logLevel, formatter: "short", colors: process.stdout.isTTY } },
 		requestTimeout: cfg.requestTimeoutMs,
 		// A service that waits for others (auth for domain, identity, context) looks every 50 ms, not every second:
@@ -51,13 +54,41 @@ export function brokerOptions(cfg?: PlatformConfig): BrokerOptions | Promise<Bro
 	};
 }
 
+/**
+ * The operators' console on a deployment (TRANSPORTER set; lib/repl.ts): a node of its own in the namespace, with no
+ * service and no store, whose REPL sees and calls the cluster. Its id (`console-<hostname>-<pid>`, never NODE_ID,
+ * which names a node of the deployment) says what it is; nothing of DATA_DIR is read or claimed.
+ */
+export function consoleNodeOptions(cfg: PlatformConfig): BrokerOptions {
+	const nodeID = `console-${os.hostname()}-${process.pid}`;
+	return {
+		...brokerOptions({ ...cfg, nodeId: nodeID }),
+		metrics: { enabled: false },
+		middlewares: [FailoverMiddleware(cfg.failoverWaitMs) as unknown as Middleware, ReplPrincipalMiddleware as unknown as Middleware],
+		started(broker) {
+			const nodes = (broker.registry as unknown as { getNodeList(o: object): Array<{ id: string }> }).getNodeList({ onlyAvailable: true, withServices: false });
+			const others = nodes.filter((n) => n.id !== nodeID).length;
+			console.log(`>> Console node ${nodeID} joined namespace ${cfg.namespace}: ${others} other node(s); \`exit\` leaves`);
+		},
+	};
+}
+
 /** The platform as moleculer-runner starts it: configuration from the environment, every service (or SERVICES). */
 async function runnerOptions(): Promise<BrokerOptions> {
 	// eslint-disable-next-line @typescript-eslint/no-var-requires
 	const { readConfig, bindConfig, privateDataDir } = require("./lib/config") as typeof import("./lib/config");
 	// eslint-disable-next-line @typescript-eslint/no-var-requires
 	const { lockDataDir, DataDirInUse } = require("./lib/datadir-lock") as typeof import("./lib/datadir-lock");
+	// eslint-disable-next-line @typescript-eslint/no-var-requires
+	const { attachToDataDir, consoleSessions } = require("./lib/repl") as typeof import("./lib/repl");
 	const cfg = readConfig();
+	// `--repl` attaches to what runs, as `npm run repl` does (lib/repl.ts): the deployment, else the platform on DATA_DIR.
+	const repl = process.argv.includes("--repl") || process.argv.includes("-r");
+	if (repl && cfg.transporter) return consoleNodeOptions(cfg);
+	if (repl && process.stdin.isTTY) {
+		const status = await attachToDataDir(cfg);
+		if (status !== undefined) process.exit(status);
+	}
 	// DATA_DIR first, as start.ts takes it (lib/datadir-lock.ts); given back once the broker has stopped.
 	const lock = await lockDataDir(cfg).catch((err) => {
 		if (!(err instanceof DataDirInUse)) throw err;
@@ -68,6 +99,8 @@ async function runnerOptions(): Promise<BrokerOptions> {
 	return {
 		stopped: () => lock?.release(),
 		...brokerOptions(cfg),
+		// Consoles attach through the DATA_DIR socket once every service has started.
+		started: (broker) => lock?.serveConsoles(consoleSessions(broker)),
 		created(broker) {
 			bindConfig(broker, cfg);
 			// eslint-disable-next-line @typescript-eslint/no-var-requires

@@ -41,6 +41,10 @@ import type { Middleware, ServiceBroker } from "moleculer";
 import { Middleware as ChannelsMiddleware } from "@moleculer/channels";
 import { nanos } from "nats";
 import type { PlatformConfig } from "../lib/config";
+import { isDependencyOutage, isTransportError } from "../lib/errors";
+import { HEALTH_ACTION, pipelineHealth, trackProgress, withEntries, withTimeout, type Health, type Progress } from "../lib/health";
+import { isCacheUnavailable } from "../lib/kv";
+import { NATS_LIVENESS } from "../lib/transport-watch";
 import type { OutboxRecord } from "./outbox";
 import { DEFAULT_BATCH, type BatchHandler, type BatchOptions, type ChangeHandler, type ChangeStream, type ConsumeOptions, type Consumer } from "./stream";
 
@@ -88,13 +92,34 @@ function natsConnection(url: string): Record<string, unknown> {
 	const auth: Record<string, string> = {};
 	if (first.username && first.password) Object.assign(auth, { user: decodeURIComponent(first.username), pass: decodeURIComponent(first.password) });
 	else if (first.username) auth.token = decodeURIComponent(first.username);
-	return { servers: urls.map((u) => u.host), ...auth, name: "platform-event-stream", maxReconnectAttempts: -1, reconnectTimeWait: 1000 };
+	return { servers: urls.map((u) => u.host), ...auth, name: "platform-event-stream", maxReconnectAttempts: -1, reconnectTimeWait: 1000, ...NATS_LIVENESS };
 }
 
 /** Backoff before a failed NATS delivery is released for the next one: 0.25 s doubling to 30 s. */
 function retryDelay(delivery: number): number {
 	return Math.min(30_000, 250 * 2 ** Math.max(0, delivery - 1));
 }
+
+/**
+ * A failure of a dependency that is away or hangs (PostgreSQL, the cache, another node), not of the event: the
+ * handler tries again in place, without spending a delivery, so an outage of any length never moves an event to
+ * `.failed`. Anything else counts against STREAM_MAX_RETRIES.
+ */
+export function isOutage(err: unknown): boolean {
+	const code = (err as { code?: unknown })?.code;
+	return isDependencyOutage(err) || isCacheUnavailable(err) || isTransportError(err) || code === 503 || code === 504;
+}
+
+/** Pause before the next in-place try of an event held by an outage: 0.25 s doubling to 5 s. */
+const outageDelay = (attempt: number) => Math.min(5000, 250 * 2 ** Math.min(attempt, 5));
+/** A node's health check answers within this (the gateway waits 2 s for it), what it knows by then. */
+const HEALTH_ANSWER_MS = 1700;
+const HEALTH_TIMED_OUT: Health = { status: "error", info: { health: { status: "down", message: "health check timed out" } } };
+/** How often the groups' lag is sampled (JetStream) and the pipeline gauges refreshed. */
+const MONITOR_MS = 2000;
+/** How long a stop waits for a group's handler in progress, or for the adapter's goodbye, before it goes on. */
+export const STOP_WAIT_MS = 5000;
+
 
 /** A consumer of any channel of the stream: one delivered message, acknowledged once it resolves. */
 export type MessageHandler<T> = (msg: T) => Promise<void>;
@@ -112,6 +137,11 @@ interface Subscription {
 	/** The subscribe loop (retries until it succeeds or the consumer stops). */
 	running?: Promise<void>;
 	wakers: Set<() => void>;
+	/** Whether it moves (/status, `pipeline_stalled`), and the last ack floor of its JetStream group seen. */
+	progress: Progress;
+	floor?: number;
+	/** Handlers of this instance in progress. */
+	inFlight: number;
 }
 
 export class ChannelsStream implements ChangeStream {
@@ -122,8 +152,13 @@ export class ChannelsStream implements ChangeStream {
 	private readyWaiters: Array<() => void> = [];
 	private subs = new Set<Subscription>();
 	private counter = 0;
+	private monitor?: NodeJS.Timeout;
 
-	constructor(readonly opts: ChannelsStreamOptions) {
+	/** `owner`: the node's configuration object, under which its groups' progress is reported (lib/health.ts). */
+	constructor(
+		readonly opts: ChannelsStreamOptions,
+		private readonly owner: object = opts,
+	) {
 		this.kind = opts.kind;
 	}
 
@@ -166,7 +201,23 @@ export class ChannelsStream implements ChangeStream {
 				self.connected = false;
 				// A NATS connection already closed (lost) has nothing to drain: the adapter would only log an error.
 				if (self.kind === "nats" && self.adapter?.connection?.isClosed?.()) self.adapter.connected = false;
-				else await inner.stopped();
+				else if ((await withTimeout(inner.stopped().then(() => true), STOP_WAIT_MS)) === undefined) {
+					// The server does not answer the drain (a silent connection): close without it.
+					self.logger?.warn(`event stream: no answer to the disconnect within ${STOP_WAIT_MS} ms; closing the connection`);
+					if (self.kind === "nats") await self.adapter?.connection?.close?.().catch(() => undefined);
+					else for (const c of self.adapter?.clients?.values?.() ?? []) c.disconnect?.();
+					if (self.adapter) self.adapter.connected = false;
+				}
+			},
+			// Every local health check (domains, workers) also reports this node's stalled pipeline stages: the relay,
+			// the consumer groups (a stage that moves adds nothing). It answers within HEALTH_ANSWER_MS, also when a
+			// dependency's check hangs, so that the gateway (which waits 2 s) still learns the stages' reasons.
+			localAction(next: (ctx: unknown) => Promise<Health>, action: { name?: string }) {
+				if (!String(action?.name ?? "").endsWith(`.${HEALTH_ACTION}`)) return next;
+				return async (ctx: unknown) => {
+					const h = (await withTimeout(next(ctx), HEALTH_ANSWER_MS)) ?? HEALTH_TIMED_OUT;
+					return self.broker && h?.info ? withEntries(h, pipelineHealth(self.broker, self.owner)) : h;
+				};
 			},
 		} as unknown as Middleware;
 	}
@@ -212,6 +263,8 @@ export class ChannelsStream implements ChangeStream {
 	private async onConnected(): Promise<void> {
 		if (this.kind === "nats") for (const channel of [this.opts.channel, AUDIT_CHANNEL]) await this.ensureStream(channel);
 		this.connected = true;
+		this.monitor ??= setInterval(() => void this.watch(), MONITOR_MS);
+		this.monitor.unref();
 		for (const w of this.readyWaiters.splice(0)) w();
 		// Groups asked for before the adapter connected (the workers' `started` hooks run before the middleware's).
 		await Promise.all([...this.subs].filter((s) => !s.running).map((s) => this.startSubscription(s)));
@@ -260,6 +313,8 @@ export class ChannelsStream implements ChangeStream {
 			position: 0,
 			stopped: false,
 			wakers: new Set(),
+			progress: trackProgress(this.owner, `${channel === this.opts.channel ? "event" : "audit"} group ${group}`),
+			inFlight: 0,
 		};
 		this.subs.add(sub);
 		if (this.connected) await this.startSubscription(sub);
@@ -367,6 +422,54 @@ export class ChannelsStream implements ChangeStream {
 			this.logger?.warn(`event stream: group ${sub.group} was created with deliver_policy ${info.config.deliver_policy}, not all`);
 	}
 
+	/**
+	 * Every `MONITOR_MS`: whether each group moves. A group none of whose events wait, or whose JetStream ack floor
+	 * moved, is current; one with events waiting and the floor still (or a handler held) stalls after STALL_MS.
+	 * Redis Streams tell no lag here: an instance with no handler in progress counts as current. Then the gauges.
+	 */
+	private async watch(): Promise<void> {
+		const jsm = this.kind === "nats" && this.isConnected() ? this.adapter?.manager : undefined;
+		await Promise.all(
+			[...this.subs].map(async (sub) => {
+				if (this.kind === "redis") {
+					if (!sub.inFlight) sub.progress.moved();
+					return;
+				}
+				if (!jsm) return sub.progress.failed("event stream not connected");
+				try {
+					const info = await withTimeout<any>(jsm.consumers.info(this.streamNameOf(sub.channel), sub.group.split(".").join("_")), MONITOR_MS);
+					if (!info) return;
+					const floor = Number(info.ack_floor?.stream_seq ?? 0);
+					sub.progress.lag = Number(info.num_pending ?? 0) + Number(info.num_ack_pending ?? 0);
+					if (!sub.progress.lag || (sub.floor !== undefined && floor !== sub.floor)) sub.progress.moved();
+					sub.floor = floor;
+				} catch (err) {
+					sub.progress.failed(err);
+				}
+			}),
+		);
+		if (this.broker) pipelineHealth(this.broker, this.owner);
+	}
+
+	/**
+	 * The group's handler for one event, tried again in place while it fails for an outage (isOutage) and the consumer
+	 * runs: the event stays in progress (NATS: `working()` keeps it), spending no delivery. A stop ends the wait.
+	 */
+	private async handleHeld(sub: Subscription, rec: any): Promise<void> {
+		for (let attempt = 0; ; attempt++) {
+			try {
+				return await sub.handler(rec);
+			} catch (err) {
+				if (!isOutage(err) || sub.stopped) throw err;
+				sub.progress.failed(err);
+				if (attempt % 20 === 0)
+					this.logger?.warn(`event stream: group ${sub.group} waits for a dependency to handle ${rec?.seq ?? sub.channel} (${(err as Error)?.message ?? err}); retrying`);
+				await this.pause(sub, outageDelay(attempt));
+				if (sub.stopped) throw err;
+			}
+		}
+	}
+
 	private handlerOf(sub: Subscription) {
 		return async (rec: any, raw: any) => {
 			let beat: NodeJS.Timeout | undefined;
@@ -379,15 +482,19 @@ export class ChannelsStream implements ChangeStream {
 					}
 				}, Math.max(200, Math.floor(this.opts.ackWaitMs / 3)));
 			}
+			sub.inFlight++;
 			try {
-				await sub.handler(rec);
+				await sub.progress.step(`handling ${rec?.seq ?? "a message"}`, () => this.handleHeld(sub, rec));
+				sub.progress.moved();
 				if (rec?.seq > sub.position) sub.position = rec.seq;
 			} catch (err) {
+				sub.progress.failed(err);
 				this.logger?.warn(`event stream: group ${sub.group} failed on ${rec?.seq ?? sub.channel}: ${(err as Error)?.message ?? err}`);
 				// NATS redelivers a NAK at once: hold the event (still in progress) for a backoff first.
 				if (this.kind === "nats" && !sub.stopped) await this.pause(sub, retryDelay(Number(raw?.info?.deliveryCount ?? 1)));
 				throw err;
 			} finally {
+				sub.inFlight--;
 				if (beat) clearInterval(beat);
 			}
 		};
@@ -411,10 +518,17 @@ export class ChannelsStream implements ChangeStream {
 		sub.stopped = true;
 		for (const w of [...sub.wakers]) w();
 		this.subs.delete(sub);
+		sub.progress.close();
 		await sub.running;
-		// Waits for the handlers in progress; events delivered but not acknowledged go to the group's other instances.
-		if (sub.chan && this.adapter?.connected)
-			await this.unsubscribe(sub.chan).catch((err) => this.logger?.warn(`event stream: unsubscribing group ${sub.group} failed (${(err as Error).message})`));
+		// Waits for the handlers in progress (at most STOP_WAIT_MS: one may hang on a silent dependency); events
+		// delivered but not acknowledged go to the group's other instances.
+		if (sub.chan && this.adapter?.connected) {
+			const unsubscribed = this.unsubscribe(sub.chan).then(
+				() => true,
+				(err) => this.logger?.warn(`event stream: unsubscribing group ${sub.group} failed (${(err as Error).message})`),
+			);
+			if ((await withTimeout(unsubscribed, STOP_WAIT_MS)) === undefined) this.logger?.warn(`event stream: group ${sub.group} still busy after ${STOP_WAIT_MS} ms; stopping without it`);
+		}
 	}
 
 	private async unsubscribe(chan: any): Promise<void> {
@@ -469,6 +583,8 @@ export class ChannelsStream implements ChangeStream {
 
 	/** Stops every consumer still running (the broker's services normally stopped theirs already). */
 	async close(): Promise<void> {
+		clearInterval(this.monitor);
+		this.monitor = undefined;
 		await Promise.all([...this.subs].map((s) => this.stopSubscription(s)));
 	}
 }
@@ -481,7 +597,7 @@ const byConfig = new WeakMap<object, ChannelsStream>();
  */
 export function channelsStreamFor(cfg: PlatformConfig): ChannelsStream {
 	let s = byConfig.get(cfg);
-	if (!s) byConfig.set(cfg, (s = new ChannelsStream(channelsStreamOptions(cfg))));
+	if (!s) byConfig.set(cfg, (s = new ChannelsStream(channelsStreamOptions(cfg), cfg)));
 	return s;
 }
 

@@ -29,6 +29,11 @@ export interface OutboxRecord {
 	owner?: string;
 	shares?: string[];
 	actor: ChangeActor;
+	/**
+	 * NAMESPACE of the node that wrote it (absent in records of earlier versions): a relay publishes only its own
+	 * namespace's records, so a node of another deployment on the same database republishes nothing of this one's.
+	 */
+	ns?: string;
 }
 
 /**
@@ -49,9 +54,12 @@ export class Outbox extends EventEmitter {
 	private connecting?: Promise<void>;
 	private users = 0;
 	private lingering?: NodeJS.Timeout;
+	/** Stamped on every record appended here. */
+	private readonly ns?: string;
 
-	constructor(cfg: StoreConfig) {
+	constructor(cfg: StoreConfig & { namespace?: string }) {
 		super();
+		this.ns = cfg.namespace;
 		if (onPostgres(cfg)) this.pg = new PgOutbox(cfg);
 		this.store = createStore(cfg, "_outbox", ["seq"]);
 	}
@@ -95,13 +103,15 @@ export class Outbox extends EventEmitter {
 	 */
 	async append(records: Omit<OutboxRecord, "seq">[]): Promise<OutboxRecord[]> {
 		if (!records.length) return [];
+		const ns = this.ns;
 		if (this.pg) {
-			const seqs = await this.pg.append(records);
-			const out = records.map((r, i) => ({ ...r, seq: seqs[i] }) as OutboxRecord);
+			const stamped = ns ? records.map((r) => ({ ...r, ns })) : records;
+			const seqs = await this.pg.append(stamped);
+			const out = stamped.map((r, i) => ({ ...r, seq: seqs[i] }) as OutboxRecord);
 			this.appended(out);
 			return out;
 		}
-		const stored = records.map((r) => ({ _id: objectId(), ...r, seq: (this.seq = Math.max(this.seq + 1, Date.now() * 1000)) }));
+		const stored = records.map((r) => ({ _id: objectId(), ...r, ...(ns ? { ns } : {}), seq: (this.seq = Math.max(this.seq + 1, Date.now() * 1000)) }));
 		const saved = await this.store.insertMany(stored);
 		const out = stored.map(({ _id, ...r }) => r as OutboxRecord);
 		// Copies: the caller keeps its objects (the document's arrays), the readers must not see them change. NeDB
@@ -177,11 +187,56 @@ export class Outbox extends EventEmitter {
 /** STREAM_RETENTION_HOURS default: the longest a consumer may stay behind before its events go. */
 export const DEFAULT_RETENTION_HOURS = 168;
 
+/** STREAM_POSITION_TTL_MS default: how long another namespace's position holds records back without being renewed. */
+export const DEFAULT_POSITION_TTL_MS = 3_600_000;
+
+/** How often a running consumer renews the heartbeat (`at`) of its stored position. */
+export function heartbeatEvery(ttlMs = DEFAULT_POSITION_TTL_MS): number {
+	return Math.max(250, Math.min(ttlMs / 4, 5 * 60_000));
+}
+
+/** A consumer's stored position: `seq`; since positions expire, also its heartbeat `at` (ms) and namespace `ns`. */
+export interface StoredPosition {
+	_id: string;
+	seq?: unknown;
+	at?: unknown;
+	ns?: unknown;
+}
+
+/** What a consumer stores as its position now: the position, the heartbeat, its namespace. */
+export function positionDoc(seq: number, ns: string | undefined): { seq: number; at: number; ns?: string } {
+	return ns ? { seq, at: Date.now(), ns } : { seq, at: Date.now() };
+}
+
+/**
+ * The position every consumer that still counts has passed (0 when none does), for OutboxPruner. A position of this
+ * namespace (or one that names none: an earlier version's) always counts: a consumer that is down keeps its records,
+ * up to STREAM_RETENTION_HOURS. One of another namespace (a node started once with the wrong NAMESPACE on this
+ * database) counts only while its consumer renews it within `ttlMs`; one without a heartbeat yet gets one now, so it
+ * stops counting a TTL later unless renewed.
+ */
+export async function passedByLive(store: DocumentStore, ns: string | undefined, ttlMs: number, nsOf: (p: StoredPosition) => string | undefined = (p) => (typeof p.ns === "string" ? p.ns : undefined)): Promise<number> {
+	const now = Date.now();
+	let min = Infinity;
+	for (const p of (await store.find({ query: {} })) as StoredPosition[]) {
+		const owner = nsOf(p);
+		if (owner !== undefined && ns !== undefined && owner !== ns) {
+			if (typeof p.at !== "number") await store.setOne(p._id, { at: now }).catch(() => undefined);
+			else if (now - p.at > ttlMs) continue;
+		}
+		min = Math.min(min, Number(p.seq ?? 0));
+	}
+	return min === Infinity ? 0 : min;
+}
+
 const shared = new Map<string, Outbox>();
 
-/** One outbox per data location and process, shared by every domain service the process hosts. */
-export function sharedOutbox(cfg: StoreConfig): Outbox {
-	const key = locationOf(cfg);
+/**
+ * One outbox per data location, namespace and process, shared by every domain service the process hosts (a store
+ * several deployments may share, PostgreSQL or MongoDB, gets one per namespace: each stamps its own on its records).
+ */
+export function sharedOutbox(cfg: StoreConfig & { namespace?: string }): Outbox {
+	const key = cfg.mongoUri || onPostgres(cfg) ? `${locationOf(cfg)}#${cfg.namespace ?? ""}` : locationOf(cfg);
 	let o = shared.get(key);
 	if (!o) shared.set(key, (o = new Outbox(cfg)));
 	return o;

@@ -15,6 +15,10 @@
  * - Late records: seq values are timestamps taken before the insert, so with several writers on one store a record
  *   can become visible after a later one was already published. The relay publishes a record only once it is
  *   RELAY_SETTLE_MS old (default 1 s with MongoDB; 0 with NeDB, whose single process inserts in seq order).
+ * - Namespaces: the relay publishes only the records its own NAMESPACE wrote (`ns`), so a node started with another
+ *   NAMESPACE on the same database republishes nothing of this deployment's into its own stream. Its position carries
+ *   a heartbeat (`at`, renewed with the lock); the pruner ignores another namespace's position not renewed within
+ *   STREAM_POSITION_TTL_MS (1 h), so such a node, once gone, holds no record back (docs/production.md).
  * - At least once is the whole contract: the published message is the OutboxRecord itself, and consumers
  *   de-duplicate nothing; handlers are idempotent (or key on `seq`).
  */
@@ -23,14 +27,17 @@ import os from "os";
 import type { ServiceSchema } from "moleculer";
 import { configOf, type PlatformConfig } from "../lib/config";
 import { sharedKeyValue, type KeyValue } from "../lib/kv";
-import { OutboxPruner, sharedOutbox, type Outbox, type OutboxRecord } from "./outbox";
+import { DEFAULT_POSITION_TTL_MS, heartbeatEvery, OutboxPruner, passedByLive, positionDoc, sharedOutbox, type Outbox, type OutboxRecord, type StoredPosition } from "./outbox";
 import { createStore, locationOf, onPostgres, type DocumentStore } from "../mixins/stores";
-import { channelsStreamFor, type ChannelsStream } from "./channels.stream";
+import { channelsStreamFor, STOP_WAIT_MS, type ChannelsStream } from "./channels.stream";
+import { Progress, trackProgress, withTimeout } from "../lib/health";
 
 const LOCK_TTL_MS = 15_000;
 const RENEW_MS = 5_000;
 const POLL_MS = 500;
 const BATCH = 100;
+/** The relay's entry in /status while it is stalled. */
+export const RELAY_STAGE = "event relay";
 
 interface Logger {
 	warn(...args: unknown[]): void;
@@ -79,6 +86,15 @@ export class Relay {
 	private wake?: () => void;
 	private onAppend = () => this.wake?.();
 	/**
+	 * Whether it moves (/status `event relay`, `pipeline_stalled`): each published record or a read that found nothing
+	 * due moves it, as does another relay holding the lock; a step hung on a dependency, or failures, do not.
+	 */
+	private progress = new Progress(RELAY_STAGE);
+	/** When the position was last stored (its heartbeat), and the other namespaces met in the outbox (logged once). */
+	private savedAt = 0;
+	private readonly heartbeatMs: number;
+	private readonly foreign = new Set<string>();
+	/**
 	 * The outbox's consumers here are the relays (one position per channel): the leader removes what every relay
 	 * position has passed, and what is older than STREAM_RETENTION_HOURS.
 	 */
@@ -100,20 +116,18 @@ export class Relay {
 		this.positionId = `relay:${cfg.namespace}.${stream.opts.channel}`;
 		this.token = `${nodeID}:${randomBytes(6).toString("hex")}`;
 		this.settleMs = cfg.relaySettleMs ?? (cfg.mongoUri ? 1000 : 0);
-		this.pruner = new OutboxPruner(
-			this.outbox,
-			async () => {
-				const all = await this.offsets.store.find({ query: {} });
-				return all.length ? Math.min(...all.map((d) => Number(d.seq ?? 0))) : 0;
-			},
-			cfg.streamRetentionHours,
-			cfg.outboxGraceMs,
-		);
+		const ttlMs = cfg.streamPositionTtlMs ?? DEFAULT_POSITION_TTL_MS;
+		this.heartbeatMs = heartbeatEvery(ttlMs);
+		// Positions saved before they named their namespace: it is in their id, `relay:<namespace>.<channel>`.
+		const suffix = `.${stream.opts.channel}`;
+		const nsOf = (p: StoredPosition) => (typeof p.ns === "string" ? p.ns : p._id.startsWith("relay:") && p._id.endsWith(suffix) ? p._id.slice(6, -suffix.length) : undefined);
+		this.pruner = new OutboxPruner(this.outbox, () => passedByLive(this.offsets.store, cfg.namespace, ttlMs, nsOf), cfg.streamRetentionHours, cfg.outboxGraceMs);
 	}
 
 	start(): void {
+		this.progress = trackProgress(this.cfg, RELAY_STAGE);
 		this.outbox.on("appended", this.onAppend);
-		this.renewer = setInterval(() => void this.renew(), RENEW_MS);
+		this.renewer = setInterval(() => void this.renew(), Math.min(RENEW_MS, this.heartbeatMs));
 		this.renewer.unref();
 		this.loop = this.run();
 	}
@@ -123,8 +137,11 @@ export class Relay {
 		if (this.renewer) clearInterval(this.renewer);
 		this.outbox.off("appended", this.onAppend);
 		this.wake?.();
-		await this.loop;
-		await this.pruner.stop();
+		this.progress.close();
+		// A loop (or a prune) waiting on a dependency that hangs ends by the dependency's own timeouts; the stop does not
+		// wait for them past STOP_WAIT_MS (whatever it had published is published; its position is saved at the next run).
+		if ((await withTimeout(Promise.resolve(this.loop).then(() => true), STOP_WAIT_MS)) === undefined) this.logger.warn(`relay: still waiting on a dependency after ${STOP_WAIT_MS} ms; stopping without it`);
+		await withTimeout(this.pruner.stop(), STOP_WAIT_MS);
 		if (this.leader) {
 			this.leader = false;
 			try {
@@ -155,6 +172,8 @@ export class Relay {
 		// Another relay may have moved the position while this one waited.
 		const saved = await this.offsets.store.findOne({ id: this.positionId });
 		this.position = Math.max(this.position, Number(saved?.seq ?? 0));
+		// Its heartbeat from now on: the position of a namespace whose relays all went away stops counting (passedByLive).
+		await this.save().catch(() => undefined);
 		this.leader = true;
 		this.pruner.start();
 		this.logger.info(`relay: publishing the outbox to ${this.stream.subject} from ${this.position}`);
@@ -164,8 +183,11 @@ export class Relay {
 	private async renew(): Promise<void> {
 		if (!this.leader || this.stopped) return;
 		try {
-			if ((await this.kv.get(this.lockKey)) === this.token) await this.kv.set(this.lockKey, this.token, LOCK_TTL_MS);
-			else {
+			if ((await this.kv.get(this.lockKey)) === this.token) {
+				await this.kv.set(this.lockKey, this.token, LOCK_TTL_MS);
+				// The position's heartbeat, also while nothing is published.
+				if (Date.now() - this.savedAt >= this.heartbeatMs) await this.save().catch(() => undefined);
+			} else {
 				this.leader = false;
 				this.logger.warn("relay: lost the lock; another relay publishes");
 			}
@@ -177,8 +199,20 @@ export class Relay {
 
 	private async save(): Promise<void> {
 		const s = this.offsets.store;
-		if (await s.findOne({ id: this.positionId })) await s.setOne(this.positionId, { seq: this.position });
-		else await s.insert({ _id: this.positionId, seq: this.position });
+		const doc = positionDoc(this.position, this.cfg.namespace);
+		if (await s.findOne({ id: this.positionId })) await s.setOne(this.positionId, doc);
+		else await s.insert({ _id: this.positionId, ...doc });
+		this.savedAt = doc.at;
+	}
+
+	/** Whether a record is this namespace's to publish (records of earlier versions name none: published as before). */
+	private ours(rec: OutboxRecord): boolean {
+		if (rec.ns === undefined || rec.ns === this.cfg.namespace) return true;
+		if (!this.foreign.has(rec.ns)) {
+			this.foreign.add(rec.ns);
+			this.logger.warn(`relay: the outbox holds events of namespace ${rec.ns} (nodes of another deployment write to this database); only namespace ${this.cfg.namespace}'s are published to ${this.stream.subject}`);
+		}
+		return false;
 	}
 
 	private async run(): Promise<void> {
@@ -192,17 +226,21 @@ export class Relay {
 		while (!this.stopped) {
 			try {
 				if (!this.stream.isConnected()) {
+					this.progress.failed("event stream not connected");
 					await this.sleep(POLL_MS);
 					continue;
 				}
-				if (!this.leader && !(await this.acquire())) {
+				if (!this.leader && !(await this.progress.step("taking the lock", () => this.acquire()))) {
+					// Another relay publishes: nothing of this one's to do.
+					this.progress.moved();
 					await this.sleep(RENEW_MS);
 					continue;
 				}
-				const all = await this.outbox.readFrom(this.position, BATCH);
+				const all = await this.progress.step("reading the outbox", () => this.outbox.readFrom(this.position, BATCH));
 				const horizon = this.settleMs ? Date.now() * 1000 - this.settleMs * 1000 : Infinity;
 				const batch = all.filter((r) => r.seq <= horizon);
 				if (!batch.length) {
+					this.progress.moved();
 					// Not yet settled: look again when the first one is; else wait for an append or the next poll.
 					const wait = all.length ? Math.min(POLL_MS, Math.ceil((all[0].seq - horizon) / 1000) + 1) : POLL_MS;
 					await this.sleep(wait);
@@ -212,20 +250,24 @@ export class Relay {
 				try {
 					for (const rec of batch) {
 						if (this.stopped || !this.leader) break;
-						await this.stream.publish(rec as OutboxRecord);
+						if (this.ours(rec)) {
+							await this.progress.step("publishing to the event stream", () => this.stream.publish(rec as OutboxRecord));
+							this.published++;
+						}
 						this.position = rec.seq;
-						this.published++;
+						this.progress.moved();
 						moved = true;
 					}
 				} finally {
 					if (moved) {
-						await this.save().catch((err) => this.logger.warn(`relay: saving the position failed (${(err as Error).message})`));
+						await this.progress.step("saving the position", () => this.save()).catch((err) => this.logger.warn(`relay: saving the position failed (${(err as Error).message})`));
 						if (this.leader) this.pruner.schedule();
 					}
 				}
 				failures = 0;
 			} catch (err) {
 				failures++;
+				this.progress.failed(err);
 				if (failures === 1 || failures % 20 === 0) this.logger.warn(`relay: ${(err as Error).message}; retrying`);
 				await this.sleep(Math.min(5000, 100 * 2 ** Math.min(failures, 6)));
 			}

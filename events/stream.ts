@@ -9,9 +9,10 @@
  * de-duplicate on `seq` themselves: the stream does not.
  */
 import type { PlatformConfig } from "../lib/config";
-import { OutboxPruner, sharedOutbox, type Outbox, type OutboxRecord } from "./outbox";
+import { DEFAULT_POSITION_TTL_MS, heartbeatEvery, OutboxPruner, passedByLive, positionDoc, sharedOutbox, type Outbox, type OutboxRecord } from "./outbox";
 import { createStore, locationOf, type DocumentStore, type StoreConfig } from "../mixins/stores";
-import { channelsStreamFor } from "./channels.stream";
+import { channelsStreamFor, STOP_WAIT_MS } from "./channels.stream";
+import { trackProgress, withTimeout } from "../lib/health";
 
 export type ChangeHandler = (rec: OutboxRecord) => Promise<void>;
 /**
@@ -71,10 +72,18 @@ export class OutboxStream implements ChangeStream {
 	 * STREAM_RETENTION_HOURS: a pass shortly after a group moves, and every 10 minutes.
 	 */
 	readonly pruner: OutboxPruner;
+	/** The node's configuration object, under which its groups' progress is reported (lib/health.ts, /status). */
+	private readonly owner: object;
+	/** Stored with each group's position, which another namespace's pruner ignores once it is not renewed (STREAM_POSITION_TTL_MS). */
+	private readonly ns?: string;
+	private readonly positionTtlMs: number;
 
-	constructor(cfg: StoreConfig & Pick<PlatformConfig, "streamRetentionHours" | "outboxGraceMs">) {
+	constructor(cfg: StoreConfig & Partial<Pick<PlatformConfig, "streamRetentionHours" | "outboxGraceMs" | "streamPositionTtlMs" | "namespace">>) {
+		this.ns = cfg.namespace;
+		this.positionTtlMs = cfg.streamPositionTtlMs ?? DEFAULT_POSITION_TTL_MS;
 		this.outbox = sharedOutbox(cfg);
 		this.offsets = createStore(cfg, "_stream_offsets");
+		this.owner = cfg;
 		this.pruner = new OutboxPruner(this.outbox, () => this.passedAll(), cfg.streamRetentionHours, cfg.outboxGraceMs);
 	}
 
@@ -87,10 +96,12 @@ export class OutboxStream implements ChangeStream {
 		return this.ready;
 	}
 
-	/** The position every known group has passed; 0 (nothing) before any group exists. */
-	private async passedAll(): Promise<number> {
-		const groups = await this.offsets.find({ query: {} });
-		return groups.length ? Math.min(...groups.map((g) => Number(g.seq ?? 0))) : 0;
+	/**
+	 * The position every known group has passed; 0 (nothing) before any group exists. Groups of another namespace count
+	 * only while they renew their position (passedByLive).
+	 */
+	private passedAll(): Promise<number> {
+		return passedByLive(this.offsets, this.ns, this.positionTtlMs);
 	}
 
 	/** Whether every group has passed every event appended so far (tests and operators: "the workers caught up"). */
@@ -130,8 +141,9 @@ export class OutboxStream implements ChangeStream {
 		const saved = await this.offsets.findOne({ id: group });
 		// A new group starts at the beginning of the outbox: nothing written before it existed is missed.
 		let position = Number(saved?.seq ?? 0);
-		// Known from now on, so the pruner keeps what this group has not read yet.
-		if (!saved) await this.offsets.insert({ _id: group, seq: position }).catch(() => undefined);
+		// Known (and alive) from now on, so the pruner keeps what this group has not read yet.
+		if (!saved) await this.offsets.insert({ _id: group, ...positionDoc(position, this.ns) }).catch(() => undefined);
+		else await this.offsets.setOne(group, positionDoc(position, this.ns)).catch(() => undefined);
 		let stored = position;
 		let stopped = false;
 		let wake: (() => void) | undefined;
@@ -157,17 +169,23 @@ export class OutboxStream implements ChangeStream {
 				};
 			});
 		// A failed save must not end the loop: the position in memory is right and the next save stores it (a restart
-		// before then replays from the stored one: at least once).
-		const save = async () => {
-			if (position === stored) return;
+		// before then replays from the stored one: at least once). Each save renews the heartbeat; `beat` saves an
+		// unmoved position too (the heartbeat timer, while the group waits or retries).
+		const save = async (beat = false) => {
+			if (position === stored && !beat) return;
 			const at = position;
 			try {
-				if (!(await this.offsets.setOne(group, { seq: at }))) await this.offsets.insert({ _id: group, seq: at });
+				const doc = positionDoc(at, this.ns);
+				if (!(await this.offsets.setOne(group, doc))) await this.offsets.insert({ _id: group, ...doc });
 				stored = at;
 			} catch {
 				/* the next save stores it */
 			}
 		};
+		const heartbeat = setInterval(() => void save(true), heartbeatEvery(this.positionTtlMs));
+		heartbeat.unref();
+		// Moves with each handled batch and each read that finds nothing new; a read or a handler that hangs or fails does not.
+		const progress = trackProgress(this.owner, `event group ${group}`);
 		const loop = (async () => {
 			let attempt = 0;
 			while (!stopped) {
@@ -175,22 +193,28 @@ export class OutboxStream implements ChangeStream {
 				// Records appended from here on signal again.
 				signalled = false;
 				try {
-					batch = await this.outbox.readFrom(position, max);
-				} catch {
+					batch = await progress.step("reading the outbox", () => this.outbox.readFrom(position, max));
+				} catch (err) {
+					progress.failed(err);
 					await sleep(POLL_MS, false);
 					continue;
 				}
 				if (!batch.length) {
+					progress.moved();
 					await sleep(POLL_MS, true);
 					continue;
 				}
 				try {
-					await step(batch, (seq) => {
-						if (!stopped) position = seq;
-						return !stopped;
-					});
+					await progress.step(`handling ${batch[0].seq}`, () =>
+						step(batch, (seq) => {
+							if (!stopped) position = seq;
+							return !stopped;
+						}),
+					);
+					progress.moved();
 					attempt = 0;
-				} catch {
+				} catch (err) {
+					progress.failed(err);
 					await save();
 					if (!stopped) await sleep(RETRY_MS[Math.min(attempt++, RETRY_MS.length - 1)], false);
 					continue;
@@ -207,10 +231,13 @@ export class OutboxStream implements ChangeStream {
 			position: () => position,
 			stop: async () => {
 				stopped = true;
+				clearInterval(heartbeat);
+				progress.close();
 				wake?.();
 				this.outbox.off("readable", onReadable);
 				this.consumers.delete(consumer);
-				await loop;
+				// A handler waiting on a dependency that hangs ends by that dependency's timeouts; a stop goes on without it.
+				await withTimeout(loop, STOP_WAIT_MS);
 			},
 		};
 		this.consumers.add(consumer);

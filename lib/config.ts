@@ -90,6 +90,13 @@ export interface PlatformConfig {
 	touchLeaseMs?: number;
 	/** OUTBOX_GRACE_MS: how long an event every consumer group has passed stays in the outbox (readers that tail it). */
 	outboxGraceMs?: number;
+	/**
+	 * STREAM_POSITION_TTL_MS: a consumer position of another namespace (a relay's, or an embedded consumer group's) that
+	 * is not renewed for this long no longer holds outbox records back; default 1 h (docs/production.md).
+	 */
+	streamPositionTtlMs?: number;
+	/** TOKEN_LEEWAY_SECONDS: how far in the future a token's `iat`/`nbf` may be (clock skew between nodes); default 60. */
+	tokenLeewaySec?: number;
 	/** CURSOR_IDLE_MS: a `/cursor` stream whose client reads nothing (no 'drain') for this long is closed; default 30 s. */
 	cursorIdleMs: number;
 	/** RATE_LIMIT (`<n>/s[,<burst>]`): requests per principal (per IP unauthenticated); undefined = off (default). */
@@ -161,10 +168,27 @@ function cursorIdle(v: string | undefined): number {
 	return n;
 }
 
-const env = (k: string): string | undefined => {
-	const v = process.env[k];
+/**
+ * The settings that may instead name a file holding their value, `<NAME>_FILE` (a compose or Kubernetes secret under
+ * /run/secrets): the secrets, and the VAPID public key that goes with its private one. Not the root client's secret
+ * and password: auth prints the generated ones unless they are in the environment.
+ */
+const FILE_SETTINGS = new Set(["JWT_SECRET", "AES_SECRET", "DATABASE_URL", "METRICS_TOKEN", "MONGO_URI", "REDIS_URL", "TRANSPORTER", "STREAM_URL", "MQTT_URL", "SMTP_URL", "VAPID_PUBLIC_KEY", "VAPID_PRIVATE_KEY", "S3_SECRET_KEY", "SMS_KAVENEGAR_KEY", "SMS_TWILIO_KEY"]);
+
+/** A setting, unset when empty; from `<NAME>_FILE` (trailing newlines dropped) for FILE_SETTINGS, never from both. */
+function env(k: string): string | undefined {
+	const file = FILE_SETTINGS.has(k) ? process.env[`${k}_FILE`] : undefined;
+	let v = process.env[k];
+	if (file && v) throw new StartupError(`${k} and ${k}_FILE are both set: keep one`);
+	if (file) {
+		try {
+			v = readFileSync(file, "utf8").replace(/[\r\n]+$/, "");
+		} catch (err) {
+			throw new StartupError(`${k}_FILE ${file} cannot be read: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+		}
+	}
 	return v === undefined || v === "" ? undefined : v;
-};
+}
 
 /** `1/true/yes` → true, `0/false/no` → false, unset → undefined (the setting's automatic behaviour). */
 function flag(name: string): boolean | undefined {
@@ -342,6 +366,8 @@ export function readConfig(): PlatformConfig {
 		webhookRetrySchedule: retrySchedule(env("WEBHOOK_RETRY_SCHEDULE")),
 		cursorIdleMs: cursorIdle(env("CURSOR_IDLE_MS")),
 		outboxGraceMs: env("OUTBOX_GRACE_MS") === undefined ? undefined : nonNegativeInt("OUTBOX_GRACE_MS", env("OUTBOX_GRACE_MS")!),
+		streamPositionTtlMs: env("STREAM_POSITION_TTL_MS") === undefined ? undefined : millis("STREAM_POSITION_TTL_MS", 0, 1000),
+		tokenLeewaySec: env("TOKEN_LEEWAY_SECONDS") === undefined ? undefined : nonNegativeInt("TOKEN_LEEWAY_SECONDS", env("TOKEN_LEEWAY_SECONDS")!),
 		rateLimit: rateLimit(env("RATE_LIMIT")),
 		metricsToken: metricsToken(env("METRICS_TOKEN")),
 		smtpUrl: env("SMTP_URL"),

@@ -6,10 +6,12 @@
  * trust), so a crash never leaves the directory held.
  *
  *  - `DATA_DIR/platform.sock`: where a process finds the holder (it connects; the holder answers with one JSON line,
- *    `{"pid": <n>}`), also across containers sharing the directory, and later the operator console's channel to the
- *    running platform (the directory is its owner's only). A path longer than a socket path may be (107 bytes), or
- *    a file system without sockets, takes `<tmpdir>/platform-<uid>/<hash of the real path>.sock`. Where it is, is
- *    recorded in `DATA_DIR/platform.lock` (`{"pid", "socket"}`, 0600), written once held.
+ *    `{"pid": <n>}`), also across containers sharing the directory, and the operator console's channel to the
+ *    running platform: a console that sends `{"console":true}` next gets `{"console":true}` and a session
+ *    (lib/repl.ts), or `{"refused": <why>}`. The socket is 0600 in a directory of its owner's only: only the owner
+ *    attaches (never through the abstract socket below, which any local user can reach). A path longer than a socket
+ *    path may be (107 bytes), or a file system without sockets, takes `<tmpdir>/platform-<uid>/<hash of the real
+ *    path>.sock`. Where it is, is recorded in `DATA_DIR/platform.lock` (`{"pid", "socket"}`, 0600), written once held.
  *  - On Linux, first an abstract socket named by a hash of the real path: exclusive and released by the kernel, so
  *    that two processes that find the same stale `platform.sock` (its holder was killed) cannot both take it over.
  *
@@ -39,9 +41,20 @@ export interface DataDirLock {
 	readonly dataDir: string;
 	/** The socket a console (or a second process) connects to. */
 	readonly socket: string;
-	/** Gives the directory back: the sockets close (the file is removed) and so does the record. Idempotent. */
+	/**
+	 * From now on a console that asks on the socket file is handed to `session` (its connection, and what it sent after
+	 * its request); before, it is refused (the platform is still starting).
+	 */
+	serveConsoles(session: ConsoleHandler): void;
+	/** Gives the directory back: the sockets close (the file is removed, consoles are cut) and so does the record. Idempotent. */
 	release(): Promise<void>;
 }
+
+/** Serves one attached console on `conn`; `rest` is what the console sent after its request line. */
+export type ConsoleHandler = (conn: net.Socket, rest: Buffer) => void;
+
+/** The console's request, and the holder's acceptance, after the pid line. */
+const CONSOLE_HELLO = `${JSON.stringify({ console: true })}\n`;
 
 /** Whether a node keeps a store of its own in DATA_DIR: NeDB documents, or the embedded PostgreSQL (no DATABASE_URL). */
 export function keepsStoreIn(cfg: Pick<PlatformConfig, "databaseUrl" | "mongoUri" | "documentStore">): boolean {
@@ -84,37 +97,73 @@ function readRecord(dataDir: string): LockRecord {
 	}
 }
 
-/**
- * Connects to `socket`: `undefined` when nobody listens there (no file, or a stale one), else the holder with its pid
- * (the record's when the holder does not answer in time: the connection alone proves it lives).
- */
-function holderAt(socket: string, record: LockRecord): Promise<{ pid?: number } | undefined> {
+/** A connection to `socket`; `undefined` when nobody listens there (no file, a stale one) or it does not accept in `ms`. */
+function connectTo(socket: string, ms = ANSWER_MS): Promise<net.Socket | undefined> {
 	return new Promise((resolve) => {
-		let text = "";
-		let connected = false;
 		const conn = net.connect(socket);
-		const done = (pid?: number) => {
+		const failed = () => {
 			clearTimeout(timer);
 			conn.destroy();
-			resolve(connected ? { pid: Number.isInteger(pid) ? pid : record.pid } : undefined);
+			resolve(undefined);
 		};
-		const timer = setTimeout(() => done(), ANSWER_MS);
-		conn.on("connect", () => (connected = true));
-		conn.setEncoding("utf8");
-		conn.on("data", (c: string) => {
-			text += c;
-			const eol = text.indexOf("\n");
-			if (eol < 0) return;
-			try {
-				done((JSON.parse(text.slice(0, eol)) as LockRecord).pid);
-			} catch {
-				done();
-			}
-		});
-		conn.on("end", () => done());
+		const timer = setTimeout(failed, ms);
 		// ECONNREFUSED (a socket file nobody listens on), ENOENT: not held there.
-		conn.on("error", () => done());
+		conn.once("error", failed);
+		conn.once("connect", () => {
+			clearTimeout(timer);
+			conn.off("error", failed);
+			conn.on("error", () => undefined);
+			resolve(conn);
+		});
 	});
+}
+
+/**
+ * The first line `conn` sends (at most `max` bytes) and what came after it, the connection paused; `undefined` when it
+ * ends, fails or stays silent `ms` first.
+ */
+function firstLine(conn: net.Socket, ms: number, max = 4096): Promise<{ line: string; rest: Buffer } | undefined> {
+	return new Promise((resolve) => {
+		let text = Buffer.alloc(0);
+		const done = (found?: { line: string; rest: Buffer }) => {
+			clearTimeout(timer);
+			conn.off("data", onData).off("end", onEnd).off("close", onEnd);
+			conn.pause();
+			resolve(found);
+		};
+		const onEnd = () => done();
+		const onData = (c: Buffer) => {
+			text = Buffer.concat([text, c]);
+			const eol = text.indexOf(10);
+			if (eol >= 0) done({ line: text.subarray(0, eol).toString("utf8"), rest: text.subarray(eol + 1) });
+			else if (text.length > max) done();
+		};
+		const timer = setTimeout(onEnd, ms);
+		conn.on("data", onData).once("end", onEnd).once("close", onEnd);
+		conn.resume();
+	});
+}
+
+/** A line's JSON object, or `{}`. */
+function parsed(line: string | undefined): Record<string, unknown> {
+	try {
+		const v = JSON.parse(line ?? "");
+		return v && typeof v === "object" ? v : {};
+	} catch {
+		return {};
+	}
+}
+
+/**
+ * Connects to `socket`: `undefined` when nobody listens there, else the holder with its pid (the record's when the
+ * holder does not answer in time: the connection alone proves it lives).
+ */
+async function holderAt(socket: string, record: LockRecord): Promise<{ pid?: number } | undefined> {
+	const conn = await connectTo(socket);
+	if (!conn) return undefined;
+	const pid = parsed((await firstLine(conn, ANSWER_MS))?.line).pid;
+	conn.destroy();
+	return { pid: Number.isInteger(pid) ? (pid as number) : record.pid };
 }
 
 /** Listens on `where`; false when it is taken (EADDRINUSE). */
@@ -130,10 +179,31 @@ function listen(server: net.Server, where: string): Promise<boolean> {
 	});
 }
 
-/** What the holder answers on every connection (a console attached later speaks after this line). */
-function greet(conn: net.Socket): void {
-	conn.on("error", () => undefined);
-	conn.end(`${JSON.stringify({ pid: process.pid })}\n`);
+/** What the holder answers on every connection: its pid. */
+const pidLine = () => `${JSON.stringify({ pid: process.pid })}\n`;
+
+/** A server whose connections `release` can cut (a server closes only once its last connection has). */
+function lockServer(onConnection: (conn: net.Socket) => void, open: Set<net.Socket>): net.Server {
+	return net.createServer((conn) => {
+		open.add(conn);
+		conn.once("close", () => open.delete(conn));
+		conn.on("error", () => undefined);
+		onConnection(conn);
+	});
+}
+
+/**
+ * The socket file's answer: the pid line, then, to a console that asks next (within ANSWER_MS), a session when the
+ * platform serves consoles, else a refusal. Anything else ends the connection.
+ */
+async function greetOrAttach(conn: net.Socket, consoles: () => ConsoleHandler | undefined): Promise<void> {
+	conn.write(pidLine());
+	const first = await firstLine(conn, ANSWER_MS);
+	const session = consoles();
+	if (!first || parsed(first.line).console !== true || conn.destroyed) return void conn.end();
+	if (!session) return void conn.end(`${JSON.stringify({ refused: "the platform on this DATA_DIR is still starting: try again in a moment" })}\n`);
+	conn.write(CONSOLE_HELLO);
+	session(conn, first.rest);
 }
 
 const close = (server: net.Server) => new Promise<void>((resolve) => server.close(() => resolve()));
@@ -154,7 +224,10 @@ export async function lockDataDir(cfg: Pick<PlatformConfig, "dataDir" | "databas
 	const real = realpathSync(dataDir);
 	const record = readRecord(dataDir);
 	const held: net.Server[] = [];
-	const socket = await bind(dataDir, real, record, held).catch(async (err) => {
+	const open = new Set<net.Socket>();
+	let consoles: ConsoleHandler | undefined;
+	const serve = { abstract: lockServer((conn) => conn.end(pidLine()), open), file: () => lockServer((conn) => void greetOrAttach(conn, () => consoles), open) };
+	const socket = await bind(dataDir, real, record, held, serve).catch(async (err) => {
 		await Promise.all(held.map(close));
 		throw err;
 	});
@@ -164,9 +237,14 @@ export async function lockDataDir(cfg: Pick<PlatformConfig, "dataDir" | "databas
 	return {
 		dataDir,
 		socket,
+		serveConsoles(session) {
+			consoles = session;
+		},
 		release() {
 			return (released ??= (async () => {
-				// Closing a server removes its socket file (Node unlinks it).
+				consoles = undefined;
+				// Closing a server removes its socket file (Node unlinks it), once its connections (consoles) are gone.
+				for (const conn of open) conn.destroy();
 				await Promise.all(held.map(close));
 				if (readRecord(dataDir).pid === process.pid) rmSync(path.join(dataDir, RECORD_FILE), { force: true });
 			})());
@@ -174,28 +252,39 @@ export async function lockDataDir(cfg: Pick<PlatformConfig, "dataDir" | "databas
 	};
 }
 
-/** Binds the abstract socket (Linux) and the socket file into `held`; throws DataDirInUse when another process holds them. */
-async function bind(dataDir: string, real: string, record: LockRecord, held: net.Server[]): Promise<string> {
+/**
+ * Where a holder of DATA_DIR may listen, in the order to try: the recorded socket when it is this directory's (a copy of
+ * a DATA_DIR carries the record of the original's holder; under another TMPDIR than this process's, the fallback has
+ * another directory but the same name), `DATA_DIR/platform.sock` when its path fits, the fallback.
+ */
+function socketsOf(dataDir: string, real: string, record: LockRecord): string[] {
+	const primary = path.join(dataDir, SOCKET_FILE);
+	const fallback = fallbackSocket(real);
+	const recorded = record.socket && path.basename(record.socket) === path.basename(fallback) ? record.socket : undefined;
+	return [...new Set([recorded, fits(primary) ? primary : undefined, fallback])].filter((s): s is string => !!s);
+}
+
+/**
+ * Binds the abstract socket (Linux) and the socket file into `held`; throws DataDirInUse when another process holds
+ * them. `serve`: the abstract socket's server (it answers the pid only), and a new server for the socket file.
+ */
+async function bind(dataDir: string, real: string, record: LockRecord, held: net.Server[], serve: { abstract: net.Server; file: () => net.Server }): Promise<string> {
 	const refused = (holder: { pid?: number } | undefined) => new DataDirInUse(dataDir, holder?.pid);
 	if (process.platform === "linux") {
 		const name = `\0platform-datadir-${hashOf(real)}`;
-		const server = net.createServer(greet);
-		if (!(await listen(server, name))) throw refused(await holderAt(name, record));
-		held.push(server);
+		if (!(await listen(serve.abstract, name))) throw refused(await holderAt(name, record));
+		held.push(serve.abstract);
 	}
 	const primary = path.join(dataDir, SOCKET_FILE);
 	const fallback = fallbackSocket(real);
-	// The recorded socket when it is this directory's (a copy of a DATA_DIR carries the record of the original's holder);
-	// under another TMPDIR than this process's, the fallback has another directory but the same name.
-	const recorded = record.socket && path.basename(record.socket) === path.basename(fallback) ? record.socket : undefined;
 	// A holder the abstract socket cannot see (another network namespace: a container sharing the directory).
-	for (const s of new Set([recorded, fits(primary) ? primary : undefined, fallback])) {
-		const holder = s ? await holderAt(s, record) : undefined;
+	for (const s of socketsOf(dataDir, real, record)) {
+		const holder = await holderAt(s, record);
 		if (holder) throw refused(holder);
 	}
 	let socket = fits(primary) ? primary : fallback;
 	for (let attempt = 0; ; attempt++) {
-		const server = net.createServer(greet);
+		const server = serve.file();
 		try {
 			if (socket === fallback) privateSocketDir(fallback);
 			if (await listen(server, socket)) {
@@ -217,6 +306,43 @@ async function bind(dataDir: string, real: string, record: LockRecord, held: net
 	// Like every file of DATA_DIR, its owner's only (connecting needs write permission on it).
 	chmodSync(socket, 0o600);
 	return socket;
+}
+
+/** A console's channel to the platform holding DATA_DIR: the connection once accepted, and what came after the acceptance. */
+export interface ConsoleLink {
+	pid?: number;
+	socket: string;
+	conn: net.Socket;
+	rest: Buffer;
+}
+
+/**
+ * Asks the platform holding DATA_DIR for a console through its socket file (the pid line, the request, the
+ * acceptance): `undefined` when no process listens there (none runs on DATA_DIR, or the node keeps no store there),
+ * `{ refused }` with the holder's reason (still starting, or a version that serves no console).
+ */
+export async function attachConsole(cfg: Pick<PlatformConfig, "dataDir" | "databaseUrl" | "mongoUri" | "documentStore">): Promise<ConsoleLink | { refused: string } | undefined> {
+	if (!keepsStoreIn(cfg)) return undefined;
+	let real: string;
+	try {
+		real = realpathSync(cfg.dataDir);
+	} catch {
+		return undefined; // no DATA_DIR: nobody holds it
+	}
+	const record = readRecord(cfg.dataDir);
+	for (const socket of socketsOf(cfg.dataDir, real, record)) {
+		const conn = await connectTo(socket);
+		if (!conn) continue;
+		const pid = parsed((await firstLine(conn, ANSWER_MS))?.line).pid;
+		const holder = `the platform on DATA_DIR ${cfg.dataDir} (pid ${Number.isInteger(pid) ? pid : (record.pid ?? "unknown")})`;
+		conn.write(CONSOLE_HELLO);
+		const answer = await firstLine(conn, ANSWER_MS);
+		const reply = parsed(answer?.line);
+		if (answer && reply.console === true) return { pid: pid as number | undefined, socket, conn, rest: answer.rest };
+		conn.destroy();
+		return { refused: `${holder} refused the console: ${typeof reply.refused === "string" ? reply.refused : "it serves none (an older version?)"}` };
+	}
+	return undefined;
 }
 
 /** The record, replaced whole (a reader never sees half of it); best effort: the socket is the lock. */

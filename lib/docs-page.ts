@@ -101,24 +101,67 @@ ${apiIndex(services)}
 /**
  * Sections collapsed and the models section hidden: Swagger UI renders what is open, so the page is usable as soon
  * as one service's document (tens of KB) is parsed; `?urls.primaryName=<service>` opens another one directly.
+ *
+ * Deep links (`#/<tag>/<operationId>`, each part URI-escaped, as Swagger UI writes them) are read here, not by
+ * Swagger UI: its reader decodes the whole hash before splitting it at "/", so a tag with a slash
+ * (`content%2Fnotes`) read as tag `content`, operation `notes`: nothing opened and the address became
+ * `#/content/notes`. This one splits first, and also opens a link whose document is already shown (only the hash
+ * changes, no reload) and a hash changed by the reader or the back button.
  */
 const INIT_JS = `(function () {
+  function hashParts() {
+    var h = window.location.hash.replace(/^#!?\\/?/, "");
+    if (!h) return [];
+    var p = h.split("/").map(function (s) { try { return decodeURIComponent(s); } catch (e) { return s; } });
+    // A tag written with its slashes unescaped: the last part is the operation.
+    return p.length > 2 ? [p.slice(0, -1).join("/"), p[p.length - 1]] : p;
+  }
+  function DeepLinks() {
+    return { statePlugins: { layout: { actions: {
+      // Swagger UI's show() without its hash rewrite (which pushes a history entry, and on back would drop the forward ones).
+      showQuietly: function (thing) { return { type: "layout_show", payload: { thing: thing, shown: true } }; },
+      parseDeepLinkHash: function () {
+        return function (sys) {
+          var p = hashParts();
+          if (!sys.getConfigs().deepLinking || !p.length) return;
+          var key = sys.layoutSelectors.isShownKeyFromUrlHashArray(p);
+          if (key[0] === "operations") sys.layoutActions.showQuietly(["operations-tag", key[1]]);
+          sys.layoutActions.showQuietly(key);
+          // Swagger UI scrolls to what it mounts next; a section already on the page is scrolled to here (its DOM id as Swagger UI writes it).
+          var shown = document.getElementById(CSS.escape(key.join("-").trim().replace(/\\s/g, "_")));
+          if (shown) return sys.layoutActions.scrollToElement(shown);
+          sys.layoutActions.scrollTo(key);
+          sys.layoutActions.scrollToVirtualizedOperation(key);
+        };
+      },
+    } } } };
+  }
   var el = document.getElementById("swagger-ui");
   var url = (el && el.getAttribute("data-spec-url")) || "/api-json";
   var urls = null;
   try { urls = JSON.parse((el && el.getAttribute("data-spec-urls")) || "null"); } catch (e) { urls = null; }
-  var opts = { dom_id: "#swagger-ui", deepLinking: true, docExpansion: "none", defaultModelsExpandDepth: -1, validatorUrl: null };
+  var opts = { dom_id: "#swagger-ui", deepLinking: true, docExpansion: "none", defaultModelsExpandDepth: -1, validatorUrl: null, plugins: [DeepLinks] };
   if (urls && urls.length && typeof SwaggerUIStandalonePreset !== "undefined") {
     opts.urls = urls;
     opts["urls.primaryName"] = urls[0].name;
     opts.presets = [SwaggerUIBundle.presets.apis, SwaggerUIStandalonePreset];
     // The top bar's logo is an SVG with an inline <style>, which the CSP refuses: no logo.
-    opts.plugins = [SwaggerUIBundle.plugins.DownloadUrl, function () { return { components: { Logo: function () { return null; } } }; }];
+    opts.plugins = [SwaggerUIBundle.plugins.DownloadUrl, function () { return { components: { Logo: function () { return null; } } }; }, DeepLinks];
     opts.layout = "StandaloneLayout";
   } else {
     opts.url = url;
   }
-  window.ui = SwaggerUIBundle(opts);
+  var ui = (window.ui = SwaggerUIBundle(opts));
+  var index = document.getElementById("api-index");
+  if (index) index.addEventListener("click", function (e) {
+    var a = e.target.closest && e.target.closest("a[href]");
+    if (!a || !a.hash || e.button || e.ctrlKey || e.metaKey || e.shiftKey || e.altKey) return;
+    if (a.origin + a.pathname + a.search !== location.origin + location.pathname + location.search) return;
+    e.preventDefault();
+    if (a.hash !== location.hash) history.pushState(null, "", a.hash);
+    ui.layoutActions.parseDeepLinkHash();
+  });
+  window.addEventListener("hashchange", function () { ui.layoutActions.parseDeepLinkHash(); });
 })();
 `;
 

@@ -107,10 +107,12 @@ export function toErrorBody(err: unknown): ErrorBody {
 
 /**
  * PostgreSQL's SQLSTATEs of a server that cannot serve now: connection exceptions (08), shutdown or start-up (57P01-03),
- * no free connection slot (53300); and the socket errors of a server that is gone. Recognised by code and message,
- * which survive the transporter, so a store failure on a domain node maps here, at the gateway.
+ * no free connection slot (53300), a lock or statement timeout or a session ended for idling in its transaction
+ * (55P03, 57014, 25P03: lib/relational.ts, behind a session that went silent); and the socket errors of a server that
+ * is gone. Recognised by code and message, which survive the transporter, so a store failure on a domain node maps
+ * here, at the gateway.
  */
-const OUTAGE_SQLSTATE = /^(08...|57P0[123]|53300)$/;
+const OUTAGE_SQLSTATE = /^(08...|57P0[123]|53300|55P03|57014|25P03)$/;
 const OUTAGE_ERRNO = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE", "EHOSTUNREACH", "ENETUNREACH"]);
 /** node-postgres's own messages for a connection that died or never came (they carry no code). */
 const OUTAGE_MESSAGE = /^(Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error|Query read timeout)/;

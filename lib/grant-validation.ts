@@ -93,6 +93,21 @@ export function userSubjectProblem(entry: unknown, where: string): string | null
 	return `${where}: '${entry}' must be a role (@name) or a group name (a name such as team-x, an email or a domain name)`;
 }
 
+/** NIST SP 800-63B §5.1.1.2: a memorized secret chosen by its user has at least 8 characters. */
+export const PASSWORD_MIN_LENGTH = 8;
+
+/** Why `password` is too short, or null (counted in Unicode code points, as NIST counts characters). */
+export function passwordProblem(password: unknown): string | null {
+	if (typeof password !== "string" || [...password].length >= PASSWORD_MIN_LENGTH) return null;
+	return `password must be at least ${PASSWORD_MIN_LENGTH} characters (NIST SP 800-63B)`;
+}
+
+/** Why one entry of a `groups` list is not a group (spec: "Email or FQDN list for group access"), or null. */
+export function groupProblem(entry: unknown, where: string): string | null {
+	if (typeof entry === "string" && (isEmailGroup(entry) || FQDN_RE.test(entry))) return null;
+	return `${where} must be a group: an email (team@example.com) or a domain name (eng.example.com)`;
+}
+
 function optionalList(body: Record<string, unknown>, key: string): unknown[] | null {
 	const v = body[key];
 	if (v === undefined || v === null) return null;
@@ -218,6 +233,46 @@ export interface RbacEntry {
 
 const EXPANSION_RE = /^([a-z][a-z0-9_-]{0,31}):([a-z][a-z0-9-]{0,63}):([a-z][a-z0-9-]{0,63}|\*)$/;
 const own = (o: object, k: string) => Object.prototype.hasOwnProperty.call(o, k);
+const isMap = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+const RBAC_KEYS = ["domain", "roles", "permissions"];
+
+/**
+ * Validates the value of an RBAC config (spec: an array of `{ domain, roles, permissions }`, `roles` mapping a role to
+ * permission names, `permissions` a permission name to grant expansions). What `expandRbac` would skip silently is a
+ * 400 naming its place here, so a configuration never stores a role that can never apply.
+ */
+export function validateRbac(value: unknown): void {
+	const shape = "an array of { domain, roles: { <role>: [<permission>] }, permissions: { <permission>: [<action>:<service>:<collection>] } }";
+	if (!Array.isArray(value)) throw badRequest(`value of an RBAC config must be ${shape}`);
+	value.forEach((entry, i) => {
+		const at = `value[${i}]`;
+		if (!isMap(entry)) throw badRequest(`${at} must be an object { domain, roles, permissions }`);
+		const extra = Object.keys(entry).find((k) => !RBAC_KEYS.includes(k));
+		if (extra !== undefined) throw badRequest(`${at}.${extra} is not a field of an RBAC entry (domain, roles, permissions)`);
+		if (typeof entry.domain !== "string" || !HOST_RE.test(entry.domain)) throw badRequest(`${at}.domain must be a domain name of the client`);
+		if (!isMap(entry.permissions)) throw badRequest(`${at}.permissions must be an object mapping a permission name to grant expansions`);
+		const permissions = entry.permissions;
+		for (const [name, expansions] of Object.entries(permissions)) {
+			if (!Array.isArray(expansions)) throw badRequest(`${at}.permissions.${name} must be an array of <action>:<service>:<collection> (or <action>:<service>:*)`);
+			expansions.forEach((x, j) => {
+				if (typeof x !== "string" || !EXPANSION_RE.test(x)) throw badRequest(`${at}.permissions.${name}[${j}] must be <action>:<service>:<collection> or <action>:<service>:*`);
+				try {
+					objectProblem(x.slice(x.indexOf(":") + 1));
+				} catch (e) {
+					throw badRequest(`${at}.permissions.${name}[${j}]: ${(e as Error).message.replace(/^object: /, "")}`);
+				}
+			});
+		}
+		if (!isMap(entry.roles)) throw badRequest(`${at}.roles must be an object mapping a role to permission names`);
+		for (const [role, names] of Object.entries(entry.roles)) {
+			if (!ROLE_RE.test(role.startsWith("@") ? role.slice(1) : role)) throw badRequest(`${at}.roles: '${role}' is not a role name`);
+			if (!Array.isArray(names)) throw badRequest(`${at}.roles.${role} must be an array of permission names`);
+			names.forEach((n, j) => {
+				if (typeof n !== "string" || !own(permissions, n)) throw badRequest(`${at}.roles.${role}[${j}] must name a permission of ${at}.permissions`);
+			});
+		}
+	});
+}
 
 /**
  * Expands RBAC configuration values (arrays of `{ domain, roles, permissions }`; one value or several

@@ -6,6 +6,7 @@
  */
 import type { ServiceBroker } from "moleculer";
 import { DOMAINS } from "../catalog";
+import { configOf } from "./config";
 import { eventLoopDelay, type LoopDelay } from "./metrics";
 
 export type DependencyStatus = { status: "up" | "down"; message?: string; delay_ms?: LoopDelay };
@@ -26,7 +27,8 @@ export function healthBody(checks: Record<string, boolean>): Health {
 	return { status: Object.values(checks).every(Boolean) ? "ok" : "error", info };
 }
 
-async function withTimeout<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
+/** `p`, or undefined once `ms` went by (a health check, or a stop, does not wait on a dependency that hangs). */
+export async function withTimeout<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
 	let t: NodeJS.Timeout | undefined;
 	try {
 		return await Promise.race([p, new Promise<undefined>((resolve) => (t = setTimeout(() => resolve(undefined), ms)))]);
@@ -67,6 +69,116 @@ export async function collectHealth(broker: ServiceBroker): Promise<Health> {
 			for (const [dep, s] of Object.entries(h?.info ?? {})) if (!info[dep] || s.status === "down") info[dep] = s;
 		}),
 	);
+	// This node's own stalled pipeline stages (the embedded stream's groups in process; remote ones come in their health).
+	for (const [k, s] of Object.entries(pipelineHealth(broker, configOf(broker)))) info[k] = s;
 	info[EVENT_LOOP] = { status: "up", delay_ms: eventLoopDelay() };
+	return { status: Object.values(info).every((s) => s.status === "up") ? "ok" : "error", info };
+}
+
+/**
+ * A stage of the event pipeline that has not moved for this long while it should (the relay with events to publish,
+ * a consumer group with events waiting or one held) is reported `down` with its reason, on every /status that
+ * merges it, and as `pipeline_stalled{stage} 1`. A healthy stage adds no entry.
+ */
+export const STALL_MS = 10_000;
+/** `pipeline.stalled{stage}`: 1 while the stage is stalled. */
+export const PIPELINE_STALLED = "pipeline.stalled";
+/** `pipeline.lag{stage}`: events waiting for the stage (when it can tell: JetStream consumers). */
+export const PIPELINE_LAG = "pipeline.lag";
+
+/**
+ * What a stage of the pipeline did last and since when it has not moved. `moved()` when it advanced or found
+ * nothing to do; `step()` around an await on a dependency (a hung one shows as the step and its duration);
+ * `failed()` for an error it will retry.
+ */
+export class Progress {
+	private movedAt = Date.now();
+	private steps = new Map<number, { what: string; since: number }>();
+	private stepIds = 0;
+	private lastError?: string;
+	/** Events waiting for this stage, when known. */
+	lag?: number;
+
+	constructor(
+		readonly stage: string,
+		private readonly stallMs = STALL_MS,
+		private readonly release: () => void = () => undefined,
+	) {}
+
+	moved(): void {
+		this.movedAt = Date.now();
+		this.lastError = undefined;
+	}
+
+	failed(err: unknown): void {
+		this.lastError = String((err as Error)?.message ?? err).slice(0, 200);
+	}
+
+	async step<T>(what: string, fn: () => Promise<T>): Promise<T> {
+		const id = ++this.stepIds;
+		this.steps.set(id, { what, since: Date.now() });
+		try {
+			return await fn();
+		} finally {
+			this.steps.delete(id);
+		}
+	}
+
+	/** Undefined while the stage moves; else its reason. */
+	stalled(now = Date.now()): string | undefined {
+		const idle = now - this.movedAt;
+		if (idle < this.stallMs) return undefined;
+		const oldest = [...this.steps.values()].sort((a, b) => a.since - b.since)[0];
+		const doing = oldest ? `${oldest.what} for ${Math.round((now - oldest.since) / 1000)} s` : undefined;
+		const why = [doing, this.lastError && `last error: ${this.lastError}`, this.lag ? `${this.lag} events waiting` : undefined].filter(Boolean).join("; ");
+		return `stalled: no progress for ${Math.round(idle / 1000)} s${why ? ` (${why})` : ""}`;
+	}
+
+	close(): void {
+		this.release();
+	}
+}
+
+const stages = new WeakMap<object, Set<Progress>>();
+
+/** A stage of the pipeline of `owner` (the node's configuration object), reported by `pipelineHealth` until closed. */
+export function trackProgress(owner: object, stage: string, stallMs?: number): Progress {
+	let set = stages.get(owner);
+	if (!set) stages.set(owner, (set = new Set()));
+	const all = set;
+	const p: Progress = new Progress(stage, stallMs, () => all.delete(p));
+	all.add(p);
+	return p;
+}
+
+const gauges = new WeakSet<object>();
+
+/**
+ * The stalled stages of `owner` as /status entries (none when every stage moves), and the pipeline gauges of
+ * `broker` brought up to date.
+ */
+export function pipelineHealth(broker: ServiceBroker, owner: object): Record<string, DependencyStatus> {
+	const out: Record<string, DependencyStatus> = {};
+	const metrics = broker.isMetricsEnabled() ? broker.metrics : undefined;
+	if (metrics && !gauges.has(broker)) {
+		gauges.add(broker);
+		metrics.register({ type: "gauge", name: PIPELINE_STALLED, labelNames: ["stage"], description: "1 while a stage of the event pipeline has not moved for its stall time while it should" } as never);
+		metrics.register({ type: "gauge", name: PIPELINE_LAG, labelNames: ["stage"], description: "Events waiting for a stage of the event pipeline (JetStream consumer groups)" } as never);
+	}
+	const now = Date.now();
+	for (const p of stages.get(owner) ?? []) {
+		const reason = p.stalled(now);
+		if (reason) out[p.stage] = { status: "down", message: reason };
+		metrics?.set(PIPELINE_STALLED, reason ? 1 : 0, { stage: p.stage });
+		if (p.lag !== undefined) metrics?.set(PIPELINE_LAG, p.lag, { stage: p.stage });
+	}
+	return out;
+}
+
+/** `health` with `extra` entries merged in (a down entry wins over an up one of the same name). */
+export function withEntries(health: Health, extra: Record<string, DependencyStatus>): Health {
+	if (!Object.keys(extra).length) return health;
+	const info = { ...health.info };
+	for (const [k, s] of Object.entries(extra)) if (!info[k] || s.status === "down") info[k] = s;
 	return { status: Object.values(info).every((s) => s.status === "up") ? "ok" : "error", info };
 }

@@ -5,6 +5,7 @@
 import { chmodSync, readFileSync, renameSync, writeFileSync } from "fs";
 import Redis, { ReplyError } from "ioredis";
 import { ApiError } from "./errors";
+import { withTimeout } from "./health";
 
 /** Seconds a client is told to wait (Retry-After) when the cache cannot answer: ioredis reconnects within that. */
 export const CACHE_RETRY_AFTER_S = 2;
@@ -39,13 +40,23 @@ function unavailable(err: unknown): never {
  * during a reconnect) and is dropped after one failed reconnect, instead of the 20 attempts of ioredis's default;
  * reconnects go on forever, 100 ms apart growing to 1 s. The timeout leaves room for an event loop that was busy
  * (its timers run before the reply that arrived meanwhile is read): 2 s, not the few ms Redis needs.
+ *
+ * A connection that goes silent (a partition without resets: nothing closes it) is given up: a command sent on it that
+ * gets no byte back within `socketTimeout` destroys the socket, and ioredis connects again. Without it each command
+ * times out and the dead socket stays for good (no command ever reconnects it). Idle connections carry TCP keepalive.
+ * Never used for blocking commands (none on this client).
  */
+/** How long the health check waits for Redis's PONG. */
+const PING_TIMEOUT_MS = 1000;
+
 export const REDIS_OPTIONS = {
 	lazyConnect: false,
 	enableOfflineQueue: true,
 	maxRetriesPerRequest: 1,
 	connectTimeout: 2000,
 	commandTimeout: 2000,
+	socketTimeout: 2000,
+	keepAlive: 10_000,
 	retryStrategy: (times: number) => Math.min(100 * times, 1000),
 } as const;
 
@@ -259,9 +270,10 @@ export class RedisKeyValue implements KeyValue {
 	eval(script: string, keys: string[], args: Array<string | number>): Promise<unknown> {
 		return this.client.eval(script, keys.length, ...keys, ...args).catch(unavailable);
 	}
+	/** False also when Redis has not answered within PING_TIMEOUT_MS (a health check answers within 2 s in all). */
 	async ping() {
 		try {
-			return (await this.client.ping()) === "PONG";
+			return (await withTimeout(this.client.ping(), PING_TIMEOUT_MS)) === "PONG";
 		} catch {
 			return false;
 		}

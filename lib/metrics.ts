@@ -1,11 +1,13 @@
 /**
  * Metrics: Moleculer's built-in registry rendered by its Prometheus reporter, without the reporter's own HTTP
  * listener (it would open another port on every interface); the gateway and every ops port serve its text.
- * The gateway adds per-route HTTP request counts and latency histograms; every node adds its event-loop delay.
+ * The gateway adds per-route HTTP request counts and latency histograms; every node adds its event-loop delay and
+ * how far each peer's clock is from its own (lib/clock-skew.ts).
  */
 import type { IncomingMessage } from "http";
 import { monitorEventLoopDelay } from "perf_hooks";
 import { MetricReporters, MetricTypes, type ServiceBroker } from "moleculer";
+import { watchClockSkew } from "./clock-skew";
 
 const BasePrometheus = (MetricReporters as any).Prometheus as new (opts?: object) => any;
 const BaseReporter = (MetricReporters as any).Base as { prototype: { init(registry: unknown): void } };
@@ -18,6 +20,11 @@ export class TextPrometheusReporter extends BasePrometheus {
 	}
 	stop() {
 		return Promise.resolve();
+	}
+
+	/** The platform's own metrics (`platform.*`, e.g. lib/clock-skew.ts) are reported whatever the includes say. */
+	matchMetricName(name: string): boolean {
+		return name.startsWith("platform.") || super.matchMetricName(name);
 	}
 
 	/**
@@ -189,6 +196,7 @@ export const LeanMetricsMiddleware = {
 	},
 	created(broker: ServiceBroker) {
 		if (!broker.isMetricsEnabled()) return;
+		watchClockSkew(broker);
 		const registry = broker.metrics as unknown as { register(opts: Record<string, unknown>): unknown };
 		const register = registry.register.bind(registry);
 		registry.register = (opts) => {

@@ -2,9 +2,10 @@
  * POST /auth/token as OAuth 2.0 clients send it (RFC 6749 §2.3.1, §4, Appendix B): an
  * `application/x-www-form-urlencoded` body, the space-delimited `scope` parameter, and client credentials in an
  * HTTP Basic `Authorization` header. Everything is turned into the JSON body the spec describes, so one parser
- * (services/auth/token-grants.ts) checks both forms with the same messages.
+ * (services/auth/token-grants.ts) checks both forms with the same messages; the form of a requested scope is here too.
  */
 import { ApiError } from "./errors";
+import { findCollection, findDomain } from "../catalog";
 
 /** Fields of a token request that the JSON form carries as arrays (a form carries them space-delimited). */
 const ARRAY_FIELDS = ["scopes", "subjects", "coworkers"];
@@ -27,6 +28,11 @@ export function isFormRequest(contentType: string | undefined): boolean {
  */
 export function tokenRequestFromForm(form: unknown): Record<string, unknown> {
 	if (!form || typeof form !== "object" || Array.isArray(form)) return {};
+	// `curl -d '{"grant_type": ...}'` without a Content-Type: a JSON text read as a form is one key, the whole body
+	// (password included), which must never come back in an error.
+	const keys = Object.keys(form);
+	if (keys.length === 1 && /^\s*[[{]/.test(keys[0]))
+		throw bad("the body is JSON but its Content-Type is application/x-www-form-urlencoded: send Content-Type: application/json");
 	const out: Record<string, unknown> = {};
 	for (const [k, v] of Object.entries(form as Record<string, string | string[]>)) {
 		if (ARRAY_FIELDS.includes(k)) {
@@ -71,4 +77,21 @@ export function withBasicClientAuth(body: Record<string, unknown>, authorization
 	if (body.client_secret !== undefined) throw bad("client credentials are given twice (Authorization: Basic and client_secret): use one");
 	if (body.client_id !== undefined && body.client_id !== id) throw bad("client_id differs from the client of Authorization: Basic");
 	return { ...body, client_id: id, ...(secret ? { client_secret: secret } : {}) };
+}
+
+/** A requested scope: `<action>:<service>[:<collection>|*]` of the catalog, or `whole`. */
+const SCOPE_RE = /^([a-z][a-z0-9_-]{0,31}):([a-z][a-z0-9-]{0,63})(?::([a-z][a-z0-9-]{0,63}|\*))?$/;
+export const SCOPE_PATTERN = `^(whole|${SCOPE_RE.source.slice(1, -1)})$`;
+
+/**
+ * Why the requested scope at `where` is not a scope, or null. The value is not repeated (a token request's values
+ * stay out of its errors): the message names the position and the form.
+ */
+export function requestedScopeProblem(scope: string, where: string): string | null {
+	if (scope === "whole") return null;
+	const m = SCOPE_RE.exec(scope);
+	if (!m) return `${where} is not a scope: use <action>:<service>[:<collection>] (e.g. read:content:notes) or whole`;
+	if (!findDomain(m[2])) return `${where} names an unknown service`;
+	if (m[3] !== undefined && m[3] !== "*" && !findCollection(m[2], m[3])) return `${where} names an unknown collection of ${m[2]}`;
+	return null;
 }

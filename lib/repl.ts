@@ -1,5 +1,5 @@
 /**
- * The operator's REPL (`npm run repl`, or `moleculer-runner --config moleculer.config.ts --repl`): moleculer-repl
+ * The operators' console (`npm run repl`, or `moleculer-runner --config moleculer.config.ts --repl`): moleculer-repl
  * with commands to act as a principal, so that `call` goes through the authority layer (scope, grant, enforcement)
  * exactly as a request of that principal would:
  *
@@ -11,22 +11,61 @@
  *
  * Without a principal, a call to a collection action answers a clear message instead of the authority layer's
  * "authorization layers were not applied". A principal's token carries its client's scopes and its subjects, like
- * a password or client_credential login, with a session opened for it; the REPL runs on a node that has the
- * identity and domain services. It is a platform of its own: on the DATA_DIR of a running one it exits with
- * `DATA_DIR <path> is in use by pid <n>` (lib/datadir-lock.ts, whose socket is where a console attached to the running
- * platform will connect).
+ * a password or client_credential login, with a session opened for it; `as` asks the `$repl` service, which runs
+ * beside the identity service (wherever that is).
+ *
+ * The console attaches to what runs:
+ *  - TRANSPORTER set: it joins the deployment as a node of its own with no service (moleculer.config.ts,
+ *    consoleNodeOptions) and its REPL sees and calls the whole cluster;
+ *  - else, from a terminal, to the platform holding DATA_DIR, through its socket (lib/datadir-lock.ts; only the
+ *    directory's owner can connect): the commands run in that platform (consoleSessions), one at a time per console,
+ *    their output sent back; each console has its own principal. A console that goes away mid-command leaves the
+ *    command to finish there, its output dropped. `exit` (or Ctrl-D, Ctrl-C) detaches;
+ *  - else it starts the platform with its REPL (start.ts).
+ *
+ * The wire, one JSON object a line after the lock's greeting: the console sends `{"line"}` (a command) or
+ * `{"complete"}` (a line to complete); the platform answers `{"out"}` (output), `{"done"}` (ready for the next),
+ * `{"completions", "line"}`, `{"bye"}` (detached).
  */
-import type { Middleware, ServiceBroker } from "moleculer";
+import { AsyncLocalStorage } from "async_hooks";
+import { createRequire } from "module";
+import type net from "net";
+import readline from "readline";
+import type { Middleware, Service, ServiceBroker, ServiceSchema } from "moleculer";
 import type { TokenClaims } from "./types";
 import { findCollection } from "../catalog";
 import { usernameProblem, userSubjectProblem } from "./grant-validation";
+import { attachConsole, type ConsoleHandler, type ConsoleLink } from "./datadir-lock";
+import type { PlatformConfig } from "./config";
 
 interface Principal {
 	label: string;
 	claims: TokenClaims;
 }
 
+/** The principal of the REPL in this process's terminal. */
 const current = new WeakMap<ServiceBroker, Principal>();
+
+/** An attached console: its principal, and where what its commands print goes. */
+interface ConsoleSession {
+	principal?: Principal;
+	write(text: string): void;
+}
+
+/** The console session a command runs for (none: the terminal's REPL, or the platform's own work). */
+const sessions = new AsyncLocalStorage<ConsoleSession>();
+
+const principalOf = (broker: ServiceBroker) => {
+	const session = sessions.getStore();
+	return session ? session.principal : current.get(broker);
+};
+
+function actAs(broker: ServiceBroker, p: Principal | undefined): void {
+	const session = sessions.getStore();
+	if (session) session.principal = p;
+	else if (p) current.set(broker, p);
+	else current.delete(broker);
+}
 
 const HEX24 = /^[0-9a-f]{24}$/i;
 
@@ -91,31 +130,59 @@ function guarded(action: string): boolean {
 	return !!(svc && col && findCollection(svc, col));
 }
 
+/** Where `as` finds principals: beside the identity service, on whichever node runs it. */
+const PRINCIPALS = "$repl";
+
+const principalService = (): ServiceSchema => ({
+	name: PRINCIPALS,
+	actions: {
+		principal: {
+			visibility: "public",
+			handler(ctx: { params: { who: string; client?: string } }) {
+				return principalClaims((this as unknown as Service).broker, String(ctx.params.who), ctx.params.client);
+			},
+		},
+	},
+});
+
 /**
- * Calls from the REPL (`meta.$repl`) run as the chosen principal: its claims become the call's token. Without one, a
- * guarded action is refused with what to do instead.
+ * Calls from the REPL (`meta.$repl`) run as the chosen principal (the attached console's own, else the terminal's):
+ * its claims become the call's token. Without one, a guarded action is refused with what to do instead. A call or
+ * event from an attached console runs outside its session: what the action logs stays in the platform's log. And the
+ * node that runs the identity service also runs `$repl`, where `as` finds principals from any node.
  */
 export function ReplPrincipalMiddleware(broker: ServiceBroker): Middleware {
+	const outside =
+		<A extends unknown[], R>(next: (...args: A) => R) =>
+		(...args: A): R =>
+			sessions.getStore() ? sessions.exit(() => next(...args)) : next(...args);
 	return {
 		name: "ReplPrincipal",
+		serviceCreated(service: Service) {
+			if (service.name === "identity" && !broker.getLocalService(PRINCIPALS)) broker.createService(principalService());
+		},
 		call(next: (action: string, params?: unknown, opts?: any) => Promise<unknown>) {
+			const send = outside(next);
 			return function (action: string, params?: unknown, opts?: any) {
-				if (!opts?.meta?.$repl || opts.meta.token) return next(action, params, opts);
-				const who = current.get(broker);
+				if (!opts?.meta?.$repl || opts.meta.token) return send(action, params, opts);
+				const who = principalOf(broker);
 				if (!who) {
-					if (!guarded(action)) return next(action, params, opts);
+					if (!guarded(action)) return send(action, params, opts);
 					const err = new Error(`${action} goes through the authority layer: act as a principal first (as <username|client id>), then call it again`);
 					err.stack = err.message;
 					return Promise.reject(err);
 				}
-				return next(action, params, { ...opts, meta: { ...opts.meta, token: who.claims, tokenKind: "jwt", ip: "127.0.0.1", headers: {} } });
+				return send(action, params, { ...opts, meta: { ...opts.meta, token: who.claims, tokenKind: "jwt", ip: "127.0.0.1", headers: {} } });
 			};
 		},
+		emit: outside,
+		broadcast: outside,
+		broadcastLocal: outside,
 	} as unknown as Middleware;
 }
 
 /** The REPL's own commands (moleculer-repl custom commands). */
-export function replCommands(): object[] {
+export function replCommands(): ReplCommand[] {
 	return [
 		{
 			command: "as <who>",
@@ -123,11 +190,12 @@ export function replCommands(): object[] {
 			options: [{ option: "-c, --client <client>", description: "the user's tenant, when the username exists in several" }],
 			async action(broker: ServiceBroker, args: { who: string; options: { client?: string } }) {
 				try {
-					const p = await principalClaims(broker, String(args.who), args.options?.client);
-					current.set(broker, p);
+					const p = (await broker.call(`${PRINCIPALS}.principal`, { who: String(args.who), client: args.options?.client })) as Principal;
+					actAs(broker, p);
 					console.log(`>> Calls now run as ${p.label}; scopes: ${p.claims.scope || "(none)"}; subjects: ${p.claims.subject}`);
 				} catch (err) {
-					console.log(`>> ${(err as Error).message}`);
+					const e = err as Error;
+					console.log(`>> ${e.name === "ServiceNotFoundError" ? "no node of the identity service answers: `as` needs one" : e.message}`);
 				}
 			},
 		},
@@ -135,7 +203,7 @@ export function replCommands(): object[] {
 			command: "whoami",
 			description: "Who the calls run as",
 			action(broker: ServiceBroker) {
-				const p = current.get(broker);
+				const p = principalOf(broker);
 				console.log(p ? `>> ${p.label}` : ">> nobody: collection actions need `as <username|client id>` first");
 			},
 		},
@@ -143,13 +211,225 @@ export function replCommands(): object[] {
 			command: "unas",
 			description: "Stop acting as a principal",
 			action(broker: ServiceBroker) {
-				current.delete(broker);
+				actAs(broker, undefined);
 				console.log(">> Calls run as nobody again");
 			},
 		},
 	];
 }
 
+interface ReplCommand {
+	command: string;
+	description: string;
+	options?: Array<{ option: string; description: string }>;
+	action(broker: ServiceBroker, args: any): unknown;
+}
+
 export function startRepl(platform: { broker: ServiceBroker }): void {
 	platform.broker.repl();
+}
+
+// ---- The platform's side of an attached console --------------------------------------------------------------
+
+/** moleculer-repl's own modules (its command set, completion, argument splitting), and the commander it builds on. */
+const fromRepl = createRequire(require.resolve("moleculer-repl"));
+type Program = import("commander").Command;
+const { Command } = fromRepl("commander") as typeof import("commander");
+const registerReplCommands = fromRepl("./src/commands") as (program: Program, broker: ServiceBroker) => void;
+const { autocompleteHandler } = fromRepl("./src/autocomplete") as { autocompleteHandler(line: string, broker: ServiceBroker, program: Program): [string[], string] };
+const { parseArgsStringToArgv } = fromRepl("string-argv") as { parseArgsStringToArgv(line: string, env?: string, file?: string): string[] };
+
+/** A console that reads nothing while its command prints is cut beyond this much unsent output. */
+const MAX_UNSENT = 16 * 1024 * 1024;
+
+/**
+ * What the platform prints (console.*, process.stdout/stderr) while it runs a console's command goes to that console,
+ * not to the platform's output; everything else is untouched. Installed once, at the first console.
+ */
+let capturing = false;
+function captureOutput(): void {
+	if (capturing) return;
+	capturing = true;
+	for (const stream of [process.stdout, process.stderr]) {
+		const write = stream.write.bind(stream) as (...args: unknown[]) => boolean;
+		stream.write = function (chunk: unknown, encoding?: unknown, cb?: unknown): boolean {
+			const session = sessions.getStore();
+			if (!session) return write(chunk, encoding, cb);
+			session.write(typeof chunk === "string" ? chunk : Buffer.from(chunk as Uint8Array).toString("utf8"));
+			const done = typeof encoding === "function" ? encoding : cb;
+			if (typeof done === "function") process.nextTick(done as () => void);
+			return true;
+		} as typeof stream.write;
+	}
+}
+
+/**
+ * moleculer-repl's command set for one console (commander keeps state per program): its commands, the project's
+ * (`as`, `whoami`, `unas`), and `exit` detaching the console instead of stopping the platform. Commander never exits
+ * the process here: its errors and help are thrown (exitOverride) once printed.
+ */
+function consoleProgram(broker: ServiceBroker, detach: () => void): Program {
+	const program = new Command();
+	program.exitOverride().allowUnknownOption(true).showHelpAfterError(true).showSuggestionAfterError(true);
+	registerReplCommands(program, broker);
+	// moleculer-repl's `exit` stops the broker and the process: the platform's, here.
+	const exit = program.commands.findIndex((c) => c.name() === "exit");
+	if (exit >= 0) program.commands.splice(exit, 1);
+	program.command("exit").alias("q").alias("quit").description("Detach this console (the platform keeps running)").action(detach);
+	for (const def of replCommands()) {
+		const cmd = program.command(def.command).description(def.description);
+		for (const o of def.options ?? []) cmd.option(o.option, o.description);
+		cmd.action(async function (this: Program) {
+			const operands = Object.fromEntries((this as unknown as { _args: Array<{ name(): string }> })._args.map((a, i) => [a.name(), this.args[i]]));
+			const options = { ...this.opts() };
+			// Commander keeps option values from one parse to the next (moleculer-repl clears them the same way).
+			(this as unknown as { _optionValues: object })._optionValues = {};
+			await def.action(broker, { ...operands, options });
+		});
+	}
+	return program;
+}
+
+/** Runs one command line as moleculer-repl's evaluator does; its errors are printed, never thrown. */
+async function evaluate(program: Program, line: string): Promise<void> {
+	const argv = parseArgsStringToArgv(line, "node", "Moleculer REPL");
+	if (argv.length === 2) return;
+	try {
+		await program.parseAsync(argv);
+	} catch (err) {
+		// Commander's own (unknown command, missing argument, help shown) are printed already.
+		const e = err as { code?: string; message?: string };
+		if (!String(e?.code).startsWith("commander.")) console.error(`>> ${e?.message ?? e}`);
+	}
+}
+
+/** Calls `onMessage` with each JSON line `conn` sends (after `rest`), `onClose` once it is gone; a bad line is skipped. */
+function jsonLines(conn: net.Socket, rest: Buffer, onMessage: (msg: Record<string, unknown>) => void, onClose: () => void, max = MAX_UNSENT): void {
+	let text = "";
+	const take = (chunk: Buffer | string) => {
+		text += chunk.toString();
+		for (let eol = text.indexOf("\n"); eol >= 0; eol = text.indexOf("\n")) {
+			const line = text.slice(0, eol);
+			text = text.slice(eol + 1);
+			try {
+				const msg = JSON.parse(line);
+				if (msg && typeof msg === "object") onMessage(msg);
+			} catch {
+				/* not a message */
+			}
+		}
+		if (text.length > max) conn.destroy();
+	};
+	conn.on("data", take);
+	conn.once("close", onClose);
+	conn.on("error", () => undefined);
+	take(rest);
+	conn.resume();
+}
+
+const sendOn = (conn: net.Socket) => (msg: object) => {
+	if (!conn.writable) return;
+	conn.write(`${JSON.stringify(msg)}\n`);
+	if (conn.writableLength > MAX_UNSENT) conn.destroy();
+};
+
+/**
+ * The platform's side of attached consoles (lib/datadir-lock.ts hands each one over): each console's lines run one at
+ * a time, with moleculer-repl's commands and the project's, as that console (its own principal), what they print
+ * sent to it. A console that goes away mid-command changes nothing here: the command finishes, its output is dropped.
+ */
+export function consoleSessions(broker: ServiceBroker): ConsoleHandler {
+	captureOutput();
+	return (conn, rest) => {
+		const send = sendOn(conn);
+		const session: ConsoleSession = { write: (out) => send({ out }) };
+		const program = consoleProgram(broker, () => {
+			send({ bye: true });
+			conn.end();
+		});
+		let queue = Promise.resolve();
+		jsonLines(
+			conn,
+			rest,
+			(msg) => {
+				queue = queue
+					.then(async () => {
+						if (conn.destroyed) return;
+						if (typeof msg.complete === "string") {
+							return send({ completions: autocompleteHandler(msg.complete, broker, program)[0], line: msg.complete });
+						}
+						if (typeof msg.line !== "string") return;
+						await sessions.run(session, () => evaluate(program, msg.line as string));
+						send({ done: true });
+					})
+					.catch(() => undefined);
+			},
+			() => undefined,
+			1024 * 1024,
+		);
+	};
+}
+
+// ---- The console's side: a terminal attached through the socket -----------------------------------------------------
+
+/**
+ * `npm run repl` (and the runner's `--repl`) from a terminal, without TRANSPORTER: the console of the platform holding
+ * DATA_DIR. Resolves with the exit status once detached; `undefined` when no platform holds DATA_DIR (then the caller
+ * starts one with its REPL).
+ */
+export async function attachToDataDir(cfg: Pick<PlatformConfig, "dataDir" | "databaseUrl" | "mongoUri" | "documentStore">): Promise<number | undefined> {
+	const link = await attachConsole(cfg);
+	if (!link) return undefined;
+	if ("refused" in link) {
+		console.error(link.refused);
+		return 1;
+	}
+	return terminal(link, `>> Attached to the platform on DATA_DIR ${cfg.dataDir} (pid ${link.pid ?? "unknown"}): its commands, as \`help\` lists; \`exit\` or Ctrl-D detaches`);
+}
+
+/** Reads commands from this terminal, sends them to the platform, prints what comes back. */
+function terminal(link: ConsoleLink, banner: string): Promise<number> {
+	const { conn } = link;
+	const send = sendOn(conn);
+	return new Promise((resolve) => {
+		let completing: ((err: null, result: [string[], string]) => void) | undefined;
+		let detached = false;
+		const rl = readline.createInterface({
+			input: process.stdin,
+			output: process.stdout,
+			prompt: "mol $ ",
+			historySize: 1000,
+			completer: (line: string, cb: (err: null, result: [string[], string]) => void) => {
+				completing = cb;
+				send({ complete: line });
+			},
+		});
+		const finish = (status: number, why = ">> Detached: the platform keeps running") => {
+			if (detached) return;
+			detached = true;
+			(status ? console.error : console.log)(why);
+			rl.close();
+			conn.end();
+			resolve(status);
+		};
+		jsonLines(
+			conn,
+			link.rest,
+			(msg) => {
+				if (typeof msg.out === "string") process.stdout.write(msg.out);
+				else if (msg.done === true) rl.prompt();
+				else if (Array.isArray(msg.completions)) {
+					completing?.(null, [msg.completions as string[], String(msg.line ?? "")]);
+					completing = undefined;
+				} else if (msg.bye === true) finish(0);
+			},
+			() => finish(1, ">> The platform closed the console (it stopped?)"),
+		);
+		rl.on("line", (line) => (line.trim() ? send({ line }) : rl.prompt()));
+		// Ctrl-D and Ctrl-C detach; a command in progress finishes in the platform.
+		rl.on("close", () => finish(0));
+		rl.on("SIGINT", () => finish(0));
+		console.log(banner);
+		rl.prompt();
+	});
 }

@@ -9,6 +9,10 @@ import type { TokenClaims } from "./types";
 export const ACCESS_TTL = 900;
 export const REFRESH_TTL = 86_400;
 export const APT_DEFAULT_TTL_MS = 90 * 24 * 3600 * 1000;
+/** How far in the future a token's `iat`/`nbf` may lie (TOKEN_LEEWAY_SECONDS): the clocks of two nodes differ a little. */
+export const DEFAULT_LEEWAY_SEC = 60;
+
+export type TokenCheck = { claims: TokenClaims & { jti?: string } } | { claims?: undefined; notYetValid: boolean };
 
 export class JwtKeys {
 	private readonly key: KeyObject;
@@ -20,14 +24,28 @@ export class JwtKeys {
 		return jwt.sign(claims as object, this.key, { algorithm: "HS256", expiresIn: ttlSeconds, ...(jti ? { jwtid: jti } : {}) });
 	}
 
-	/** Claims of a valid token, or null (bad signature, other algorithm, `none`, malformed, expired). */
-	verify(token: string): (TokenClaims & { jti?: string }) | null {
+	/** Claims of a valid token, or null (bad signature, other algorithm, `none`, malformed, expired, not yet valid). */
+	verify(token: string, leewaySec = DEFAULT_LEEWAY_SEC): (TokenClaims & { jti?: string }) | null {
+		return this.check(token, leewaySec).claims ?? null;
+	}
+
+	/**
+	 * The claims of a valid token, else whether it is only refused for being not yet valid: its `iat` or `nbf` more
+	 * than `leewaySec` ahead of this node's clock (the issuer's clock runs ahead, or this one's behind). `exp` has no
+	 * leeway.
+	 */
+	check(token: string, leewaySec = DEFAULT_LEEWAY_SEC): TokenCheck {
+		let c: unknown;
 		try {
-			const c = jwt.verify(token, this.key, { algorithms: ["HS256"] });
-			return typeof c === "object" && c !== null ? (c as TokenClaims) : null;
+			c = jwt.verify(token, this.key, { algorithms: ["HS256"], ignoreNotBefore: true });
 		} catch {
-			return null;
+			return { notYetValid: false };
 		}
+		if (typeof c !== "object" || c === null) return { notYetValid: false };
+		const claims = c as TokenClaims & { jti?: string; nbf?: unknown };
+		const latest = Date.now() / 1000 + leewaySec;
+		if ([claims.iat, claims.nbf].some((t) => typeof t === "number" && t > latest)) return { notYetValid: true };
+		return { claims };
 	}
 }
 

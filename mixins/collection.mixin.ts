@@ -3,6 +3,7 @@
  * It executes the access plan the authority middleware attached (ctx.locals.plan) and never decides access itself.
  * Every write appends change events to the durable outbox.
  */
+import { createHash } from "crypto";
 import type { Context, ServiceSchema } from "moleculer";
 import { DEFAULT_VERSION, STANDARD_OPS, type CollectionDef, type DomainDef, type StandardOp } from "../catalog";
 import { changeEvent, type ChangeEvent, type ChangeOp } from "../lib/change-event";
@@ -14,7 +15,7 @@ import { present } from "../lib/present";
 import { identityOf, type RequestMeta, type TokenClaims, type Doc } from "../lib/types";
 import { checkRules, isPlainObject, validateBody } from "../lib/validate";
 import { sharedOutbox, type ChangeActor, type Outbox } from "../events/outbox";
-import { createStore, isDuplicateKeyError, pageOf, TENANT_REF, type DocumentStore, type StoredDoc } from "./stores";
+import { createStore, isDuplicateKeyError, pageOf, TENANT_REF, type DocumentStore, type Keyset, type StoredDoc } from "./stores";
 import { matchesFilter } from "./stores/nedb.store";
 import { referencedFields } from "../lib/query-safety";
 import { AUTHORITY_CHANGED, grantCache } from "../middlewares/grant-cache";
@@ -316,7 +317,18 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 			async cursor(ctx) {
 				const plan = requirePlan(ctx.locals);
 				const page = ctx.params.page ?? { offset: 0, size: plan.limit };
-				return { items: await read(ctx, plan, plan.skip + page.offset, Math.min(page.size, 500)) };
+				const size = Math.min(page.size, 500);
+				const s = store(ctx);
+				if (!s.findAfter) return { items: await read(ctx, plan, plan.skip + page.offset, size) };
+				// Each page starts after the last document of the one before (a keyset), which travels back to the gateway
+				// in the call's meta and comes again with its next call: a page costs its own size, never the pages before.
+				const meta = ctx.meta as unknown as { cursorKeyset?: CursorKeyset };
+				const mark = cursorMark(ctx.action?.name, plan);
+				const held = meta.cursorKeyset;
+				const after = page.offset > 0 && held?.mark === mark && held.offset === page.offset ? held.after : undefined;
+				const { docs, next } = await s.findAfter({ ...findOptions(plan, after ? 0 : plan.skip + page.offset, size), after });
+				meta.cursorKeyset = next && { mark, offset: page.offset + docs.length, after: next };
+				return { items: await populate(ctx, plan, docs.map((d) => out(d, plan))) };
 			},
 			async get(ctx) {
 				const plan = requirePlan(ctx.locals);
@@ -556,6 +568,19 @@ async function keyLegacyRefs(store: DocumentStore): Promise<void> {
 		if (batch.length < BATCH) return;
 		last = batch[batch.length - 1]._id;
 	}
+}
+
+/** Where a cursor stopped: the keyset after its last document, for the page at `offset` of the same read (`mark`). */
+interface CursorKeyset {
+	mark: string;
+	offset: number;
+	after: Keyset;
+}
+
+/** The read a cursor page belongs to: its action and plan (filter, sort, skip, projection). */
+function cursorMark(action: string | undefined, plan: AccessPlan): string {
+	const text = JSON.stringify([action, plan.filter, plan.sort, plan.skip, plan.projection], (_k, x) => (x instanceof RegExp ? `/${x.source}/${x.flags}` : x));
+	return createHash("sha256").update(text).digest("base64url").slice(0, 22);
 }
 
 /** Turns compiled RegExp values of a validated filter back into JSON form, for a nested call that re-validates. */

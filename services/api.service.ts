@@ -7,7 +7,7 @@ import type { IncomingMessage, ServerResponse } from "http";
 import type { Context, ServiceSchema } from "moleculer";
 import ApiGateway from "moleculer-web";
 import { Aes } from "../lib/crypto";
-import { loadKeys, readConfig, type PlatformConfig } from "../lib/config";
+import { loadKeys, readConfig, StartupError, type PlatformConfig } from "../lib/config";
 import { toErrorBody, ApiError, retryAfterOf } from "../lib/errors";
 import { sharedKeyValue } from "../lib/kv";
 import { TransportWatch } from "../lib/transport-watch";
@@ -24,6 +24,7 @@ import { startShipper } from "../events/audit-shipper";
 import { fileMethods } from "./api/files";
 import { AliasIndex, type IndexedAlias } from "./api/alias-index";
 import { isFormRequest, tokenRequestFromForm, withBasicClientAuth } from "../lib/oauth-form";
+import { assertBodyMedia } from "../lib/body-media";
 import { isPlainObject } from "../lib/validate";
 import { actionError, leanMatch, runRouteMiddlewares } from "./api/lean-route";
 import { actingGets, refuseCrossSiteCookie } from "./api/cross-site";
@@ -97,12 +98,14 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 		mappingPolicy: "restrict",
 		autoAliases: false,
 		bodyParsers: { json: { limit: "1mb", strict: false }, urlencoded: false },
-		async onBeforeCall(this: any, ctx: Context<any, any>, route: { name?: string; opts?: { authentication?: unknown } }, req: Req, res: Res) {
+		async onBeforeCall(this: any, ctx: Context<any, any>, route: { name?: string; opts?: { authentication?: unknown } }, req: Req, res: Res, alias?: { action?: string | null }) {
 			this.prepareMeta(ctx, req);
 			// Without the transporter no call can reach another node: 503 now rather than a 504 after requestTimeout.
 			if (route?.name !== "ops") this.transport.assertConnected();
 			// RATE_LIMIT: routes without authentication count per IP here; authenticated ones in authenticate().
 			if (route?.name !== "ops" && !route?.opts?.authentication) await this.limitRate(res, `ip:${ctx.meta.ip}`);
+			// A body the route's parser does not read says so (lib/body-media.ts); custom handlers (uploads) read their own.
+			if (alias?.action) assertBodyMedia(req, route?.name === "token" ? "json-or-form" : "json");
 		},
 		onAfterCall(this: any, ctx: Context<any, any>, route: unknown, req: Req, res: Res, data: unknown) {
 			const status = (ctx.meta.$statusCode as number | undefined) ?? (res.statusCode || 200);
@@ -190,8 +193,8 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 				path: "",
 				authentication: false,
 				bodyParsers: { json: { limit: "1mb", strict: false }, urlencoded: { extended: false, limit: "64kb", parameterLimit: 100 } },
-				async onBeforeCall(this: any, ctx: Context<any, any>, route: any, req: Req, res: Res) {
-					await common.onBeforeCall.call(this, ctx, route, req, res);
+				async onBeforeCall(this: any, ctx: Context<any, any>, route: any, req: Req, res: Res, alias?: { action?: string | null }) {
+					await common.onBeforeCall.call(this, ctx, route, req, res, alias);
 					const params = req.$params ?? {};
 					if (isFormRequest(req.headers["content-type"])) params.body = tokenRequestFromForm(params.body);
 					if (isPlainObject(params.body)) params.body = withBasicClientAuth(params.body, req.headers.authorization);
@@ -207,6 +210,17 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 	created(this: any) {
 		const keys = loadKeys(cfg);
 		this.cfg = cfg;
+		// moleculer-web's start waits for 'listening' only (a listen error is logged): on a port in use the node neither
+		// listened nor exited. Its listen callback takes an error: the start fails at once, naming the port and its setting.
+		const server = this.server;
+		const listen = server?.listen.bind(server);
+		if (server)
+			server.listen = (port: number, host: string, done: (err?: Error) => void) => {
+				const refuse = (err: NodeJS.ErrnoException) =>
+					done(new StartupError(`port ${port} (PORT) ${err.code === "EADDRINUSE" ? "is in use" : `cannot be bound on ${host} (${err.code ?? err.message})`}`));
+				server.once("error", refuse);
+				return listen(port, host, () => (server.off("error", refuse), done()));
+			};
 		// The endpoint of moleculer-web's private `api.rest` action: the lean path's contexts are created on it, as
 		// `this.actions.rest` creates them (ctx.service is the gateway: the callee sees `caller` "api").
 		this.restEndpoint = this.broker.registry.createPrivateActionEndpoint(this._serviceSpecification.actions[`${this.fullName}.rest`]);

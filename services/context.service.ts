@@ -13,6 +13,7 @@ import { configOf, loadKeys } from "../lib/config";
 import { badRequest, forbidden } from "../lib/errors";
 import { callerClient, type ClientInfo } from "./domain.service";
 import { redactSmsValue, sealSmsValue } from "../lib/touch";
+import { validateRbac } from "../lib/grant-validation";
 
 const isRbac = (d: StoredDoc | null) => d?.key === "RBAC";
 const isCqrs = (d: StoredDoc | null) => d?.key === "CQRS";
@@ -84,6 +85,29 @@ async function eidClient(ctx: Ctx, eid: string): Promise<ClientInfo> {
 /** A 24-hex `eid` in lower case, as client ids are stored (the dispatcher looks configs up by equality). */
 const normalEid = (eid: string) => (/^[0-9a-fA-F]{24}$/.test(eid) ? eid.toLowerCase() : eid);
 
+/**
+ * A CQRS value (spec: `{ webhook: <url> }`, optionally `authorization`): an object whose `webhook` is an http(s) URL,
+ * which the dispatcher can POST to (its address is checked again at each delivery).
+ */
+function validateCqrs(value: unknown): void {
+	const shape = "{ webhook: <http(s) URL>, secret?, authorization? }";
+	if (!isObject(value)) throw badRequest(`value of a CQRS config must be an object ${shape}`);
+	const url = value.webhook;
+	let ok = false;
+	try {
+		ok = typeof url === "string" && url.length <= 2048 && ["http:", "https:"].includes(new URL(url).protocol);
+	} catch {
+		ok = false;
+	}
+	if (!ok) throw badRequest(`value.webhook must be an http(s) URL (a CQRS value is ${shape})`);
+}
+
+/** The checks of a config's value by key: a CQRS webhook registration, an RBAC role table. */
+function validateValue(key: unknown, value: unknown): void {
+	if (key === "CQRS") validateCqrs(value);
+	else if (key === "RBAC") validateRbac(value);
+}
+
 /** Every RBAC entry's `domain` must be a domain of the `eid` client (the grant snapshot drops any other). */
 function checkRbacDomains(value: unknown, client: ClientInfo): void {
 	if (!Array.isArray(value)) return;
@@ -132,6 +156,7 @@ const ContextService: ServiceSchema = {
 				// `eid` is the caller's client (filled in when omitted), another client's only for the operator.
 				async beforeCreate(ctx, doc) {
 					doc.eid = normalEid(typeof doc.eid === "string" ? doc.eid : String(ctx.meta.token?.cid ?? ""));
+					validateValue(doc.key, doc.value);
 					const client = await eidClient(ctx, doc.eid as string);
 					if (isRbac(doc)) checkRbacDomains(doc.value, client);
 					if (isCqrs(doc) && isObject(doc.value)) doc.value = sealCredentials((ctx.service as any).aes, doc.value);
@@ -153,6 +178,7 @@ const ContextService: ServiceSchema = {
 					const client = await eidClient(ctx, eid);
 					if (set.key !== undefined && set.key !== before.key && holdsCredentials(before)) throw badRequest("key cannot change while the config holds credentials");
 					const key = set.key ?? before.key;
+					if (set.key !== undefined || set.value !== undefined) validateValue(key, set.value !== undefined ? set.value : before.value);
 					if (key === "RBAC" && (set.value !== undefined || set.eid !== undefined || set.key !== undefined)) checkRbacDomains(set.value ?? before.value, client);
 					sealSms(ctx, key, set, before.value);
 					if (key !== "CQRS") return;

@@ -12,7 +12,7 @@ import { badRequest, conflict } from "../lib/errors";
 import { configOf } from "../lib/config";
 import { sharedKeyValue, type KeyValue } from "../lib/kv";
 import { announceRevocation, blacklistSession } from "./auth/authenticate";
-import { usernameProblem, userSubjectProblem } from "../lib/grant-validation";
+import { groupProblem, passwordProblem, usernameProblem, userSubjectProblem } from "../lib/grant-validation";
 
 export const USER_CREATED = "identity.user.created";
 const LOGIN_FIELDS = ["username", "email", "phone"] as const;
@@ -30,17 +30,19 @@ export function normalPhone(v: string): string {
 	return `+${v.replace(/\D/g, "")}`;
 }
 
-/** Username form, subjects entries, and the stored (normalised) email and phone; 400 naming the field. */
+/**
+ * Username form, password length, subjects entries, `groups` entries (an email or an FQDN, as the spec's common field
+ * says), and the stored (normalised) email and phone; 400 naming the field.
+ */
 function checkUserFields(doc: Record<string, unknown>): void {
-	if (doc.username !== undefined && doc.username !== null) {
-		const p = usernameProblem(doc.username);
-		if (p) throw badRequest(p);
-	}
-	if (Array.isArray(doc.subjects))
-		doc.subjects.forEach((e, i) => {
-			const p = userSubjectProblem(e, `subjects[${i}]`);
-			if (p) throw badRequest(p);
-		});
+	const problems = [
+		doc.username !== undefined && doc.username !== null ? usernameProblem(doc.username) : null,
+		passwordProblem(doc.password),
+		...(Array.isArray(doc.subjects) ? doc.subjects.map((e, i) => userSubjectProblem(e, `subjects[${i}]`)) : []),
+		...(Array.isArray(doc.groups) ? doc.groups.map((e, i) => groupProblem(e, `groups[${i}]`)) : []),
+	];
+	const p = problems.find((x) => x !== null);
+	if (p) throw badRequest(p);
 	if (typeof doc.email === "string") doc.email = normalEmail(doc.email);
 	if (typeof doc.phone === "string") doc.phone = normalPhone(doc.phone);
 }

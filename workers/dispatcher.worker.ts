@@ -5,7 +5,10 @@
  * `key: CQRS`, `eid`: client id) gives the webhook; a `deliveries` row is queued in the relational store (idempotent
  * per event and client, so stream redelivery adds nothing) and the stream moves on. The scheduler then posts the
  * event (the spec's payload, exactly) with the config's `Authorization` and a Standard Webhooks signature when the
- * config has a `secret`, retrying on the schedule WEBHOOK_RETRY_SCHEDULE with ±20 % jitter. 2xx = delivered; 410 =
+ * config has a `secret`, retrying on the schedule WEBHOOK_RETRY_SCHEDULE with ±20 % jitter, always on the config it was
+ * made for (disabled, deleted or replaced by another: the delivery ends `disabled`). A change written before its
+ * config existed (an earlier stream position than the config's creation) is not delivered to it. A failing webhook is
+ * logged at info level from its first failure, once per config per minute. 2xx = delivered; 410 =
  * the config is disabled; the last failed attempt fails the delivery and disables the config; a webhook host that
  * resolves to a non-public address is refused (no request) unless WEBHOOK_ALLOW_PRIVATE=1. Per client, the events of
  * one document are delivered in order (only the oldest pending delivery of a (client, document) is eligible); events
@@ -50,6 +53,10 @@ const LEASE_SEC = 60;
 const CONFIG_TTL_MS = 30_000;
 const NO_CONFIG_TTL_MS = 1_000;
 const JITTER = 0.2;
+/** A failing webhook is logged once per config per this long. */
+const FAILING_LOG_MS = 60_000;
+/** Configs whose creation position (or last failure log) is remembered in memory; past this the memory starts again. */
+const REMEMBERED = 10_000;
 
 /** Seconds before the next attempt after `attemptsDone` attempts, jittered ±20 %; undefined when none is left. */
 export function retryDelay(schedule: readonly number[], attemptsDone: number, random: () => number = Math.random): number | undefined {
@@ -73,6 +80,10 @@ interface State {
 	cfg: PlatformConfig;
 	owner: string;
 	cache: Map<string, { at: number; p: Promise<CqrsConfig | null>; ttl: number }>;
+	/** Stream position of each CQRS config's creation met so far (also in `config_births`). */
+	births: Map<string, number>;
+	/** When each failing config was last logged. */
+	failingLogged: Map<string, number>;
 	literals: Map<string, ResolvedTarget>;
 	inflight: Map<string, AbortController>;
 	running: Set<Promise<void>>;
@@ -94,6 +105,8 @@ type Svc = State & {
 	configFor(eid: string): Promise<CqrsConfig | null>;
 	targetOf(webhook: unknown): Promise<ResolvedTarget>;
 	forget(eid: string): void;
+	existedAt(config: CqrsConfig, rec: OutboxRecord): Promise<boolean>;
+	logFailing(config: CqrsConfig, row: ClaimedDelivery, attempt: AttemptRecord, attempts: number, delay: number | undefined): void;
 	wake(): void;
 	disable(config: CqrsConfig, reason: string): Promise<void>;
 	deliver(row: ClaimedDelivery, store: DeliveryStore, signal: AbortSignal): Promise<void>;
@@ -108,16 +121,26 @@ type Svc = State & {
 async function onChanges(this: Svc, recs: OutboxRecord[]): Promise<void> {
 	const store = await this.ready();
 	const rows: NewDelivery[] = [];
-	for (const rec of recs) rows.push(...(await rowsOf.call(this, rec)));
+	const births: Array<{ configId: string; seq: number }> = [];
+	for (const rec of recs) rows.push(...(await rowsOf.call(this, rec, births)));
+	// Before the stream moves on: another dispatcher of the group (or this one restarted) reads them from there.
+	await store.recordBirths(births);
 	if (rows.length && (await store.enqueue(rows)) > 0) this.wake();
 }
 
-async function rowsOf(this: Svc, rec: OutboxRecord): Promise<NewDelivery[]> {
+async function rowsOf(this: Svc, rec: OutboxRecord, births: Array<{ configId: string; seq: number }>): Promise<NewDelivery[]> {
 	const ev = rec.event;
 	// A CQRS config change reaches this stream in order: events written after it are routed with the new config even
-	// when the CQRS_CHANGED broadcast has not arrived yet (another node).
-	if (ev.topic === "context.configs")
+	// when the CQRS_CHANGED broadcast has not arrived yet (another node). A config that becomes CQRS (created, or its
+	// key changed) is born here: changes of earlier positions are not delivered to it.
+	if (ev.topic === "context.configs") {
 		for (const d of [ev.before, ev.after]) if (d && d.key === "CQRS" && typeof d.eid === "string") this.forget(d.eid);
+		if (ev.after?.key === "CQRS" && ev.before?.key !== "CQRS") {
+			if (this.births.size >= REMEMBERED) this.births.clear();
+			this.births.set(ev.id, rec.seq);
+			births.push({ configId: ev.id, seq: rec.seq });
+		}
+	}
 	const clients = [...new Set((rec.clients ?? []).filter((c): c is string => typeof c === "string" && c.length > 0))];
 	if (!clients.length) return [];
 	const body = JSON.stringify(ev);
@@ -127,7 +150,7 @@ async function rowsOf(this: Svc, rec: OutboxRecord): Promise<NewDelivery[]> {
 		const config = await this.configFor(client);
 		// No webhook registered (at the time of the change): nothing to deliver, nothing recorded. A new consumer group
 		// starts at the beginning of the outbox: history from before a registration is not pushed to it.
-		if (!config || ev.ts_ms < config.since) continue;
+		if (!config || !(await this.existedAt(config, rec))) continue;
 		rows.push({
 			event_id: eventId,
 			seq: rec.seq,
@@ -189,16 +212,18 @@ export default workerService(
 							throw new Errors.MoleculerClientError(`delivery ${id} is ${row.status}: only a failed or disabled delivery can be replayed`, 409, "CONFLICT");
 						eids = [row.client_id];
 					} else eids = [client_id!];
+					// The client's current webhook (re-enabled if it was disabled): the replayed deliveries are made for it.
+					let target: CqrsConfig | null = null;
 					for (const eid of eids) {
 						this.forget(eid);
-						const config = await this.configFor(eid);
-						if (config && !config.active) {
-							await ctx.call("context.configs.cqrsActive", { id: config.id, active: true });
+						target = await this.configFor(eid);
+						if (target && !target.active) {
+							await ctx.call("context.configs.cqrsActive", { id: target.id, active: true });
 							this.forget(eid);
-							this.logger.info(`dispatcher: CQRS config ${config.id} of client ${eid} re-enabled for a replay`);
+							this.logger.info(`dispatcher: CQRS config ${target.id} of client ${eid} re-enabled for a replay`);
 						}
 					}
-					const rows = await store.requeue(id !== undefined ? { id: String(id) } : { client_id });
+					const rows = await store.requeue(id !== undefined ? { id: String(id) } : { client_id }, target ? { configId: target.id, url: webhookOf(target) } : undefined);
 					this.wake();
 					return { requeued: rows.length, deliveries: rows };
 				},
@@ -291,6 +316,35 @@ export default workerService(
 			forget(this: Svc, eid: string) {
 				this.cache.delete(eid);
 			},
+			/**
+			 * Whether `config` existed when `rec` was written: the position of the config's creation in the stream, once
+			 * met (here, or by any dispatcher: `config_births`), is at or before the change's. Not met: the change's time
+			 * decides away from the config's `created_at` (stamped before the creation's hooks ran, so before it was
+			 * written): earlier, the change is older; more than a creation can take later (twice REQUEST_TIMEOUT_MS, at
+			 * least a minute), the config was written first (configs created before births were recorded). In between, a
+			 * creation not met yet is still ahead in the stream: the change was written before the config existed.
+			 */
+			async existedAt(this: Svc, config: CqrsConfig, rec: OutboxRecord): Promise<boolean> {
+				const known = this.births.get(config.id);
+				if (known !== undefined) return rec.seq >= known;
+				const ts = rec.event.ts_ms;
+				if (ts < config.since) return false;
+				if (ts - config.since > Math.max(60_000, 2 * this.cfg.requestTimeoutMs)) return true;
+				const born = await (await this.ready()).birthOf(config.id);
+				if (born === undefined) return false;
+				if (this.births.size >= REMEMBERED) this.births.clear();
+				this.births.set(config.id, born);
+				return rec.seq >= born;
+			},
+			/** A failed attempt, at info level: from a webhook's first failure, once per config per FAILING_LOG_MS. */
+			logFailing(this: Svc, config: CqrsConfig, row: ClaimedDelivery, attempt: AttemptRecord, attempts: number, delay: number | undefined) {
+				const now = Date.now();
+				if (now - (this.failingLogged.get(config.id) ?? 0) < FAILING_LOG_MS) return;
+				if (this.failingLogged.size >= REMEMBERED) this.failingLogged.clear();
+				this.failingLogged.set(config.id, now);
+				const next = delay === undefined ? "no attempt left" : `next attempt in ${Math.round(delay)} s`;
+				this.logger.info(`dispatcher: webhook of CQRS config ${config.id} (client ${config.eid}) is failing: ${attempt.error} (delivery ${row.id}, attempt ${attempts}; ${next})`);
+			},
 			wake(this: Svc) {
 				this.woken = true;
 				this.wakeUp?.();
@@ -315,7 +369,13 @@ export default workerService(
 					return;
 				}
 				if (!config) {
-					await store.settle(row, this.owner, null, { status: "disabled", attempts: row.attempts, configId: null, lastError: "the client has no CQRS config any more" });
+					await store.settle(row, this.owner, null, { status: "disabled", attempts: row.attempts, lastError: `config ${row.config_id} is gone: the client has no CQRS config any more` });
+					return;
+				}
+				// Retries stay on the config the delivery was made for: one the client no longer uses (disabled, deleted or
+				// replaced by a newer one) ends it, rather than sending it to another config (an operator may replay it).
+				if (row.config_id !== null && config.id !== row.config_id) {
+					await store.settle(row, this.owner, null, { status: "disabled", attempts: row.attempts, lastError: `config ${row.config_id} is no longer the client's webhook (disabled, deleted or replaced by config ${config.id})` });
 					return;
 				}
 				if (!config.active) {
@@ -326,6 +386,7 @@ export default workerService(
 				const failed = async (attempt: AttemptRecord) => {
 					const attempts = row.attempts + 1;
 					const delay = retryDelay(schedule, attempts);
+					this.logFailing(config!, row, attempt, attempts, delay);
 					if (delay !== undefined) {
 						await store.settle(row, this.owner, attempt, { status: "pending", attempts, nextInSec: delay, configId: config!.id, lastError: attempt.error });
 						return;
@@ -420,6 +481,8 @@ export default workerService(
 			this.cfg = configOf(this.broker);
 			this.owner = this.broker.nodeID;
 			this.cache = new Map();
+			this.births = new Map();
+			this.failingLogged = new Map();
 			this.literals = new Map();
 			this.inflight = new Map();
 			this.running = new Set();

@@ -10,11 +10,14 @@
  * next append opens the new file.
  */
 import { closeSync, openSync, writeSync } from "fs";
+import { open } from "fs/promises";
+import path from "path";
+import { Slices } from "./types";
 
 interface Persistence {
 	inMemoryOnly: boolean;
 	filename: string;
-	modes: { fileMode: number };
+	modes: { fileMode: number; dirMode: number };
 	afterSerialization(s: string): string;
 	persistNewStateAsync(docs: unknown[]): Promise<void>;
 	persistCachedDatabaseAsync(): Promise<void>;
@@ -24,6 +27,19 @@ interface Persistence {
 
 // eslint-disable-next-line @typescript-eslint/no-var-requires
 const model = require("@seald-io/nedb/lib/model") as { serialize(doc: unknown): string };
+// eslint-disable-next-line @typescript-eslint/no-var-requires
+const storage = require("@seald-io/nedb/lib/storage") as {
+	flushToStorageAsync(o: { filename: string; isDir?: boolean; mode: number }): Promise<void>;
+	existsAsync(filename: string): Promise<boolean>;
+	renameAsync(from: string, to: string): Promise<void>;
+};
+
+interface Datastore {
+	persistence: Persistence;
+	getAllData(): unknown[];
+	indexes: Record<string, { unique?: boolean; sparse?: boolean }>;
+	emit(event: string): void;
+}
 
 /** Whether a Date is anywhere in the value (NeDB writes a Date as `{"$$date": ms}`). */
 function holdsDate(v: unknown): boolean {
@@ -56,8 +72,51 @@ function writeAll(fd: number, buf: Buffer): void {
 	for (let off = 0; off < buf.length; ) off += writeSync(fd, buf, off, buf.length - off);
 }
 
-/** Replaces the datastore's per-write appendFile by writes to a file kept open; `close` when the store disconnects. */
-export function keepDataFileOpen(db: { persistence: Persistence }): Appender {
+/**
+ * NeDB's rewrite of the whole file (compaction, and after loading) in time slices: NeDB serialises every document in
+ * one synchronous loop, then streams the lines without backpressure (60 000 notes held the process 430 ms, then
+ * 345 ms). Here documents are serialised and written a slice at a time, with NeDB's crash-safe steps (flush the
+ * directory and the old file, write `<file>~`, flush it, rename, flush the directory). NeDB's executor runs the
+ * rewrite as one operation, so no write changes the documents while it yields. Same lines, same order.
+ */
+async function rewriteInSlices(db: Datastore): Promise<void> {
+	const p = db.persistence;
+	if (p.inMemoryOnly) return;
+	const { filename, modes } = p;
+	const dir = { filename: path.dirname(filename), isDir: true, mode: modes.dirMode };
+	await storage.flushToStorageAsync(dir);
+	if (await storage.existsAsync(filename)) await storage.flushToStorageAsync({ filename, mode: modes.fileMode });
+	const docs = db.getAllData();
+	const temp = `${filename}~`;
+	const fh = await open(temp, "w", modes.fileMode);
+	try {
+		const slices = new Slices();
+		let text = "";
+		for (let i = 0; i < docs.length; i++) {
+			text += `${p.afterSerialization(serializeDoc(docs[i]))}\n`;
+			if (text.length >= 1 << 20 || ((i & 63) === 63 && slices.due)) {
+				await fh.writeFile(text, "utf8");
+				text = "";
+				if (slices.due) await slices.next();
+			}
+		}
+		for (const [fieldName, idx] of Object.entries(db.indexes))
+			if (fieldName !== "_id") text += `${p.afterSerialization(model.serialize({ $$indexCreated: { fieldName, unique: idx.unique, sparse: idx.sparse } }))}\n`;
+		await fh.writeFile(text, "utf8");
+		await fh.sync();
+	} finally {
+		await fh.close();
+	}
+	await storage.renameAsync(temp, filename);
+	await storage.flushToStorageAsync(dir);
+	db.emit("compaction.done");
+}
+
+/**
+ * Replaces the datastore's per-write appendFile by writes to a file kept open, and its whole-file rewrite by one in
+ * time slices; `close` when the store disconnects.
+ */
+export function keepDataFileOpen(db: Datastore): Appender {
 	const p = db.persistence;
 	let fd: number | undefined;
 	const closeNow = () => {
@@ -85,7 +144,11 @@ export function keepDataFileOpen(db: { persistence: Persistence }): Appender {
 			throw err;
 		}
 	};
-	for (const name of ["persistCachedDatabaseAsync", "loadDatabaseAsync", "dropDatabaseAsync"] as const) {
+	p.persistCachedDatabaseAsync = async () => {
+		closeNow();
+		return rewriteInSlices(db);
+	};
+	for (const name of ["loadDatabaseAsync", "dropDatabaseAsync"] as const) {
 		const original = p[name].bind(p);
 		p[name] = async () => {
 			closeNow();

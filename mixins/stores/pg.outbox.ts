@@ -10,7 +10,7 @@
  * The lock covers only the end of a write (insert the events, commit), so writes still run in parallel.
  */
 import type { PoolClient } from "pg";
-import { openRelational, releaseRelational, type Relational } from "../../lib/relational";
+import { openRelational, releaseRelational, SCHEMA_LIMIT_MS, type Relational } from "../../lib/relational";
 import { DDL_LOCK, PgDatabase, type PgConfig } from "./pg.store";
 import { commitUnit, takeHeld } from "./unit";
 
@@ -60,7 +60,7 @@ export class PgOutbox {
 			await q(`create sequence if not exists ${SEQUENCE}`);
 			await q(`create table if not exists ${TABLE} (seq bigint primary key, at timestamptz not null default now(), rec jsonb not null)`);
 			await q(`create index if not exists "_outbox_at" on ${TABLE} (at)`);
-		});
+		}, SCHEMA_LIMIT_MS);
 		this.db = new PgDatabase(rel);
 	}
 

@@ -10,21 +10,19 @@
  */
 import { createHash } from "crypto";
 import type { PoolClient } from "pg";
-import { openRelational, releaseRelational, type NamedStatement, type Relational } from "../../lib/relational";
+import { openRelational, releaseRelational, SCHEMA_LIMIT_MS, type NamedStatement, type Relational } from "../../lib/relational";
 import type { PlatformConfig } from "../../lib/config";
 import { ApiError, badRequest } from "../../lib/errors";
-import type { DocumentStore, FindOptions, Filter, Page, StoredDoc, WriteOptions } from "./types";
-import { renameIdKeys, TENANT_REF, toStoreQuery, updateOf } from "./types";
-import { bind, forMatcher, lit, orderOf, Params, sortKeys, valueAt, whereOf, type Sql } from "./pg.query";
+import type { DocumentStore, FindOptions, Filter, Keyset, KeysetPage, Page, StoredDoc, WriteOptions } from "./types";
+import { renameIdKeys, Slices, TENANT_REF, toStoreQuery, updateOf } from "./types";
+import { afterOf, bind, forMatcher, keyColumns, lit, orderOf, Params, sortKeys, valueAt, whereOf, type SortKey, type Sql } from "./pg.query";
 import { holdWrite, inUnit, openTransaction, unitTransaction } from "./unit";
 import { matchesFilter } from "./nedb.store";
 
-// NeDB's update operators, comparator and projection: the JavaScript side keeps the embedded store's semantics.
+// NeDB's update operators and projection: the JavaScript side keeps the embedded store's semantics.
 // eslint-disable-next-line @typescript-eslint/no-var-requires
 const model = require("@seald-io/nedb/lib/model") as {
 	modify(doc: unknown, update: unknown): StoredDoc;
-	compareThings(a: unknown, b: unknown): number;
-	getDotValue(doc: unknown, key: string): unknown;
 	checkObject(obj: unknown): void;
 };
 // eslint-disable-next-line @typescript-eslint/no-var-requires
@@ -38,7 +36,8 @@ export function pgError(err: unknown): Error {
 	if (err instanceof ApiError) return err;
 	const e = err as { code?: string; message?: string };
 	if (e?.code === "22P05" || e?.code === "22021" || (e?.code === "22P02" && /json|unicode/i.test(e.message ?? ""))) return badRequest("text containing NUL characters or unpaired surrogates cannot be stored");
-	if (typeof e?.code === "string" && e.code.startsWith("2203")) return badRequest(`query is not supported by the document store: ${e.message}`);
+	// SQL/JSON errors (2203x) and an invalid or too complex regular expression (2201B).
+	if (typeof e?.code === "string" && (e.code.startsWith("2203") || e.code === "2201B")) return badRequest(`query is not supported by the document store: ${e.message}`);
 	return err as Error;
 }
 
@@ -166,11 +165,14 @@ function inPlace(update: Record<string, unknown>): update is { $set: Record<stri
 	return Object.entries(set).every(([k, v]) => k !== "_id" && !k.includes(".") && !k.startsWith("$") && v !== undefined);
 }
 
-/** The `skip`/`limit` window of sorted matches. */
-function sliceOf(docs: StoredDoc[], o: FindOptions): StoredDoc[] {
-	const start = o.skip ?? 0;
-	return docs.slice(start, o.limit ? start + o.limit : undefined);
-}
+/** Rows of a filter SQL cannot select exactly, read per statement: at first, and at most (it doubles). */
+const FIRST_BATCH = 100;
+const MAX_BATCH = 1000;
+
+type KeyedRow = { doc: StoredDoc } & Record<`k${number}`, [unknown] | []>;
+
+/** The keyset of a row read with keyColumns. */
+const keysetOf = (row: KeyedRow, keys: SortKey[]): Keyset => ({ values: keys.map((_k, i) => row[`k${i}`]), id: row.doc._id });
 
 const LIVE = () => whereOf({ deleted_at: null }, new Params()).sql;
 
@@ -232,7 +234,7 @@ export class PgStore implements DocumentStore {
 			await q(`drop index if exists ${i("deleted")}`);
 			await q(`create index if not exists ${i("deleted_v2")} on ${t} (id) where not ${LIVE()}`);
 			for (const f of this.extraIndexes) await q(`create index if not exists ${i(`x_${f}`)} on ${t} (${valueAt(f)} nulls first, id)`);
-		});
+		}, SCHEMA_LIMIT_MS);
 	}
 
 	async disconnect(): Promise<void> {
@@ -265,20 +267,68 @@ export class PgStore implements DocumentStore {
 		return docs.filter((d) => matchesFilter(d, q));
 	}
 
-	/** Every candidate of an inexact filter matched in JavaScript, sorted: what SQL could not select exactly. */
-	private async matchAll(o: FindOptions, w: Sql, p: Params): Promise<StoredDoc[]> {
-		const rows = (await this.d.read(...bind(`select body as doc from ${this.table} where ${w.sql} order by id`, p))).rows.map((r) => r.doc as StoredDoc);
-		const docs = this.match(rows, o.query);
-		const criteria = Object.entries(o.sort ? renameIdKeys(o.sort)! : {});
-		if (criteria.length)
-			docs.sort((a, b) => {
-				for (const [k, dir] of criteria) {
-					const c = dir * model.compareThings(model.getDotValue(a, k), model.getDotValue(b, k));
-					if (c !== 0) return c;
+	/**
+	 * The rows of a filter SQL cannot select exactly (what it selects is a superset), in sort order from a keyset, a
+	 * batch at a time (FIRST_BATCH rows, doubling up to MAX_BATCH), each batch after the last row of the one before (a
+	 * keyset, never an offset), each row matched in JavaScript in time slices. Memory: one batch, whatever the rows.
+	 */
+	private async *batches(query: Filter, sort: Record<string, 1 | -1>, after: Keyset | undefined): AsyncGenerator<Array<{ doc: StoredDoc; matched: boolean; at: () => Keyset }>> {
+		const keys = sortKeys(sort);
+		const matcher = forMatcher(toStoreQuery(query));
+		const slices = new Slices();
+		let from = after?.values;
+		for (let batch = FIRST_BATCH; ; batch = Math.min(2 * batch, MAX_BATCH)) {
+			const p = new Params();
+			const w = this.where(query, p);
+			const sql =
+				`select body as doc${keyColumns(keys)} from ${this.table} where ${w.sql}${from ? ` and ${afterOf(keys, from, p)}` : ""} ` +
+				`order by ${orderOf(sort)} limit ${p.add(batch)}`;
+			const rows = (await this.d.read(...bind(sql, p))).rows as KeyedRow[];
+			const out = [];
+			for (let i = 0; i < rows.length; i++) {
+				const row = rows[i];
+				out.push({ doc: row.doc, matched: matchesFilter(row.doc, matcher), at: () => keysetOf(row, keys) });
+				if ((i & 15) === 15 && slices.due) await slices.next();
+			}
+			yield out;
+			if (rows.length < batch) return;
+			from = keysetOf(rows[rows.length - 1], keys).values;
+		}
+	}
+
+	/**
+	 * The `skip`/`limit` window of an inexact filter's matches, from a keyset or the start, with their total when asked
+	 * (every row is then read). Without a total, reading stops with the page: `next` then also passes the rows of the
+	 * last batch that follow the page and do not match (the next page does not read them again).
+	 */
+	private async inexactWindow(o: FindOptions & { after?: Keyset }, withTotal: boolean): Promise<{ docs: StoredDoc[]; total: number; next?: Keyset }> {
+		const docs: StoredDoc[] = [];
+		let skip = o.after ? 0 : (o.skip ?? 0);
+		let total = 0;
+		let next: Keyset | undefined;
+		const full = () => !!o.limit && docs.length >= o.limit;
+		read: for await (const batch of this.batches(o.query, this.sortOf(o), o.after)) {
+			for (const row of batch) {
+				if (full() && !withTotal) {
+					if (row.matched) break read;
+					next = row.at();
+					continue;
 				}
-				return 0;
-			});
-		return docs;
+				if (!row.matched) continue;
+				total++;
+				if (skip > 0) skip--;
+				else if (!full()) {
+					docs.push(row.doc);
+					next = row.at();
+				}
+			}
+			if (full() && !withTotal) break;
+		}
+		return { docs: this.project(docs, o.projection), total, next: docs.length ? next : undefined };
+	}
+
+	private sortOf(o: FindOptions): Record<string, 1 | -1> {
+		return renameIdKeys<Record<string, 1 | -1>>(o.sort) ?? { _id: 1 };
 	}
 
 	private project(docs: StoredDoc[], projection: FindOptions["projection"]): StoredDoc[] {
@@ -291,17 +341,31 @@ export class PgStore implements DocumentStore {
 	}
 
 	async find(o: FindOptions): Promise<StoredDoc[]> {
+		return (await this.window(o, false)).docs;
+	}
+
+	/**
+	 * The cursor's page: the rows after the keyset of the page before (an index range from there for the usual sorts),
+	 * never an offset over the pages before; an inexact filter reads from the keyset on too.
+	 */
+	findAfter(o: FindOptions & { after?: Keyset }): Promise<KeysetPage> {
+		return this.window(o, true);
+	}
+
+	/** A page of the sorted matches, from `skip` or after a keyset, and (`keyed`) the keyset of its last row. */
+	private async window(o: FindOptions & { after?: Keyset }, keyed: boolean): Promise<KeysetPage> {
 		const p = new Params();
 		const w = this.where(o.query, p);
-		let docs: StoredDoc[];
-		if (w.exact) {
-			let sql = `select body as doc from ${this.table} where ${w.sql} order by ${orderOf(o.sort ? renameIdKeys(o.sort) : undefined)}`;
-			if (o.limit) sql += ` limit ${p.add(o.limit)}`;
-			if (o.skip) sql += ` offset ${p.add(o.skip)}`;
-			const [text, values] = bind(sql, p);
-			docs = (this.ordered(o) ? await this.d.readOrdered(text, values) : await this.d.read(text, values)).rows.map((r) => r.doc);
-		} else docs = sliceOf(await this.matchAll(o, w, p), o);
-		return this.project(docs, o.projection);
+		if (!w.exact) return this.inexactWindow(o, false);
+		const sort = o.sort ? renameIdKeys(o.sort) : undefined;
+		const keys = sortKeys(sort);
+		let sql = `select body as doc${keyed ? keyColumns(keys) : ""} from ${this.table} where ${w.sql}${o.after ? ` and ${afterOf(keys, o.after.values, p)}` : ""} order by ${orderOf(sort)}`;
+		if (o.limit) sql += ` limit ${p.add(o.limit)}`;
+		if (o.skip && !o.after) sql += ` offset ${p.add(o.skip)}`;
+		const [text, values] = bind(sql, p);
+		const rows = (this.ordered(o) ? await this.d.readOrdered(text, values) : await this.d.read(text, values)).rows as KeyedRow[];
+		const last = rows[rows.length - 1];
+		return { docs: this.project(rows.map((r) => r.doc), o.projection), next: keyed && last ? keysetOf(last, keys) : undefined };
 	}
 
 	/**
@@ -314,10 +378,7 @@ export class PgStore implements DocumentStore {
 	async findPage(o: FindOptions): Promise<Page> {
 		const p = new Params();
 		const w = this.where(o.query, p);
-		if (!w.exact) {
-			const all = await this.matchAll(o, w, p);
-			return { docs: this.project(sliceOf(all, o), o.projection), total: all.length };
-		}
+		if (!w.exact) return this.inexactWindow(o, true);
 		const keys = sortKeys(o.sort ? renameIdKeys(o.sort) : undefined);
 		const cols = keys.map((k, i) => (k.expr === "id" ? "" : `, ${k.expr} as k${i}`)).join("");
 		const order = (alias: string) => keys.map((k, i) => `${alias}${k.expr === "id" ? "id" : `k${i}`} ${k.dir}`).join(", ");
@@ -339,8 +400,7 @@ export class PgStore implements DocumentStore {
 		const p = new Params();
 		const w = this.where(query, p);
 		if (w.exact) return Number((await this.d.read(...bind(`select count(*)::int as n from ${this.table} where ${w.sql}`, p))).rows[0].n);
-		const rows = (await this.d.read(...bind(`select body as doc from ${this.table} where ${w.sql}`, p))).rows.map((r) => r.doc as StoredDoc);
-		return this.match(rows, query).length;
+		return (await this.inexactWindow({ query }, true)).total;
 	}
 
 	async insert(doc: StoredDoc, opts?: WriteOptions): Promise<StoredDoc> {

@@ -11,6 +11,21 @@ export interface FindOptions {
 	projection?: Record<string, 0 | 1>;
 }
 
+/**
+ * A position in a sorted read: the sort values of the last document read, each `[value]` or `[]` (missing), and its
+ * `_id` (the tie-break). Made and read by the store that produced it (opaque to the engine, JSON-safe).
+ */
+export interface Keyset {
+	values: Array<[unknown] | []>;
+	id: string;
+}
+
+/** A page read after a keyset, and the keyset of its last document (none when the page is empty). */
+export interface KeysetPage {
+	docs: StoredDoc[];
+	next?: Keyset;
+}
+
 /** A page of a query and the exact number of its matches (a list's `items` and `total`). */
 export interface Page {
 	docs: StoredDoc[];
@@ -29,6 +44,12 @@ export interface DocumentStore {
 	 * (PostgreSQL: one statement). Optional: `pageOf` falls back to find + count.
 	 */
 	findPage?(opts: FindOptions): Promise<Page>;
+	/**
+	 * A page of the sorted matches strictly after `after` (else from `skip`), and the keyset of its last document, for
+	 * the cursor's next page: each page costs about its own size, never the documents before it. Optional: the cursor
+	 * falls back to `skip`.
+	 */
+	findAfter?(opts: FindOptions & { after?: Keyset }): Promise<KeysetPage>;
 	/**
 	 * The first `limit` documents whose indexed numeric `field` is greater than `after`, in the field's order, read from
 	 * the index without visiting the others (embedded store only; undefined when the field has no index). Copies.
@@ -69,6 +90,82 @@ export async function pageOf(store: DocumentStore, o: FindOptions): Promise<Page
 	if (store.findPage) return store.findPage(o);
 	const [docs, total] = await Promise.all([store.find(o), store.count(o.query)]);
 	return { docs, total };
+}
+
+/**
+ * Longest stretch of synchronous work (ms) a store's read does before it lets the event loop run: one request over
+ * any number of documents must not delay `/status` (or anyone's login) by more than 100 ms.
+ */
+export const SLICE_MS = 10;
+
+/**
+ * When the event loop last turned, about: an immediate set on first use resets it, so a chain of promise callbacks
+ * that never lets the loop turn (a cursor whose pages come from memory, page after page) is measured as one stretch.
+ */
+let turnStart = performance.now();
+let watching = false;
+function sinceTurn(): number {
+	if (!watching) {
+		watching = true;
+		setImmediate(() => {
+			watching = false;
+			turnStart = performance.now();
+		});
+	}
+	return performance.now() - turnStart;
+}
+
+/**
+ * Time slices of long work: check `due` every few dozen iterations of a loop (and once per read), then `await next()`,
+ * which lets the event loop turn (I/O: /status, other requests) before going on.
+ */
+export class Slices {
+	get due(): boolean {
+		return sinceTurn() >= SLICE_MS;
+	}
+	async next(): Promise<void> {
+		await new Promise<void>((r) => setImmediate(r));
+		turnStart = performance.now();
+	}
+}
+
+/** Lets the event loop turn when the current stretch of synchronous work has used its slice (see Slices). */
+export async function yieldIfDue(): Promise<void> {
+	const slices = new Slices();
+	if (slices.due) await slices.next();
+}
+
+/**
+ * A stable merge sort that yields between slices (`Array.prototype.sort` of 100 000 documents by a JavaScript
+ * comparator holds the process for hundreds of milliseconds): runs of RUN sorted natively, then merged bottom-up.
+ */
+export async function sortInSlices<T>(items: T[], cmp: (a: T, b: T) => number, slices = new Slices()): Promise<T[]> {
+	const RUN = 256;
+	let src = items;
+	for (let i = 0; i < src.length; i += RUN) {
+		const run = src.slice(i, i + RUN).sort(cmp);
+		for (let j = 0; j < run.length; j++) src[i + j] = run[j];
+		if (slices.due) await slices.next();
+	}
+	let dst = new Array<T>(src.length);
+	for (let width = RUN; width < src.length; width *= 2) {
+		for (let lo = 0; lo < src.length; lo += 2 * width) {
+			const mid = Math.min(lo + width, src.length);
+			const hi = Math.min(lo + 2 * width, src.length);
+			let i = lo;
+			let j = mid;
+			let k = lo;
+			while (i < mid && j < hi) {
+				// The left element first on ties: stable.
+				dst[k++] = cmp(src[j], src[i]) < 0 ? src[j++] : src[i++];
+				if ((k & 1023) === 0 && slices.due) await slices.next();
+			}
+			while (i < mid) dst[k++] = src[i++];
+			while (j < hi) dst[k++] = src[j++];
+		}
+		[src, dst] = [dst, src];
+	}
+	return src;
 }
 
 /** A store query names `id`; both stores key documents by `_id`. Renames it at any depth of $and/$or/$not. */

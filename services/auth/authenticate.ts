@@ -12,7 +12,8 @@ import { Aes, decryptEnvelope, sha256Hex } from "../../lib/crypto";
 import { IpAllowList, normalizeIp } from "../../lib/cidr";
 import { ApiError, forbidden, unauthorized } from "../../lib/errors";
 import { isCacheUnavailable, type KeyValue } from "../../lib/kv";
-import type { JwtKeys } from "../../lib/tokens";
+import { DEFAULT_LEEWAY_SEC, type JwtKeys } from "../../lib/tokens";
+import { configOf } from "../../lib/config";
 import type { TokenClaims } from "../../lib/types";
 
 export const aptKey = (suffix: string) => `auth:apt:${suffix}`;
@@ -93,6 +94,24 @@ function bounded<K, V>(m: Map<K, V>): Map<K, V> {
 	return m;
 }
 
+/**
+ * A bearer that is there but is no token (not a JWT of ours, a forged or altered one, an APT of the wrong form):
+ * `invalid token`. A missing bearer keeps the spec's `authorization token is required`, and so does an expired JWT
+ * (spec, Errors), which its client renews.
+ */
+const INVALID_TOKEN = "invalid token";
+const APT_SUFFIX = /^[A-Za-z0-9_-]{16,200}$/;
+
+/** Whether a JWT that failed verification carries an `exp` in the past (read without trusting it: only the message depends on it). */
+function jwtExpired(token: string, now: number): boolean {
+	try {
+		const exp = JSON.parse(Buffer.from(token.split(".")[1] ?? "", "base64url").toString("utf8"))?.exp;
+		return typeof exp === "number" && exp * 1000 <= now;
+	} catch {
+		return false;
+	}
+}
+
 export function bearerOf(req: ReqLike): string | undefined {
 	const h = req.headers.authorization;
 	if (typeof h === "string" && h.trim()) {
@@ -140,11 +159,14 @@ export class Authenticator {
 	private readonly graceEnds: number;
 	/** Durable checks under way, so a burst of requests of one session asks identity once. */
 	private pending = new Map<string, Promise<boolean>>();
+	/** TOKEN_LEEWAY_SECONDS: how far ahead of this node's clock a token's `iat`/`nbf` may be. */
+	private readonly leewaySec: number;
 
 	constructor(
 		private readonly deps: { jwt: JwtKeys; aes: Aes; kv: KeyValue; broker: ServiceBroker; trustProxy: boolean },
 	) {
 		this.graceEnds = deps.broker.transit ? Date.now() + DISCOVERY_GRACE_MS : 0;
+		this.leewaySec = configOf(deps.broker).tokenLeewaySec ?? DEFAULT_LEEWAY_SEC;
 	}
 
 	/** Broadcast handlers: a revoked session or APT stops working on this node at once. */
@@ -169,6 +191,7 @@ export class Authenticator {
 		let kind: "jwt" | "apt";
 		if (bearer.startsWith("APT-")) {
 			kind = "apt";
+			if (!APT_SUFFIX.test(bearer.slice(4))) throw unauthorized(INVALID_TOKEN);
 			const rec = await this.resolveApt(bearer.slice(4), now);
 			if (!rec || rec.expires_at <= now) throw unauthorized();
 			token = rec.claims;
@@ -177,10 +200,11 @@ export class Authenticator {
 			const cached = this.jwtCache.get(bearer);
 			if (cached && (cached.exp ?? 0) * 1000 > now) token = cached;
 			else {
-				const v = this.deps.jwt.verify(bearer);
-				if (!v) throw unauthorized();
-				token = v;
-				bounded(this.jwtCache).set(bearer, v);
+				// Not yet valid: its issuer's clock runs ahead of this node's beyond the leeway (docs/production.md).
+				const v = this.deps.jwt.check(bearer, this.leewaySec);
+				if (!v.claims) throw unauthorized(v.notYetValid ? "token not yet valid" : jwtExpired(bearer, now) ? undefined : INVALID_TOKEN);
+				token = v.claims;
+				bounded(this.jwtCache).set(bearer, token);
 			}
 		}
 		if (!opts.allowRevoked && token.session && (await this.isRevoked(token.session, now))) throw new ApiError(401, "session is revoked");
@@ -190,7 +214,7 @@ export class Authenticator {
 	}
 
 	private async resolveApt(suffix: string, now: number): Promise<AptRecord | null> {
-		if (!/^[A-Za-z0-9_-]{16,200}$/.test(suffix)) return null;
+		if (!APT_SUFFIX.test(suffix)) return null;
 		const local = this.aptCache.get(suffix);
 		if (local && now - local.at < LOCAL_TTL_MS) return local.rec;
 		let rec: AptRecord | null = null;

@@ -1,7 +1,8 @@
 /**
  * Failure counters of the guessing bounds (failed logins per IP, failed TOTP checks per session, user and IP), in the
- * shared cache (lib/kv: Redis or in-process), so every node counts the same failures. A counter lives for its window
- * after the last failure counted; once it reaches its limit the caller gets 429 with Retry-After until it expires.
+ * shared cache (lib/kv: Redis or in-process), so every node counts the same failures. A counter's window is fixed: it
+ * opens at the first failure and ends one window later, whatever comes after (failures spread out never add up); the
+ * failure that reaches the limit blocks for one window from itself (429 with Retry-After until then).
  */
 import { ApiError } from "../../lib/errors";
 import type { KeyValue } from "../../lib/kv";
@@ -15,6 +16,8 @@ export interface FailureLimit {
 
 /** When a counter that reached its limit expires (a counter's TTL cannot be read through lib/kv). */
 const untilKey = (key: string) => `${key}:until`;
+/** When the counter's window opened (its first failure). */
+const openedKey = (key: string) => `${key}:opened`;
 
 export function tooMany(message: string, retryAfterS: number): ApiError {
 	const err = new ApiError(429, message);
@@ -44,9 +47,16 @@ export class FailureCounter {
 	async count(limits: FailureLimit[]): Promise<number[]> {
 		const counts: number[] = [];
 		for (const l of limits) {
-			const n = await this.kv.incr(l.key, this.windowMs);
+			const now = Date.now();
+			// The first failure opens the window; later ones count in it without moving its end.
+			const opened = (await this.kv.setIfAbsent(openedKey(l.key), String(now), this.windowMs)) ? now : Number((await this.kv.get(openedKey(l.key))) ?? now);
+			const n = await this.kv.incr(l.key, Math.max(1, Math.min(this.windowMs, opened + this.windowMs - now)));
 			counts.push(n);
-			if (n >= l.limit) await this.kv.set(untilKey(l.key), String(Date.now() + this.windowMs), this.windowMs);
+			if (n >= l.limit) {
+				// The limit reached: blocked for a whole window from this failure, the counter kept as long.
+				await this.kv.set(l.key, String(n), this.windowMs);
+				await this.kv.set(untilKey(l.key), String(now + this.windowMs), this.windowMs);
+			}
 			if (n > l.limit) throw tooMany(l.message, this.windowMs / 1000);
 		}
 		return counts;

@@ -11,6 +11,7 @@ import { ACCESS_TTL, REFRESH_TTL, type JwtKeys } from "../../lib/tokens";
 import type { TokenClaims } from "../../lib/types";
 import { isPlainObject } from "../../lib/validate";
 import { usernameProblem, userSubjectProblem } from "../../lib/grant-validation";
+import { requestedScopeProblem } from "../../lib/oauth-form";
 import type { ClientInfo } from "../domain.service";
 import { blacklistKey, ignoreCacheOutage } from "./authenticate";
 import { FailureCounter } from "./failure-limits";
@@ -51,6 +52,8 @@ export function parseTokenRequest(body: unknown): TokenRequest {
 	if (!isPlainObject(body)) throw badRequest("body must be a JSON object");
 	for (const [k, v] of Object.entries(body)) {
 		const t = FIELDS[k];
+		// A key that is no field name at all is not repeated: it may be a whole body sent as the wrong type.
+		if (!/^[A-Za-z][A-Za-z0-9_]{0,63}$/.test(k)) throw badRequest(`the body is not a token request: give ${Object.keys(FIELDS).slice(0, 3).join(", ")}, ... as a JSON object or a form`);
 		if (!t || !Object.prototype.hasOwnProperty.call(FIELDS, k)) throw badRequest(`${k} is not a field of a token request`);
 		if (v === undefined || v === null) continue;
 		if (t === "string" && (typeof v !== "string" || v.length > 4096)) throw badRequest(`${k} must be a string of at most 4096 characters`);
@@ -58,6 +61,10 @@ export function parseTokenRequest(body: unknown): TokenRequest {
 		if (t === "array" && (!Array.isArray(v) || v.length > 100 || v.some((x) => typeof x !== "string" || x.length > 300)))
 			throw badRequest(`${k} must be an array of at most 100 strings`);
 	}
+	(body.scopes as string[] | undefined)?.forEach((s, i) => {
+		const problem = requestedScopeProblem(s, `scopes[${i}]`);
+		if (problem) throw badRequest(problem);
+	});
 	const r = { ...body } as unknown as TokenRequest;
 	// RFC 6749 §4.4 names the grant `client_credentials`; the spec `client_credential`: both are accepted.
 	if (r.grant_type === "client_credentials") r.grant_type = "client_credential";

@@ -198,9 +198,9 @@ export const filesHooks: CollectionHooks = { afterWrite, specials: { upload, sha
 export const filesMixin = {
 	actions: {
 		/**
-		 * The gateway's public download: a share key of the file (live, not revoked), or a bearer whose read view holds
-		 * it; anything else 404. Leaves status and headers in ctx.meta.$download and answers the content stream (null
-		 * for 304 and 416).
+		 * The gateway's public download: a share key of the file (live, not revoked), or a bearer whose `download` (or
+		 * `read`) view holds it; anything else 404. Leaves status and headers in ctx.meta.$download and answers the
+		 * content stream (null for 304 and 416).
 		 */
 		"files.download": {
 			visibility: "public",
@@ -215,9 +215,12 @@ export const filesMixin = {
 					const now = Date.now();
 					if (d && Array.isArray(d.share_keys) && (d.share_keys as Array<{ hash: string; expires_at: string }>).some((k) => k.hash === h && Date.parse(k.expires_at) > now)) doc = d;
 				}
-				if (!doc && ctx.meta.token) {
+				// A bearer's view: the special action `download` (its scope and grant), or `read` of the record (spec: upload,
+				// download and share are special actions of special:files; reading a record lets its reader download it).
+				for (const action of ["download", "read"]) {
+					if (doc || !ctx.meta.token) break;
 					try {
-						const plan = await callerView(ctx as unknown as Ctx, "special", "files", "read", id);
+						const plan = await callerView(ctx as unknown as Ctx, "special", "files", action, id);
 						doc = await store.findOne({ $and: [plan.filter, { deleted_at: null }] });
 					} catch (err) {
 						// No scope, no grant, not an access token: the file does not exist for this caller.

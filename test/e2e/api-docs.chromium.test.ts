@@ -6,7 +6,7 @@
 import { existsSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { chromium, type Browser } from "playwright-core";
+import { chromium, type Browser, type Page } from "playwright-core";
 import { DOCS_SECURITY_HEADERS, docsAsset, docsHtml } from "../../lib/docs-page";
 import { openApiDocument } from "../../lib/openapi";
 import { openApiServiceDocument } from "../../lib/openapi-split";
@@ -18,6 +18,26 @@ if (!available) {
 	console.warn(`api-docs e2e skipped: no Chromium at ${CHROMIUM} (set CHROMIUM_PATH, or REQUIRE_SERVERS=1 to make this a failure)`);
 }
 const suite = available ? describe : describe.skip;
+
+type Doc = { paths: Record<string, Record<string, { operationId?: string; tags?: string[]; summary?: string }>> };
+function operationOf(doc: object, operationId: string) {
+	for (const [path, item] of Object.entries((doc as Doc).paths))
+		for (const [method, op] of Object.entries(item)) if (op?.operationId === operationId) return { path, method, summary: op.summary ?? "", tags: op.tags ?? [] };
+	throw new Error(`no operation ${operationId}`);
+}
+
+describe("API docs index", () => {
+	it("links every operation to `?urls.primaryName=<service>#/<tag>/<operationId>` of that service's document", () => {
+		const hrefs = [...docsHtml("/api-json").matchAll(/<li><a href="([^"]+)"/g)].map((m) => m[1].replace(/&amp;/g, "&"));
+		expect(hrefs.length).toBeGreaterThan(300);
+		for (const href of hrefs) {
+			const m = /^\?urls\.primaryName=([a-z]+)#\/([^/]+)\/([^/]+)$/.exec(href);
+			expect(m).not.toBeNull();
+			const [, svc, tag, id] = m!.map(decodeURIComponent);
+			expect(operationOf(openApiServiceDocument(svc)!, id).tags[0]).toBe(tag);
+		}
+	});
+});
 
 jest.setTimeout(60_000);
 
@@ -97,6 +117,47 @@ suite("API docs page in Chromium", () => {
 		expect(errors).toEqual([]);
 		expect(external).toEqual([]);
 		expect(requested).toEqual(expect.arrayContaining(["/api", "/api/assets/swagger-ui.css", "/api/assets/swagger-ui-bundle.js", "/api/assets/init.js", "/api-json/content"]));
+		await page.close();
+	});
+
+	/** The operation `operationId` is expanded, its summary shown inside the viewport. */
+	async function expectOpened(page: Page, operationId: string) {
+		const op = operationOf(openApiDocument(), operationId);
+		const block = page.locator(".opblock.is-open", { has: page.locator(`.opblock-summary-path[data-path="${op.path}"]`) }).filter({ has: page.locator(`.opblock-summary-method`, { hasText: new RegExp(`^${op.method}$`, "i") }) });
+		await block.waitFor({ state: "visible", timeout: 15_000 });
+		await expect(block.locator(".opblock-summary-description").textContent()).resolves.toBe(op.summary);
+		// Opened means shown too: the block is scrolled into the viewport.
+		const seen = { el: await block.elementHandle(), height: page.viewportSize()!.height };
+		await page.waitForFunction(({ el, height }) => { const top = el!.getBoundingClientRect().top; return top >= 0 && top < height; }, seen, { timeout: 5000 });
+	}
+
+	it("a link of the index opens its operation; so does a page loaded with its hash, and a tag's hash", async () => {
+		const page = await browser.newPage();
+		const errors: string[] = [];
+		page.on("pageerror", (e) => errors.push(String(e)));
+		page.on("console", (m) => {
+			if (m.type() === "error") errors.push(m.text());
+		});
+		await page.goto(`${base}/api`, { waitUntil: "load" });
+		const openContent = () => page.locator('#api-index summary:has(b:text-is("content"))').click();
+		await openContent();
+		// Another service than the one shown: the link loads that service's document and opens the operation.
+		await page.locator('#api-index a[href$="#/content%2Fnotes/content_notes_get"]').click();
+		await expectOpened(page, "content_notes_get");
+		expect(new URL(page.url()).search + new URL(page.url()).hash).toBe("?urls.primaryName=content#/content%2Fnotes/content_notes_get");
+		// The same service: only the hash changes (no reload), and the operation opens all the same.
+		const loads = requested.filter((r) => r === "/api").length;
+		await openContent();
+		await page.locator('#api-index a[href$="#/content%2Fnotes/content_notes_count"]').click();
+		await expectOpened(page, "content_notes_count");
+		expect(requested.filter((r) => r === "/api").length).toBe(loads);
+		// A page loaded with the hash of the last operation of the longest service (far below, outside what Swagger UI has rendered).
+		await page.goto(`${base}/api?urls.primaryName=career#/career%2Fcustomers/career_customers_remove`, { waitUntil: "load" });
+		await expectOpened(page, "career_customers_remove");
+		// Reloaded with the hash Swagger UI writes when a reader opens a tag (the tag's name escaped once).
+		await page.goto(`${base}/api?urls.primaryName=content#/content%2Fnotes`, { waitUntil: "load" });
+		await page.locator('.opblock-tag-section.is-open .opblock-tag[data-tag="content/notes"]').waitFor({ state: "visible", timeout: 15_000 });
+		expect(errors).toEqual([]);
 		await page.close();
 	});
 

@@ -293,8 +293,9 @@ live("each dispatcher node answers /status and /metrics on its own port; the gat
 		expect(m.text).toMatch(/^# TYPE \S+ (counter|gauge|histogram)$/m);
 		// Connected to the transporter (a gauge of this node's registry).
 		expect(m.text).toMatch(/^moleculer_transit_connected\{[^}]*\} 1$/m);
-		// The node's own registry: every sample carries its node id, and only its own.
-		const ids = new Set([...m.text.matchAll(/node_id="([^"]+)"/g)].map((x) => x[1]));
+		// The node's own registry: every sample carries its node id, and only its own (peers appear only as the
+		// `target_node_id` of its pings and the `peer` of its clock skew).
+		const ids = new Set([...m.text.matchAll(/[{,]node_id="([^"]+)"/g)].map((x) => x[1]));
 		expect([...ids]).toEqual([nodeId]);
 	}
 	// Both on the one PostgreSQL schema, each with sessions of its own.

@@ -1,13 +1,20 @@
 /**
- * Issue 13 item 6: the REPL is an operator's tool. In a terminal (tmux), `npm run repl` and
- * `moleculer-runner --config moleculer.config.ts --repl` start the platform with the REPL; a collection call without
- * a principal answers a clear message (no stack); `as <username|client id>` makes later calls go through the
- * authority layer with that principal's token.
+ * The operators' console in a terminal (tmux), as an operator runs it (lib/repl.ts):
+ *  - no platform on DATA_DIR: `npm run repl` and `moleculer-runner --config moleculer.config.ts --repl` start the
+ *    platform with the REPL (issue 13 item 6); a collection call without a principal answers a clear message (no
+ *    stack); `as <username|client id>` makes later calls go through the authority layer with that principal's token;
+ *  - a platform running on DATA_DIR (a real process): `npm run repl` and `npm run runner -- --repl` attach to it through
+ *    its DATA_DIR socket; `services`, `call`, `as`, a dispatcher command run there (the note is in that platform), each
+ *    console with its own principal and output (none in the platform's); a console killed mid-command and one that
+ *    detaches with `exit` leave the platform serving, and consoles attaching again;
+ *  - a deployment over NATS: with TRANSPORTER, `npm run repl` joins as a console node with no service and calls the
+ *    cluster, `as` included (the identity service is on another node), touching nothing of DATA_DIR.
  */
 import { execFileSync } from "child_process";
-import { rmSync } from "fs";
+import { readdirSync, readFileSync, rmSync } from "fs";
 import path from "path";
-import { tempDir } from "../helpers/platform";
+import { needServers, tempDir } from "../helpers/platform";
+import { client, startNode, stopNode, testDeployment, waitForHttp, type ChildNode } from "../helpers/nodes";
 import { freePort } from "../helpers/ports";
 import { sleep } from "../helpers/wait";
 
@@ -21,19 +28,32 @@ const tmux = (() => {
 })();
 if (!tmux && process.env.REQUIRE_SERVERS === "1") throw new Error("REQUIRE_SERVERS=1 but tmux is missing (the REPL test drives a terminal)");
 const suite = tmux ? describe : describe.skip;
+const nats = needServers(["NATS", 4222]);
+const natsSuite = tmux && nats.up ? describe : describe.skip;
 
-jest.setTimeout(180_000);
+jest.setTimeout(240_000);
+
+/** Settings a console must not take from whatever environment the tmux server has. */
+const UNSET = ["TRANSPORTER", "NAMESPACE", "SERVICES", "NODE_ID", "DATABASE_URL", "MONGO_URI", "DOCUMENT_STORE", "REDIS_URL", "EVENT_STREAM", "PORT", "DATA_DIR"];
+
+/** `cmd` in ROOT with exactly `env` of the platform's settings; the exit status is printed, the pane stays. */
+const shell = (env: Record<string, string>, cmd: string) =>
+	`cd ${ROOT} && env ${UNSET.map((k) => `-u ${k}`).join(" ")} ${Object.entries(env).map(([k, v]) => `${k}=${v}`).join(" ")} HOST=127.0.0.1 LOG_LEVEL=warn ${cmd}; echo EXIT=$?; sleep 600`;
+
+const terms: Terminal[] = [];
+let seq = 0;
 
 class Terminal {
 	constructor(readonly name: string) {}
-	static async start(name: string, command: string): Promise<Terminal> {
-		execFileSync(tmux, ["new-session", "-d", "-s", name, "-x", "220", "-y", "60", command]);
-		const t = new Terminal(name);
-		await t.waitFor(/^mol \$ ?$/m, 120_000);
+	static async start(command: string, ready = /^mol \$ ?$/m): Promise<Terminal> {
+		const t = new Terminal(`repl-${process.pid}-${++seq}`);
+		terms.push(t);
+		execFileSync(tmux, ["new-session", "-d", "-s", t.name, "-x", "220", "-y", "60", command]);
+		await t.waitFor(ready, 120_000);
 		return t;
 	}
 	screen(): string {
-		return execFileSync(tmux, ["capture-pane", "-p", "-t", this.name, "-S", "-400"], { encoding: "utf8" });
+		return execFileSync(tmux, ["capture-pane", "-p", "-J", "-t", this.name, "-S", "-2000"], { encoding: "utf8" });
 	}
 	async waitFor(re: RegExp, ms = 20_000, from = 0): Promise<string> {
 		const end = Date.now() + ms;
@@ -44,26 +64,57 @@ class Terminal {
 			await sleep(200);
 		}
 	}
-	/** Types a line; resolves with what appeared after it once the prompt is back. */
-	async type(line: string): Promise<string> {
+	/** Types a line and Enter; the screen's length before it. */
+	send(line: string): number {
 		const before = this.screen().trimEnd().length;
 		execFileSync(tmux, ["send-keys", "-t", this.name, "-l", line]);
 		execFileSync(tmux, ["send-keys", "-t", this.name, "Enter"]);
-		const s = await this.waitFor(/\n[^\n]*\nmol \$ ?\s*$/, 20_000, before);
-		return s;
+		return before;
+	}
+	/** Types a line; resolves with what appeared after it once the prompt is back. */
+	async type(line: string): Promise<string> {
+		const before = this.send(line);
+		return this.waitFor(/\n[^\n]*\nmol \$ ?\s*$/, 30_000, before);
 	}
 	stop(): void {
 		try {
-			execFileSync(tmux, ["kill-session", "-t", this.name]);
+			execFileSync(tmux, ["kill-session", "-t", this.name], { stdio: "ignore" });
 		} catch {
 			/* already gone */
 		}
 	}
 }
 
-suite("the operator's REPL in a terminal", () => {
+afterAll(() => {
+	for (const t of terms) t.stop();
+});
+
+/** A platform process (`node --import tsx start.ts`) on its own DATA_DIR and port, and a root token for its HTTP API. */
+async function runningPlatform(name: string, env: Record<string, string> = {}) {
+	const port = await freePort();
+	const node = startNode(name, { PORT: String(port), MQTT_PORT: "0", ...env });
+	const base = `http://127.0.0.1:${port}`;
+	await waitForHttp(`${base}/status`, [node], { timeoutMs: 120_000 });
+	const http = client(base);
+	const root = JSON.parse(readFileSync(path.join(node.dataDir, "bootstrap.json"), "utf8"));
+	const login = await http("POST", "/auth/token", { body: { grant_type: "password", client_id: root.client_id, username: root.username, password: root.password } });
+	if (login.status !== 200) throw new Error(`login failed: ${login.status} ${login.text}`);
+	return { node, base, http, token: login.body.data.access_token as string };
+}
+
+/** `as root`, then a note created through the console: its id, read back from the platform's HTTP API. */
+async function createAsRoot(t: Terminal, p: Awaited<ReturnType<typeof runningPlatform>>, title: string): Promise<string> {
+	expect(await t.type("as root")).toMatch(/>> Calls now run as user root \([0-9a-f]{24}\) of client [0-9a-f]{24} \(root\.local\); scopes: whole; subjects: /);
+	const created = await t.type(`call content.notes.create '{"body": {"title": "${title}"}}'`);
+	expect(created).toContain(`title: '${title}'`);
+	const id = /\bid: '([0-9a-f]{24})'/.exec(created)![1];
+	const read = await p.http("GET", `/content/notes/${id}`, { token: p.token });
+	expect({ status: read.status, title: read.body?.data?.title }).toEqual({ status: 200, title });
+	return id;
+}
+
+suite("the operator's REPL in a terminal, no platform running", () => {
 	const dirs: string[] = [];
-	const terms: Terminal[] = [];
 	afterAll(async () => {
 		for (const t of terms) t.stop();
 		await sleep(2000);
@@ -73,11 +124,8 @@ suite("the operator's REPL in a terminal", () => {
 	async function open(kind: "npm" | "runner"): Promise<Terminal> {
 		const dir = tempDir("repl-");
 		dirs.push(dir);
-		const port = await freePort();
 		const cmd = kind === "npm" ? "npm run repl" : "node --import tsx node_modules/.bin/moleculer-runner --config moleculer.config.ts --repl";
-		const t = await Terminal.start(`repl-${kind}-${process.pid}`, `cd ${ROOT} && PORT=${port} HOST=127.0.0.1 DATA_DIR=${dir} LOG_LEVEL=warn ${cmd}`);
-		terms.push(t);
-		return t;
+		return Terminal.start(shell({ PORT: String(await freePort()), DATA_DIR: dir }, cmd));
 	}
 
 	test("npm run repl: a call without a principal says what to do; `as root` goes through the authority layer", async () => {
@@ -105,5 +153,97 @@ suite("the operator's REPL in a terminal", () => {
 		const t = await open("runner");
 		expect(await t.type("as root")).toContain(">> Calls now run as user root");
 		expect(await t.type("call content.notes.count")).toContain("{ total: 0 }");
+	});
+});
+
+suite("the console attached to the platform running on DATA_DIR (its socket)", () => {
+	let p: Awaited<ReturnType<typeof runningPlatform>>;
+	beforeAll(async () => {
+		p = await runningPlatform("repl-holder");
+	});
+	afterAll(async () => {
+		await stopNode(p?.node, 30_000);
+	});
+
+	const attach = (cmd = "npm run repl") => Terminal.start(shell({ DATA_DIR: p.node.dataDir }, cmd), />> Attached to the platform[^\n]*\nmol \$ ?$/m);
+
+	test("npm run repl attaches: services, call, as <principal> and dispatcher commands run in that platform; consoles detach, or die mid-command, and it keeps serving", async () => {
+		const a = await attach();
+		expect(a.screen()).toContain(`>> Attached to the platform on DATA_DIR ${p.node.dataDir} (pid ${p.node.pid})`);
+		// Not a platform of its own: no DATA_DIR refusal, no second start.
+		expect(a.screen()).not.toMatch(/is in use by pid|Platform seeded/);
+
+		const services = await a.type("services");
+		for (const name of ["content", "identity", "dispatcher", "api"]) expect(services).toMatch(new RegExp(`║ ${name} +│`));
+		expect(await a.type("call content.notes.count")).toContain("content.notes.count goes through the authority layer: act as a principal first");
+		await createAsRoot(a, p, "from the console");
+		expect(await a.type("call content.notes.count")).toContain("{ total: 1 }");
+		expect(await a.type("call dispatcher.stats")).toMatch(/>> Response:\s*\n\{ pending: \d+, delivered: \d+, failed: \d+, disabled: \d+ \}/);
+
+		// A second console has its own principal.
+		const b = await attach();
+		expect(await b.type("whoami")).toContain(">> nobody: collection actions need `as <username|client id>` first");
+		expect(await a.type("whoami")).toMatch(/>> user root \([0-9a-f]{24}\)/);
+		// ... and goes away in the middle of a command (its terminal is killed).
+		const from = b.send("bench --time 4 $node.health");
+		await b.waitFor(/Running 4 second\(s\)/, 20_000, from);
+		b.stop();
+
+		// The first detaches: the console process ends (status 0), the platform keeps serving.
+		const bye = a.send("exit");
+		expect(await a.waitFor(/EXIT=\d+/, 20_000, bye)).toMatch(/>> Detached: the platform keeps running\s*\nEXIT=0/);
+		await sleep(5000); // past the end of the abandoned benchmark
+		expect(p.node.child.exitCode).toBeNull();
+		await waitForHttp(`${p.base}/status`, [p.node], { timeoutMs: 10_000 });
+		const count = await p.http("GET", "/content/notes", { token: p.token });
+		expect(count.status).toBe(200);
+
+		// The runner's --repl attaches too; consoles still attach after all this.
+		const c = await attach("npm run runner -- --repl");
+		expect(await c.type("whoami")).toContain(">> nobody");
+		expect(await c.type("as root")).toContain(">> Calls now run as user root");
+		expect(await c.type("call content.notes.count")).toContain("{ total: 1 }");
+		c.send("exit");
+		await c.waitFor(/EXIT=0/);
+
+		// What the consoles' commands printed went to them, not to the platform's output.
+		expect(p.node.output()).not.toMatch(/from the console|Calls now run as|╔|Running 4 second/);
+	});
+});
+
+natsSuite("the console joined to a deployment over NATS (TRANSPORTER)", () => {
+	const d = testDeployment();
+	let p: Awaited<ReturnType<typeof runningPlatform>>;
+	let consoleDir: string;
+	beforeAll(async () => {
+		p = await runningPlatform("repl-nats", { TRANSPORTER: "nats://127.0.0.1:4222", NAMESPACE: d.namespace });
+		consoleDir = tempDir("repl-console-");
+	});
+	afterAll(async () => {
+		await stopNode(p?.node, 30_000);
+		rmSync(consoleDir, { recursive: true, force: true });
+	});
+
+	test("npm run repl joins as a node with no service: nodes, services, as <principal>, call and dispatcher commands reach the cluster", async () => {
+		const t = await Terminal.start(
+			shell({ TRANSPORTER: "nats://127.0.0.1:4222", NAMESPACE: d.namespace, DATA_DIR: consoleDir }, "npm run repl"),
+			/>> Console node console-[^\n]* joined namespace [^\n]*\nmol \$ ?$/m,
+		);
+		expect(t.screen()).toContain(`joined namespace ${d.namespace}: 1 other node(s)`);
+		const nodes = await t.type("nodes");
+		expect(nodes).toMatch(/║ console-\S+ \(\*\) +│ 1 /); // the console itself: $node only
+		expect(nodes).toMatch(/║ repl-nats-[0-9a-f]{6} +│ 2\d /); // the platform: every service
+		const services = await t.type("services");
+		for (const name of ["content", "identity", "dispatcher"]) expect(services).toMatch(new RegExp(`║ ${name} +│`));
+
+		await createAsRoot(t, p, "over the transporter");
+		expect(await t.type("call dispatcher.stats")).toMatch(/\{ pending: \d+, delivered: \d+, failed: \d+, disabled: \d+ \}/);
+		const bye = t.send("exit");
+		await t.waitFor(/EXIT=0/, 20_000, bye);
+
+		// The console claimed nothing in its DATA_DIR; the platform serves on.
+		expect(readdirSync(consoleDir)).toEqual([]);
+		await waitForHttp(`${p.base}/status`, [p.node], { timeoutMs: 10_000 });
+		expect(p.node.output()).not.toMatch(/over the transporter|Calls now run as/);
 	});
 });

@@ -1,5 +1,5 @@
 /** Boots a whole platform in-process on a fresh DATA_DIR and a free port, with HTTP helpers for tests. */
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "fs";
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "fs";
 import os from "os";
 import path from "path";
 import { startPlatform, type Platform } from "../../platform";
@@ -59,6 +59,16 @@ export function client(base: string) {
 
 export function tempDir(prefix = "platform-test-"): string {
 	return mkdtempSync(path.join(os.tmpdir(), prefix));
+}
+
+/**
+ * A DATA_DIR for a second node of the same deployment in this process (a directory is held by one platform): new, with
+ * the deployment's keys (DATA_DIR/keys.json) copied from `dataDir`, as nodes share JWT_SECRET and AES_SECRET.
+ */
+export function siblingDataDir(dataDir: string): string {
+	const dir = tempDir();
+	copyFileSync(path.join(dataDir, "keys.json"), path.join(dir, "keys.json"));
+	return dir;
 }
 
 const HOLD = { _id: "test-hold", seq: 0 };

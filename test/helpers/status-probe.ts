@@ -15,17 +15,23 @@
  * What the platform held, not what the machine did. On a loaded machine (2 cores shared by many jobs) a gap, or a
  * /status answer, can take well over 100 ms while the platform does nothing: the process waits for a core, or the
  * embedded PostgreSQL answers the health check late. So a gap counts as `held = min(its wall time, the CPU time the
- * process spent during it)`: what the platform kept the loop busy with, i.e. what it would cost on an idle machine. A
- * 150 ms synchronous computation is ≥ 150 ms of CPU inside one gap and fails the bound however loaded the machine; a
- * process waiting 400 ms for a core burns no CPU and passes; several requests one after the other do not add up (the
- * loop turns between them). Blind spots: a stall without CPU (a synchronous wait on a slow disk) is excused, and CPU of
- * other threads of the process (GC helpers, libuv's pool) in the same gap is counted. For a platform in another
- * process pass `{ inProcess: false }`: `held` is then the longest /status latency, with no excuse for load.
+ * process's main thread, the one running the loop, spent during it)` (Linux: /proc/<pid>/task/<pid>/schedstat;
+ * elsewhere the whole process's CPU time): what the platform kept the loop busy with, i.e. what it would cost on an idle
+ * machine. A 150 ms synchronous computation (or GC pause) is ≥ 150 ms of CPU inside one gap and fails the bound however
+ * loaded the machine; a process waiting 400 ms for a core burns no CPU and passes; several requests one after the
+ * other do not add up (the loop turns between them), but what one turn of the loop takes in at once does (500
+ * requests arriving together; a test's own burst: see inTurns). Blind spots: a stall without CPU (a synchronous wait on
+ * a slow disk) is excused, and the test's own synchronous work counts as the platform's. Other threads (GC helpers,
+ * libuv's pool) do not count, except where only the process's CPU time is known. For a platform in another process
+ * pass `{ inProcess: false }`: `held` is then the longest /status latency, with no excuse for load; with its `pid` too
+ * (Linux), each latency counts as `min(latency, the CPU time that process's main thread spent while the GET was out)`:
+ * the same judgement, the child's wait for a core excused.
  *
  * `max` is the plain /status latency (informative), `platformDelayMax` the largest event-loop delay the platform
  * reported in the answers (`info["event loop"].delay_ms.max`, over its last minute, so it may predate the probe, and,
  * being wall time, includes waits for a core).
  */
+import { readFileSync } from "fs";
 import { performance } from "perf_hooks";
 
 export interface StatusSample {
@@ -35,16 +41,20 @@ export interface StatusSample {
 	latency: number;
 	/** HTTP status, or 0 when the request failed. */
 	status: number;
+	/** Out of process with a pid: min(latency, CPU of its main thread meanwhile), the value `held` takes (ms). */
+	held?: number;
 }
 
 /** The longest gap between two ticks of the probe's timer, by what it held (in process only). */
 export interface LoopGap {
 	/** Wall time of the gap (ms). */
 	wall: number;
-	/** CPU time (user + system) of this process during the gap (ms). */
+	/** CPU time of this process's main thread (where not known, of the whole process) during the gap (ms). */
 	cpu: number;
 	/** min(wall, cpu): what the platform held the loop for (ms). */
 	held: number;
+	/** When the gap ended (performance.now(), ms, the clock of StatusSample.at): the request in flight then held it. */
+	at: number;
 }
 
 export interface ProbeResult {
@@ -62,6 +72,8 @@ export interface ProbeResult {
 	ticks?: number;
 	/** Largest `event loop` delay (`max`, ms) the platform reported in its answers; undefined when it reported none. */
 	platformDelayMax?: number;
+	/** When the probe started (performance.now(), ms). */
+	start: number;
 	/** Wall time from start to the last answer (ms). */
 	windowMs: number;
 	samples: StatusSample[];
@@ -75,6 +87,8 @@ export interface StatusProbe {
 export interface ProbeOptions {
 	/** The platform runs in this process (default true): see the file's comment. */
 	inProcess?: boolean;
+	/** Out of process: the platform's pid, to excuse its waits for a core (see the file's comment). */
+	pid?: number;
 }
 
 const REQUEST_TIMEOUT_MS = 15_000;
@@ -85,19 +99,30 @@ const cpuMs = () => {
 	const u = process.cpuUsage();
 	return (u.user + u.system) / 1000;
 };
+/** CPU time of the main thread of process `pid` (ms), NaN when unknown (not Linux, gone). */
+const mainThreadCpuMs = (pid: number) => {
+	try {
+		return Number(readFileSync(`/proc/${pid}/task/${pid}/schedstat`, "utf8").split(" ")[0]) / 1e6;
+	} catch {
+		return NaN;
+	}
+};
+
+/** CPU time of this process's event loop: of its main thread, or where that is not known, of the whole process (ms). */
+export const loopCpuMs = Number.isNaN(mainThreadCpuMs(process.pid)) ? cpuMs : () => mainThreadCpuMs(process.pid);
 
 /** Ticks a timer on this process's event loop; keeps the gap that held it longest, and the longest (see the file's comment). */
 function loopTicker(): { stop(): { worst: LoopGap; longest: LoopGap; ticks: number } } {
-	let worst: LoopGap = { wall: 0, cpu: 0, held: 0 };
+	let worst: LoopGap = { wall: 0, cpu: 0, held: 0, at: performance.now() };
 	let longest = worst;
 	let ticks = 0;
 	let wall = performance.now();
-	let cpu = cpuMs();
+	let cpu = loopCpuMs();
 	let timer: NodeJS.Timeout;
 	const tick = () => {
 		const w = performance.now();
-		const c = cpuMs();
-		const gap = { wall: w - wall, cpu: c - cpu, held: Math.min(w - wall, c - cpu) };
+		const c = loopCpuMs();
+		const gap = { wall: w - wall, cpu: c - cpu, held: Math.min(w - wall, c - cpu), at: w };
 		if (gap.held > worst.held) worst = gap;
 		if (gap.wall > longest.wall) longest = gap;
 		ticks++;
@@ -132,6 +157,7 @@ export function startStatusProbe(url: string, intervalMs = 20, opts: ProbeOption
 			last = stopping;
 			await sleep(intervalMs);
 			const at = performance.now();
+			const cpuAt = opts.pid ? mainThreadCpuMs(opts.pid) : NaN;
 			let status = 0;
 			try {
 				const res = await fetch(statusUrl, { signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
@@ -143,7 +169,9 @@ export function startStatusProbe(url: string, intervalMs = 20, opts: ProbeOption
 				status = 0;
 			}
 			if (status !== 200 && status !== 503) failures++;
-			samples.push({ at, latency: performance.now() - at, status });
+			const latency = performance.now() - at;
+			const cpu = opts.pid ? mainThreadCpuMs(opts.pid) - cpuAt : NaN;
+			samples.push({ at, latency, status, held: Number.isNaN(cpu) ? undefined : Math.min(latency, cpu) });
 		}
 	})();
 
@@ -159,11 +187,12 @@ export function startStatusProbe(url: string, intervalMs = 20, opts: ProbeOption
 				max,
 				count: answered.length,
 				failures,
-				held: loopGaps ? loopGaps.worst.held : max,
+				held: loopGaps ? loopGaps.worst.held : Math.max(0, ...answered.map((s) => s.held ?? s.latency)),
 				worstGap: loopGaps?.worst,
 				longestGap: loopGaps?.longest,
 				ticks: loopGaps?.ticks,
 				platformDelayMax,
+				start,
 				windowMs: end - start,
 				samples,
 			};
@@ -178,8 +207,8 @@ export function describeProbe(r: ProbeResult): string {
 	return (
 		`${r.count} /status answers over ${round(r.windowMs)} ms, ${r.failures} failed; held at most ${round(r.held)} ms` +
 		(r.worstGap && r.longestGap
-			? ` (loop gap ${round(r.worstGap.wall)} ms wall, ${round(r.worstGap.cpu)} ms CPU; longest gap ${round(r.longestGap.wall)} ms wall, ${round(r.longestGap.cpu)} ms CPU; ${r.ticks} ticks)`
-			: " (latency)") +
+			? ` (loop gap ${round(r.worstGap.wall)} ms wall, ${round(r.worstGap.cpu)} ms CPU, ended ${round(r.worstGap.at - r.start)} ms after the start; longest gap ${round(r.longestGap.wall)} ms wall, ${round(r.longestGap.cpu)} ms CPU; ${r.ticks} ticks)`
+			: r.samples.some((s) => s.held !== undefined) ? " (latency, less the platform's waits for a core)" : " (latency)") +
 		`; latency max ${round(r.max)} ms; platform-reported loop delay max ${r.platformDelayMax ?? "n/a"} ms`
 	);
 }
@@ -196,4 +225,45 @@ export async function expectStatusHeldUnder(probe: StatusProbe | ProbeResult, bo
 	expect({ enoughAnswers: r.count >= (opts.minCount ?? 2), summary }).toEqual({ enoughAnswers: true, summary });
 	expect({ heldUnderBound: r.held < boundMs, boundMs, summary }).toEqual({ heldUnderBound: true, boundMs, summary });
 	return r;
+}
+
+/**
+ * The invariant around every test of a load, fuzz or attack suite: registers a probe started before each test (after
+ * the suite's beforeAll hooks booted the platform) and asserted after it with expectStatusHeldUnder, and logs the
+ * suite's worst figures once at the end. Call it in the describe (or file) whose tests use that platform; `target` (its
+ * URL, or its URL and pid for a child process) is read at each start. A test that restarts or stops the platform belongs
+ * outside it (/status fails meanwhile).
+ */
+export function withStatusProbe(target: () => string | { url: string; pid?: number }, opts: ProbeOptions & { boundMs?: number; intervalMs?: number } = {}): void {
+	let probe: StatusProbe | undefined;
+	let worst: { r: ProbeResult; test?: string } | undefined;
+	beforeEach(() => {
+		const t = target();
+		probe = typeof t === "string" ? startStatusProbe(t, opts.intervalMs, opts) : startStatusProbe(t.url, opts.intervalMs, { ...opts, pid: t.pid });
+	});
+	afterEach(async () => {
+		if (!probe) return; // the suite's setup failed: that is the error to see
+		const r = await probe.stop();
+		probe = undefined;
+		if (!worst || r.held > worst.r.held) worst = { r, test: expect.getState().currentTestName };
+		await expectStatusHeldUnder(r, opts.boundMs);
+	});
+	afterAll(() => {
+		if (worst) console.log(`status probe: worst in "${worst.test}": ${describeProbe(worst.r)}`);
+	});
+}
+
+/**
+ * Starts `start(0)` to `start(n - 1)` and returns their promises, the event loop turning after every `per` of them. A
+ * test that fires a burst from the platform's own process would otherwise hold the loop itself while it sets up the
+ * requests or writes (500 fetches, 400 sockets written until they push back: 150 to 300 ms of CPU in one turn), and the
+ * in-process probe counts that as the platform's.
+ */
+export async function inTurns<T>(n: number, start: (i: number) => Promise<T>, per = 20): Promise<Array<Promise<T>>> {
+	const started: Array<Promise<T>> = [];
+	for (let i = 0; i < n; i++) {
+		if (i && i % per === 0) await new Promise((resolve) => setImmediate(resolve));
+		started.push(start(i));
+	}
+	return started;
 }

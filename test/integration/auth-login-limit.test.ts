@@ -4,7 +4,9 @@
  * transporter and share the platform cache, as gateways share Redis in production.
  */
 import { randomBytes } from "crypto";
-import { bootPlatform, type TestPlatform } from "../helpers/platform";
+import { rmSync } from "fs";
+import { bootPlatform, siblingDataDir, type TestPlatform } from "../helpers/platform";
+import { withStatusProbe } from "../helpers/status-probe";
 import { errorBody, kvOf, LeakWatch, ttlOf } from "../helpers/auth";
 import { startPlatform, type Platform } from "../../platform";
 
@@ -16,6 +18,7 @@ let a: TestPlatform;
 let gwB: Platform;
 let w: LeakWatch;
 let wb: LeakWatch;
+let dirB = "";
 
 const login = (extra: Record<string, unknown> = {}) => ({ grant_type: "password", client_id: a.root.client_id, username: a.root.username, password: a.root.password, ...extra });
 const clientCredential = (extra: Record<string, unknown> = {}) => ({ grant_type: "client_credential", client_id: a.root.client_id, client_secret: a.root.client_secret, ...extra });
@@ -23,7 +26,8 @@ const clientCredential = (extra: Record<string, unknown> = {}) => ({ grant_type:
 beforeAll(async () => {
 	const id = randomBytes(4).toString("hex");
 	a = await bootPlatform({ transporter: "Fake", namespace: `auth-limit-${id}`, nodeId: `a-${id}` });
-	gwB = await startPlatform({ ...a.cfg, services: ["api"], nodeId: `b-${id}`, port: 0 });
+	dirB = siblingDataDir(a.dataDir);
+	gwB = await startPlatform({ ...a.cfg, dataDir: dirB, services: ["api"], nodeId: `b-${id}`, port: 0 });
 	await gwB.broker.waitForServices(["auth", "identity", "domain"], 10_000);
 	w = new LeakWatch(a);
 	wb = new LeakWatch(a);
@@ -35,8 +39,10 @@ beforeAll(async () => {
 afterAll(async () => {
 	await gwB?.stop();
 	await a?.cleanup();
+	if (dirB) rmSync(dirB, { recursive: true, force: true });
 });
 beforeEach(() => kvOf(a).del(COUNTER));
+withStatusProbe(() => a.url);
 
 /** A request through gateway B: the platform's http helper reads its `url` at call time. */
 async function onB(method: string, path: string, opts: Parameters<TestPlatform["http"]>[2] = {}) {

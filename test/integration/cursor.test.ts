@@ -5,6 +5,7 @@
  */
 import http from "http";
 import { bootPlatform, parseSse, type TestPlatform } from "../helpers/platform";
+import { withStatusProbe } from "../helpers/status-probe";
 import { unique } from "../helpers/samples";
 
 const N = 350;
@@ -37,6 +38,7 @@ beforeAll(async () => {
 	expect((await p.http("POST", "/content/notes", { token, body: { title: "doc 000 other", props: { n: 0 } } })).status).toBe(200);
 });
 afterAll(() => p?.cleanup());
+withStatusProbe(() => p.url);
 
 async function stream(params: string) {
 	const r = await p.http("GET", `/content/notes/cursor?${params}`, { token, headers: SSE });

@@ -527,8 +527,8 @@ servers.describe("dispatcher, real PostgreSQL (DATABASE_URL)", () => {
 		]);
 		const att = await admin!.query(`select count(*)::int as n from ${schema}.delivery_attempts a join ${schema}.deliveries d on d.id = a.delivery_id where d.document_id = $1`, [n]);
 		expect(att.rows[0].n).toBe(2);
-		const mig = await admin!.query(`select version from ${schema}.schema_migrations where component = 'dispatcher'`);
-		expect(mig.rows).toEqual([{ version: 1 }]);
+		const mig = await admin!.query(`select version from ${schema}.schema_migrations where component = 'dispatcher' order by version`);
+		expect(mig.rows).toEqual([{ version: 1 }, { version: 2 }]);
 		const h = (await p!.broker.call("dispatcher.health")) as { info: Record<string, { status: string }> };
 		expect(h.info["relational store"]).toEqual({ status: "up" });
 	});

@@ -18,6 +18,7 @@ import { platformDoc } from "../../mixins/collection.mixin";
 import { NedbStore, type DocumentStore, type StoredDoc } from "../../mixins/stores";
 import { grantCache } from "../../middlewares/grant-cache";
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
+import { withStatusProbe } from "../helpers/status-probe";
 
 const DOMAIN = "d.example";
 const OBJECT = "logistic:locations";
@@ -475,6 +476,7 @@ describe("the broker path: authority middleware, collection engine and the platf
 		grantsStore = (p.broker.getLocalService("auth") as any).collectionStore("grants");
 	}, 60_000);
 	afterAll(() => p?.cleanup());
+	withStatusProbe(() => p.url);
 
 	test("list, count, get and bulk patch through broker.call with a token in meta (250 runs)", async () => {
 		let executed = 0;

@@ -319,7 +319,7 @@ describe("documents and routes", () => {
 		}
 	});
 
-	test("a missing or unusable token → 401 `authorization token is required`", async () => {
+	test("a missing token → 401 `authorization token is required`; one that is no token → 401 `invalid token`", async () => {
 		for (const [m, path] of [
 			["GET", "/content/notes"],
 			["GET", "/content/notes/count"],
@@ -331,10 +331,15 @@ describe("documents and routes", () => {
 		]) {
 			await expectError(call(m, path, { anonymous: true, body: m === "POST" ? { title: "t" } : undefined }), 401, "authorization token is required");
 		}
-		for (const bad of ["Bearer", "Bearer not-a-jwt", "Bearer eyJhbGciOiJIUzI1NiJ9.e30.c2ln", "Bearer APT-unknown", "Basic cm9vdDpyb290"]) {
-			await expectError(call("GET", "/content/notes", { anonymous: true, headers: { authorization: bad } }), 401, "authorization token is required");
+		// No bearer at all: the header is empty of a token, or of another scheme.
+		for (const none of ["Bearer", "Basic cm9vdDpyb290"]) {
+			await expectError(call("GET", "/content/notes", { anonymous: true, headers: { authorization: none } }), 401, "authorization token is required");
 		}
-		await expectError(call("GET", `/content/notes?token=garbage`, { anonymous: true }), 401, "authorization token is required");
+		// A bearer that is not a token of this platform (malformed, forged, an APT of the wrong form).
+		for (const bad of ["Bearer not-a-jwt", "Bearer eyJhbGciOiJIUzI1NiJ9.e30.c2ln", "Bearer APT-unknown"]) {
+			await expectError(call("GET", "/content/notes", { anonymous: true, headers: { authorization: bad } }), 401, "invalid token");
+		}
+		await expectError(call("GET", `/content/notes?token=garbage`, { anonymous: true }), 401, "invalid token");
 		// The token as query parameter works (spec: alternative carrier).
 		expect((await call("GET", `/content/notes?token=${token}`, { anonymous: true })).status).toBe(200);
 	});

@@ -100,9 +100,10 @@ describe("POST /auth/token with a form body (RFC 6749 §4)", () => {
 		expect(payloadOf(r.body.data.access_token).strict).toBe(true);
 	});
 
-	test("other routes still refuse a form body (JSON only)", async () => {
+	test("other routes still refuse a form body (JSON only): 415 saying what to send", async () => {
 		const root = await p.rootToken();
 		const r = await p.http("POST", "/content/notes", { token: root, raw: "title=x", headers: { "content-type": "application/x-www-form-urlencoded" } });
-		expect(r.status).toBe(400);
+		expect(r.status).toBe(415);
+		expect(r.body.message).toBe("this endpoint reads a JSON body: send Content-Type: application/json, not application/x-www-form-urlencoded (curl -d sends a form: add -H 'Content-Type: application/json')");
 	});
 });

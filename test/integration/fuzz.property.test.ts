@@ -13,6 +13,7 @@ import { gzipSync } from "zlib";
 import { findCollection } from "../../catalog";
 import { bootPlatform, parseSse, type TestPlatform } from "../helpers/platform";
 import { sampleBody, unique } from "../helpers/samples";
+import { withStatusProbe } from "../helpers/status-probe";
 
 jest.setTimeout(120_000);
 
@@ -331,6 +332,8 @@ beforeAll(async () => {
 			known[col].push(r.body.data.id);
 		}
 });
+
+withStatusProbe(() => p.url);
 
 afterAll(async () => {
 	if (process.env.FUZZ_STATS) console.log([...stats].sort().map(([k, n]) => `${k}: ${n}`).join("\n"));

@@ -9,6 +9,7 @@ import net from "net";
 import { randomBytes } from "crypto";
 import mqtt, { type MqttClient } from "mqtt";
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
+import { withStatusProbe } from "../helpers/status-probe";
 import { createUser, tokenOf } from "../helpers/auth";
 import { DOMAIN_SPEC_PORTS, freeOpsOffset } from "../helpers/ports";
 import { sleep } from "../helpers/wait";
@@ -147,6 +148,7 @@ describe("MQTT hardening", () => {
 	});
 
 	describe("limits (issue 9.5)", () => {
+		withStatusProbe(() => p.url);
 		test("a CONNECT announcing 250 MB is closed at its fixed header; streaming into it buffers nothing", async () => {
 			const [host, port] = new URL(url).host.split(":");
 			const socket = net.connect({ host, port: Number(port) });

@@ -12,6 +12,7 @@ import path from "path";
 import { Client } from "pg";
 import { bootPlatform, tempDir, type TestPlatform } from "../helpers/platform";
 import { eventually } from "../helpers/wait";
+import { withStatusProbe } from "../helpers/status-probe";
 import { openRelational, releaseRelational, storableJson, storableText, type Relational } from "../../lib/relational";
 import { AuditWriter, type AuditRow } from "../../workers/logger/audit";
 import { DeliveryStore, storableUrl } from "../../workers/dispatcher/store";
@@ -76,6 +77,7 @@ describe("local hardening", () => {
 	});
 
 	describe("audit log (issue 9.7)", () => {
+		withStatusProbe(() => p.url);
 		test("GET /content/notes/%00 without a token is stored, and the requests after it too", async () => {
 			const nul = await p.http("GET", "/content/notes/%00");
 			expect(nul.status).toBeGreaterThanOrEqual(400);
@@ -127,6 +129,7 @@ describe("local hardening", () => {
 	});
 
 	describe("embedded PostgreSQL credentials (issue 9.9.1)", () => {
+		withStatusProbe(() => p.url);
 		test("postgres/postgres is refused; the generated password is kept in DATA_DIR/postgres.json (0600)", async () => {
 			const port = pgPort(p.dataDir);
 			expect(await tryLogin(port, "postgres")).toBe("28P01");
@@ -197,6 +200,7 @@ describe("local hardening", () => {
 	});
 
 	describe("API docs headers (issue 9.9.3)", () => {
+		withStatusProbe(() => p.url);
 		test.each(["/api", "/api-json", "/api/assets/init.js", "/api/assets/swagger-ui.css"])("%s: X-Frame-Options DENY, nosniff, a same-origin CSP", async (route) => {
 			const r = await p.http("GET", route);
 			expect(r.status).toBe(200);
@@ -217,6 +221,7 @@ describe("local hardening", () => {
 	});
 
 	describe("delivery records without webhook credentials (issue 9.9.5)", () => {
+		withStatusProbe(() => p.url);
 		test("a webhook URL with user:pass@ is stored, listed and returned without them", async () => {
 			const store = new DeliveryStore(db);
 			const event = `hardening-${Date.now()}`;

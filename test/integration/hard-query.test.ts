@@ -10,6 +10,7 @@ import { gzipSync } from "zlib";
 import { request } from "http";
 import { bootPlatform, type HttpResult, type TestPlatform } from "../helpers/platform";
 import { unique } from "../helpers/samples";
+import { withStatusProbe } from "../helpers/status-probe";
 
 jest.setTimeout(60_000);
 
@@ -52,6 +53,7 @@ beforeAll(async () => {
 afterAll(async () => {
 	await p?.cleanup();
 });
+withStatusProbe(() => p.url);
 
 describe("1. write-only and internal fields are never queried", () => {
 	let reader: { token: string; uid: string };

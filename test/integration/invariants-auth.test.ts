@@ -9,6 +9,7 @@
  * - A client secret that is presented (HTTP Basic or body) is verified for every grant type.
  */
 import { bootTenancy, ok, STORES, type Tenancy, type Tenant } from "../helpers/tenants";
+import { withStatusProbe } from "../helpers/status-probe";
 import { aesOf, errorBody, payloadOf } from "../helpers/auth";
 import { encryptEnvelope } from "../../lib/crypto";
 import { totp } from "../../lib/totp";
@@ -49,6 +50,7 @@ describe.each(STORES)("auth invariants on %s", (store) => {
 		secret = encryptEnvelope(aesOf(T.p), HEX);
 	});
 	afterAll(() => T?.cleanup());
+	withStatusProbe(() => T.p.url);
 
 	describe("finding 6: /auth/can names only subjects of the caller's tenant", () => {
 		const can = (token: string, body: Record<string, unknown>) => T.as(token, "POST", "/auth/can", body, { "x-can-with-policies": "1" });

@@ -9,6 +9,7 @@
  *   platform's to set.
  */
 import { STORES, bootTenancy, ok, type Tenancy } from "../helpers/tenants";
+import { withStatusProbe } from "../helpers/status-probe";
 import { WALLET_CURRENCY, walletIdOf } from "../../services/financial.service";
 import { platformDoc } from "../../mixins/collection.mixin";
 import type { HttpResult } from "../helpers/platform";
@@ -57,6 +58,7 @@ describe.each(STORES)("financial invariants on %s", (store) => {
 	afterAll(async () => {
 		await t?.cleanup();
 	});
+	withStatusProbe(() => t.p.url);
 
 	test("payments, overdrafts and concurrent transfers answer as on every store (no 500)", async () => {
 		await deposit(t.a.admin.token, W.am, 300);

@@ -10,6 +10,7 @@
 import http from "http";
 import type { AddressInfo } from "net";
 import { bootTenancy, ok, STORES, type Tenancy } from "../helpers/tenants";
+import { withStatusProbe } from "../helpers/status-probe";
 import { errorBody } from "../helpers/auth";
 import { eventually, waitForValue } from "../helpers/wait";
 import { opsHandler } from "../../lib/ops-server";
@@ -34,6 +35,7 @@ describe.each(STORES)("gateway invariants on %s", (store) => {
 	afterAll(async () => {
 		await t?.cleanup();
 	});
+	withStatusProbe(() => t.p.url);
 
 	const upload = (token: string, body: string, boundary = "b", extra: Record<string, string> = {}) =>
 		rawRequest(

@@ -5,7 +5,7 @@
  */
 import { spawn } from "child_process";
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
-import { describeProbe, expectStatusHeldUnder, startStatusProbe } from "../helpers/status-probe";
+import { describeProbe, expectStatusHeldUnder, loopCpuMs, startStatusProbe } from "../helpers/status-probe";
 
 let p: TestPlatform;
 beforeAll(async () => {
@@ -19,12 +19,8 @@ const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve,
  * work, as a platform's computation is (on a loaded machine it takes longer on the clock).
  */
 const spin = (ms: number) => {
-	const cpu = () => {
-		const u = process.cpuUsage();
-		return (u.user + u.system) / 1000;
-	};
-	const end = cpu() + ms;
-	while (cpu() < end);
+	const end = loopCpuMs() + ms;
+	while (loopCpuMs() < end);
 };
 
 test("/status carries the gateway's event-loop delay (p99 and max, ms) and stays backwards compatible; /metrics exports it", async () => {

@@ -19,6 +19,7 @@ import type { HttpResult } from "../helpers/platform";
 import { WALLET_CURRENCY, walletIdOf } from "../../services/financial.service";
 import type { StoredDoc } from "../../mixins/stores";
 import { waitForValue } from "../helpers/wait";
+import { withStatusProbe } from "../helpers/status-probe";
 
 jest.setTimeout(600_000);
 
@@ -508,6 +509,7 @@ describe.each(STORES)("money invariants on %s (model-based)", (store) => {
 	afterAll(async () => {
 		await t?.cleanup();
 	});
+	withStatusProbe(() => t.p.url);
 
 	test("balances never below zero, the sum moves only by deposits and withdrawals, tenants apart, one state per transaction", async () => {
 		const started = Date.now();

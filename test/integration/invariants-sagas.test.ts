@@ -8,6 +8,7 @@
  */
 import { randomUUID } from "crypto";
 import { bootTenancy, ok, STORES, type Tenancy } from "../helpers/tenants";
+import { withStatusProbe } from "../helpers/status-probe";
 import { walletIdOf } from "../../services/financial.service";
 import { waitForValue } from "../helpers/wait";
 
@@ -24,6 +25,7 @@ describe.each(STORES)("sagas on %s", (store) => {
 	afterAll(async () => {
 		await t?.cleanup();
 	});
+	withStatusProbe(() => t.p.url);
 
 	const wallets = () => (t.p.broker.getLocalService("financial") as any).collectionStore("wallets");
 	/** A wallet's balance, null when the wallet is gone. */

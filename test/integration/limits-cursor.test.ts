@@ -7,6 +7,7 @@ import { bootPlatform, type TestPlatform } from "../helpers/platform";
 import { errorBody, sleep } from "../helpers/auth";
 import { unique } from "../helpers/samples";
 import { bigNotes, otherPrincipal, stalledStream, type Stalled } from "../helpers/stall";
+import { withStatusProbe } from "../helpers/status-probe";
 
 const IDLE_MS = 1500;
 let p: TestPlatform;
@@ -24,6 +25,7 @@ beforeAll(async () => {
 	path = `/content/notes/cursor?query=${encodeURIComponent(JSON.stringify({ tags: tag }))}`;
 }, 60_000);
 afterAll(() => p?.cleanup());
+withStatusProbe(() => p.url);
 
 test("8 open streams per principal; the 9th → 429 in the error shape, no SSE header; another principal is not affected", async () => {
 	const held: Stalled[] = [];

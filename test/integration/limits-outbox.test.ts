@@ -7,6 +7,7 @@
 import { readFileSync, rmSync, statSync } from "fs";
 import path from "path";
 import { bootPlatform, tempDir, type TestPlatform } from "../helpers/platform";
+import { describeProbe, expectStatusHeldUnder, startStatusProbe } from "../helpers/status-probe";
 import { startChild } from "../helpers/child";
 import { sleep } from "../helpers/wait";
 import { Outbox, sharedOutbox } from "../../events/outbox";
@@ -35,6 +36,7 @@ test(`${PATCHES} patches of a ${KB} KB note: once every group has passed them th
 	const note = await p.http("POST", "/content/notes", { token, body: { title: "big", content: "y".repeat(KB * 1024) } });
 	expect(note.status).toBe(200);
 	const outbox = sharedOutbox(p.cfg);
+	const probe = startStatusProbe(p.url);
 	let peakFile = 0;
 	for (let i = 0; i < PATCHES; i++) {
 		const r = await p.http("PATCH", `/content/notes/${note.body.data.id}`, { token, body: { title: `big ${i}` } });
@@ -50,6 +52,7 @@ test(`${PATCHES} patches of a ${KB} KB note: once every group has passed them th
 		await sleep(250);
 	}
 	expect(size(outboxFile(p.dataDir))).toBeLessThan(written / 50);
+	console.log(`outbox: ${describeProbe(await expectStatusHeldUnder(probe))}`);
 	// Each group has passed every event (nothing was dropped before it was read).
 	const offsets = createStore(p.cfg, "_stream_offsets");
 	await offsets.connect();

@@ -4,9 +4,11 @@
  * bucket per principal/IP in the shared cache (lib/kv rateTake), so every gateway agrees.
  */
 import { randomBytes } from "crypto";
-import { bootPlatform, needServers, type TestPlatform } from "../helpers/platform";
+import { rmSync } from "fs";
+import { bootPlatform, needServers, siblingDataDir, type TestPlatform } from "../helpers/platform";
 import { errorBody, sleep } from "../helpers/auth";
 import { otherPrincipal } from "../helpers/stall";
+import { describeProbe, expectStatusHeldUnder, startStatusProbe, withStatusProbe } from "../helpers/status-probe";
 import { startPlatform, type Platform } from "../../platform";
 import { MemoryKeyValue, RedisKeyValue, type KeyValue } from "../../lib/kv";
 import { rateLimit, readConfig } from "../../lib/config";
@@ -67,6 +69,7 @@ describe("on the gateway", () => {
 	let p: TestPlatform;
 	let token: string;
 	let gwB: Platform | undefined;
+	let dirB = "";
 
 	beforeAll(async () => {
 		// 30 a minute (one token every 2 s), bursts of 10: no refill can hide the limit during a test.
@@ -76,8 +79,10 @@ describe("on the gateway", () => {
 	});
 	afterAll(async () => {
 		await gwB?.stop();
+		if (dirB) rmSync(dirB, { recursive: true, force: true });
 		await p?.cleanup();
 	});
+	withStatusProbe(() => p.url);
 
 	test("per principal: 10 requests, then 429 with Retry-After; another principal has its own bucket", async () => {
 		const codes: number[] = [];
@@ -94,12 +99,18 @@ describe("on the gateway", () => {
 		for (let i = 0; i < 15; i++) expect((await p.http("GET", "/status")).status).toBe(200);
 	});
 
-	test("a second gateway on the same cache agrees", async () => {
-		gwB = await startPlatform({ ...p.cfg, services: ["api"], nodeId: `b-${randomBytes(4).toString("hex")}`, port: 0 });
-		await gwB.broker.waitForServices(["auth", "identity", "domain", "content"], 10_000);
-		const r = await fetch(`${gwB.url}/content/notes`, { headers: { authorization: `Bearer ${token}` } });
-		expect(r.status).toBe(429);
-		expect(await r.json()).toEqual(LIMITED);
+	describe("a second gateway", () => {
+		// Started before the test's probe: a node's start (in this process here) is no request.
+		beforeAll(async () => {
+			dirB = siblingDataDir(p.dataDir);
+			gwB = await startPlatform({ ...p.cfg, dataDir: dirB, services: ["api"], nodeId: `b-${randomBytes(4).toString("hex")}`, port: 0 });
+			await gwB.broker.waitForServices(["auth", "identity", "domain", "content"], 10_000);
+		});
+		test("on the same cache agrees", async () => {
+			const r = await fetch(`${gwB!.url}/content/notes`, { headers: { authorization: `Bearer ${token}` } });
+			expect(r.status).toBe(429);
+			expect(await r.json()).toEqual(LIMITED);
+		});
 	});
 
 	test("unauthenticated requests count per IP: failed authentications and public routes alike", async () => {
@@ -123,8 +134,10 @@ test("off by default: no request is limited", async () => {
 	const p = await bootPlatform();
 	try {
 		expect(p.cfg.rateLimit).toBeUndefined();
+		const probe = startStatusProbe(p.url);
 		const codes = await Promise.all(Array.from({ length: 60 }, () => p.http("GET", "/content/notes")));
 		expect(codes.every((r) => r.status === 401)).toBe(true);
+		console.log(`60 requests at once: ${describeProbe(await expectStatusHeldUnder(probe))}`);
 	} finally {
 		await p.cleanup();
 	}

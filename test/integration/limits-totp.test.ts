@@ -3,6 +3,7 @@
  * answers for one session within 15 minutes, 429 until the window passes, counted in the shared cache.
  */
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
+import { withStatusProbe } from "../helpers/status-probe";
 import { aesOf, errorBody, kvOf, payloadOf, tokenOf, ttlOf } from "../helpers/auth";
 import { encryptEnvelope } from "../../lib/crypto";
 import { totp } from "../../lib/totp";
@@ -30,6 +31,7 @@ beforeAll(async () => {
 	secret = encryptEnvelope(aesOf(p), HEX);
 });
 afterAll(() => p.cleanup());
+withStatusProbe(() => p.url);
 
 test("window above 5 → 400; 5 is accepted", async () => {
 	const token = await login();

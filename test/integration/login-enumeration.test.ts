@@ -4,6 +4,7 @@
  * Each attempt comes from its own X-Forwarded-For address (TRUST_PROXY), so the failed-login limit never applies.
  */
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
+import { withStatusProbe } from "../helpers/status-probe";
 import { errorBody } from "../helpers/auth";
 
 let p: TestPlatform;
@@ -15,6 +16,7 @@ beforeAll(async () => {
 afterAll(async () => {
 	await p?.cleanup();
 });
+withStatusProbe(() => p.url);
 
 async function timed(username: string): Promise<number> {
 	const t0 = process.hrtime.bigint();

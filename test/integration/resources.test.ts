@@ -10,6 +10,7 @@
 import net from "net";
 import v8 from "v8";
 import vm from "vm";
+import { describeProbe, expectStatusHeldUnder, inTurns, startStatusProbe } from "../helpers/status-probe";
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
 import { aesOf, errorBody, sleep } from "../helpers/auth";
 import { unique } from "../helpers/samples";
@@ -98,6 +99,7 @@ test("50 stalled cursors, 500 TOTP checks and 20 oversized MQTT packets at once:
 	gc();
 	const before = rss();
 	const beforeAll_ = process.memoryUsage();
+	const probe = startStatusProbe(p.url); // over the attack, not the test's own gc() calls
 
 	// 1. 50 stalled cursors: 7 principals × 7, plus one more for root (8: its cap), and the 9th of root refused.
 	const principals = [token, ...Array.from({ length: 6 }, (_, i) => otherPrincipal(p, token, i + 1))];
@@ -116,7 +118,7 @@ test("50 stalled cursors, 500 TOTP checks and 20 oversized MQTT packets at once:
 	// 3. A burst of 500 TOTP checks with wrong codes from one session: 30 NOK, the rest 429.
 	const guesser = (await login()).body.data.access_token;
 	const wrong = totp(HEX, Date.now() + 3_600_000) === totp(HEX, Date.now()) ? "000001" : totp(HEX, Date.now() + 3_600_000);
-	const burst = Promise.all(Array.from({ length: 500 }, () => p.http("POST", "/auth/check", { token: guesser, body: { secret, token: wrong } })));
+	const burst = Promise.all(await inTurns(500, () => p.http("POST", "/auth/check", { token: guesser, body: { secret, token: wrong } })));
 
 	// While all of it is held: /status answers quickly.
 	await sleep(300);
@@ -131,6 +133,7 @@ test("50 stalled cursors, 500 TOTP checks and 20 oversized MQTT packets at once:
 	const mqttResults = await Promise.race([Promise.all(mqtt.map((m) => m.done)), sleep(10_000).then(() => undefined)]);
 	for (const s of stalled) s.destroy();
 	for (const m of mqtt) m.destroy();
+	console.log(`resources: ${describeProbe(await expectStatusHeldUnder(probe))}`);
 	console.log(`resources: /status median ${median.toFixed(1)} ms, max ${times[times.length - 1].toFixed(1)} ms; RSS before ${(before / MB).toFixed(0)} MB, during ${(during / MB).toFixed(0)} MB; mqtt ${mqttResults ? mqttResults.map((r) => `${(r.sent / MB).toFixed(1)}${r.closedByServer ? "c" : ""}`).join(" ") : "still open after 10 s"}`);
 	expect(median).toBeLessThan(100);
 	expect(times[times.length - 1]).toBeLessThan(500);

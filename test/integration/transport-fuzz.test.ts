@@ -13,6 +13,7 @@ import { tempDir } from "../helpers/platform";
 import { pgTemplate, seedEmbeddedPg } from "../helpers/pg-template";
 import { head, rawRequest, type RawAnswer } from "../helpers/raw-http";
 import { sleep, waitForValue } from "../helpers/wait";
+import { withStatusProbe } from "../helpers/status-probe";
 
 jest.setTimeout(90_000);
 
@@ -59,6 +60,7 @@ afterAll(async () => {
 	await child?.stop();
 	if (dataDir) rmSync(dataDir, { recursive: true, force: true });
 });
+withStatusProbe(() => ({ url: child.url, pid: child.proc.pid }), { inProcess: false });
 
 /** The process is alive and serving, a moment after the round (an unheard stream error ends it within ticks). */
 async function stillUp(): Promise<void> {

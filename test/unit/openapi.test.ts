@@ -139,13 +139,13 @@ describe("openApiDocument", () => {
 		expect(op("/touch/push-histories", "post").responses["405"]).toBeDefined();
 	});
 
-	it("has a bearer scheme, global security, and a public /auth/token", () => {
+	it("has a bearer scheme, global security, and a public /auth/token (client credentials also in HTTP Basic)", () => {
 		expect(doc.components.securitySchemes.bearer).toMatchObject({ type: "http", scheme: "bearer", bearerFormat: "JWT or APT" });
 		// The same bearer also as `?token=` and as the `authorization` cookie.
 		expect(doc.security).toEqual([{ bearer: [] }, { tokenQuery: [] }, { tokenCookie: [] }]);
 		expect(doc.components.securitySchemes.tokenQuery).toMatchObject({ type: "apiKey", in: "query", name: "token" });
 		expect(doc.components.securitySchemes.tokenCookie).toMatchObject({ type: "apiKey", in: "cookie", name: "authorization" });
-		expect(op("/auth/token", "post").security).toEqual([]);
+		expect(op("/auth/token", "post").security).toEqual([{}, { clientBasic: [] }]);
 		for (const r of allRoutes().filter((x) => !x.public)) expect(op(toOpenApiPath(r.path), r.method.toLowerCase()).security).toBeUndefined();
 	});
 

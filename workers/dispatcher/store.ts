@@ -51,6 +51,12 @@ export const MIGRATIONS: Migration[] = [
 			create index delivery_attempts_delivery on delivery_attempts (delivery_id, attempt);
 		`,
 	},
+	{
+		version: 2,
+		// Where each CQRS config came into being in the change stream (its creation event's position): a change of an
+		// earlier position was written before the config existed and is not delivered to it, whatever the clocks say.
+		up: `create table config_births (config_id text primary key, seq bigint not null, recorded_at timestamptz not null default now());`,
+	},
 ];
 
 export type DeliveryStatus = "pending" | "delivered" | "failed" | "disabled";
@@ -161,7 +167,7 @@ function settleText(n: number): string {
 			 a as (insert into delivery_attempts (delivery_id, attempt, url, status, error, duration_ms)
 				select id, attempts, url, last_status, a_error, a_duration from v where has_attempt)
 			 update deliveries d set status = v.status, attempts = v.attempts, next_at = now() + make_interval(secs => v.next_in),
-				last_status = coalesce(v.last_status, d.last_status), last_error = v.last_error, config_id = v.config_id, url = v.url,
+				last_status = case when v.has_attempt then v.last_status else d.last_status end, last_error = v.last_error, config_id = v.config_id, url = v.url,
 				delivered_at = case when v.status = 'delivered' then now() else d.delivered_at end,
 				locked_by = null, locked_until = null, updated_at = now()
 			 from v where d.id = v.id and d.locked_by = v.owner`;
@@ -355,16 +361,39 @@ export class DeliveryStore {
 		return rows;
 	}
 
-	/** Puts failed/disabled rows back in the queue with a fresh retry schedule (attempt history is kept). */
-	async requeue(where: { id?: string; client_id?: string }): Promise<DeliveryRow[]> {
+	/**
+	 * Puts failed/disabled rows back in the queue with a fresh retry schedule (attempt history is kept), for the
+	 * client's webhook `to` (its current config) when given: a delivery is retried on the config it names only.
+	 */
+	async requeue(where: { id?: string; client_id?: string }, to?: { configId: string; url: string | null }): Promise<DeliveryRow[]> {
 		const byId = where.id !== undefined;
 		const { rows } = await this.db.query<DeliveryRow>(
-			`update deliveries set status = 'pending', attempts = 0, next_at = now(), last_error = null, locked_by = null, locked_until = null, updated_at = now()
+			`update deliveries set status = 'pending', attempts = 0, next_at = now(), last_error = null, locked_by = null, locked_until = null, updated_at = now(),
+				config_id = coalesce($2, config_id), url = case when $2::text is null then url else $3 end
 			 where ${byId ? "id = $1" : "client_id = $1"} and status in ('failed', 'disabled')
 			 returning ${COLUMNS}`,
-			[byId ? where.id : where.client_id],
+			[byId ? where.id : where.client_id, to?.configId ?? null, storableUrl(to?.url)],
 		);
 		return rows;
+	}
+
+	/** Records where CQRS configs came into being (stream positions); a later one of a config wins. Idempotent. */
+	async recordBirths(births: Array<{ configId: string; seq: number }>): Promise<void> {
+		if (!births.length) return;
+		// One row per config (an upsert cannot touch a row twice): its latest birth in the batch.
+		const latest = new Map<string, number>();
+		for (const b of births) latest.set(b.configId, Math.max(b.seq, latest.get(b.configId) ?? b.seq));
+		await this.db.query(
+			`insert into config_births (config_id, seq) select * from unnest($1::text[], $2::bigint[])
+			 on conflict (config_id) do update set seq = greatest(config_births.seq, excluded.seq)`,
+			[[...latest.keys()], [...latest.values()]],
+		);
+	}
+
+	/** The stream position where a CQRS config came into being, if the dispatcher has met it. */
+	async birthOf(configId: string): Promise<number | undefined> {
+		const { rows } = await this.db.query<{ seq: string }>({ name: "dispatcher-birth", text: "select seq from config_births where config_id = $1", values: [configId] });
+		return rows.length ? Number(rows[0].seq) : undefined;
 	}
 
 	async counts(): Promise<Record<DeliveryStatus, number>> {

@@ -442,7 +442,7 @@ const PARAMETERS: Record<string, Schema> = {
 
 const ERROR_RESPONSES: Record<number, { name: string; description: string; example: string }> = {
 	400: { name: "BadRequest", description: "Invalid body, query or parameter; the message names the field", example: "title is required" },
-	401: { name: "Unauthorized", description: "Missing (`authorization token is required`), malformed or forged (`invalid token`), expired or revoked token", example: "authorization token is required" },
+	401: { name: "Unauthorized", description: "Missing (`authorization token is required`), malformed or forged (`invalid token`), not yet valid (`token not yet valid`: issued ahead of the clock beyond `TOKEN_LEEWAY_SECONDS`), expired or revoked token", example: "authorization token is required" },
 	403: { name: "Forbidden", description: "Scope, grant, strict api-key, location or time check failed", example: "access denied" },
 	404: { name: "NotFound", description: "No such document, or one the caller may not see", example: "document not found" },
 	405: { name: "MethodNotAllowed", description: "The collection is written only by the platform", example: "touch/push-histories is written by the platform only" },

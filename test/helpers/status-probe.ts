@@ -234,12 +234,12 @@ export async function expectStatusHeldUnder(probe: StatusProbe | ProbeResult, bo
  * URL, or its URL and pid for a child process) is read at each start. A test that restarts or stops the platform belongs
  * outside it (/status fails meanwhile).
  */
-export function withStatusProbe(target: () => string | { url: string; pid?: number }, opts: ProbeOptions & { boundMs?: number; intervalMs?: number } = {}): void {
+export function withStatusProbe(target: () => string | { url: string; pid?: number }, opts: ProbeOptions & { boundMs?: number } = {}): void {
 	let probe: StatusProbe | undefined;
 	let worst: { r: ProbeResult; test?: string } | undefined;
 	beforeEach(() => {
 		const t = target();
-		probe = typeof t === "string" ? startStatusProbe(t, opts.intervalMs, opts) : startStatusProbe(t.url, opts.intervalMs, { ...opts, pid: t.pid });
+		probe = typeof t === "string" ? startStatusProbe(t, undefined, opts) : startStatusProbe(t.url, undefined, { ...opts, pid: t.pid });
 	});
 	afterEach(async () => {
 		if (!probe) return; // the suite's setup failed: that is the error to see

@@ -18,6 +18,7 @@ import { COLLECTIONS, STANDARD_OPS, type CollectionDef, type FieldDef, type Stan
 import { Aes, encryptEnvelope, objectId, randomToken } from "../../lib/crypto";
 import { platformDoc } from "../../mixins/collection.mixin";
 import { bootPlatform, parseSse, type HttpResult, type TestPlatform } from "../helpers/platform";
+import { withStatusProbe } from "../helpers/status-probe";
 
 jest.setTimeout(60_000);
 
@@ -249,6 +250,9 @@ function sampleBody(col: CollectionDef, path: string, i: number): Record<string,
 	if (path === "auth/grants") return { subject: `nobody${i}@${DOMAIN}`, action: "read", object: "content:notes" };
 	if (path === "financial/transactions" && sweeperSaga) return { amount: 100 + i, saga: sweeperSaga };
 	// A push subscription's keys are what encrypts each message to it: the two strings a browser hands out.
+	// A raw saga is created AWAITING with a ttl of 5 to 900 seconds; an email's sender is a domain the platform allows.
+	if (path === "essential/sagas") return { ttl: 60 + i, job: `00000000-0000-4000-8000-00000000000${i}`, state: "AWAITING", session: `5${i}` };
+	if (path === "touch/emails") return { provider: "nodemailer", to: [`to${i}@example.com`], from: `sender${i}@example.com`, subject: `subject ${i}`, text: `hello ${i}` };
 	if (path === "touch/pushes") return { session: "0123456789abcdef01234567", endpoint: `https://push.example.com/${i}`, expiration: 1_900_000_000 + i, keys: { p256dh: `BPk${i}sample`, auth: `auth${i}` } };
 	const body: Record<string, unknown> = {};
 	for (const [k, def] of Object.entries(col.fields)) if (def.required && !def.internal) body[k] = sampleValue(k, def, i);
@@ -275,6 +279,7 @@ beforeAll(async () => {
 afterAll(async () => {
 	await p?.cleanup();
 });
+withStatusProbe(() => p.url);
 
 // ---------------------------------------------------------------------------------------------------------------
 // 1. The full 11-operation sweep over every collection of the catalog

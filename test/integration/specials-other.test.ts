@@ -6,6 +6,7 @@
  */
 import { randomBytes } from "crypto";
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
+import { withStatusProbe } from "../helpers/status-probe";
 import { createClient, createUser, errorBody, tokenOf } from "../helpers/auth";
 import { accountIdOf } from "../../services/conjoint/accounts";
 import { haversine } from "../../services/logistic/resolve";
@@ -44,6 +45,7 @@ beforeAll(async () => {
 afterAll(async () => {
 	await p?.cleanup();
 });
+withStatusProbe(() => p.url);
 
 describe("collect: the caller's tenant's stats summed over the range", () => {
 	let seq = 1;

@@ -1,7 +1,7 @@
 /**
  * The tenant boundary as a matrix (CONTRACTS.md "Tenants"; docs/security.md). Two tenants are set up the way an operator
  * would: each a client with its own domain, a tenant admin holding manage on every service and every special action,
- * and ordinary users whose roles (`@editor`) and groups (`team-x`) have the same names in both tenants. Then, for every
+ * and ordinary users whose roles (`@editor`) and groups (`team-x.example`) have the same names in both tenants. Then, for every
  * collection of the catalog and every zone, nothing of one tenant is readable, writable, routable (webhook, MQTT) or
  * grantable from the other; the operator (root client) manages both.
  */
@@ -10,6 +10,7 @@ import type { AddressInfo } from "net";
 import mqtt from "mqtt";
 import { COLLECTIONS, DOMAINS, STANDARD_OPS } from "../../catalog";
 import { bootPlatform, parseSse, type HttpResult, type TestPlatform } from "../helpers/platform";
+import { withStatusProbe } from "../helpers/status-probe";
 import { patchBody, sampleBody } from "../helpers/samples";
 import { sleep, waitForValue } from "../helpers/wait";
 
@@ -65,7 +66,7 @@ async function tenant(name: "a" | "b"): Promise<Tenant> {
 	const pw = (who: string) => `pw-${who}-${name}-Secret1`;
 	const adminDoc = (await ok(as(cc, "POST", "/identity/users", { username: `admin-${name}`, password: pw("admin"), subjects: ["@admin"] }), "admin user")).data;
 	// Same user name, role and group names in both tenants.
-	const userDoc = (await ok(as(cc, "POST", "/identity/users", { username: "member", password: pw("member"), subjects: ["@editor", "team-x"] }), "member user")).data;
+	const userDoc = (await ok(as(cc, "POST", "/identity/users", { username: "member", password: pw("member"), subjects: ["@editor", "team-x.example"] }), "member user")).data;
 	const adminSubject = `${adminDoc.id}@${domain}`;
 	for (const d of DOMAINS) await grant(root, adminSubject, "manage", `${d.name}:*`);
 	for (const d of DOMAINS) for (const col of d.collections) for (const s of col.specials ?? []) await grant(root, adminSubject, s.action, `${d.name}:${col.name}`);
@@ -86,6 +87,7 @@ beforeAll(async () => {
 afterAll(async () => {
 	await p?.cleanup();
 });
+withStatusProbe(() => p.url);
 
 const writable = COLLECTIONS.filter((c) => !c.collection.platformWritten);
 
@@ -95,7 +97,7 @@ function bodyFor(path: string, t: Tenant, n: number): Doc {
 	if (path === "context/configs") delete body.eid;
 	if (path === "domain/clients") body.scopes = ["read:content:notes"];
 	if (path === "financial/transactions") body.saga = sagaOfA;
-	return { ...body, groups: ["team-x"], shares: [t.user.id] };
+	return { ...body, groups: ["team-x.example"], shares: [t.user.id] };
 }
 
 /** One document of tenant A per writable collection (made by A's admin in the first block). */
@@ -195,7 +197,7 @@ describe("every special action: scope, grant and the tenant's view apply", () =>
 
 describe("nothing of one tenant is grantable from the other; the operator manages both", () => {
 	test("grant subjects: B's admin cannot name A's domain, A's users, A's roles or groups", async () => {
-		for (const subject of [`${A().admin.id}@${A().domain}`, `@editor@${A().domain}`, `team-x@${A().domain}`, `member@${A().domain}`, `${A().client.id}@${A().domain}`]) {
+		for (const subject of [`${A().admin.id}@${A().domain}`, `@editor@${A().domain}`, `team-x.example@${A().domain}`, `member@${A().domain}`, `${A().client.id}@${A().domain}`]) {
 			const r = await as(B().admin.token, "POST", "/auth/grants", { subject, action: "manage", object: "content:notes" });
 			expect(r.status).toBe(400);
 			expect(r.body).toEqual({ statusCode: 400, message: expect.stringContaining(`domain '${A().domain}' is not registered for client ${B().client.id}`), error: "Bad Request" });
@@ -265,7 +267,7 @@ describe("nothing of one tenant is routable to the other", () => {
 		try {
 			const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`;
 			await ok(as(B().admin.token, "POST", "/context/configs", { key: "CQRS", value: { webhook: url } }), "B webhook");
-			const aNote = (await ok(as(A().admin.token, "POST", "/content/notes", { title: "A only", groups: ["team-x"] }), "A note")).data;
+			const aNote = (await ok(as(A().admin.token, "POST", "/content/notes", { title: "A only", groups: ["team-x.example"] }), "A note")).data;
 			const bNote = (await ok(as(B().admin.token, "POST", "/content/notes", { title: "B only" }), "B note")).data;
 			await waitForValue("B's event delivered", async () => seen.some((e) => e.after?.id === bNote.id));
 			await sleep(500);
@@ -293,7 +295,7 @@ describe("nothing of one tenant is routable to the other", () => {
 			expect(await granted(`platform/owner/${A().user.id}/content/notes/#`)).toBe(128);
 			for (const t of [`platform/client/${B().client.id}/content/notes/#`, `platform/share/${B().user.id}/content/notes/#`, `platform/owner/${B().user.id}/content/notes/#`])
 				expect(await granted(t)).toBe(1);
-			const aNote = (await ok(as(A().admin.token, "POST", "/content/notes", { title: "A for mqtt", groups: ["team-x"] }), "A note")).data;
+			const aNote = (await ok(as(A().admin.token, "POST", "/content/notes", { title: "A for mqtt", groups: ["team-x.example"] }), "A note")).data;
 			const bNote = (await ok(as(B().user.token, "POST", "/content/notes", { title: "B for mqtt" }), "B note")).data;
 			await waitForValue("B's own message", async () => got.some((t) => t.endsWith(bNote.id)));
 			await sleep(300);

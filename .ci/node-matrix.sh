@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 
 NODE24=${NODE24:-24.21.0}
 NODE22=${NODE22:-22.23.3}
-CACHE=${PLATFORM_NODE_CACHE:-$HOME/.cache/platform-node}
+CACHE=${PLATFORM_NODE_CACHE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/platform-node}
 # What runs on Node 24 beyond the start: the unit and integration suites (e2e stays on the machine's Node: it starts
 # many platforms in child processes and is most of today's run; the budget is in docs/decisions.md, "Node versions").
 NODE24_TESTS=${NODE24_TESTS-test/unit test/integration}
@@ -68,6 +68,9 @@ start_once() { # bin-dir: npm start on that Node, /status answers 200, SIGTERM, 
 	else
 		echo "npm start on $("$bin/node" --version): /status 200, SIGTERM, exit 0"
 	fi
+	# The embedded PostgreSQL's initdb, started in the background on a new DATA_DIR, may still be writing there for a
+	# moment after the platform exits.
+	for _ in $(seq 1 20); do rm -rf "$data" 2>/dev/null && break; sleep 0.5; done
 	rm -rf "$data" "$log"
 	return "$rc"
 }
@@ -80,7 +83,17 @@ run_on() { # version tests...
 	echo "== Node $("$bin/node" --version) ($bin)"
 	start_once "$bin"
 	# npm's own script is `#!/usr/bin/env node`, so npm, jest and every child process the tests spawn run on this node.
-	if [ $# -gt 0 ]; then PATH="$bin:$PATH" npx jest --maxWorkers=1 "$@"; fi
+	[ $# -gt 0 ] || { echo "== Node v$v: $((SECONDS - t0)) s"; return 0; }
+	if [ "${v%%.*}" -ge 24 ] && printf '%s\n' "$@" | grep -qx test/integration; then
+		# Node 24's V8 lets the young generation grow to several times Node 20's and 22's 16 MB semi-spaces and keeps
+		# it: a platform restarted on a DATA_DIR with large documents holds about 110 MB more RSS than a fresh one
+		# (Node 20: +4 MB), above the outbox restart test's 80 MB bound. That suite runs with Node 20's cap
+		# (docs/decisions.md, "Node versions"); every other suite on Node 24's defaults.
+		REQUIRE_SERVERS=1 PATH="$bin:$PATH" npx jest --maxWorkers=1 --testPathIgnorePatterns '/limits-outbox\.test\.ts$' -- "$@"
+		REQUIRE_SERVERS=1 PATH="$bin:$PATH" NODE_OPTIONS="${NODE_OPTIONS:+$NODE_OPTIONS }--max-semi-space-size=16" npx jest --maxWorkers=1 test/integration/limits-outbox.test.ts
+	else
+		REQUIRE_SERVERS=1 PATH="$bin:$PATH" npx jest --maxWorkers=1 -- "$@"
+	fi
 	echo "== Node v$v: $((SECONDS - t0)) s"
 }
 

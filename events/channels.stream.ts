@@ -120,7 +120,6 @@ const MONITOR_MS = 2000;
 /** How long a stop waits for a group's handler in progress, or for the adapter's goodbye, before it goes on. */
 export const STOP_WAIT_MS = 5000;
 
-
 /** A consumer of any channel of the stream: one delivered message, acknowledged once it resolves. */
 export type MessageHandler<T> = (msg: T) => Promise<void>;
 
@@ -137,7 +136,7 @@ interface Subscription {
 	/** The subscribe loop (retries until it succeeds or the consumer stops). */
 	running?: Promise<void>;
 	wakers: Set<() => void>;
-	/** Whether it moves (/status, `pipeline_stalled`), and the last ack floor of its JetStream group seen. */
+	/** Whether it moves (/status, `platform_pipeline_stalled`), and the last ack floor of its JetStream group seen. */
 	progress: Progress;
 	floor?: number;
 	/** Handlers of this instance in progress. */
@@ -263,8 +262,7 @@ export class ChannelsStream implements ChangeStream {
 	private async onConnected(): Promise<void> {
 		if (this.kind === "nats") for (const channel of [this.opts.channel, AUDIT_CHANNEL]) await this.ensureStream(channel);
 		this.connected = true;
-		this.monitor ??= setInterval(() => void this.watch(), MONITOR_MS);
-		this.monitor.unref();
+		this.watchGroups();
 		for (const w of this.readyWaiters.splice(0)) w();
 		// Groups asked for before the adapter connected (the workers' `started` hooks run before the middleware's).
 		await Promise.all([...this.subs].filter((s) => !s.running).map((s) => this.startSubscription(s)));
@@ -317,6 +315,7 @@ export class ChannelsStream implements ChangeStream {
 			inFlight: 0,
 		};
 		this.subs.add(sub);
+		this.watchGroups();
 		if (this.connected) await this.startSubscription(sub);
 		return { position: () => sub.position, stop: () => this.stopSubscription(sub) };
 	}
@@ -422,6 +421,11 @@ export class ChannelsStream implements ChangeStream {
 			this.logger?.warn(`event stream: group ${sub.group} was created with deliver_policy ${info.config.deliver_policy}, not all`);
 	}
 
+	private watchGroups(): void {
+		this.monitor ??= setInterval(() => void this.watch(), MONITOR_MS);
+		this.monitor.unref();
+	}
+
 	/**
 	 * Every `MONITOR_MS`: whether each group moves. A group none of whose events wait, or whose JetStream ack floor
 	 * moved, is current; one with events waiting and the floor still (or a handler held) stalls after STALL_MS.
@@ -525,7 +529,10 @@ export class ChannelsStream implements ChangeStream {
 		if (sub.chan && this.adapter?.connected) {
 			const unsubscribed = this.unsubscribe(sub.chan).then(
 				() => true,
-				(err) => this.logger?.warn(`event stream: unsubscribing group ${sub.group} failed (${(err as Error).message})`),
+				(err) => {
+					this.logger?.warn(`event stream: unsubscribing group ${sub.group} failed (${(err as Error).message})`);
+					return false;
+				},
 			);
 			if ((await withTimeout(unsubscribed, STOP_WAIT_MS)) === undefined) this.logger?.warn(`event stream: group ${sub.group} still busy after ${STOP_WAIT_MS} ms; stopping without it`);
 		}

@@ -86,7 +86,7 @@ export class Relay {
 	private wake?: () => void;
 	private onAppend = () => this.wake?.();
 	/**
-	 * Whether it moves (/status `event relay`, `pipeline_stalled`): each published record or a read that found nothing
+	 * Whether it moves (/status `event relay`, `platform_pipeline_stalled`): each published record or a read that found nothing
 	 * due moves it, as does another relay holding the lock; a step hung on a dependency, or failures, do not.
 	 */
 	private progress = new Progress(RELAY_STAGE);

@@ -78,13 +78,13 @@ export async function collectHealth(broker: ServiceBroker): Promise<Health> {
 /**
  * A stage of the event pipeline that has not moved for this long while it should (the relay with events to publish,
  * a consumer group with events waiting or one held) is reported `down` with its reason, on every /status that
- * merges it, and as `pipeline_stalled{stage} 1`. A healthy stage adds no entry.
+ * merges it, and as `platform_pipeline_stalled{stage} 1`. A healthy stage adds no entry.
  */
 export const STALL_MS = 10_000;
-/** `pipeline.stalled{stage}`: 1 while the stage is stalled. */
-export const PIPELINE_STALLED = "pipeline.stalled";
-/** `pipeline.lag{stage}`: events waiting for the stage (when it can tell: JetStream consumers). */
-export const PIPELINE_LAG = "pipeline.lag";
+/** `platform_pipeline_stalled{stage}`: 1 while the stage is stalled. */
+export const PIPELINE_STALLED = "platform.pipeline.stalled";
+/** `platform_pipeline_lag{stage}`: events waiting for the stage (when it can tell: JetStream consumer groups). */
+export const PIPELINE_LAG = "platform.pipeline.lag";
 
 /**
  * What a stage of the pipeline did last and since when it has not moved. `moved()` when it advanced or found

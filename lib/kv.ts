@@ -46,9 +46,6 @@ function unavailable(err: unknown): never {
  * times out and the dead socket stays for good (no command ever reconnects it). Idle connections carry TCP keepalive.
  * Never used for blocking commands (none on this client).
  */
-/** How long the health check waits for Redis's PONG. */
-const PING_TIMEOUT_MS = 1000;
-
 export const REDIS_OPTIONS = {
 	lazyConnect: false,
 	enableOfflineQueue: true,
@@ -59,6 +56,9 @@ export const REDIS_OPTIONS = {
 	keepAlive: 10_000,
 	retryStrategy: (times: number) => Math.min(100 * times, 1000),
 } as const;
+
+/** How long the health check waits for Redis's PONG. */
+const PING_TIMEOUT_MS = 1000;
 
 /**
  * Keys of the embedded cache that outlive a restart (see MemoryKeyValue.persistTo): the login failure counters.

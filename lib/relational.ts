@@ -80,7 +80,8 @@ function freePort(): Promise<number> {
  * longer than `lock_timeout` fails instead of queueing behind a session that may never come back (each waiter holds a
  * pooled connection), and a session idle inside a transaction for `idle_in_transaction_session_timeout` is ended,
  * which releases its locks. The client's side: a statement without an answer for `statement_timeout` +
- * ANSWER_MARGIN_MS (or `query_timeout`) destroys its connection (watchAnswers), TCP keepalive probes idle ones.
+ * ANSWER_MARGIN_MS (or `query_timeout`) destroys its connection (PgRelational.watchAnswers), TCP keepalive probes idle
+ * ones.
  * Parameters of DATABASE_URL (`?statement_timeout=5000&lock_timeout=2000&...`, milliseconds) take precedence.
  */
 export const PG_TIMEOUTS = { statement_timeout: 30_000, lock_timeout: 10_000, idle_in_transaction_session_timeout: 30_000 } as const;
@@ -88,6 +89,8 @@ export const PG_TIMEOUTS = { statement_timeout: 30_000, lock_timeout: 10_000, id
 const CONNECT_TIMEOUT_MS = 5000;
 /** How much longer than `statement_timeout` the client waits for an answer before it gives the connection up. */
 const ANSWER_MARGIN_MS = 5000;
+/** How often the connections' statements are looked at (the answer limits are this precise). */
+const WATCH_MS = 500;
 const KEEPALIVE_MS = 10_000;
 /** `ping()` answers false after this (a health check must not hang on a dead connection), and drops that connection. */
 export const PING_TIMEOUT_MS = 1500;
@@ -101,11 +104,10 @@ function livePool(options: PoolConfig): Pool {
 
 /** node-postgres internals the liveness checks read (pg 8: the active statement and the queued ones). */
 interface ClientInternals {
-	connection: { stream: import("net").Socket; on(event: "readyForQuery", fn: () => void): void };
+	connection: { stream: import("net").Socket };
 	connectionParameters: { statement_timeout?: number | string | false; query_timeout?: number | string | false };
 	_getActiveQuery?(): unknown;
 	_queryQueue?: unknown[];
-	_queryable?: boolean;
 }
 
 /** A longer answer limit for the statements of one checkout (migrations: `transaction(fn, limitMs)`). */
@@ -122,40 +124,16 @@ function giveUp(c: PoolClient, why: string): void {
 	(c as unknown as ClientInternals).connection.stream.destroy(err);
 }
 
-/**
- * The client side of liveness: while a statement of `c` is out, an answer must come within the limit; none (a
- * silent connection) destroys the connection, so the statement fails at once instead of never, and so does every
- * one queued behind it. Timed per statement: armed when one is sent, again at each ReadyForQuery while more wait.
- */
-function watchAnswers(c: PoolClient): void {
-	const i = c as unknown as ClientInternals;
-	const p = i.connectionParameters;
-	const usual = Number(p.query_timeout) || (Number(p.statement_timeout) || PG_TIMEOUTS.statement_timeout) + ANSWER_MARGIN_MS;
-	let timer: NodeJS.Timeout | undefined;
-	let ms = usual;
-	const expire = () => {
-		timer = undefined;
-		if (busy(c)) giveUp(c, `PostgreSQL did not answer within ${ms} ms`);
-	};
-	const arm = () => {
-		clearTimeout(timer);
-		ms = limits.get(c) ?? usual;
-		timer = busy(c) ? setTimeout(expire, ms).unref() : undefined;
-	};
-	// After the client's own listener, which has sent the next queued statement by then.
-	i.connection.on("readyForQuery", arm);
-	i.connection.stream.once("close", () => clearTimeout(timer));
-	const query = c.query;
-	c.query = function (this: PoolClient, ...args: unknown[]) {
-		const out = (query as (...a: unknown[]) => unknown).apply(this, args);
-		if (!timer) arm();
-		return out;
-	} as PoolClient["query"];
+/** The answer limit of `c`'s statements: `query_timeout`, else `statement_timeout` + ANSWER_MARGIN_MS (or a checkout's own). */
+function answerLimit(c: PoolClient): number {
+	const p = (c as unknown as ClientInternals).connectionParameters;
+	return limits.get(c) ?? (Number(p.query_timeout) || (Number(p.statement_timeout) || PG_TIMEOUTS.statement_timeout) + ANSWER_MARGIN_MS);
 }
 
 class PgRelational implements Relational {
-	/** Every connection of the pool, to destroy those still open when `close` finds the server silent. */
-	private conns = new Set<PoolClient>();
+	/** Every connection of the pool, with the statement it has out (and since when). */
+	private conns = new Map<PoolClient, { statement?: unknown; since: number }>();
+	private watch = setInterval(() => this.watchAnswers(), WATCH_MS).unref();
 
 	constructor(readonly kind: Relational["kind"], private pool: Pool, private onClose: () => Promise<void> = async () => undefined) {
 		// A dropped idle connection must not crash the process; the next query reconnects.
@@ -163,10 +141,26 @@ class PgRelational implements Relational {
 		pool.on("connect", (c) => {
 			// Nor one checked out: the statement in flight fails instead (an unhandled 'error' would end the process).
 			c.on("error", () => undefined);
-			watchAnswers(c);
-			this.conns.add(c);
+			this.conns.set(c, { since: Date.now() });
 		});
 		pool.on("remove", (c) => this.conns.delete(c));
+	}
+
+	/**
+	 * The client side of liveness: a connection whose statement has had no answer within its limit (answerLimit) is
+	 * destroyed, so that statement and every one queued behind it fail at once instead of never, and the pool opens a
+	 * new connection. Looked at every WATCH_MS: each statement is timed from when it was first seen out.
+	 */
+	private watchAnswers(): void {
+		const now = Date.now();
+		for (const [c, out] of this.conns) {
+			const statement = (c as unknown as ClientInternals)._getActiveQuery?.() ?? undefined;
+			if (statement !== out.statement) this.conns.set(c, { statement, since: now });
+			else if (statement && now - out.since > answerLimit(c)) {
+				giveUp(c, `PostgreSQL did not answer within ${answerLimit(c)} ms`);
+				this.conns.set(c, { since: now });
+			}
+		}
 	}
 	async query<T>(text: string | NamedStatement, params?: unknown[]) {
 		const r = typeof text === "string" ? await this.pool.query(text, params as unknown[]) : await this.pool.query(text);
@@ -235,8 +229,9 @@ class PgRelational implements Relational {
 		// The pool's end waits for the statements in flight; on a silent server they never end, nor does the goodbye of
 		// an idle connection: whatever is still open after CLOSE_MS is destroyed (a stop must not wait on a server that
 		// hangs), its statements failing at once.
+		clearInterval(this.watch);
 		const sweep = setTimeout(() => {
-			for (const c of this.conns) (c as unknown as ClientInternals).connection.stream.destroy();
+			for (const c of this.conns.keys()) (c as unknown as ClientInternals).connection.stream.destroy();
 		}, CLOSE_MS);
 		sweep.unref();
 		await this.pool.end();

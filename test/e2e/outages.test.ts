@@ -7,10 +7,9 @@
  * down), every acknowledged create's change event reaches the webhook receiver, and once the server is back the
  * platform serves normally within a bound, without any node restarted.
  */
-import http from "http";
 import { readFileSync } from "fs";
 import path from "path";
-import { ALL_DOMAINS, client, startNode, stopNode, testDeployment, waitForHttp, type ChildNode } from "../helpers/nodes";
+import { ALL_DOMAINS, client, eventReceiver, startNode, stopNode, testDeployment, timeToServe, waitForHttp, type ChildNode, type EventReceiver } from "../helpers/nodes";
 import { DOMAIN_SPEC_PORTS, freeOpsOffset, freePort } from "../helpers/ports";
 import { needServerBinaries, ownNats, ownPostgres, ownRedis, type OwnServer } from "../helpers/servers";
 
@@ -26,10 +25,8 @@ const RECOVERY_BOUND_MS = 30_000;
 /** Every acknowledged create's event at the receiver within this after recovery. */
 const EVENTS_BOUND_MS = 30_000;
 
-/** Ids of the content.notes documents whose `c` events reached the webhook. */
-const delivered = new Set<string>();
-let receiver: http.Server;
-let hookUrl = "";
+/** The webhook: ids of the content.notes documents whose `c` events reached it. */
+let receiver: EventReceiver | undefined;
 
 const servers: Record<"redis" | "nats" | "postgres", OwnServer> = {} as never;
 let nodes: ChildNode[] = [];
@@ -45,21 +42,7 @@ interface Outcome {
 
 beforeAll(async () => {
 	if (!binaries.up) return;
-	receiver = http.createServer((req, res) => {
-		let text = "";
-		req.on("data", (c) => (text += c));
-		req.on("end", () => {
-			try {
-				const ev = JSON.parse(text);
-				if (ev?.topic === "content.notes" && ev.op === "c") delivered.add(ev.id);
-			} catch {
-				/* not an event */
-			}
-			res.writeHead(200).end("ok");
-		});
-	});
-	await new Promise<void>((r) => receiver.listen(0, "127.0.0.1", () => r()));
-	hookUrl = `http://127.0.0.1:${(receiver.address() as { port: number }).port}/hook`;
+	receiver = await eventReceiver();
 	[servers.redis, servers.nats, servers.postgres] = await Promise.all([ownRedis(), ownNats(), ownPostgres()]);
 	const d = testDeployment();
 	const offset = await freeOpsOffset([...DOMAIN_SPEC_PORTS, WORKER_PORTS.dispatcher]);
@@ -86,16 +69,14 @@ beforeAll(async () => {
 	await waitForHttp(`http://127.0.0.1:${WORKER_PORTS.dispatcher + offset}/status`, nodes, { timeoutMs: 10_000 });
 	gw = client(`http://127.0.0.1:${port}`);
 	root = JSON.parse(readFileSync(path.join(core.dataDir, "bootstrap.json"), "utf8"));
-	const reg = await gw("POST", "/context/configs", { token: await login(), body: { key: "CQRS", eid: root.client_id, value: { webhook: hookUrl } } });
+	const reg = await gw("POST", "/context/configs", { token: await login(), body: { key: "CQRS", eid: root.client_id, value: { webhook: receiver.url } } });
 	expect(reg.status).toBe(200);
 }, 90_000);
 
 afterAll(async () => {
 	await Promise.all(nodes.map((n) => stopNode(n)));
 	await Promise.all(Object.values(servers).map((s) => s?.close()));
-	if (!receiver) return;
-	receiver.closeAllConnections();
-	await new Promise((r) => receiver.close(r));
+	await receiver?.close();
 });
 
 async function login(): Promise<string> {
@@ -146,25 +127,6 @@ function traffic(token: string) {
 	};
 }
 
-/** Time until `rounds` consecutive rounds of login, first request, create and list all answer 200. */
-async function recovery(token: string, rounds = 3): Promise<number> {
-	const started = Date.now();
-	let ok = 0;
-	let last = "";
-	while (ok < rounds) {
-		if (Date.now() - started > RECOVERY_BOUND_MS)
-			throw new Error(`not serving normally ${RECOVERY_BOUND_MS} ms after the server came back; last answers: ${last}\n${nodes.map((n) => `--- ${n.name}:\n${n.output().slice(-3000)}`).join("\n")}`);
-		const l = await gw("POST", "/auth/token", { body: { grant_type: "password", client_id: root.client_id, username: root.username, password: root.password } });
-		const v = l.status === 200 ? await gw("GET", "/auth/verify", { token: l.body.data.access_token }) : l;
-		const c = await gw("POST", "/content/notes", { token, body: { title: "after" } });
-		const g = await gw("GET", "/content/notes", { token });
-		ok = [l, v, c, g].every((r) => r.status === 200) ? ok + 1 : 0;
-		last = [l, v, c, g].map((r) => `${r.status} ${r.text.slice(0, 200)}`).join(" | ");
-		if (!ok) await sleep(200);
-	}
-	return Date.now() - started;
-}
-
 const summary = (os: Outcome[]) => {
 	const m = new Map<string, number>();
 	for (const o of os) m.set(`${o.what} ${o.status}`, (m.get(`${o.what} ${o.status}`) ?? 0) + 1);
@@ -181,7 +143,7 @@ async function outage(name: keyof typeof servers, during?: (fresh: string) => Pr
 	await during?.(fresh);
 	await sleep(Math.max(0, OUTAGE_MS - (Date.now() - started)));
 	await servers[name].start();
-	const recoveredIn = await recovery(token);
+	const recoveredIn = await timeToServe(gw, root, token, { boundMs: RECOVERY_BOUND_MS, nodes });
 	await load.stop();
 	const { outcomes, acked } = load;
 	console.log(`${name} down ${OUTAGE_MS / 1000} s: recovered in ${recoveredIn} ms; ${acked.length} creates acknowledged; answers ${JSON.stringify(summary(outcomes))}`);
@@ -192,6 +154,7 @@ async function outage(name: keyof typeof servers, during?: (fresh: string) => Pr
 	expect(outcomes.filter((o) => o.status === 200).length).toBeGreaterThan(10);
 	// No lost event: every acknowledged create reaches the webhook.
 	const until = Date.now() + EVENTS_BOUND_MS;
+	const { delivered } = receiver!;
 	while (acked.some((id) => !delivered.has(id)) && Date.now() < until) await sleep(250);
 	expect(acked.filter((id) => !delivered.has(id))).toEqual([]);
 	// Nobody was restarted.

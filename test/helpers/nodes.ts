@@ -8,6 +8,7 @@
  * test then saw a node killed before it logged a line of its stop).
  */
 import { spawn, type ChildProcess } from "child_process";
+import http from "http";
 import { randomBytes } from "crypto";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "fs";
 import os from "os";
@@ -243,4 +244,64 @@ export async function dropNatsStreams(namespace: string, url = "127.0.0.1:4222")
 	} finally {
 		await nc.close();
 	}
+}
+
+/** A webhook receiver on a free port: `delivered` holds the ids of the `topic` documents whose create events came. */
+export interface EventReceiver {
+	url: string;
+	delivered: Set<string>;
+	close(): Promise<void>;
+}
+
+export async function eventReceiver(topic = "content.notes"): Promise<EventReceiver> {
+	const delivered = new Set<string>();
+	const server = http.createServer((req, res) => {
+		let text = "";
+		req.on("data", (c) => (text += c));
+		req.on("end", () => {
+			try {
+				const ev = JSON.parse(text);
+				if (ev?.topic === topic && ev.op === "c") delivered.add(ev.id);
+			} catch {
+				/* not an event */
+			}
+			res.writeHead(200).end("ok");
+		});
+	});
+	await new Promise<void>((r) => server.listen(0, "127.0.0.1", () => r()));
+	return {
+		url: `http://127.0.0.1:${(server.address() as { port: number }).port}/hook`,
+		delivered,
+		async close() {
+			server.closeAllConnections();
+			await new Promise((r) => server.close(r));
+		},
+	};
+}
+
+/**
+ * Milliseconds until `rounds` rounds in a row of a login, the new token's first request, a create and a list (with
+ * `token`) all answer 200 through `gw`; after `boundMs`, an error with the last answers and the nodes' output.
+ */
+export async function timeToServe(
+	gw: ReturnType<typeof import("./platform").client>,
+	root: { client_id: string; username: string; password: string },
+	token: string,
+	opts: { boundMs: number; nodes: ChildNode[]; rounds?: number },
+): Promise<number> {
+	const started = Date.now();
+	let ok = 0;
+	let last = "";
+	while (ok < (opts.rounds ?? 3)) {
+		if (Date.now() - started > opts.boundMs)
+			throw new Error(`not serving normally ${opts.boundMs} ms after the server came back; last answers: ${last}\n${opts.nodes.map((n) => `--- ${n.name}:\n${n.output().slice(-3000)}`).join("\n")}`);
+		const l = await gw("POST", "/auth/token", { body: { grant_type: "password", client_id: root.client_id, username: root.username, password: root.password } });
+		const v = l.status === 200 ? await gw("GET", "/auth/verify", { token: l.body.data.access_token }) : l;
+		const c = await gw("POST", "/content/notes", { token, body: { title: "after" } });
+		const g = await gw("GET", "/content/notes", { token });
+		ok = [l, v, c, g].every((r) => r.status === 200) ? ok + 1 : 0;
+		last = [l, v, c, g].map((r) => `${r.status} ${r.text.slice(0, 200)}`).join(" | ");
+		if (!ok) await new Promise((r) => setTimeout(r, 200));
+	}
+	return Date.now() - started;
 }

@@ -166,6 +166,9 @@ describe("MQTT hardening", () => {
 			// 20 MB streamed behind the header (or until the broker closed the socket).
 			while (sent < 20 * 1024 * 1024 && !closedAt && !socket.destroyed) {
 				if (!socket.write(chunk)) await new Promise<void>((r) => (socket.once("drain", r), socket.once("close", r)));
+				// The attacker runs in this process: it lets the loop turn between chunks, so that the /status probe
+				// measures the broker's work, not this loop's.
+				else await new Promise((r) => setImmediate(r));
 				sent += chunk.length;
 			}
 			for (let i = 0; i < 40 && !closedAt; i++) await sleep(50);

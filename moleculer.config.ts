@@ -11,6 +11,7 @@ import { replCommands, ReplPrincipalMiddleware } from "./lib/repl";
 import { claimNodeId, transportFailure } from "./lib/failover";
 import { FailoverDiscoverer } from "./lib/failover-discoverer";
 import { FailoverMiddleware } from "./middlewares/failover";
+import { NodeStoppingMiddleware } from "./middlewares/node-stopping";
 import { transporterOption } from "./lib/transport-watch";
 
 export function brokerOptions(cfg: PlatformConfig): BrokerOptions;
@@ -48,7 +49,7 @@ export function brokerOptions(cfg?: PlatformConfig): BrokerOptions | Promise<Bro
 		},
 		tracing: { enabled: false },
 		// The production event stream (EVENT_STREAM=nats|redis): @moleculer/channels, see events/channels.stream.ts.
-		middlewares: [LeanMetricsMiddleware as unknown as Middleware, FailoverMiddleware(cfg.failoverWaitMs) as unknown as Middleware, ...unitOfWorkMiddlewares(onPostgres(cfg)), AuthorityMiddleware, ReplPrincipalMiddleware as unknown as Middleware, ...(cfg.eventStream && cfg.eventStream !== "outbox" ? [channelsMiddleware(cfg)] : [])],
+		middlewares: [LeanMetricsMiddleware as unknown as Middleware, NodeStoppingMiddleware, FailoverMiddleware(cfg.failoverWaitMs) as unknown as Middleware, ...unitOfWorkMiddlewares(onPostgres(cfg)), AuthorityMiddleware, ReplPrincipalMiddleware as unknown as Middleware, ...(cfg.eventStream && cfg.eventStream !== "outbox" ? [channelsMiddleware(cfg)] : [])],
 		// The operator's REPL: `as <username|client id>`, `whoami`, `unas` (lib/repl.ts).
 		replCommands: replCommands() as BrokerOptions["replCommands"],
 	};

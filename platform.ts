@@ -1,16 +1,23 @@
 /** Builds and starts a node of the platform: every service (default) or the subset named by SERVICES. */
 import { ServiceBroker } from "moleculer";
 import brokerOptions from "./moleculer.config";
-import { bindConfig, privateDataDir, readConfig, type PlatformConfig } from "./lib/config";
+import { bindConfig, documentStoreFor, privateDataDir, readConfig, type PlatformConfig } from "./lib/config";
 import path from "path";
 import { closeSharedKeyValues, MemoryKeyValue, sharedKeyValue } from "./lib/kv";
 import { closeSharedStreams, stopConsumers } from "./events/stream";
 import { relayService } from "./events/relay";
 import { DOMAINS } from "./catalog";
 import { serviceCatalog } from "./services";
+import { NODE_STOPPING } from "./middlewares/node-stopping";
 import { grantCache } from "./middlewares/grant-cache";
 import { setPgLog } from "./lib/pg-process";
 import { lockDataDir, type DataDirLock } from "./lib/datadir-lock";
+
+/** Logged at the start of a node that found NeDB documents in its DATA_DIR with DOCUMENT_STORE unset. */
+export const NEDB_DATA_DIR_NOTICE = (dataDir: string) =>
+	`DATA_DIR ${dataDir} holds NeDB documents: starting on NeDB (one process, every document in memory). PostgreSQL is the default store: ` +
+	`stop the platform, run \`npm run migrate-store\` (DATA_DIR=${dataDir}) to copy them into it, then start again ` +
+	`(docs/production.md, "From NeDB to PostgreSQL"); DOCUMENT_STORE=nedb keeps NeDB without this notice.`;
 
 export interface Platform {
 	broker: ServiceBroker;
@@ -26,6 +33,8 @@ export interface Platform {
  */
 export async function startPlatform(overrides: Partial<PlatformConfig> = {}, lock?: DataDirLock): Promise<Platform> {
 	const cfg = { ...readConfig(), ...overrides };
+	// A DATA_DIR given here (tests, tools) chooses the default store by its own files, as DATA_DIR does in readConfig.
+	if (overrides.dataDir !== undefined && overrides.documentStore === undefined) Object.assign(cfg, documentStoreFor(cfg.dataDir));
 	// One process per DATA_DIR with an embedded store: a second one exits here, having touched nothing (lib/datadir-lock.ts).
 	lock ??= await lockDataDir(cfg);
 	try {
@@ -48,6 +57,7 @@ async function start(cfg: PlatformConfig, lock: DataDirLock | undefined): Promis
 	const broker = new ServiceBroker({ ...brokerOptions(cfg), skipProcessEventRegistration: true });
 	bindConfig(broker, cfg);
 	const log = broker.getLogger("platform");
+	if (cfg.nedbDataDir && !cfg.mongoUri) log.warn(NEDB_DATA_DIR_NOTICE(cfg.dataDir));
 	setPgLog(broker.getLogger("postgres"));
 	const all = serviceCatalog(cfg);
 	const names = cfg.services ?? Object.keys(all);
@@ -72,6 +82,9 @@ async function start(cfg: PlatformConfig, lock: DataDirLock | undefined): Promis
 		 * the embedded PostgreSQL stops it); then the event streams and the cache close; then DATA_DIR is given back.
 		 */
 		async stop() {
+			// Streams that end only when the gateway lets them (live cursors) end first: the gateway's stop waits for
+			// the requests it holds (middlewares/node-stopping.ts does the same for a bare broker.stop()).
+			await broker.broadcastLocal(NODE_STOPPING);
 			const api = broker.getLocalService("api");
 			if (api) {
 				await broker.destroyService(api);

@@ -26,7 +26,7 @@ export const PLATFORM_FIELDS: Record<string, FieldDef> = {
 export const SETTABLE_FIELDS: Record<string, FieldDef> = {
 	ref: { type: "string", maxLength: 200, description: "Unique human-readable reference" },
 	shares: { type: "array", items: "string", description: "Ids of users with shared access" },
-	groups: { type: "array", items: "string", description: "Email or FQDN list for group access" },
+	groups: { type: "array", items: "string", format: "group", description: "Email or FQDN list for group access" },
 	identity: { type: "string", description: "Polymorphic single-relation field" },
 	relations: { type: "array", items: "string", description: "Polymorphic multi-relation field" },
 	description: { type: "string", maxLength: 10000, description: "Searchable text summary" },

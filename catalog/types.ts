@@ -2,7 +2,7 @@
 
 export type FieldType = "string" | "number" | "integer" | "boolean" | "object" | "array" | "date" | "any";
 
-export type FieldFormat = "email" | "e164" | "semver" | "uri" | "uuid" | "hex" | "objectId" | "ip-or-cidr" | "cron";
+export type FieldFormat = "email" | "e164" | "semver" | "uri" | "uuid" | "hex" | "objectId" | "ip-or-cidr" | "cron" | "group";
 
 export interface FieldDef {
 	type: FieldType;

@@ -2,6 +2,7 @@
 import { randomBytes } from "crypto";
 import { accessSync, chmodSync, constants, existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "fs";
 import path from "path";
+import { nedbDocumentStores } from "./nedb-data";
 
 export interface PlatformConfig {
 	port: number;
@@ -17,10 +18,16 @@ export interface PlatformConfig {
 	services?: string[];
 	mongoUri?: string;
 	/**
-	 * DOCUMENT_STORE: `nedb` (default: files under DATA_DIR) or `postgres` (JSONB documents, transactional outbox, at
-	 * DATABASE_URL or the embedded PostgreSQL). MONGO_URI, when set, still selects MongoDB.
+	 * DOCUMENT_STORE: `postgres` (default: JSONB documents, transactional outbox, at DATABASE_URL or the embedded
+	 * PostgreSQL under DATA_DIR) or `nedb` (files under DATA_DIR, one process). Unset on a DATA_DIR that holds NeDB
+	 * document files (an earlier default's): `nedb`, with `nedbDataDir` set. MONGO_URI, when set, still selects MongoDB.
 	 */
 	documentStore?: "nedb" | "postgres";
+	/**
+	 * True when DOCUMENT_STORE is unset and DATA_DIR holds NeDB document files, so the node starts on NeDB: platform.ts
+	 * logs how to migrate (`npm run migrate-store`, docs/production.md "From NeDB to PostgreSQL").
+	 */
+	nedbDataDir?: boolean;
 	redisUrl?: string;
 	databaseUrl?: string;
 	mqttUrl?: string;
@@ -247,10 +254,16 @@ function topicRoot(v: string | undefined): string {
 	return root;
 }
 
-function documentStore(v: string | undefined): PlatformConfig["documentStore"] {
-	const k = (v ?? "nedb").toLowerCase();
+/**
+ * DOCUMENT_STORE for `dataDir`: the setting when given; unset, PostgreSQL, except on a DATA_DIR holding NeDB document
+ * files (lib/nedb-data.ts), which keeps starting on NeDB until they are migrated.
+ */
+export function documentStoreFor(dataDir: string): Pick<PlatformConfig, "documentStore" | "nedbDataDir"> {
+	const v = env("DOCUMENT_STORE");
+	if (v === undefined) return nedbDocumentStores(dataDir).length ? { documentStore: "nedb", nedbDataDir: true } : { documentStore: "postgres", nedbDataDir: false };
+	const k = v.toLowerCase();
 	if (k !== "nedb" && k !== "postgres") throw new Error(`DOCUMENT_STORE must be nedb or postgres, got ${v}`);
-	return k;
+	return { documentStore: k, nedbDataDir: false };
 }
 
 function eventStream(v: string | undefined): PlatformConfig["eventStream"] {
@@ -321,10 +334,12 @@ function emailSenders(v: string | undefined): string[] {
 
 export function readConfig(): PlatformConfig {
 	const services = env("SERVICES");
+	const dataDir = path.resolve(env("DATA_DIR") ?? "./data");
 	return {
 		port: Number(env("PORT") ?? 3010),
 		host: env("HOST") ?? "127.0.0.1",
-		dataDir: path.resolve(env("DATA_DIR") ?? "./data"),
+		dataDir,
+		...documentStoreFor(dataDir),
 		rootDomain: env("PLATFORM_ROOT_DOMAIN") ?? "root.local",
 		rootClientId: env("PLATFORM_ROOT_CLIENT_ID"),
 		rootClientSecret: env("PLATFORM_ROOT_CLIENT_SECRET"),
@@ -333,7 +348,6 @@ export function readConfig(): PlatformConfig {
 		transporter: env("TRANSPORTER"),
 		services: services ? services.split(",").map((s) => s.trim()).filter(Boolean) : undefined,
 		mongoUri: env("MONGO_URI"),
-		documentStore: documentStore(env("DOCUMENT_STORE")),
 		redisUrl: env("REDIS_URL"),
 		databaseUrl: env("DATABASE_URL"),
 		mqttUrl: env("MQTT_URL"),

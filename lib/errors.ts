@@ -11,6 +11,8 @@ export const STATUS_NAMES: Record<number, string> = {
 	404: "Not Found",
 	405: "Method Not Allowed",
 	409: "Conflict",
+	410: "Gone",
+	412: "Precondition Failed",
 	413: "Payload Too Large",
 	415: "Unsupported Media Type",
 	416: "Range Not Satisfiable",

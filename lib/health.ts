@@ -9,7 +9,11 @@ import { DOMAINS } from "../catalog";
 import { configOf } from "./config";
 import { eventLoopDelay, type LoopDelay } from "./metrics";
 
-export type DependencyStatus = { status: "up" | "down"; message?: string; delay_ms?: LoopDelay };
+/**
+ * `kind`: which implementation serves the dependency, where the deployment chooses one (`document store`: `postgres`,
+ * `nedb` or `mongo`), so an operator reads from /status what a node runs on.
+ */
+export type DependencyStatus = { status: "up" | "down"; kind?: string; message?: string; delay_ms?: LoopDelay };
 
 /** The `info` key of the gateway's event-loop delay. */
 export const EVENT_LOOP = "event loop";
@@ -21,9 +25,10 @@ export interface Health {
 /** The action every domain service and worker exposes (internal, not routed). */
 export const HEALTH_ACTION = "health";
 
-export function healthBody(checks: Record<string, boolean>): Health {
+/** `kinds`: the implementation of a dependency, added to its entry (`{ "document store": "postgres" }`). */
+export function healthBody(checks: Record<string, boolean>, kinds: Record<string, string | undefined> = {}): Health {
 	const info: Record<string, DependencyStatus> = {};
-	for (const [k, up] of Object.entries(checks)) info[k] = { status: up ? "up" : "down" };
+	for (const [k, up] of Object.entries(checks)) info[k] = kinds[k] ? { status: up ? "up" : "down", kind: kinds[k] } : { status: up ? "up" : "down" };
 	return { status: Object.values(checks).every(Boolean) ? "ok" : "error", info };
 }
 

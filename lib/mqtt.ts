@@ -11,6 +11,7 @@ import { createHmac } from "crypto";
 import { isIP } from "net";
 import { COLLECTIONS, type CollectionRef } from "../catalog";
 import { expandIpv6 } from "./address-guard";
+import { safeEqual } from "./crypto";
 import { normalizeIp } from "./cidr";
 import type { GrantIndex } from "./grants";
 import { hasScope } from "./scopes";
@@ -35,6 +36,39 @@ export function publisherPassword(jwtSecret: string): string {
  * CONNECT within `connectTimeoutMs`. Worst case held by unauthenticated connections: maxConnections x maxBytes (16 MiB).
  */
 export const MQTT_PREAUTH = { maxConnections: 1024, maxPerIp: 32, maxBytes: 16 * 1024, connectTimeoutMs: 5_000 } as const;
+
+/** Largest MQTT packet the embedded broker reads from a token holder (before authentication: MQTT_PREAUTH.maxBytes in all). */
+export const MQTT_MAX_PACKET = 1024 * 1024;
+
+/**
+ * The gateway's MQTT-over-WebSocket bridge (services/api/mqtt-ws.ts) opens one TCP connection to the embedded broker
+ * per WebSocket and, before any MQTT byte, sends one line naming the browser's address:
+ * `\0PLATFORM-WS <bridgePassword> <ip>\n` (at most BRIDGE_PREAMBLE_MAX bytes; a first byte 0 is never MQTT: packet
+ * type 0 is reserved). The broker checks the password, counts the connection under that address instead of the
+ * gateway's (MQTT_PREAUTH's per-address cap, the grants' IP conditions) and answers BRIDGE_ACK before any MQTT byte.
+ * The password is derived from JWT_SECRET like the publisher's, so every node of a deployment agrees.
+ */
+export const BRIDGE_PREAMBLE_MAX = 256;
+export const BRIDGE_ACK = 0;
+const BRIDGE_WORD = "PLATFORM-WS";
+
+export function bridgePassword(jwtSecret: string): string {
+	return createHmac("sha256", jwtSecret).update("mqtt:websocket-bridge").digest("base64url");
+}
+
+export function bridgePreamble(password: string, ip: string): Buffer {
+	return Buffer.from(`\0${BRIDGE_WORD} ${password} ${ip}\n`, "latin1");
+}
+
+/**
+ * The address a bridge preamble names, or null when `line` (without its `\0` and `\n`) is not a preamble with
+ * `password` and an IP address.
+ */
+export function parseBridgePreamble(line: string, password: string): string | null {
+	const [word, pw, ip, ...rest] = line.split(" ");
+	if (word !== BRIDGE_WORD || rest.length || typeof pw !== "string" || !safeEqual(pw, password) || !ip || !isIP(ip)) return null;
+	return ip;
+}
 
 /** The key a connection's address counts under: the IPv4 address, or the /64 of an IPv6 one (one host's usual share). */
 export function preAuthKey(address: string | undefined): string {

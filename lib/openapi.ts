@@ -7,7 +7,7 @@ import { PLATFORM_FIELDS, SETTABLE_FIELDS, type CollectionDef, type DomainDef, t
 import { GRANT_TYPES } from "../catalog/domains/domain";
 import { STATUS_NAMES } from "./errors";
 import { allRoutes, type RouteDef } from "./routes";
-import { MAX_ARRAY } from "./validate";
+import { GROUP_PATTERN, MAX_ARRAY } from "./validate";
 import { SCOPE_PATTERN } from "./oauth-form";
 import { PASSWORD_MIN_LENGTH } from "./grant-validation";
 
@@ -44,6 +44,7 @@ const FORMAT_SCHEMA: Record<FieldFormat, Schema> = {
 	e164: { pattern: "^\\+[1-9]\\d{6,14}$" },
 	semver: { pattern: "^(0|[1-9]\\d*)\\.(0|[1-9]\\d*)\\.(0|[1-9]\\d*)(?:-[0-9A-Za-z.-]+)?(?:\\+[0-9A-Za-z.-]+)?$" },
 	hex: { pattern: "^[0-9a-fA-F]+$" },
+	group: { pattern: GROUP_PATTERN },
 	// No JSON Schema format expresses these two; the description carries the rule instead.
 	"ip-or-cidr": {},
 	cron: {},
@@ -426,6 +427,12 @@ const PARAMETERS: Record<string, Schema> = {
 	populate: qp("populate", "Expands relation fields: a JSON array of `{ path, select?, match? }` or a comma-separated list of paths. Only fields the collection declares as relations can be populated; paths without a read grant are dropped."),
 	zone: qp("zone", "Comma-separated list from `own`, `share`, `group`, `client`; default `own,share`. Zones combine by OR; an unknown zone answers 400. May also be sent as header `x-zone`."),
 	ref: qp("ref", "`true`: the path value is the document's `ref` instead of its id.", { type: "string", enum: ["true", "false"] }),
+	live: qp(
+		"live",
+		"`true`: after the matches, instead of `event: end`, one `event: live` frame and then one `event: change` frame per change of the caller's view (`data: { op: enter | update | leave, id, data? }`, `id: <position>`), decided at each change with the caller's current grants; `Last-Event-ID: <position>` (or `last_event_id`) resumes after a position (410 frame beyond the retention); a 401 frame ends it when the token stops being valid.",
+		{ type: "string", enum: ["true", "false"] },
+	),
+	last_event_id: qp("last_event_id", "With `live=true`: the position to resume after, like the `Last-Event-ID` header."),
 	token: qp("token", "Alternative carrier of the bearer token (instead of `Authorization: Bearer <token>`; the `authorization` cookie works too)."),
 	xZone: hp("x-zone", "Same as the `zone` query parameter (the query parameter wins)."),
 	xExcludeSoftDelete: hp("x-exclude-soft-delete-query", "When present (any value), soft-deleted documents are not filtered out."),
@@ -437,6 +444,12 @@ const PARAMETERS: Record<string, Schema> = {
 	xCanWithPolicies: hp("x-can-with-policies", "When present, the response includes the matching policies."),
 	xCanWithIdPolicies: hp("x-can-with-id-policies", "When present, the response includes id-level policies."),
 	shareKey: qp("key", "A share key of the file (POST /special/files/{id}/share)."),
+	ifMatch: hp("If-Match", "Writes only if the document is still as read: `*`, or its `ETag` (a list of tags: any of them). Another tag, or a weak one, answers 412 `precondition failed` and changes nothing; checked atomically with the write."),
+	ifNoneMatch: hp("If-None-Match", "The document's `ETag` as last read (a list, `W/` forms or `*` too): 304, no body, while it is still the tag."),
+	idempotencyKey: hp(
+		"Idempotency-Key",
+		"1 to 255 printable ASCII characters (else 400), the caller's own (keys of other principals never meet): the first request runs and its answer (status below 500) is kept for 24 hours; a repeat with the same key, method, path, query and body answers it again with `Idempotent-Replayed: true` and does nothing else; the key with another request answers 422, a repeat while the first runs 409. A request answered 5xx (or never answered) is safe to retry with its key: it has written once or not at all.",
+	),
 	range: hp("range", "One byte range, `bytes=<start>-<end>`, `bytes=<start>-` or `bytes=-<suffix>`: 206 with `Content-Range`; several ranges are ignored (200)."),
 };
 
@@ -446,10 +459,12 @@ const ERROR_RESPONSES: Record<number, { name: string; description: string; examp
 	403: { name: "Forbidden", description: "Scope, grant, strict api-key, location or time check failed", example: "access denied" },
 	404: { name: "NotFound", description: "No such document, or one the caller may not see", example: "document not found" },
 	405: { name: "MethodNotAllowed", description: "The collection is written only by the platform", example: "touch/push-histories is written by the platform only" },
-	409: { name: "Conflict", description: "`ref` already exists in the collection, a saga is not in flight (`saga <id> is not in flight`), a state change the saga or document does not allow, or `insufficient balance`", example: "ref already exists" },
+	409: { name: "Conflict", description: "`ref` already exists in the collection, a saga is not in flight (`saga <id> is not in flight`), a state change the saga or document does not allow, or `insufficient balance`, or a repeat while the request under its `Idempotency-Key` still runs (`a request with this idempotency key is in progress`: retry later)", example: "ref already exists" },
+	412: { name: "PreconditionFailed", description: "`If-Match` names no current tag of the document (someone changed it since it was read): nothing changed", example: "precondition failed" },
 	413: { name: "PayloadTooLarge", description: "Request body too large", example: "request entity too large" },
 	415: { name: "UnsupportedMediaType", description: "The body is not of the type the operation takes: `application/json` (an upload: multipart/form-data). A body without any Content-Type answers 400", example: "this endpoint reads a JSON body: send Content-Type: application/json, not application/x-www-form-urlencoded" },
 	416: { name: "RangeNotSatisfiable", description: "The range starts past the end of the content (`Content-Range: bytes */<size>`)", example: "range not satisfiable" },
+	422: { name: "UnprocessableEntity", description: "The `Idempotency-Key` was used for another request (another method, path, query or body) within 24 hours", example: "idempotency key was used for another request" },
 	429: { name: "TooManyRequests", description: "Too many failed logins from this IP; wait 15 minutes", example: "too many failed login attempts from this IP" },
 	502: { name: "BadGateway", description: "Query enforcement reached without the authentication or grant layer", example: "Bad Gateway" },
 };
@@ -484,6 +499,9 @@ const CURSOR_FRAMES =
 	"An EventSource reconnects whenever a stream ends: close it on `event: end`.";
 
 const ok = (description: string, schema: Schema) => ({ "200": { description, content: json(schema) } });
+const ETAG_HEADER = { ETag: { description: "The document's entity tag (changes with every change of the document): send it in `If-Match` or `If-None-Match`", schema: { type: "string" } } };
+/** An answer carrying the document's `ETag` (by-id reads and writes). */
+const tagged = (description: string, schema: Schema) => ({ "200": { description, headers: ETAG_HEADER, content: json(schema) } });
 
 interface OpParts {
 	description?: string;
@@ -514,12 +532,16 @@ function collectionOp(r: RouteDef, d: DomainDef, c: CollectionDef): OpParts {
 			return { parameters: [...readParams, "xSagaSession"], responses: ok("A page of documents and the total of matches", envelope.items(doc)), errors: base };
 		case "cursor":
 			return {
-				parameters: readParams,
+				parameters: [...readParams, "live", "last_event_id"],
 				responses: { "200": { description: CURSOR_FRAMES, content: { "text/event-stream": { schema: { type: "string", description: CURSOR_FRAMES } } } } },
 				errors: base,
 			};
 		case "get":
-			return { parameters: ["id", "ref", "projection", "populate", "zone", "xZone", "xExcludeSoftDelete", "xSagaSession"], responses: ok("The document", envelope.data(doc)), errors: [...base, 404] };
+			return {
+				parameters: ["id", "ref", "projection", "populate", "zone", "xZone", "xExcludeSoftDelete", "xSagaSession", "ifNoneMatch"],
+				responses: { ...tagged("The document (with `populate`, a weak `ETag`)", envelope.data(doc)), "304": { description: "`If-None-Match` names the current tag: not modified, no body", headers: ETAG_HEADER } },
+				errors: [...base, 404],
+			};
 		case "create":
 			return {
 				parameters: ["xSagaSession"],
@@ -544,10 +566,10 @@ function collectionOp(r: RouteDef, d: DomainDef, c: CollectionDef): OpParts {
 			};
 		case "patch":
 			return {
-				parameters: ["id", "zone", "xZone", "xExcludeSoftDelete", "xSagaSession"],
+				parameters: ["id", "zone", "xZone", "xExcludeSoftDelete", "xSagaSession", "ifMatch"],
 				requestBody: body(ref("schemas", `${name}Patch`), "Only the fields to change"),
-				responses: ok("The document with the updated fields", envelope.data(doc)),
-				errors: [...base, 404, 409, 413, ...writeRefused],
+				responses: tagged("The document with the updated fields", envelope.data(doc)),
+				errors: [...base, 404, 409, 412, 413, ...writeRefused],
 			};
 		case "bulkPatch":
 			return {
@@ -559,22 +581,22 @@ function collectionOp(r: RouteDef, d: DomainDef, c: CollectionDef): OpParts {
 			};
 		case "remove":
 			return {
-				parameters: ["id", "zone", "xZone", "xExcludeSoftDelete", "xSagaSession"],
-				responses: ok("The soft-deleted document, `deleted_at` set", envelope.data(doc)),
-				errors: [...base, 404, 409],
+				parameters: ["id", "zone", "xZone", "xExcludeSoftDelete", "xSagaSession", "ifMatch"],
+				responses: tagged("The soft-deleted document, `deleted_at` set (its `ETag`: the one a restore's `If-Match` takes)", envelope.data(doc)),
+				errors: [...base, 404, 409, 412],
 			};
 		case "restore":
 			return {
-				parameters: ["id", "zone", "xZone", "xSagaSession"],
-				responses: ok("The restored document, `deleted_at` cleared", envelope.data(doc)),
-				errors: [...base, 404, 409],
+				parameters: ["id", "zone", "xZone", "xSagaSession", "ifMatch"],
+				responses: tagged("The restored document, `deleted_at` cleared", envelope.data(doc)),
+				errors: [...base, 404, 409, 412],
 			};
 		case "destroy":
 			return {
 				description: "Irreversible; applies to live and soft-deleted documents.",
-				parameters: ["id", "zone", "xZone", "xSagaSession"],
+				parameters: ["id", "zone", "xZone", "xSagaSession", "ifMatch"],
 				responses: ok("The document as it was before its permanent removal", envelope.data(doc)),
-				errors: [...base, 404, 409],
+				errors: [...base, 404, 409, 412],
 			};
 		default:
 			return genericOp(r);
@@ -678,11 +700,12 @@ function specialOp(r: RouteDef): OpParts {
 	}
 	return {
 		description: `Special action \`${s.action}\`.`,
-		parameters: [...(r.path.includes("/:id") ? ["id"] : []), ...(s.listParams ? ["query", ...(s.method === "GET" ? ["pagination"] : []), "zone", "xZone"] : [])],
+		// A special addressed by id honours If-Match on its document.
+		parameters: [...(r.path.includes("/:id") ? ["id", "ifMatch"] : []), ...(s.listParams ? ["query", ...(s.method === "GET" ? ["pagination"] : []), "zone", "xZone"] : [])],
 		inlineParameters: inline,
 		requestBody,
 		responses: ok(s.description, answer),
-		errors: [400, 401, 403, ...(s.errors ?? []), ...(requestBody ? [413] : [])],
+		errors: [400, 401, 403, ...(s.errors ?? []), ...(r.path.includes("/:id") ? [412] : []), ...(requestBody ? [413] : [])],
 	};
 }
 
@@ -699,6 +722,8 @@ function genericOp(r: RouteDef): OpParts {
 function tagOf(r: RouteDef): string {
 	return r.domain && r.collection ? `${r.domain.name}/${r.collection.name}` : r.path.split("/")[1];
 }
+
+const KEYED_METHODS = new Set(["POST", "PATCH", "PUT", "DELETE"]);
 
 function operation(r: RouteDef): Schema {
 	const parts = r.special && r.domain && r.collection
@@ -717,10 +742,13 @@ function operation(r: RouteDef): Schema {
 	// A path parameter the operation does not name already (a future special route) still has to be declared.
 	const extra = pathParams.filter((p) => !names.includes(p)).map((p) => ({ name: p, in: "path", required: true, schema: { type: "string" } }));
 	if (!r.public) names.push("token", "xApiKey");
+	// Authenticated writes take an Idempotency-Key (services/api/idempotency.ts); uploads stream their body and do not.
+	const keyed = !r.public && !r.upload && KEYED_METHODS.has(r.method);
+	if (keyed) names.push("idempotencyKey");
 
 	const responses: Record<string, Schema> = { ...parts.responses };
 	// A JSON body sent as another type answers 415 (lib/body-media.ts).
-	const errors = (parts.requestBody?.content as Schema | undefined)?.["application/json"] ? [...parts.errors, 415] : parts.errors;
+	const errors = [...parts.errors, ...((parts.requestBody?.content as Schema | undefined)?.["application/json"] ? [415] : []), ...(keyed ? [400, 409, 422] : [])];
 	for (const code of [...new Set(errors)].sort((a, b) => a - b)) responses[String(code)] = parts.errorOverrides?.[code] ?? ref("responses", ERROR_RESPONSES[code].name);
 
 	const op: Schema = {
@@ -749,7 +777,7 @@ const HEALTH_SCHEMA: Schema = {
 		info: {
 			type: "object",
 			description: "One entry per dependency (`document store`, `relational store`, ...), per service (`service:<name>`) and worker",
-			additionalProperties: { type: "object", required: ["status"], properties: { status: { type: "string", enum: ["up", "down"] }, message: { type: "string" } } },
+			additionalProperties: { type: "object", required: ["status"], properties: { status: { type: "string", enum: ["up", "down"] }, kind: { type: "string", description: "What serves it, where the deployment chooses (`document store`: `postgres`, `nedb` or `mongo`)" }, message: { type: "string" } } },
 		},
 	},
 };

@@ -1,14 +1,15 @@
 /** How a stored document leaves the platform: `_id` becomes `id`, write-only fields never leave, allowlists apply. */
 import type { CollectionDef } from "../catalog";
 import { TENANT_REF, type StoredDoc } from "../mixins/stores/types";
+import { REV } from "../mixins/stores/revision";
 import type { Doc } from "./types";
 
 const writeOnlyCache = new WeakMap<CollectionDef, string[]>();
 
 export function writeOnlyFields(col: CollectionDef): string[] {
 	let w = writeOnlyCache.get(col);
-	// Plus the engine's own derived keys (the per-tenant `ref` key), which no catalog declares.
-	if (!w) writeOnlyCache.set(col, (w = [...Object.entries(col.fields).filter(([, f]) => f.writeOnly || f.internal).map(([k]) => k), TENANT_REF]));
+	// Plus the engine's own keys (the per-tenant `ref` key, the revision), which no catalog declares.
+	if (!w) writeOnlyCache.set(col, (w = [...Object.entries(col.fields).filter(([, f]) => f.writeOnly || f.internal).map(([k]) => k), TENANT_REF, REV]));
 	return w;
 }
 

@@ -9,6 +9,24 @@ import { isIpOrCidr } from "./cidr";
 const FORBIDDEN_KEYS = new Set(["__proto__", "constructor", "prototype"]);
 export const MAX_ARRAY = 1000;
 
+/**
+ * A group name (spec: "Email or FQDN list for group access"; docs/decisions.md, "Group names"). An FQDN here: two
+ * labels or more separated by dots, each 1-63 ASCII letters, digits or hyphens, neither starting nor ending with a
+ * hyphen, 253 characters at most, no trailing dot, the last label not all digits (so never an IPv4 address). An email:
+ * a local part of 1-64 characters (dot-separated runs of letters, digits, `_ % + -`), `@`, such an FQDN. The same
+ * text is the OpenAPI pattern. Group names are compared as written (case-sensitively).
+ */
+const LABEL = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
+const FQDN_PATTERN = `(?=.{1,253}$)(?:${LABEL}\\.)+(?![0-9]+$)${LABEL}`;
+export const GROUP_PATTERN = `^(?:(?=[^@]{1,64}@)[A-Za-z0-9_%+-]+(?:\\.[A-Za-z0-9_%+-]+)*@)?${FQDN_PATTERN}$`;
+const GROUP_RE = new RegExp(GROUP_PATTERN);
+/** The longest group name: a 64-character local part, `@`, a 253-character FQDN. */
+const GROUP_MAX = 64 + 1 + 253;
+export const isGroupName = (v: unknown): v is string => typeof v === "string" && v.length <= GROUP_MAX && GROUP_RE.test(v);
+/** The rule a refused group name is told (after `<field> must be`). */
+export const GROUP_RULE =
+	"a group name: an email (team@example.com) or an FQDN (eng.example.com: two or more dot-separated labels of 1-63 letters, digits or hyphens, no hyphen at a label's ends, 253 characters at most)";
+
 const FORMATS: Record<string, (v: string) => boolean> = {
 	email: (v) => /^[^\s@]+@[^\s@]+\.[^\s@]+$/.test(v) && v.length <= 320,
 	e164: (v) => /^\+[1-9]\d{6,14}$/.test(v),
@@ -26,6 +44,7 @@ const FORMATS: Record<string, (v: string) => boolean> = {
 	objectId: (v) => /^[0-9a-f]{24}$/i.test(v),
 	"ip-or-cidr": (v) => isIpOrCidr(v),
 	cron: (v) => v.trim().split(/\s+/).length >= 5,
+	group: isGroupName,
 };
 
 const FORMAT_NAMES: Record<string, string> = {
@@ -38,6 +57,7 @@ const FORMAT_NAMES: Record<string, string> = {
 	objectId: "a 24-hex object id",
 	"ip-or-cidr": "an IP or CIDR range",
 	cron: "a cron expression",
+	group: GROUP_RULE,
 };
 
 export function isPlainObject(v: unknown): v is Record<string, unknown> {

@@ -22,8 +22,10 @@ import { AUTHORITY_CHANGED, grantCache } from "../middlewares/grant-cache";
 import { healthBody, HEALTH_ACTION } from "../lib/health";
 import { sharedKeyValue } from "../lib/kv";
 import { opsPortMixin } from "./ops-port.mixin";
+import { fenceChanges, IdempotencyStoreRef } from "./idempotency-record";
 import { settle, stagedAction, stagingStore, type Image, type SettleReason } from "./saga-staging";
 import { specialName } from "../catalog";
+import { matches, noneMatchHits, parseIfMatch, pinned, preconditionFailed, revisioned, tagOf, unpinned, weakTagOf } from "./stores/revision";
 import type { SpecialActionMeta } from "../middlewares/authority";
 
 export const MAX_BULK = 1000;
@@ -159,9 +161,32 @@ function clientsOf(token: TokenClaims): string[] {
 	return [...new Set(list)];
 }
 
+/** The gateway's own call (an HTTP request): its conditional headers and answer headers are this action's. */
+const routed = (ctx: Pick<Ctx, "caller">) => ctx.caller === "api";
+
+/** Sets an answer header of a routed call (kept with the others, e.g. a saga's). */
+function answerHeader(ctx: Ctx, name: string, value: string): void {
+	if (routed(ctx)) ctx.meta.$responseHeaders = { ...(ctx.meta.$responseHeaders as Record<string, string> | undefined), [name]: value };
+}
+
+/**
+ * Runs a write of the document `doc` of a by-id route under the request's `If-Match` (CONTRACTS.md "Retries and
+ * concurrent writers"): 412 `precondition failed` when the document's tag is not one listed, and the write's first
+ * store write to the document conditional on the revision compared (mixins/stores/revision.ts), so a writer in
+ * between answers 412 too and nothing changes. Without the header (or from a call that is not the request's), the
+ * write as it is.
+ */
+export function ifMatch<T>(ctx: Ctx, store: DocumentStore, doc: StoredDoc, write: () => Promise<T>): Promise<T> {
+	const cond = routed(ctx) ? parseIfMatch(ctx.meta.headers?.["if-match"]) : undefined;
+	if (!cond) return write();
+	if (!matches(cond, doc)) throw preconditionFailed();
+	return cond.any ? write() : pinned(store, doc, write);
+}
+
 interface EngineState {
 	stores: Map<string, DocumentStore>;
 	outbox: Outbox;
+	idempotency: IdempotencyStoreRef;
 }
 
 export function collectionMixin(domain: DomainDef, hooks: Record<string, CollectionHooks> = {}): Partial<ServiceSchema> {
@@ -174,6 +199,15 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 		const h = hooks[col.name] ?? {};
 		// A write carrying x-saga-session goes through the staging store (mixins/saga-staging.ts).
 		const store = (ctx: Ctx) => stagingStore(ctx as any, state(ctx.service).stores.get(col.name)!);
+		/** The collection's own (revisioned) store, which `If-Match` pins a document of. */
+		const own = (ctx: Ctx) => state(ctx.service).stores.get(col.name)!;
+		/** A write of `before` under the request's If-Match; the answer carries the document's new tag. */
+		const guarded = async (ctx: Ctx, before: StoredDoc, write: () => Promise<StoredDoc | null>): Promise<StoredDoc> => {
+			const after = await ifMatch(ctx, own(ctx), before, write);
+			if (!after) throw notFound();
+			answerHeader(ctx, "ETag", tagOf(after));
+			return after;
+		};
 
 		function out(doc: StoredDoc, plan: AccessPlan): Doc {
 			const d = present(col, doc, plan.fields);
@@ -194,6 +228,8 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 
 		/** The change events of `changes`, appended to the outbox (on PostgreSQL: committed with the unit's writes). */
 		async function append(ctx: Ctx, changes: Change[], svc: unknown = ctx.service) {
+			// A keyed request's record is marked committed in the same unit of work (mixins/idempotency-record.ts).
+			await fenceChanges(ctx, state(svc).idempotency, `${domain.name}/${col.name}`, changes.map((c) => (c.after ?? c.before)!._id));
 			const ts = Date.now();
 			await state(svc).outbox.append(
 				changes.map(({ op, before, after }) => {
@@ -332,7 +368,17 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 			},
 			async get(ctx) {
 				const plan = requirePlan(ctx.locals);
-				const [doc] = await populate(ctx, plan, [out(await target(ctx, plan), plan)]);
+				const stored = await target(ctx, plan);
+				const [doc] = await populate(ctx, plan, [out(stored, plan)]);
+				// The document's tag; with `populate`, a weak one that also covers the populated values. If-None-Match naming
+				// it: 304, no body (decided here, not by moleculer-web's `fresh`, which ignores it beside `Cache-Control:
+				// no-cache`, as fetch clients send it with every conditional request).
+				const tag = plan.populate.length ? weakTagOf(stored, plan.populate.map((p) => doc[p.path])) : tagOf(stored);
+				answerHeader(ctx, "ETag", tag);
+				if (routed(ctx) && noneMatchHits(ctx.meta.headers?.["if-none-match"], tag)) {
+					ctx.meta.$statusCode = 304;
+					return null;
+				}
 				return { data: doc };
 			},
 			async create(ctx) {
@@ -367,13 +413,14 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 				const clean = validateBody(col, ctx.params.body, "patch");
 				const before = await target(ctx, plan);
 				const set: Record<string, unknown> = { ...clean, ...stamp("updated", plan.token, new Date().toISOString()) };
-				await h.beforePatch?.(ctx, set, before);
-				checkRules(col, { ...before, ...set });
-				inGrant(plan, [{ ...before, ...set }]);
-				await assertShares(ctx, plan.token, [set.shares]);
-				if ("ref" in set) set[TENANT_REF] = tenantRef(before.clients, set.ref);
-				const after = await insert(() => store(ctx).setOne(before._id, set));
-				if (!after) throw notFound();
+				const after = await guarded(ctx, before, async () => {
+					await h.beforePatch?.(ctx, set, before);
+					checkRules(col, { ...before, ...set });
+					inGrant(plan, [{ ...before, ...set }]);
+					await assertShares(ctx, plan.token, [set.shares]);
+					if ("ref" in set) set[TENANT_REF] = tenantRef(before.clients, set.ref);
+					return insert(() => store(ctx).setOne(before._id, set));
+				});
 				await record(ctx, [{ op: "u", before, after }]);
 				return { data: out(after, plan) };
 			},
@@ -412,8 +459,7 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 			async remove(ctx) {
 				const plan = requirePlan(ctx.locals);
 				const before = await target(ctx, plan);
-				const after = await store(ctx).setOne(before._id, stamp("deleted", plan.token, new Date().toISOString()));
-				if (!after) throw notFound();
+				const after = await guarded(ctx, before, () => store(ctx).setOne(before._id, stamp("deleted", plan.token, new Date().toISOString())));
 				await record(ctx, [{ op: "d", before, after: null }]);
 				return { data: out(after, plan) };
 			},
@@ -421,17 +467,17 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 				const plan = requirePlan(ctx.locals);
 				const before = await store(ctx).findOne({ $and: [plan.filter, { deleted_at: { $ne: null } }] });
 				if (!before) throw notFound();
-				await h.beforeRestore?.(ctx, before);
-				const now = new Date().toISOString();
-				const after = await store(ctx).setOne(before._id, { deleted_at: null, deleted_by: null, deleted_in: null, ...stamp("restored", plan.token, now) });
-				if (!after) throw notFound();
+				const after = await guarded(ctx, before, async () => {
+					await h.beforeRestore?.(ctx, before);
+					return store(ctx).setOne(before._id, { deleted_at: null, deleted_by: null, deleted_in: null, ...stamp("restored", plan.token, new Date().toISOString()) });
+				});
 				await record(ctx, [{ op: "r", before, after }]);
 				return { data: out(after, plan) };
 			},
 			async destroy(ctx) {
 				const plan = requirePlan(ctx.locals);
 				const before = await target(ctx, plan);
-				await store(ctx).removeMany({ id: before._id });
+				if (!(await ifMatch(ctx, own(ctx), before, () => store(ctx).removeMany({ id: before._id })))) throw notFound();
 				await record(ctx, [{ op: "d", before, after: null }]);
 				return { data: out(before, plan) };
 			},
@@ -479,7 +525,20 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 			const name = specialName(sp);
 			if (!specials[name]) continue;
 			const meta: SpecialActionMeta = { service: domain.name, collection: col.name, action: sp.action, byId: sp.path.startsWith(":id/") };
-			actions[actionName(col.name, name)] = { special: meta, handler: specials[name] } as any;
+			const handler = specials[name];
+			// A special addressed by id honours If-Match on its document (read in the caller's view: 404 first, as always).
+			actions[actionName(col.name, name)] = {
+				special: meta,
+				handler: !meta.byId
+					? handler
+					: async function (this: any, ctx: Ctx) {
+							if (!routed(ctx) || ctx.meta.headers?.["if-match"] === undefined) return handler.call(this, ctx);
+							const store = state(this).stores.get(col.name)!;
+							const doc = await store.findOne(requirePlan(ctx.locals).filter);
+							if (!doc) throw notFound();
+							return ifMatch(ctx, store, doc, () => handler.call(this, ctx));
+						},
+			} as any;
 		}
 		// Saga compensation and commit settlement of this collection's stages (never routed).
 		actions[actionName(col.name, "settle")] = {
@@ -487,7 +546,8 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 			handler(this: any, ctx: Context<{ images: Image[]; reason: SettleReason; conflicted?: boolean }, RequestMeta>) {
 				const store = state(this).stores.get(col.name)!;
 				const record = (changes: Change[]) => recorders.get(col.name)!(ctx as unknown as Ctx, changes, this);
-				return settle({ store, record }, ctx.params.images ?? [], ctx.params.reason, ctx.params.conflicted === true);
+				// Settlement a pinned action set off (a payment's, a verify's) is the platform's, never conditional on its If-Match.
+				return unpinned(() => settle({ store, record }, ctx.params.images ?? [], ctx.params.reason, ctx.params.conflicted === true));
 			},
 		};
 		actions[actionName(col.name, PURGE_ACTION)] = {
@@ -505,7 +565,7 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 				"document store": stores.size > 0 && pings.every(Boolean),
 				"event stream": await outbox.ping().catch(() => false),
 				cache: await sharedKeyValue(configOf(this.broker).redisUrl, configOf(this.broker).redisPrefix).ping(),
-			});
+			}, { "document store": [...stores.values()][0]?.kind });
 		},
 	};
 
@@ -535,12 +595,14 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 		},
 		async started(this: any) {
 			const cfg = configOf(this.broker);
-			const st: EngineState = { stores: new Map(), outbox: sharedOutbox(cfg) };
+			const st: EngineState = { stores: new Map(), outbox: sharedOutbox(cfg), idempotency: new IdempotencyStoreRef(cfg) };
 			this.$engine = st;
 			await st.outbox.connect();
 			for (const col of domain.collections) {
-				const s = createStore(cfg, `${domain.name}/${col.name}`, Object.keys(col.fields).filter((f) => col.fields[f].relation));
-				await s.connect();
+				const raw = createStore(cfg, `${domain.name}/${col.name}`, Object.keys(col.fields).filter((f) => col.fields[f].relation));
+				await raw.connect();
+				// Every write through it stores a new revision (the document's ETag, mixins/stores/revision.ts).
+				const s = revisioned(raw);
 				await keyLegacyRefs(s);
 				st.stores.set(col.name, s);
 			}
@@ -550,6 +612,7 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 			if (!st) return;
 			for (const s of st.stores.values()) await s.disconnect();
 			st.stores.clear();
+			await st.idempotency.release();
 			await st.outbox.disconnect();
 		},
 	};

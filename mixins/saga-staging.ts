@@ -19,6 +19,7 @@ import { sha256Hex } from "../lib/crypto";
 import { isPlainObject } from "../lib/validate";
 import type { DocumentStore, StoredDoc } from "./stores";
 import { isDuplicateKeyError, pageOf, updateOf } from "./stores";
+import { REV, withRev } from "./stores/revision";
 
 export const SAGA_HEADER = "x-saga-session";
 
@@ -79,8 +80,16 @@ export function stampOf(doc: Record<string, unknown>): Stamp {
 
 const sameStamp = (a: Stamp, b: Stamp) => a.updated_at === b.updated_at && a.deleted_at === b.deleted_at && a.restored_at === b.restored_at;
 
-/** A document's JSON with its keys sorted at every depth: equal for equal documents whichever store returns them. */
-const canonical = (doc: unknown) => JSON.stringify(doc, (_k, v) => (isPlainObject(v) ? Object.fromEntries(Object.keys(v).sort().map((k) => [k, v[k]])) : v));
+/**
+ * A document's JSON with its keys sorted at every depth, without its revision: equal for equal documents whichever
+ * store returns them. The revision is left out because undoing a later stage of the same saga gives the document a
+ * revision of its own (never an earlier tag again) while putting back exactly what the earlier stage left; a write by
+ * anyone else changes a field too (every write stamps `updated_at`, a balance move its balance).
+ */
+const canonical = (doc: StoredDoc) => {
+	const { [REV]: _rev, ...content } = doc;
+	return JSON.stringify(content, (_k, v) => (isPlainObject(v) ? Object.fromEntries(Object.keys(v).sort().map((k) => [k, v[k]])) : v));
+};
 const digestOf = (doc: StoredDoc) => sha256Hex(canonical(doc));
 
 type StoreUpdate = { $set?: Record<string, unknown>; $unset?: Record<string, unknown> };
@@ -156,15 +165,19 @@ export function stagingStore(ctx: CallCtx, base: DocumentStore): DocumentStore {
 			await note(docs.map(insertImage));
 			return base.insertMany(docs);
 		},
+		// The new revision is chosen here, so the image's `$set` holds it; compensation compares the document's content
+		// (not its revision: see `canonical`) with what the stage left, and gives it a revision of its own.
 		async setOne(id, set) {
 			const before = await base.findOne({ id });
-			if (before) await note([updateImage(before, set)]);
-			return base.setOne(id, set);
+			const revised = withRev(set);
+			if (before) await note([updateImage(before, revised)]);
+			return base.setOne(id, revised);
 		},
 		async setMany(ids, set) {
 			const befores = await base.find({ query: { id: { $in: ids } } });
-			await note(befores.map((b) => updateImage(b, set)));
-			return base.setMany(ids, set);
+			const revised = withRev(set);
+			await note(befores.map((b) => updateImage(b, revised)));
+			return base.setMany(ids, revised);
 		},
 		async removeMany(q) {
 			const befores = await base.find({ query: q });

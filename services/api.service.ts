@@ -30,15 +30,22 @@ import { actionError, leanMatch, runRouteMiddlewares } from "./api/lean-route";
 import { actingGets, refuseCrossSiteCookie } from "./api/cross-site";
 import { answerClientError } from "./api/client-error";
 import { metricsAuthorized, METRICS_UNAUTHORIZED, PROMETHEUS_TYPE } from "../lib/ops-server";
+import { LiveCursors } from "./api/live-cursor";
+import { MqttWebSocketBridge } from "./api/mqtt-ws";
+import { AUTHORITY_CHANGED, grantCache } from "../middlewares/grant-cache";
+import { Idempotency } from "./api/idempotency";
+import { NODE_STOPPING } from "../middlewares/node-stopping";
 
 /** moleculer-web's own request handler: every request the lean path (services/api/lean-route.ts) does not serve. */
 const webHttpHandler = (ApiGateway as unknown as { methods: { httpHandler(this: unknown, req: unknown, res: unknown, next?: unknown): Promise<void> } }).methods.httpHandler;
+/** moleculer-web's action call (the action, onAfterCall, the answer): run under the request's Idempotency-Key. */
+const webCallAction = (ApiGateway as unknown as { methods: { callAction(this: unknown, ...args: unknown[]): Promise<unknown> } }).methods.callAction;
 
 type Req = IncomingMessage & { $ctx: Context<any, any>; $params: any; $route?: any; $alias?: any; query?: Record<string, unknown>; $startedAt?: bigint };
 type Res = ServerResponse & { $route?: any };
 
 /** Request headers the domain layers read; everything else stays at the gateway. */
-const FORWARDED_HEADERS = ["x-zone", "x-exclude-soft-delete-query", "x-saga-session", "x-can-with-policies", "x-can-with-id-policies", "user-agent"];
+const FORWARDED_HEADERS = ["x-zone", "x-exclude-soft-delete-query", "x-saga-session", "x-can-with-policies", "x-can-with-id-policies", "user-agent", "if-match", "if-none-match"];
 const CURSOR_PAGE = 100;
 /** CONTRACTS.md "Limits the platform keeps": open `/cursor` streams per principal on one gateway. */
 export const MAX_OPEN_CURSORS = 8;
@@ -129,7 +136,8 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 			const status = (ctx.meta.$statusCode as number | undefined) ?? (res.statusCode || 200);
 			observeHttp(this.broker, req, status);
 			emitAudit(this.broker, req, status, data);
-			return data;
+			// A keyed request's answer is kept before it leaves (services/api/idempotency.ts).
+			return (req as { $idempotency?: unknown }).$idempotency ? this.idempotency.answered(req, status, data).then(() => data) : data;
 		},
 		onError(this: any, req: Req, res: Res, err: unknown) {
 			this.sendErrorBody(req, res, err);
@@ -250,6 +258,7 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 		this.openCursors = new Map<string, number>();
 		this.kv = sharedKeyValue(cfg.redisUrl, cfg.redisPrefix);
 		this.transport = new TransportWatch(this.broker);
+		this.idempotency = new Idempotency(cfg);
 		this.authenticator = new Authenticator({
 			jwt: new JwtKeys(keys.jwtSecret),
 			aes: new Aes(keys.aesSecret),
@@ -257,6 +266,11 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 			broker: this.broker,
 			trustProxy: cfg.trustProxy,
 		});
+		/** `?live=true` cursors: the changes of each caller's view after its matches (services/api/live-cursor.ts). */
+		this.liveCursors = new LiveCursors(this.broker, cfg, this.authenticator, this.logger);
+		/** MQTT over WebSocket on `/mqtt`, bridged to the embedded broker (services/api/mqtt-ws.ts). */
+		this.mqttWs = new MqttWebSocketBridge({ broker: this.broker, logger: this.logger, jwtSecret: keys.jwtSecret, trustProxy: cfg.trustProxy });
+		if (this.server) this.mqttWs.attach(this.server);
 	},
 
 	started(this: any) {
@@ -267,8 +281,11 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 
 	async stopped(this: any) {
 		this.transport.stop();
+		this.mqttWs.close();
+		await this.liveCursors.stop();
 		// The last entries go to the stream before the node's broker (and its stream) stop.
 		await this.audit?.stop();
+		await this.idempotency.records.release();
 	},
 
 	actions: {
@@ -288,11 +305,21 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 	},
 
 	events: {
+		/** The node is stopping (moleculer.config.ts): live streams end first, so they do not hold the stop. */
+		[NODE_STOPPING](this: any) {
+			this.liveCursors.endStreams();
+		},
 		"auth.session.revoked"(this: any, ctx: Context<{ session: string }>) {
 			this.authenticator.sessionRevoked(ctx.params.session);
+			void this.liveCursors.sweep();
 		},
 		"auth.apt.revoked"(this: any, ctx: Context<{ hash: string }>) {
 			this.authenticator.aptRevoked(ctx.params.hash);
+			void this.liveCursors.sweep();
+		},
+		// Live cursors decide views on this node with its grant index: a gateway without domain services drops it too.
+		[AUTHORITY_CHANGED]() {
+			grantCache.invalidate();
 		},
 	},
 
@@ -350,6 +377,9 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 					if (i !== -1) tracked.splice(i, 1);
 				}
 			}
+		},
+		callAction(this: any, route: unknown, actionName: string, req: Req, res: Res, params: unknown) {
+			return this.idempotency.around(req, res, actionName, () => webCallAction.call(this, route, actionName, req, res, params));
 		},
 		/** moleculer-web's alias lookup, through an index by first path segment (services/api/alias-index.ts). */
 		resolveAlias(this: any, url: string, method = "GET") {
@@ -492,6 +522,17 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 			// (the ones before it, in the same order, are not sent again).
 			const lastEventId = req.headers["last-event-id"];
 			let resumeAfter: string | undefined;
+			// `?live=true`: validated now (a plain JSON error), attached after the matches; a position resumes without them.
+			const live = await this.liveCursors.prepare(req, action, params);
+			const sse = () => {
+				res.writeHead(200, { "Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache", Connection: "keep-alive", "X-Accel-Buffering": "no" });
+				observeHttp(this.broker, req, 200);
+				emitAudit(this.broker, req, 200);
+			};
+			if (live?.resumes) {
+				sse();
+				return live.attach(res);
+			}
 			if (lastEventId !== undefined && String(lastEventId).trim() !== "") {
 				resumeAfter = String(lastEventId).trim();
 				if (!/^[0-9a-f]{24}$/i.test(resumeAfter)) throw new ApiError(400, "Last-Event-ID must be the id of a document of this cursor (24 hex digits)");
@@ -501,9 +542,7 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 			let offset = 0;
 			const next = () => ctx.call(action, { ...params, page: { offset, size: Math.min(CURSOR_PAGE, remaining) } }) as Promise<{ items: Array<{ id: string }> }>;
 			let page = await next();
-			res.writeHead(200, { "Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache", Connection: "keep-alive", "X-Accel-Buffering": "no" });
-			observeHttp(this.broker, req, 200);
-			emitAudit(this.broker, req, 200);
+			sse();
 			try {
 				for (;;) {
 					for (const doc of page.items) {
@@ -521,6 +560,7 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 				}
 				if (!closed && resumeAfter !== undefined)
 					finish(`event: error\ndata: ${JSON.stringify(toErrorBody(new ApiError(404, `Last-Event-ID ${resumeAfter} is not among this cursor's documents; reconnect without it to start over`)))}\n\n`);
+				else if (!closed && live) live.attach(res);
 				else if (!closed) finish("event: end\ndata: close\n\n");
 			} catch (err) {
 				if (!closed) finish(`event: error\ndata: ${JSON.stringify(toErrorBody(err))}\n\n`);

@@ -135,7 +135,7 @@ const AuthService: ServiceSchema = {
 				async beforePatch(ctx: Ctx, set: Record<string, unknown>, before: StoredDoc | null) {
 					// A bulk patch has no single `before`: the changed fields are checked against a neutral base.
 					const { domains, who } = await callerDomains(ctx);
-					const base = before ?? { subject: `x@${domains[0]}`, action: "read", object: "auth:*" };
+					const base = before ?? { subject: `${"0".repeat(24)}@${domains[0]}`, action: "read", object: "auth:*" };
 					validateGrant(pickGrant({ ...base, ...set }), domains, who);
 				},
 				afterWrite(ctx: Ctx) {

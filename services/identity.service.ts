@@ -12,7 +12,7 @@ import { badRequest, conflict } from "../lib/errors";
 import { configOf } from "../lib/config";
 import { sharedKeyValue, type KeyValue } from "../lib/kv";
 import { announceRevocation, blacklistSession } from "./auth/authenticate";
-import { groupProblem, passwordProblem, usernameProblem, userSubjectProblem } from "../lib/grant-validation";
+import { passwordProblem, usernameProblem, userSubjectProblem } from "../lib/grant-validation";
 
 export const USER_CREATED = "identity.user.created";
 const LOGIN_FIELDS = ["username", "email", "phone"] as const;
@@ -31,15 +31,14 @@ export function normalPhone(v: string): string {
 }
 
 /**
- * Username form, password length, subjects entries, `groups` entries (an email or an FQDN, as the spec's common field
- * says), and the stored (normalised) email and phone; 400 naming the field.
+ * Username form, password length, subjects entries (roles, and group names as every document's `groups` takes them:
+ * lib/validate.ts), and the stored (normalised) email and phone; 400 naming the field.
  */
 function checkUserFields(doc: Record<string, unknown>): void {
 	const problems = [
 		doc.username !== undefined && doc.username !== null ? usernameProblem(doc.username) : null,
 		passwordProblem(doc.password),
 		...(Array.isArray(doc.subjects) ? doc.subjects.map((e, i) => userSubjectProblem(e, `subjects[${i}]`)) : []),
-		...(Array.isArray(doc.groups) ? doc.groups.map((e, i) => groupProblem(e, `groups[${i}]`)) : []),
 	];
 	const p = problems.find((x) => x !== null);
 	if (p) throw badRequest(p);

@@ -8,7 +8,8 @@
  *   pending ones) when the dispatcher's `deliveries` table exists (their attempts go with them);
  * - audit entries older than AUDIT_RETENTION_DAYS;
  * - file content no special/files record holds, older than FILE_ORPHAN_GRACE_MINUTES (`special.files.orphans`:
- *   uploads cut short by a crash); content of purged records goes with them (the files hooks).
+ *   uploads cut short by a crash); content of purged records goes with them (the files hooks);
+ * - Idempotency-Key records (and their kept answers) older than 24 hours (mixins/idempotency-record.ts).
  * `cleaner.run` (internal) runs one pass now and answers what it removed, or `{ ran: false }` when another pass holds
  * the lease.
  */
@@ -19,6 +20,7 @@ import { sharedKeyValue } from "../lib/kv";
 import { tryLease } from "../lib/lock";
 import { openRelational, releaseRelational, type Relational } from "../lib/relational";
 import { PURGE_ACTION, type PurgeParams } from "../mixins/collection.mixin";
+import { IdempotencyStoreRef, purgeIdempotency } from "../mixins/idempotency-record";
 import { WORKER_PORTS } from "./index";
 import { workerService } from "./worker";
 import { cutoff, retentionDays } from "./cleaner/retention";
@@ -41,6 +43,8 @@ export interface CleanerPass {
 	audit?: number;
 	/** Orphaned file blobs (and partial writes) removed. */
 	blobs?: number;
+	/** Idempotency-Key records past their 24 hours. */
+	idempotency?: number;
 	/** What could not be cleaned this time (the next pass retries). */
 	errors?: string[];
 	ms?: number;
@@ -105,8 +109,9 @@ export default workerService(
 					const documents = await this.purgeDocuments(cfg, errors);
 					const { deliveries, audit } = await this.purgeRelational(cfg, errors);
 					const blobs = await this.collectOrphans(errors);
-					const pass: CleanerPass = { ran: true, documents, deliveries, audit, blobs, errors, ms: Date.now() - started };
-					const total = Object.values(documents).reduce((a: number, b) => a + (b as number), 0) + deliveries + audit + blobs;
+					const idempotency = await this.purgeKeys(errors);
+					const pass: CleanerPass = { ran: true, documents, deliveries, audit, blobs, idempotency, errors, ms: Date.now() - started };
+					const total = Object.values(documents).reduce((a: number, b) => a + (b as number), 0) + deliveries + audit + blobs + idempotency;
 					if (total || errors.length) this.logger.info(`cleaner: ${total} removed in ${pass.ms} ms${errors.length ? `; ${errors.length} errors` : ""}`);
 					return pass;
 				} finally {
@@ -183,6 +188,17 @@ export default workerService(
 				return { deliveries, audit };
 			},
 
+			/** Idempotency-Key records older than 24 hours, from the document store the gateways keep them in. */
+			async purgeKeys(this: any, errors: string[]): Promise<number> {
+				this.keyRecords ??= new IdempotencyStoreRef(configOf(this.broker));
+				try {
+					return await purgeIdempotency(this.keyRecords);
+				} catch (err) {
+					errors.push(`idempotency keys: ${(err as Error)?.message ?? err}`);
+					return 0;
+				}
+			},
+
 			/** The relational store, opened on the first pass that needs it (shared with the node's other workers). */
 			openStore(this: any): Promise<Relational> {
 				this.opening ??= openRelational(configOf(this.broker)).catch((err: unknown) => {
@@ -221,6 +237,7 @@ export default workerService(
 			await (this.task as ScheduledTask | undefined)?.destroy();
 			this.task = undefined;
 			await Promise.all([...(this.passes ?? [])]);
+			await this.keyRecords?.release();
 			const opening = this.opening;
 			this.opening = undefined;
 			if (opening && (await opening.then(() => true, () => false))) await releaseRelational(configOf(this.broker));

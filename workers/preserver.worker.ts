@@ -19,7 +19,20 @@ import { Aedes, type Client as AedesClient } from "aedes";
 import { configOf, loadKeys, type PlatformConfig } from "../lib/config";
 import { Aes, safeEqual, sha256Hex } from "../lib/crypto";
 import { sharedKeyValue, type KeyValue } from "../lib/kv";
-import { authorizePublish, authorizeSubscribe, MQTT_PREAUTH, PreAuthGate, PUBLISHER_USERNAME, publisherPassword, type AclDecision } from "../lib/mqtt";
+import {
+	authorizePublish,
+	authorizeSubscribe,
+	BRIDGE_ACK,
+	BRIDGE_PREAMBLE_MAX,
+	bridgePassword,
+	MQTT_MAX_PACKET,
+	MQTT_PREAUTH,
+	parseBridgePreamble,
+	PreAuthGate,
+	PUBLISHER_USERNAME,
+	publisherPassword,
+	type AclDecision,
+} from "../lib/mqtt";
 import { JwtKeys } from "../lib/tokens";
 import { identityOf, type TokenClaims } from "../lib/types";
 import { AUTHORITY_CHANGED, grantCache } from "../middlewares/grant-cache";
@@ -41,7 +54,7 @@ export interface MqttPrincipal {
 export interface MqttConnection {
 	clientid: string;
 	username: string;
-	via: "embedded" | "hooks";
+	via: "embedded" | "websocket" | "hooks";
 	peerhost?: string;
 	connected_at: string;
 }
@@ -54,8 +67,11 @@ const PRINCIPAL = Symbol("mqttPrincipal");
 const PREAUTH = Symbol("mqttPreAuth");
 export const BROKER_URL_ACTION = "preserver.brokerUrl";
 const clientKey = (clientid: string) => `mqtt:client:${sha256Hex(clientid)}`;
-/** Largest MQTT packet the embedded broker reads from a token holder (before authentication: MQTT_PREAUTH.maxBytes in all). */
-export const MQTT_MAX_PACKET = 1024 * 1024;
+/** The address the connection counts under and its grants see: the socket's, or the one the gateway's bridge named. */
+const PEER = Symbol("mqttPeer");
+/** The connection came through the gateway's MQTT-over-WebSocket bridge. */
+const BRIDGED = Symbol("mqttBridged");
+export { MQTT_MAX_PACKET };
 /** Open connections one identity may hold on the embedded broker. */
 export const MQTT_MAX_CONNECTIONS = 8;
 /** Client ids whose owner this node already knows (an owner never changes). */
@@ -166,6 +182,36 @@ function limitPacketSize(client: AedesClient, socket: net.Socket): boolean {
 	return true;
 }
 
+/**
+ * A connection from the gateway's MQTT-over-WebSocket bridge starts with a preamble (lib/mqtt.ts bridgePreamble):
+ * resolves with the browser's address it names, `undefined` when the connection starts otherwise (plain MQTT: what
+ * was read is put back), or null when the preamble is wrong or too long, or the socket closed first (close it).
+ */
+function readBridgePreamble(socket: net.Socket, password: string): Promise<string | null | undefined> {
+	return new Promise((resolve) => {
+		let got = Buffer.alloc(0);
+		const done = (v: string | null | undefined, rest?: Buffer) => {
+			socket.off("readable", onReadable);
+			socket.off("close", onClose);
+			if (rest?.length) socket.unshift(rest);
+			resolve(v);
+		};
+		const onClose = () => done(null);
+		const onReadable = () => {
+			let chunk: Buffer | null;
+			while ((chunk = socket.read()) !== null) {
+				got = Buffer.concat([got, chunk]);
+				if (got[0] !== 0) return done(undefined, got);
+				const end = got.indexOf(0x0a);
+				if (end < 0 && got.length >= BRIDGE_PREAMBLE_MAX) return done(null);
+				if (end >= 0) return done(end < BRIDGE_PREAMBLE_MAX ? parseBridgePreamble(got.subarray(1, end).toString("latin1"), password) : null, got.subarray(end + 1));
+			}
+		};
+		socket.on("readable", onReadable);
+		socket.once("close", onClose);
+	});
+}
+
 function reply(res: ServerResponse, status: number, body: unknown): void {
 	const text = JSON.stringify(body);
 	res.writeHead(status, { "Content-Type": "application/json; charset=utf-8", "Content-Length": Buffer.byteLength(text), "Cache-Control": "no-store" });
@@ -226,6 +272,7 @@ export default workerService(
 			this.kv = sharedKeyValue(cfg.redisUrl, cfg.redisPrefix) as KeyValue;
 			this.authenticator = new Authenticator({ jwt: new JwtKeys(keys.jwtSecret), aes: new Aes(keys.aesSecret), kv: this.kv, broker: this.broker, trustProxy: false });
 			this.publisherSecret = publisherPassword(keys.jwtSecret);
+			this.bridgeSecret = bridgePassword(keys.jwtSecret);
 			this.connections = new Map<string, MqttConnection>();
 			this.revoked = new Set<string>();
 			this.embeddedClients = new Map<string, AedesClient>();
@@ -458,7 +505,7 @@ export default workerService(
 				aedes.authorizeSubscribe = (client, sub, done) => {
 					const p: MqttPrincipal | undefined = (client as any)?.[PRINCIPAL];
 					if (!p) return done(null, null);
-					this.aclCheck(p, "subscribe", sub.topic, client.conn && (client.conn as net.Socket).remoteAddress).then(
+					this.aclCheck(p, "subscribe", sub.topic, (client as any)[PEER]).then(
 						(d: AclDecision) => done(null, d.allow ? sub : null),
 						() => done(null, null),
 					);
@@ -485,7 +532,7 @@ export default workerService(
 				aedes.on("clientReady", (client) => {
 					this.embeddedClients.set(client.id, client);
 					const p: MqttPrincipal | undefined = (client as any)[PRINCIPAL];
-					this.recordConnected({ clientid: client.id, username: p?.username ?? "", via: "embedded", peerhost: (client.conn as net.Socket)?.remoteAddress, connected_at: new Date().toISOString() });
+					this.recordConnected({ clientid: client.id, username: p?.username ?? "", via: (client as any)[BRIDGED] ? "websocket" : "embedded", peerhost: (client as any)[PEER], connected_at: new Date().toISOString() });
 				});
 				aedes.on("clientDisconnect", (client) => {
 					if (this.embeddedClients.get(client.id) === client) this.embeddedClients.delete(client.id);
@@ -493,13 +540,11 @@ export default workerService(
 				});
 				aedes.on("clientError", (client, err) => this.logger.debug(`mqtt client ${client?.id} error: ${err.message}`));
 				const preAuth = new PreAuthGate();
-				const server = net.createServer((socket) => {
-					// Unauthenticated connections are capped in all and per address: beyond, closed before anything is read.
-					const release = preAuth.admit(socket.remoteAddress);
-					if (!release) return void socket.destroy();
-					socket.once("close", release);
+				const serve = (socket: net.Socket, peer: string | undefined, release: () => void, bridged: boolean) => {
 					const client = aedes.handle(socket);
 					(client as any)[PREAUTH] = release;
+					(client as any)[PEER] = peer;
+					(client as any)[BRIDGED] = bridged;
 					if (!limitPacketSize(client, socket)) this.logger.error("preserver: the aedes packet parser is not where expected; MQTT connection refused (packet size limit)");
 					// Counted per identity until the socket is gone, whatever ended it.
 					socket.once("close", () => {
@@ -508,6 +553,28 @@ export default workerService(
 						if (!open) return;
 						open.delete(client);
 						if (!open.size) this.openByIdentity.delete(p!.identity);
+					});
+				};
+				const server = net.createServer((socket) => {
+					// Unauthenticated connections are capped in all and per address: beyond, closed before anything is read.
+					const release = preAuth.admit(socket.remoteAddress);
+					if (!release) return void socket.destroy();
+					socket.once("close", release);
+					socket.on("error", () => undefined); // aedes reports them once it has the socket
+					// The CONNECT's deadline counts from here, through a bridge's preamble (aedes' own starts at handle).
+					const deadline = setTimeout(() => socket.destroy(), MQTT_PREAUTH.connectTimeoutMs);
+					socket.once("close", () => clearTimeout(deadline));
+					const authenticated = (slot: () => void) => () => (clearTimeout(deadline), slot());
+					// The gateway's WebSocket bridge names the browser's address first: the connection moves to that address's
+					// count (and its grants see that address); the same caps apply there.
+					void readBridgePreamble(socket, this.bridgeSecret).then((peer) => {
+						if (peer === undefined) return serve(socket, socket.remoteAddress, authenticated(release), false);
+						release();
+						const moved = peer && !socket.destroyed ? preAuth.admit(peer) : null;
+						if (!peer || !moved) return void socket.destroy();
+						socket.once("close", moved);
+						socket.write(Buffer.from([BRIDGE_ACK]));
+						serve(socket, peer, authenticated(moved), true);
 					});
 				});
 				await new Promise<void>((resolve, reject) => {

@@ -15,6 +15,7 @@ import { and } from "../../middlewares/authority";
 import { platformDoc, type Ctx } from "../../mixins/collection.mixin";
 import { isDuplicateKeyError, type DocumentStore, type StoredDoc } from "../../mixins/stores";
 import { matchesFilter } from "../../mixins/stores/nedb.store";
+import { flushUnit } from "../../mixins/stores/unit";
 
 const ACCOUNTS = conjoint.collections.find((c) => c.name === "accounts")!;
 type Svc = { collectionStore(name: string): DocumentStore; recordChanges(ctx: Ctx, name: string, changes: any[]): Promise<void> };
@@ -62,8 +63,11 @@ export async function generate(ctx: Ctx): Promise<{ data: Record<string, unknown
 	try {
 		await store.insert(doc);
 	} catch (err) {
-		if (isDuplicateKeyError(err)) return existing();
-		throw err;
+		if (!isDuplicateKeyError(err)) throw err;
+		// PostgreSQL: the failed insert aborted this action's transaction (nothing else in it); it ends here, and the
+		// first call's committed account is read in a new one (was a 500 on the concurrent first calls).
+		await flushUnit();
+		return existing();
 	}
 	await svc.recordChanges(ctx, "accounts", [{ op: "c", before: null, after: doc }]);
 	return { data: present(ACCOUNTS, doc, plan.fields) };

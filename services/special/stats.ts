@@ -11,6 +11,7 @@ import { badRequest } from "../../lib/errors";
 import type { KeyValue } from "../../lib/kv";
 import { withLease } from "../../lib/lock";
 import { isDuplicateKeyError, type DocumentStore } from "../../mixins/stores";
+import { flushUnit } from "../../mixins/stores/unit";
 import { bucketOf, COUNTERS, PERIODS, SEQ_WINDOW, statId, type Counter } from "../../lib/stat-buckets";
 
 export interface StatsIncrement {
@@ -47,7 +48,11 @@ export function validIncrement(p: StatsIncrement): StatsIncrement {
 	return p;
 }
 
-/** One tenant's increments of one collection, in the order given. */
+/**
+ * One tenant's increments of one collection, in the order given. On PostgreSQL each bucket write commits at once,
+ * inside the lease (flushUnit; a no-op outside a unit): the next holder of the lease reads it and adds on top instead of
+ * inserting the same bucket again, which failed on the unique id and aborted the caller's transaction (a 500).
+ */
 async function bump(store: DocumentStore, client: string, items: StatsIncrement[]): Promise<StatsApplied> {
 	const out: StatsApplied = { applied: 0, skipped: 0 };
 	const owner = client || PLATFORM_OWNER;
@@ -87,6 +92,7 @@ async function bump(store: DocumentStore, client: string, items: StatsIncrement[
 					};
 					for (const c of COUNTERS) if (sums[c]) set[c] = (Number(doc[c]) || 0) + sums[c];
 					await store.setOne(id, set);
+					await flushUnit();
 					out.applied += added.length;
 					break;
 				}
@@ -95,11 +101,15 @@ async function bump(store: DocumentStore, client: string, items: StatsIncrement[
 				if (!client) fresh.clients = [];
 				try {
 					await store.insert(fresh);
+					await flushUnit();
 					out.applied += added.length;
 					break;
 				} catch (err) {
 					// Another node created the bucket first: count on top of its document.
 					if (!isDuplicateKeyError(err) || attempt > 0) throw err;
+					// PostgreSQL: the failed insert ended the unit's transaction (only this bucket's insert was in it);
+					// the retry reads in a new one.
+					await flushUnit();
 				}
 			}
 		}

@@ -3,21 +3,15 @@
  * its whitelisted assets and the OpenAPI document (the gateway-level route check lives elsewhere), and headless
  * Chromium must show the operations of a collection.
  */
-import { existsSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { chromium, type Browser, type Page } from "playwright-core";
+import type { Browser, Page } from "playwright-core";
+import { chromiumAvailable, launchChromium } from "../helpers/chromium";
 import { DOCS_SECURITY_HEADERS, docsAsset, docsHtml } from "../../lib/docs-page";
 import { openApiDocument } from "../../lib/openapi";
 import { openApiServiceDocument } from "../../lib/openapi-split";
 
-const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
-const available = existsSync(CHROMIUM);
-if (!available) {
-	if (process.env.REQUIRE_SERVERS === "1") throw new Error(`REQUIRE_SERVERS=1 but no Chromium at ${CHROMIUM} (set CHROMIUM_PATH or install chromium)`);
-	console.warn(`api-docs e2e skipped: no Chromium at ${CHROMIUM} (set CHROMIUM_PATH, or REQUIRE_SERVERS=1 to make this a failure)`);
-}
-const suite = available ? describe : describe.skip;
+const suite = chromiumAvailable("api-docs") ? describe : describe.skip;
 
 type Doc = { paths: Record<string, Record<string, { operationId?: string; tags?: string[]; summary?: string }>> };
 function operationOf(doc: object, operationId: string) {
@@ -68,10 +62,7 @@ suite("API docs page in Chromium", () => {
 		});
 		await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
 		base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-		browser = await chromium.launch({
-			executablePath: CHROMIUM,
-			args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-		});
+		browser = await launchChromium();
 	});
 
 	afterAll(async () => {

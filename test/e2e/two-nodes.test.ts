@@ -56,7 +56,7 @@ live("the gateway's /status reports every domain service of the domain node up",
 	expect(s.status).toBe(200);
 	expect(s.body.status).toBe("ok");
 	for (const d of DOMAINS) expect(s.body.info[`service:${d.name}`]).toEqual({ status: "up" });
-	expect(s.body.info["document store"]).toEqual({ status: "up" });
+	expect(s.body.info["document store"]).toEqual({ status: "up", kind: process.env.DOCUMENT_STORE ?? "postgres" });
 	expect(s.body.info.cache).toEqual({ status: "up" });
 });
 

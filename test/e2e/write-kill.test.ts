@@ -5,6 +5,10 @@
  * a gateway, a node with every other domain, the content node (the one killed, restarted under its NODE_ID) and a
  * workers node (dispatcher, logger) that pushes webhooks to a receiver here (WEBHOOK_ALLOW_PRIVATE=1).
  *
+ * With an Idempotency-Key (CONTRACTS.md "Retries and concurrent writers"): a client that retries every 5xx, 409 and cut
+ * connection with its key, through two gateways, while content replicas die (after their commit, and at random
+ * points), ends with one 200 per key and exactly one document per key.
+ *
  * Contract checked: every acknowledged (200) create is stored once; every stored note (acknowledged or not) has
  * one change event: one `webhook-id` at the receiver (deliveries are at least once; receivers de-duplicate by that
  * header), one change row in the audit; every acknowledged create has its one request row (status 200). Skips with a
@@ -35,6 +39,7 @@ let pg: Client | undefined;
 let receiver: Server | undefined;
 const nodes: Record<string, ChildNode> = {};
 let contentEnv: Record<string, string>;
+let shared: Record<string, string>;
 let contentStatus: string;
 let http: ReturnType<typeof client>;
 let token: string;
@@ -82,7 +87,7 @@ beforeAll(async () => {
 	});
 	await new Promise<void>((r) => receiver!.listen(hookPort, "127.0.0.1", r));
 	const port = await freePort();
-	const shared = {
+	shared = {
 		...clusterSettings(deployment, db.url),
 		EVENT_STREAM: "nats",
 		STREAM_ACK_WAIT_MS: "2000",
@@ -173,6 +178,88 @@ servers.test("killed between the commit and the reply: the write is not acknowle
 	expect(stored.rows).toHaveLength(1);
 	await expectEverythingOnce([]);
 	expect(received.get(stored.rows[0].id)?.get("c")?.size).toBe(1);
+});
+
+/** POSTs `body` under `key` until an answer that is not 5xx, 409 or a cut connection, alternating `gateways`; the answer. */
+async function retried(gateways: Array<ReturnType<typeof client>>, key: string, body: unknown, retries: { n: number }, limitMs = 120_000) {
+	const until = Date.now() + limitMs;
+	for (let i = 0; ; i++) {
+		const r = await gateways[i % gateways.length]("POST", "/content/notes", { token, body, headers: { "Idempotency-Key": key } }).catch(() => ({ status: 0, body: undefined, headers: new Headers() }));
+		if (r.status !== 0 && r.status < 500 && r.status !== 409) return r;
+		retries.n++;
+		if (Date.now() > until) throw new Error(`key ${key}: still ${r.status} after ${limitMs} ms`);
+		await sleep(200 + Math.floor(Math.random() * 300));
+	}
+}
+
+servers.test("Idempotency-Key: retried through two gateways while content replicas die, one document per key", async () => {
+	// A second gateway and a second content replica on the same database.
+	const port2 = await freePort();
+	nodes.api2 = startNode("api2", { ...shared, SERVICES: "api", PORT: String(port2) });
+	const contentPort = DOMAINS.find((d) => d.name === "content")!.restPort;
+	const offset2 = await freeOpsOffset([contentPort]);
+	const content2Env = { ...contentEnv, OPS_PORT_OFFSET: String(offset2), NODE_ID: `content2-${deployment.id}` };
+	const content2Status = `http://127.0.0.1:${contentPort + offset2}/status`;
+	nodes.content2 = startNode("content2", content2Env);
+	await waitForHttp(content2Status, [nodes.content2], { timeoutMs: 90_000 });
+	await waitForHttp(`http://127.0.0.1:${port2}/status`, [nodes.api2], { timeoutMs: 90_000 });
+	const gateways = [http, client(`http://127.0.0.1:${port2}`)];
+	const run = randomBytes(4).toString("hex");
+	const countOf = async (prefix: string) =>
+		new Map((await pg!.query(`select doc->>'description' as k, count(*)::int as n from "docs/content/notes" where doc->>'description' like $1 group by 1`, [`${prefix}%`])).rows.map((r) => [r.k as string, r.n as number]));
+
+	// 1. A replica that dies after its commit: the retry (through the other gateway) gets the stored document back.
+	const retries = { n: 0 };
+	const crashKey = `crash-${run}`;
+	const crashed = await retried(gateways, crashKey, { title: CRASH_TITLE, description: crashKey }, retries);
+	expect([crashed.status, crashed.headers.get("idempotent-replayed")]).toEqual([200, "true"]);
+	expect((await countOf(crashKey)).get(crashKey)).toBe(1);
+	const stored = await pg!.query(`select id from "docs/content/notes" where doc->>'description' = $1`, [crashKey]);
+	expect(crashed.body.data.id).toBe(stored.rows[0].id);
+	for (const [name, status, env] of [["content", contentStatus, contentEnv], ["content2", content2Status, content2Env]] as const)
+		if (nodes[name].child.exitCode !== null || nodes[name].child.signalCode !== null) {
+			await stopNode(nodes[name]);
+			nodes[name] = startNode(name, env);
+			await waitForHttp(status, [nodes[name]], { timeoutMs: 90_000 });
+		}
+
+	// 2. 40 keyed creates/s for about 20 s while a replica is killed and restarted three times; every key retried until answered.
+	const keys: string[] = [];
+	const answers: Array<Promise<{ status: number }>> = [];
+	const start = Date.now();
+	let stop = false;
+	const load = (async () => {
+		while (!stop) {
+			while (keys.length < ((Date.now() - start) / 1000) * 40) {
+				const k = `load-${run}-${keys.length}`;
+				keys.push(k);
+				answers.push(retried(gateways, k, { title: `idem-${run}`, description: k }, retries));
+			}
+			await sleep(10);
+		}
+	})();
+	for (let i = 0; i < 3; i++) {
+		await sleep(2000 + Math.floor(Math.random() * 3000));
+		const [name, status, env] = i % 2 ? (["content2", content2Status, content2Env] as const) : (["content", contentStatus, contentEnv] as const);
+		await crashNode(nodes[name]);
+		await stopNode(nodes[name]);
+		nodes[name] = startNode(name, env);
+		await waitForHttp(status, [nodes[name]], { timeoutMs: 90_000 });
+	}
+	await sleep(2000);
+	stop = true;
+	await load;
+	const statuses = (await Promise.all(answers)).map((r) => r.status);
+	const docs = await countOf(`load-${run}-`);
+	console.log(`idempotent retries: ${keys.length} keys, ${retries.n} retries, ${docs.size} documents, ${[...docs.values()].filter((n) => n > 1).length} keys written twice`);
+	for (const st of statuses) expect(st).toBe(200);
+	expect(retries.n).toBeGreaterThan(0);
+	expect(docs.size).toBe(keys.length);
+	for (const k of keys) expect([k, docs.get(k)]).toEqual([k, 1]);
+	await stopNode(nodes.content2);
+	await stopNode(nodes.api2);
+	delete nodes.content2;
+	delete nodes.api2;
 });
 
 servers.test("killed at random points under ~100 writes/s, restarted each time: no acknowledged write or event lost", async () => {

@@ -95,10 +95,25 @@ async function holdOnPostgres(cfg: PlatformConfig): Promise<void> {
 	}
 }
 
+/**
+ * The document store of a test that names none: PLATFORM_TEST_STORE (`nedb` or `postgres`) when set, else undefined,
+ * the platform's own default (PostgreSQL; NeDB on a DATA_DIR holding NeDB files). `.ci/run` runs the suite a second
+ * time with PLATFORM_TEST_STORE=nedb.
+ */
+export function testStore(): "nedb" | "postgres" | undefined {
+	const v = process.env.PLATFORM_TEST_STORE;
+	if (v === undefined || v === "") return undefined;
+	if (v !== "nedb" && v !== "postgres") throw new Error(`PLATFORM_TEST_STORE must be nedb or postgres, got ${v}`);
+	return v;
+}
+
 export async function bootPlatform(overrides: Partial<PlatformConfig> = {}): Promise<TestPlatform> {
 	const dataDir = overrides.dataDir ?? tempDir();
 	// Tests send email as @example.com (TOUCH_EMAIL_SENDERS); a tenant's own domains are always allowed.
 	const cfg: Partial<PlatformConfig> = { port: 0, host: "127.0.0.1", logLevel: "warn", dataDir, touchEmailSenders: ["example.com"], ...overrides };
+	// A test that names no store runs on PLATFORM_TEST_STORE; `documentStore: undefined` given explicitly keeps the
+	// platform's own choice (the NeDB data-directory detection tests).
+	if (!("documentStore" in overrides) && testStore()) cfg.documentStore = testStore();
 	// A new DATA_DIR of ours gets the initialised cluster (test/helpers/pg-template.ts); a caller's is left as given.
 	if (!overrides.dataDir && (await pgTemplate())) seedEmbeddedPg(dataDir, overrides.databaseUrl ?? process.env.DATABASE_URL);
 	let p = await startPlatform(cfg);

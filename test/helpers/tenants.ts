@@ -1,11 +1,11 @@
 /**
  * Two tenants set up the way an operator would (CONTRACTS.md "Tenants"), for the suites that attack a capability from
  * one tenant against the other: each tenant is a client with its own domain, a tenant admin holding `manage` on every
- * service (and every special action), and ordinary users `member` (role `@editor`, group `team-x`, same names in both
+ * service (and every special action), and ordinary users `member` (role `@editor`, group `team-x.example`, same names in both
  * tenants) and `limited` (no grant of its own: a suite gives it the field- and row-limited grant it needs).
  */
 import { DOMAINS } from "../../catalog";
-import { bootPlatform, type HttpResult, type TestPlatform } from "./platform";
+import { bootPlatform, testStore, type HttpResult, type TestPlatform } from "./platform";
 import type { PlatformConfig } from "../../lib/config";
 
 export type Doc = Record<string, any>;
@@ -78,8 +78,8 @@ export async function bootTenancy(store: "nedb" | "postgres", overrides: Partial
 			return { id: doc.id, username, password, token: "", subject: `${doc.id}@${domain}` };
 		};
 		t.admin = await user(`admin-${name}`, ["@admin"]);
-		t.member = await user("member", ["@editor", "team-x"]);
-		t.limited = await user("limited", ["team-y"]);
+		t.member = await user("member", ["@editor", "team-x.example"]);
+		t.limited = await user("limited", ["team-y.example"]);
 		for (const d of DOMAINS) await grant(root, { subject: t.admin.subject, action: "manage", object: `${d.name}:*` });
 		for (const d of DOMAINS)
 			for (const col of d.collections) for (const s of col.specials ?? []) await grant(root, { subject: t.admin.subject, action: s.action, object: `${d.name}:${col.name}` });
@@ -94,5 +94,8 @@ export async function bootTenancy(store: "nedb" | "postgres", overrides: Partial
 	return { p, root, a, b, as, grant, login, cleanup: () => p.cleanup() };
 }
 
-/** The document stores every document-touching suite runs on. */
-export const STORES = ["nedb", "postgres"] as const;
+/**
+ * The document stores every document-touching suite runs on: both; only the one PLATFORM_TEST_STORE names when it is
+ * set (`.ci/run`'s second pass, PLATFORM_TEST_STORE=nedb, then runs no PostgreSQL case twice).
+ */
+export const STORES: ReadonlyArray<"nedb" | "postgres"> = testStore() ? [testStore()!] : ["nedb", "postgres"];

@@ -9,6 +9,7 @@ import http from "http";
 import { existsSync, readdirSync, readFileSync, utimesSync, writeFileSync, mkdirSync } from "fs";
 import path from "path";
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
+import { storedText, storedTexts } from "../helpers/stored";
 import { createClient, createUser, tokenOf } from "../helpers/auth";
 import { streamedUpload } from "../helpers/upload";
 import { sleep } from "../helpers/wait";
@@ -100,10 +101,11 @@ describe("upload", () => {
 		expect(f.storage).toBeUndefined();
 		expect(f.share_keys).toBeUndefined();
 		expect(readFileSync(path.join(filesDir(), f.id)).equals(PNG)).toBe(true);
-		// The content is nowhere in the document store's files (nor in the outbox).
-		const dbs = readdirSync(p.dataDir, { recursive: true, withFileTypes: true }).filter((e) => e.isFile() && e.name.endsWith(".db"));
-		expect(dbs.length).toBeGreaterThan(3);
-		for (const e of dbs) expect(readFileSync(path.join(e.parentPath ?? (e as any).path, e.name), "utf8")).not.toContain("rest-of-a-png-marker-7f3a");
+		// The content is nowhere in the document store (nor in the outbox), on either store.
+		const stored = await storedTexts(p);
+		expect(Object.keys(stored).length).toBeGreaterThan(3);
+		expect(stored["special/files"]).toContain(f.id);
+		for (const [name, text] of Object.entries(stored)) expect({ name, content: text.includes("rest-of-a-png-marker-7f3a") }).toEqual({ name, content: false });
 		// The record reads back through the standard pattern, without internal fields.
 		const got = await p.http("GET", `/special/files/${f.id}`, { token: root });
 		expect(got.body.data).toMatchObject({ id: f.id, name: "pic.png", mimetype: "image/png", size: PNG.length });
@@ -230,7 +232,7 @@ describe("download", () => {
 		expect(viaPath.status).toBe(200);
 		expect(Buffer.from(await viaPath.arrayBuffer()).equals(CONTENT)).toBe(true);
 		// The key is stored hashed: not in the record's file.
-		const raw = readFileSync(path.join(p.dataDir, "special", "files.db"), "utf8");
+		const raw = await storedText(p, "special/files");
 		expect(raw).not.toContain(s.body.data.key);
 		expect(raw).toContain(createHash("sha256").update(s.body.data.key).digest("hex"));
 

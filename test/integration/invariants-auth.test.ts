@@ -92,12 +92,12 @@ describe.each(STORES)("auth invariants on %s", (store) => {
 
 		test("a role removed from the user and scopes removed from the client are gone from the refreshed token", async () => {
 			const ip = nextIp();
-			const u = await newUser(T.a, "refresher", ["@editor", "team-x"]);
+			const u = await newUser(T.a, "refresher", ["@editor", "team-x.example"]);
 			const first = await passwordLogin(T.a, u.username, u.password, ip);
 			const asked = await passwordLogin(T.a, u.username, u.password, ip, { scopes: ["read:content:notes", "write:content"] });
 			expect(words(first.subject)).toContain(`@editor@${T.a.domain}`);
 			expect((await T.as(first.access_token, "GET", "/content/notes")).status).toBe(200);
-			await ok(T.as(T.a.clientToken, "PATCH", `/identity/users/${u.id}`, { subjects: ["team-x"] }), "remove @editor");
+			await ok(T.as(T.a.clientToken, "PATCH", `/identity/users/${u.id}`, { subjects: ["team-x.example"] }), "remove @editor");
 			await patchClient(T.a, { scopes: ["read:content"] });
 			try {
 				const r = await refresh(T.a, first.refresh_token, ip);
@@ -106,9 +106,9 @@ describe.each(STORES)("auth invariants on %s", (store) => {
 				expect(d.session).toBe(first.session);
 				// Nothing asked at login: all of the client's current scopes.
 				expect(d.scope).toBe("read:content");
-				expect(words(d.subject)).toEqual(words(`team-x@${T.a.domain} ${u.id}@${T.a.domain} refresher@${T.a.domain}`));
+				expect(words(d.subject)).toEqual(words(`team-x.example@${T.a.domain} ${u.id}@${T.a.domain} refresher@${T.a.domain}`));
 				const claims = payloadOf(d.access_token);
-				expect(claims).toMatchObject({ scope: "read:content", subject: d.subject, groups: ["team-x"] });
+				expect(claims).toMatchObject({ scope: "read:content", subject: d.subject, groups: ["team-x.example"] });
 				// Without the role, the grants of @editor no longer apply.
 				expect((await T.as(d.access_token, "GET", "/content/notes")).status).toBe(403);
 				// Asked at login: what was asked, narrowed to what the client holds now.
@@ -126,12 +126,12 @@ describe.each(STORES)("auth invariants on %s", (store) => {
 
 		test("subjects narrowed at login stay narrowed; a role added later is not taken by a narrowed token", async () => {
 			const ip = nextIp();
-			const u = await newUser(T.a, "narrowed", ["team-x"]);
-			const first = await passwordLogin(T.a, u.username, u.password, ip, { subjects: ["team-x"] });
-			expect(first.subject).toBe(`team-x@${T.a.domain}`);
-			await ok(T.as(T.a.clientToken, "PATCH", `/identity/users/${u.id}`, { subjects: ["team-x", "@editor"] }), "add @editor");
+			const u = await newUser(T.a, "narrowed", ["team-x.example"]);
+			const first = await passwordLogin(T.a, u.username, u.password, ip, { subjects: ["team-x.example"] });
+			expect(first.subject).toBe(`team-x.example@${T.a.domain}`);
+			await ok(T.as(T.a.clientToken, "PATCH", `/identity/users/${u.id}`, { subjects: ["team-x.example", "@editor"] }), "add @editor");
 			const d = (await ok(refresh(T.a, first.refresh_token, ip), "refresh")).data;
-			expect(d.subject).toBe(`team-x@${T.a.domain}`);
+			expect(d.subject).toBe(`team-x.example@${T.a.domain}`);
 		});
 
 		test("a deactivated user cannot refresh", async () => {

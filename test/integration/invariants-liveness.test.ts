@@ -32,7 +32,7 @@ test("/status carries the gateway's event-loop delay (p99 and max, ms) and stays
 	expect(p99).toBeGreaterThanOrEqual(0);
 	expect(max).toBeGreaterThanOrEqual(p99);
 	// The other entries are as before.
-	expect(s.body.info["document store"]).toEqual({ status: "up" });
+	expect(s.body.info["document store"]).toEqual({ status: "up", kind: p.cfg.documentStore });
 	const m = (await p.http("GET", "/metrics")).text;
 	expect(m).toMatch(/^# TYPE process_eventloop_delay_p99_seconds gauge$/m);
 	expect(m).toMatch(/^process_eventloop_delay_max_seconds(\{[^}]*\})? [0-9.e+-]+$/m);

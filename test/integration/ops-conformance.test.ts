@@ -8,6 +8,7 @@ import { errorBody, kvOf, sleep, ttlOf } from "../helpers/auth";
 import { STORES } from "../helpers/tenants";
 import { MemoryKeyValue } from "../../lib/kv";
 import { FailureCounter } from "../../services/auth/failure-limits";
+import { GROUP_RULE } from "../../lib/validate";
 
 const CQRS_SHAPE = "{ webhook: <http(s) URL>, secret?, authorization? }";
 
@@ -85,7 +86,7 @@ describe.each(STORES)("conformance on %s", (store) => {
 	});
 
 	test("a user's `groups` entries are an email or a domain name (spec: Email or FQDN list)", async () => {
-		const NOT_GROUP = (i: number) => errorBody(400, `groups[${i}] must be a group: an email (team@example.com) or a domain name (eng.example.com)`);
+		const NOT_GROUP = (i: number) => errorBody(400, `groups[${i}] must be ${GROUP_RULE}`);
 		expect((await p.http("POST", "/identity/users", { token: root, body: { username: "grouped", password: "Grouped-pw-1", groups: ["team-x"] } })).body).toEqual(NOT_GROUP(0));
 		const u = await p.http("POST", "/identity/users", { token: root, body: { username: "grouped", password: "Grouped-pw-1", groups: ["team@root.local", "eng.root.local"] } });
 		expect(u.status).toBe(200);

@@ -340,7 +340,7 @@ describe("NedbStore specifics", () => {
 				n: i,
 				owner: owners[i % 3],
 				shares: i % 7 === 0 ? ["a"] : i % 11 === 0 ? ["b", "a"] : [],
-				groups: i % 5 === 0 ? ["g1"] : [],
+				groups: i % 5 === 0 ? ["g1.example"] : [],
 				deleted_at: i % 13 === 0 ? "2026-01-01T00:00:00.000Z" : null,
 			}));
 			await store.insertMany(docs);
@@ -349,8 +349,8 @@ describe("NedbStore specifics", () => {
 			expect(ns(await store.find({ query: { deleted_at: null, $or: [{ owner: "a" }, { shares: "a" }] }, sort: { n: 1 } }))).toEqual(expected(own));
 			expect(await store.count({ deleted_at: null, $or: [{ owner: "a" }, { shares: "a" }] })).toBe(expected(own).length);
 			// Two $or groups inside $and (zones and a row filter): both must hold.
-			const both = (d: (typeof docs)[number]) => own(d) && (d.groups.includes("g1") || d.n < 20);
-			const q = { deleted_at: null, $and: [{ $or: [{ owner: "a" }, { shares: "a" }] }, { $or: [{ groups: "g1" }, { n: { $lt: 20 } }] }] };
+			const both = (d: (typeof docs)[number]) => own(d) && (d.groups.includes("g1.example") || d.n < 20);
+			const q = { deleted_at: null, $and: [{ $or: [{ owner: "a" }, { shares: "a" }] }, { $or: [{ groups: "g1.example" }, { n: { $lt: 20 } }] }] };
 			expect(ns(await store.find({ query: q, sort: { n: 1 } }))).toEqual(expected(both));
 			// An $in on the id (populate) and a branch without an indexed equality (the planner falls back).
 			const ids = docs.slice(0, 30).map((d) => d._id);

@@ -1,7 +1,7 @@
 /**
  * Tenant boundary (issue 8, items 2-4; CONTRACTS.md "Tenants"), against a platform with two tenants set up through
  * the API by the operator (root): clients A (a.example) and B (b.example), a tenant admin each with manage on
- * context:configs, users in both tenants with the same group name `team-x` and role `@editor`.
+ * context:configs, users in both tenants with the same group name `team-x.example` and role `@editor`.
  *
  * - The `group` zone reaches only the caller's tenant (the first entry of a document's `clients`).
  * - context/configs: `eid` is the caller's client (filled in when omitted; another client's id → 403, the operator
@@ -10,10 +10,9 @@
  *   (delivered literally); the key of a config with credentials cannot change; no bulk patch of key/value.
  */
 import http from "http";
-import { readFileSync } from "fs";
-import path from "path";
 import type { AddressInfo } from "net";
 import { bootPlatform, type HttpResult, type TestPlatform } from "../helpers/platform";
+import { storedText } from "../helpers/stored";
 import { aesOf, apiKey } from "../helpers/auth";
 import { sleep } from "../helpers/wait";
 import { sharedOutbox } from "../../events/outbox";
@@ -37,9 +36,9 @@ let A: Tenant;
 let B: Tenant;
 let adminA: Principal;
 let adminB: Principal;
-let userA: Principal; // team-x, @editor in A
-let userA2: Principal; // team-x, @editor in A
-let userB: Principal; // team-x, @editor in B
+let userA: Principal; // team-x.example, @editor in A
+let userA2: Principal; // team-x.example, @editor in A
+let userB: Principal; // team-x.example, @editor in B
 
 const err = (statusCode: number, message: string, error: string) => ({ statusCode, message, error });
 const forbidden = (message: string) => err(403, message, "Forbidden");
@@ -124,9 +123,9 @@ async function waitFor<T>(what: string, fn: () => T | undefined | null | false, 
 	}
 }
 
-/** The stored (sealed) form of a config, as the NeDB file holds it. */
-function storedConfig(id: string): Record<string, any> {
-	const lines = readFileSync(path.join(p.dataDir, "context", "configs.db"), "utf8").split("\n").filter(Boolean);
+/** The stored (sealed) form of a config, as the store holds it (NeDB's file, or PostgreSQL's row). */
+async function storedConfig(id: string): Promise<Record<string, any>> {
+	const lines = (await storedText(p, "context/configs")).split("\n").filter(Boolean);
 	const docs = lines.map((l) => JSON.parse(l)).filter((d) => d._id === id);
 	return docs[docs.length - 1];
 }
@@ -150,9 +149,9 @@ beforeAll(async () => {
 		[adminB, B],
 	] as const)
 		await grant({ subject: `${adm.id}@${t.domain}`, action: "manage", object: "context:configs" });
-	userA = await user(A, "user-a", ["team-x", "@editor"]);
-	userA2 = await user(A, "user-a2", ["team-x", "@editor"]);
-	userB = await user(B, "user-b", ["team-x", "@editor"]);
+	userA = await user(A, "user-a", ["team-x.example", "@editor"]);
+	userA2 = await user(A, "user-a2", ["team-x.example", "@editor"]);
+	userB = await user(B, "user-b", ["team-x.example", "@editor"]);
 	await rxA.start();
 	await rxB.start();
 }, 60_000);
@@ -164,9 +163,9 @@ afterAll(async () => {
 });
 
 describe("the group zone stays in the caller's tenant", () => {
-	test("B's team-x cannot read, patch, delete or destroy A's team-x documents; A's team-x can", async () => {
-		const note = (await ok(call(userA.token, "POST", "/content/notes", { title: "a-team", groups: ["team-x"] }), "A note")).data;
-		const mineB = (await ok(call(userB.token, "POST", "/content/notes", { title: "b-team", groups: ["team-x"] }), "B note")).data;
+	test("B's team-x.example cannot read, patch, delete or destroy A's team-x.example documents; A's team-x.example can", async () => {
+		const note = (await ok(call(userA.token, "POST", "/content/notes", { title: "a-team", groups: ["team-x.example"] }), "A note")).data;
+		const mineB = (await ok(call(userB.token, "POST", "/content/notes", { title: "b-team", groups: ["team-x.example"] }), "B note")).data;
 		const url = `/content/notes/${note.id}`;
 
 		// The attack: B's user in a group of the same name.
@@ -175,7 +174,7 @@ describe("the group zone stays in the caller's tenant", () => {
 		expect(listB.total).toBe(1);
 		expect((await ok(call(userB.token, "GET", "/content/notes/count?zone=group"), "B count")).total).toBe(1);
 		// The groups reduction of a user query keeps B's own membership, which still does not reach A.
-		const q = encodeURIComponent(JSON.stringify({ groups: "team-x" }));
+		const q = encodeURIComponent(JSON.stringify({ groups: "team-x.example" }));
 		expect((await ok(call(userB.token, "GET", `/content/notes?zone=group,client&query=${q}`), "B query")).items.map((d: any) => d.id)).toEqual([mineB.id]);
 		expectError(await call(userB.token, "GET", `${url}?zone=group`), NOT_FOUND, "get");
 		expectError(await call(userB.token, "PATCH", `${url}?zone=group`, { title: "pwned" }), NOT_FOUND, "patch");
@@ -184,9 +183,9 @@ describe("the group zone stays in the caller's tenant", () => {
 		expectError(await call(userB.token, "DELETE", `${url}/destroy?zone=group`), NOT_FOUND, "destroy");
 		expectError(await call(userB.token, "GET", url, undefined, { "x-zone": "group" }), NOT_FOUND, "get via x-zone");
 
-		// The positive path: another member of A's team-x reaches it, and nothing above changed it.
+		// The positive path: another member of A's team-x.example reaches it, and nothing above changed it.
 		const seen = (await ok(call(userA2.token, "GET", `${url}?zone=group`), "A2 get")).data;
-		expect(seen).toMatchObject({ id: note.id, title: "a-team", groups: ["team-x"] });
+		expect(seen).toMatchObject({ id: note.id, title: "a-team", groups: ["team-x.example"] });
 		expect((await ok(call(userA2.token, "PATCH", `${url}?zone=group`, { title: "a-team-2" }), "A2 patch")).data.title).toBe("a-team-2");
 		expect((await ok(call(userA2.token, "GET", "/content/notes?zone=group"), "A2 list")).items.map((d: any) => d.id)).toEqual([note.id]);
 	});
@@ -291,7 +290,7 @@ describe("CQRS credentials are not an oracle for the platform key", () => {
 		expect(got).toMatchObject({ key: "CQRS", value: { webhook: rxB.url("/oracle") } });
 
 		// Even holding the sealed value (read off the disk here), it is no x-api-key: sealed with another key.
-		const sealed = storedConfig(cfg.id).value.authorization as string;
+		const sealed = (await storedConfig(cfg.id)).value.authorization as string;
 		expect(sealed.startsWith("aes:")).toBe(true);
 		const wire = sealed.slice(4);
 		for (const k of [Buffer.from(wire).toString("base64"), wire]) expectError(await call(strict, "GET", "/auth/verify", undefined, { "x-api-key": k }), forbidden("api-key is not valid"), "sealed as x-api-key");
@@ -305,7 +304,7 @@ describe("CQRS credentials are not an oracle for the platform key", () => {
 		const contractSealed = `aes:${aesOf(p).encrypt("JBSWY3DPEHPK3PXP")}`;
 		const cfg = (await ok(call(adminB.token, "POST", "/context/configs", { key: "CQRS", eid: B.id, value: { webhook: rxB.url("/literal"), authorization: contractSealed } }), "config")).data;
 		expect(cfg.value).toEqual({ webhook: rxB.url("/literal") });
-		expect(storedConfig(cfg.id).value.authorization).not.toBe(contractSealed);
+		expect((await storedConfig(cfg.id)).value.authorization).not.toBe(contractSealed);
 		const n1 = (await ok(call(userB.token, "POST", "/content/notes", { title: "literal" }), "note")).data;
 		const hit = (await waitFor("delivery to /literal", () => rxB.of(n1.id).find((r) => r.url === "/literal")))!;
 		expect(hit.headers.authorization).toBe(contractSealed);
@@ -317,7 +316,7 @@ describe("CQRS credentials are not an oracle for the platform key", () => {
 		expect(note.value).toEqual({ webhook: rxB.url("/became") });
 		const became = (await ok(call(adminB.token, "PATCH", `/context/configs/${note.id}`, { key: "CQRS" }), "to CQRS")).data;
 		expect(became.value).toEqual({ webhook: rxB.url("/became") });
-		expect(storedConfig(note.id).value.authorization).not.toBe(other);
+		expect((await storedConfig(note.id)).value.authorization).not.toBe(other);
 		const n2 = (await ok(call(userB.token, "POST", "/content/notes", { title: "became" }), "note 2")).data;
 		const hit2 = (await waitFor("delivery to /became", () => rxB.of(n2.id).find((r) => r.url === "/became")))!;
 		expect(hit2.headers.authorization).toBe(other);

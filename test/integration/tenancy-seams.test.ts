@@ -188,12 +188,12 @@ describe.each(STORES)("tenancy seams on %s", (store) => {
 		const file = up.body.items[0].id;
 		const fileKey = (await ok(t.as(token, "POST", `/special/files/${file}/share`, { ttl: 3600 }), `${name} share`)).data.key;
 		const coords = { lat: 12.3456789 + Math.random() / 1000, lng: 65.4321987 + Math.random() / 1000 };
-		const location = (await ok(t.as(token, "POST", "/logistic/locations", { name: `Place ${s}`, ...coords, address: `Street ${s}`, groups: ["team-x"] }), `${name} location`)).data.id;
+		const location = (await ok(t.as(token, "POST", "/logistic/locations", { name: `Place ${s}`, ...coords, address: `Street ${s}`, groups: ["team-x.example"] }), `${name} location`)).data.id;
 		const session = payloadOf(token).session as string;
 		const push = (
-			await ok(t.as(token, "POST", "/touch/pushes", { session, keys: pushKeys(), endpoint: `http://localhost:9/push/${s}`, expiration: 1_900_000_000, groups: ["team-x"] }), `${name} push`)
+			await ok(t.as(token, "POST", "/touch/pushes", { session, keys: pushKeys(), endpoint: `http://localhost:9/push/${s}`, expiration: 1_900_000_000, groups: ["team-x.example"] }), `${name} push`)
 		).data.id;
-		const invoice = (await ok(t.as(token, "POST", "/financial/invoices", { amount: 7, currency: WALLET_CURRENCY, status: "ISSUED", groups: ["team-x"] }), `${name} invoice`)).data.id;
+		const invoice = (await ok(t.as(token, "POST", "/financial/invoices", { amount: 7, currency: WALLET_CURRENCY, status: "ISSUED", groups: ["team-x.example"] }), `${name} invoice`)).data.id;
 		const tx = (await ok(t.as(token, "POST", "/financial/transactions/init", { amount: 3, payers: [{ wallet, amount: 3 }], payees: [{ wallet, amount: 3 }], ttl: 900 }), `${name} tx`)).data.id;
 		const template = `seam-${name.replace(/\W/g, "")}-${s}`;
 		const templateText = `TEMPLATE-OF-${name.replace(/\W/g, "")}-${s} {{code}}`;

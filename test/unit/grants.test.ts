@@ -318,8 +318,8 @@ describe("GrantIndex.decide: fields and row filters", () => {
 	});
 
 	test("a single entry is not wrapped; an array claim substitutes as an array", () => {
-		const d = decide([g({ filter: ['{"groups":{"$in":"{{token.groups}}"}}'] })], { ...token, groups: ["g1", "g2"] });
-		expect(d.rowFilter).toEqual({ groups: { $in: ["g1", "g2"] } });
+		const d = decide([g({ filter: ['{"groups":{"$in":"{{token.groups}}"}}'] })], { ...token, groups: ["g1.example", "g2.example"] });
+		expect(d.rowFilter).toEqual({ groups: { $in: ["g1.example", "g2.example"] } });
 	});
 
 	test("an entry referencing a missing claim is dropped; none left matches nothing", () => {

@@ -1,0 +1,34 @@
+/**
+ * What a platform's document store holds, as text, on either store: for the tests that check a value is (or is not)
+ * stored as written (a hash, never the secret; a file's content, never in a document). NeDB: the collection files as
+ * they are on disk (read, never opened as a store: that would compact them under the running platform). PostgreSQL:
+ * every document of each table, one JSON line each, and the outbox's records.
+ */
+import { existsSync, readFileSync } from "fs";
+import type { TestPlatform } from "./platform";
+import { createStore, onPostgres } from "../../mixins/stores";
+import { nedbFileOf, storeNames } from "../../lib/nedb-data";
+import { sharedOutbox } from "../../events/outbox";
+
+/** One store's stored text (`special/files`, `_outbox`...): NeDB's file as it is, else one JSON line per document. */
+export async function storedText(p: Pick<TestPlatform, "cfg" | "dataDir">, name: string): Promise<string> {
+	if (!onPostgres(p.cfg)) return existsSync(nedbFileOf(p.dataDir, name)) ? readFileSync(nedbFileOf(p.dataDir, name), "utf8") : "";
+	if (name === "_outbox") return (await sharedOutbox(p.cfg).readFrom(0, 100_000)).map((r) => JSON.stringify(r)).join("\n");
+	const s = createStore(p.cfg, name);
+	await s.connect();
+	try {
+		return (await s.find({ query: {} })).map((d) => JSON.stringify(d)).join("\n");
+	} finally {
+		await s.disconnect();
+	}
+}
+
+/** Store name → its stored text, for every store that holds something. */
+export async function storedTexts(p: Pick<TestPlatform, "cfg" | "dataDir">): Promise<Record<string, string>> {
+	const out: Record<string, string> = {};
+	for (const name of storeNames()) {
+		const text = await storedText(p, name);
+		if (text) out[name] = text;
+	}
+	return out;
+}

@@ -15,12 +15,18 @@ import { createLoad, createSetup, idle } from "./create";
 /** The server options that preload pg_stat_statements (the embedded server reads EMBEDDED_PG_ARGS). */
 export const PG_STATEMENTS_ARGS = "-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all -c pg_stat_statements.max=5000";
 
-/** A connection to a platform's embedded PostgreSQL (DATA_DIR), pg_stat_statements created and reset. */
-export async function statementsClient(dataDir: string): Promise<Client> {
+/** A connection to a platform's embedded PostgreSQL (DATA_DIR). */
+export async function embeddedClient(dataDir: string): Promise<Client> {
 	const pgPort = Number(readFileSync(path.join(dataDir, "postgres", "postmaster.pid"), "utf8").split("\n")[3]);
 	const { password } = JSON.parse(readFileSync(path.join(dataDir, "postgres.json"), "utf8"));
 	const db = new Client({ host: "127.0.0.1", port: pgPort, user: "postgres", password, database: "postgres" });
 	await db.connect();
+	return db;
+}
+
+/** A connection to a platform's embedded PostgreSQL (DATA_DIR), pg_stat_statements created and reset. */
+export async function statementsClient(dataDir: string): Promise<Client> {
+	const db = await embeddedClient(dataDir);
 	await db.query("create extension if not exists pg_stat_statements");
 	await db.query("select pg_stat_statements_reset()");
 	return db;

@@ -14,7 +14,7 @@ import os from "os";
 import path from "path";
 import autocannon from "autocannon";
 import { cpuSplit, freePort, quiet, rootToken, spawnPlatform, waitFor, stopPlatform } from "./process";
-import { peerSeed } from "./peer-seed";
+import { peerSeed, type PeerSeed } from "./peer-seed";
 import { PG_STATEMENTS_ARGS, statementsClient, topStatements } from "./pg-statements";
 
 const DURATION = Number(process.env.BENCH_DURATION ?? 10);
@@ -29,15 +29,28 @@ export interface PgRow {
 	/** µs of CPU per request: the platform process, the PostgreSQL server. */
 	nodeUs: number;
 	pgUs: number;
+	/** Resident memory of the platform process after the scenario, MiB. */
+	rssMb: number;
+}
+
+/** Resident memory of a process, MiB (/proc). */
+export function rssMb(pid: number): number {
+	const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+	return m ? Math.round(Number(m[1]) / 1024) : 0;
 }
 
 const STATEMENTS = process.env.PG_STATEMENTS === "1";
 
+/** When the platform child was started: PROFILE windows are printed in seconds since then (the profile's own clock, ±1 s). */
+let spawnedAt = Date.now();
+
 async function measure(pid: number, scenario: string, opts: autocannon.Options, dataDir: string): Promise<PgRow> {
 	const db = STATEMENTS ? await statementsClient(dataDir) : undefined;
 	const a = cpuSplit(pid);
+	const from = (Date.now() - spawnedAt) / 1000;
 	const r = await autocannon({ connections: CONNECTIONS, duration: DURATION, ...opts });
 	const b = cpuSplit(pid);
+	if (process.env.PROFILE) console.error(`${scenario}: profile window ${from.toFixed(0)}-${((Date.now() - spawnedAt) / 1000).toFixed(0)} s`);
 	const n = Math.max(1, r.requests.total);
 	if (db) {
 		console.error(`${scenario}:\n${(await topStatements(db, n, 8)).lines.join("\n")}`);
@@ -50,7 +63,26 @@ async function measure(pid: number, scenario: string, opts: autocannon.Options, 
 		non2xx: r.non2xx + r.errors,
 		nodeUs: Math.round(((b.node - a.node) * 10_000) / n),
 		pgUs: Math.round(((b.pg - a.pg) * 10_000) / n),
+		rssMb: rssMb(pid),
 	};
+}
+
+/** The scenarios (SCENARIOS) as user 0 of a peer seed: get by id over 50 of its live notes, its list of 20, create. */
+export async function pgScenarios(pid: number, base: string, seed: PeerSeed, dataDir: string, live: number): Promise<PgRow[]> {
+	const auth = { authorization: `Bearer ${seed.token}` };
+	const pag = encodeURIComponent(JSON.stringify({ limit: 20, sort: { created_at: -1 } }));
+	const listPath = `/content/notes?query=${encodeURIComponent("{}")}&pagination=${pag}`;
+	const list = (await fetch(`${base}${listPath}`, { headers: auth }).then((r) => r.json())) as { items: { id: string }[]; total: number };
+	if (list.total !== live || list.items.length !== 20) throw new Error(`list check failed: total ${list.total}, ${list.items.length} items`);
+	const rows: PgRow[] = [];
+	const ids = seed.live.slice(0, 50);
+	if (SCENARIOS.includes("get")) rows.push(await measure(pid, "get", { url: base, headers: auth, requests: ids.map((id) => ({ path: `/content/notes/${id}` })) }, dataDir));
+	if (SCENARIOS.includes("list")) rows.push(await measure(pid, "list", { url: `${base}${listPath}`, headers: auth }, dataDir));
+	if (SCENARIOS.includes("create")) {
+		const body = JSON.stringify({ title: "bench", content: "x".repeat(900), props: { n: 1 } });
+		rows.push(await measure(pid, "create", { url: `${base}/content/notes`, method: "POST", headers: { ...auth, "content-type": "application/json" }, body }, dataDir));
+	}
+	return rows;
 }
 
 export async function readsPg(): Promise<PgRow[]> {
@@ -58,26 +90,14 @@ export async function readsPg(): Promise<PgRow[]> {
 	const port = await freePort();
 	const base = `http://127.0.0.1:${port}`;
 	const child: ChildProcess = spawnPlatform({ PORT: String(port), DATA_DIR: dataDir, DOCUMENT_STORE: "postgres", ...(STATEMENTS ? { EMBEDDED_PG_ARGS: PG_STATEMENTS_ARGS } : {}) });
+	spawnedAt = Date.now();
 	try {
 		await waitFor(`${base}/status`, 120_000);
 		const boot = JSON.parse(readFileSync(path.join(dataDir, "bootstrap.json"), "utf8"));
 		const rootAuth = { authorization: `Bearer ${await rootToken(base, dataDir)}` };
 		const seed = await peerSeed(base, rootAuth, boot.domain ?? "root.local", boot.client_id, Number(process.env.BENCH_USERS ?? 100));
 		console.error(`seeded; workers idle after ${await quiet(child.pid!, 120_000)} ms`);
-		const auth = { authorization: `Bearer ${seed.token}` };
-		const pag = encodeURIComponent(JSON.stringify({ limit: 20, sort: { created_at: -1 } }));
-		const listPath = `/content/notes?query=${encodeURIComponent("{}")}&pagination=${pag}`;
-		const list = (await fetch(`${base}${listPath}`, { headers: auth }).then((r) => r.json())) as { items: { id: string }[]; total: number };
-		if (list.total !== seed.live.length || list.items.length !== 20) throw new Error(`list check failed: total ${list.total}, ${list.items.length} items`);
-		const rows: PgRow[] = [];
-		const ids = seed.live.slice(0, 50);
-		if (SCENARIOS.includes("get")) rows.push(await measure(child.pid!, "get", { url: base, headers: auth, requests: ids.map((id) => ({ path: `/content/notes/${id}` })) }, dataDir));
-		if (SCENARIOS.includes("list")) rows.push(await measure(child.pid!, "list", { url: `${base}${listPath}`, headers: auth }, dataDir));
-		if (SCENARIOS.includes("create")) {
-			const body = JSON.stringify({ title: "bench", content: "x".repeat(900), props: { n: 1 } });
-			rows.push(await measure(child.pid!, "create", { url: `${base}/content/notes`, method: "POST", headers: { ...auth, "content-type": "application/json" }, body }, dataDir));
-		}
-		return rows;
+		return await pgScenarios(child.pid!, base, seed, dataDir, seed.live.length);
 	} finally {
 		await stopPlatform(child, dataDir);
 	}

@@ -154,7 +154,7 @@ export class Outbox extends EventEmitter {
 	prune(passedAll: number, retentionHours: number, graceMs = PRUNE_GRACE_MS): Promise<number> {
 		this.pruning ??= (async () => {
 			try {
-				if (this.pg) return await this.pg.prune(passedAll, retentionHours);
+				if (this.pg) return await this.pg.prune(passedAll, retentionHours, graceMs);
 				const cutoff = (Date.now() - retentionHours * 3_600_000) * 1000;
 				// Passed records stay a short while for the readers that are not consumer groups (each node's search
 				// index tails the outbox): one that stalls less than the grace misses nothing.

@@ -7,12 +7,15 @@
  * a sequence, and holds it until its transaction ends. So positions are drawn in commit order, and a transaction
  * that could still commit a lower position no longer exists once a higher one is visible: a reader that has seen
  * position N has seen everything below N that will ever exist (aborted appends leave gaps, never late arrivals).
- * The lock covers only the end of a write (insert the events, commit), so writes still run in parallel.
+ * The lock covers only the end of a write (insert the events, commit), so writes still run in parallel. Appends that
+ * need no transaction of their own (a create, events alone) commit in groups: one statement, one lock, one WAL flush
+ * for all the appends that arrived while the previous group ran (`enqueue`).
  */
 import type { PoolClient } from "pg";
 import { openRelational, releaseRelational, SCHEMA_LIMIT_MS, type Relational } from "../../lib/relational";
+import { ApiError } from "../../lib/errors";
 import { DDL_LOCK, PgDatabase, type PgConfig } from "./pg.store";
-import { commitUnit, takeHeld } from "./unit";
+import { commitUnit, openTransaction, takeHeld, type Held } from "./unit";
 
 const TABLE = `"_outbox"`;
 const SEQUENCE = `"_outbox_seq"`;
@@ -33,6 +36,41 @@ function appendSql(held?: string, heldParams = 0): string {
 	);
 }
 const APPEND = appendSql();
+const LOCK = "pg_advisory_xact_lock(hashtext('platform-outbox-append'))";
+
+/**
+ * Group commit: the appends of several units that need no transaction of their own (a held create, or events alone)
+ * in one statement, one transaction, one WAL flush. Per table, the held inserts' documents go in as one insert from a
+ * JSON array (`$1`, `$2`, ... in table order: each element's text is the stored body); then the lock (waiting for
+ * every insert, as appendSql's), the positions and the records of all members in order (the last two parameters).
+ * The text depends only on the tables, not on how many members: PostgreSQL parses and plans it once per connection.
+ */
+function groupSql(tables: string[]): string {
+	const inserts = tables.map((t, i) => `d${i} as (insert into ${t} (id, body) select x->>'_id', x from json_array_elements($${i + 1}::json) x returning 1), `).join("");
+	// Every insert counted (as in appendSql; a sum of scalar subqueries instead let PostgreSQL draw positions first).
+	const counted = tables.length ? ` from ${tables.map((_t, i) => `(select count(*) from d${i}) w${i}`).join(", ")}` : "";
+	const n = tables.length;
+	return (
+		`with ${inserts}s as materialized (select nextval('${SEQUENCE}') as seq from generate_series(1, $${n + 1}::int) ` +
+		`where (select count(*) from (select ${LOCK}${counted}) l) = 1), ` +
+		`n as (select seq, row_number() over (order by seq) as i from s) ` +
+		`insert into ${TABLE} (seq, rec) select n.seq, u.r from n join unnest($${n + 2}::jsonb[]) with ordinality u(r, o) on u.o = n.i returning seq`
+	);
+}
+
+/** An append waiting for the next group statement: its held insert (if any), its records, and its answer. */
+interface Member {
+	held?: Held;
+	recs: string[];
+	resolve(seqs: number[]): void;
+	reject(err: unknown): void;
+}
+
+/** Members of one group statement at most (their records are one array parameter). */
+const MAX_GROUP = 256;
+
+/** A failed group statement's error that one member's data can cause (a duplicate key, a value PostgreSQL refuses). */
+const byMember = (err: unknown) => err instanceof ApiError || /^2[23]/.test(String((err as { code?: unknown })?.code ?? ""));
 
 export interface PgOutboxRow<T> {
 	seq: number;
@@ -77,13 +115,77 @@ export class PgOutbox {
 	 */
 	async append<T>(records: T[]): Promise<number[]> {
 		const db = this.d;
-		const recs = [records.length, records.map((r) => JSON.stringify(r))];
+		const recs = records.map((r) => JSON.stringify(r));
 		const held = takeHeld(db.rel);
-		// Otherwise in the unit's transaction; outside one, the statement is a transaction of its own (the lock is held until it commits).
-		const { rows } = held ? await db.alone(appendSql(held.text, held.values?.length ?? 0), [...(held.values ?? []), ...recs]) : await db.write(APPEND, recs);
+		// No transaction of the unit's to join: the append (with the held insert) is a statement of its own, which can
+		// share one with the appends of other units.
+		if (held || !openTransaction(db.rel)) return new Promise((resolve, reject) => this.enqueue({ held, recs, resolve, reject }));
+		const { rows } = await db.write(APPEND, [recs.length, recs]);
 		const seqs = rows.map((r) => Number(r.seq)).sort((a, b) => a - b);
 		await commitUnit(db.rel);
 		return seqs;
+	}
+
+	private queue: Member[] = [];
+	private inFlight = false;
+
+	/**
+	 * Group commit. One group statement at a time per outbox: appends that arrive while one runs wait and go together
+	 * in the next (the outbox lock serialises the commits of appends anyway, one WAL flush each; grouped, one flush
+	 * serves them all). Each member is answered when the statement holding its rows has committed. When a group
+	 * fails for a reason one member's data can cause (a duplicate key), nothing of it was written: each member runs
+	 * again alone, so the failure is only its own.
+	 */
+	private enqueue(m: Member): void {
+		this.queue.push(m);
+		if (!this.inFlight) void this.flush();
+	}
+
+	private async flush(): Promise<void> {
+		this.inFlight = true;
+		while (this.queue.length) {
+			const group = this.queue.splice(0, MAX_GROUP);
+			if (group.length === 1 || group.some((m) => m.held && !m.held.rows)) {
+				await Promise.all(group.map((m) => this.alone(m)));
+				continue;
+			}
+			try {
+				const seqs = await this.grouped(group);
+				let at = 0;
+				for (const m of group) m.resolve(seqs.slice(at, (at += m.recs.length)));
+			} catch (err) {
+				if (byMember(err)) await Promise.all(group.map((m) => this.alone(m)));
+				else for (const m of group) m.reject(err);
+			}
+		}
+		this.inFlight = false;
+	}
+
+	/** One member in a statement of its own (appendSql, with its held write). */
+	private async alone(m: Member): Promise<void> {
+		try {
+			const recs = [m.recs.length, m.recs];
+			const { rows } = m.held ? await this.d.alone(appendSql(m.held.text, m.held.values?.length ?? 0), [...(m.held.values ?? []), ...recs]) : await this.d.alone(APPEND, recs);
+			m.resolve(rows.map((r) => Number(r.seq)).sort((a, b) => a - b));
+		} catch (err) {
+			m.reject(err);
+		}
+	}
+
+	/** The group's positions, its members' records in order. */
+	private async grouped(group: Member[]): Promise<number[]> {
+		const tables = new Map<string, string[]>();
+		for (const m of group) {
+			if (!m.held?.rows) continue;
+			const { table, bodies } = m.held.rows;
+			const t = tables.get(table);
+			if (t) t.push(...bodies);
+			else tables.set(table, [...bodies]);
+		}
+		const recs = group.flatMap((m) => m.recs);
+		const params = [...[...tables.values()].map((bodies) => `[${bodies.join(",")}]`), recs.length, recs];
+		const { rows } = await this.d.alone(groupSql([...tables.keys()]), params);
+		return rows.map((r) => Number(r.seq)).sort((a, b) => a - b);
 	}
 
 	async readFrom<T>(after: number, limit: number): Promise<PgOutboxRow<T>[]> {
@@ -92,8 +194,12 @@ export class PgOutbox {
 	}
 
 	/** Removes what every consumer has passed, and what is older than the retention whoever lags. */
-	async prune(passedAll: number, retentionHours: number): Promise<number> {
-		const { rowCount } = await this.d.write(`delete from ${TABLE} where seq <= $1 or at < now() - make_interval(hours => $2::int)`, [passedAll, Math.ceil(retentionHours)]);
+	/** Positions here are a sequence's, not times: the grace (readers tailing the outbox) is counted on `at`. */
+	async prune(passedAll: number, retentionHours: number, graceMs: number): Promise<number> {
+		const { rowCount } = await this.d.write(
+			`delete from ${TABLE} where (seq <= $1 and at < now() - make_interval(secs => $3::float8)) or at < now() - make_interval(hours => $2::int)`,
+			[passedAll, Math.ceil(retentionHours), graceMs / 1000],
+		);
 		return rowCount ?? 0;
 	}
 

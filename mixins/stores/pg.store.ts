@@ -16,7 +16,7 @@ import { ApiError, badRequest } from "../../lib/errors";
 import type { DocumentStore, FindOptions, Filter, Keyset, KeysetPage, Page, StoredDoc, WriteOptions } from "./types";
 import { renameIdKeys, Slices, TENANT_REF, toStoreQuery, updateOf } from "./types";
 import { afterOf, bind, forMatcher, keyColumns, lit, orderOf, Params, sortKeys, valueAt, whereOf, type SortKey, type Sql } from "./pg.query";
-import { holdWrite, inUnit, openTransaction, unitTransaction } from "./unit";
+import { holdWrite, inUnit, openTransaction, unitTransaction, type Held } from "./unit";
 import { matchesFilter } from "./nedb.store";
 
 // NeDB's update operators and projection: the JavaScript side keeps the embedded store's semantics.
@@ -91,9 +91,9 @@ export class PgDatabase {
 	 * A write the caller's unit of work may hold back (mixins/stores/unit.ts: the outbox's append then runs it in its
 	 * own statement); run at once when the unit cannot hold it, or outside a unit.
 	 */
-	async writeHeld(text: string, params: unknown[]): Promise<void> {
+	async writeHeld(text: string, params: unknown[], rows?: Held["rows"]): Promise<void> {
 		const s = statement(text, params);
-		if (!holdWrite(this.rel, typeof s === "string" ? { text, values: params } : s)) await this.write(text, params);
+		if (!holdWrite(this.rel, { ...(typeof s === "string" ? { text, values: params } : s), rows })) await this.write(text, params);
 	}
 
 	/** One statement on the pool, its own transaction, whatever unit of work the caller runs in. */
@@ -406,7 +406,7 @@ export class PgStore implements DocumentStore {
 	async insert(doc: StoredDoc, opts?: WriteOptions): Promise<StoredDoc> {
 		const sql = `insert into ${this.table} (id, body) values ($1, $2::json)`;
 		const values = [doc._id, JSON.stringify(doc)];
-		await (opts?.hold ? this.d.writeHeld(sql, values) : this.d.write(sql, values));
+		await (opts?.hold ? this.d.writeHeld(sql, values, { table: this.table, bodies: [values[1]] }) : this.d.write(sql, values));
 		return doc;
 	}
 
@@ -414,8 +414,9 @@ export class PgStore implements DocumentStore {
 		if (!docs.length) return docs;
 		// One statement: all or nothing, like NeDB's array insert.
 		const sql = `insert into ${this.table} (id, body) select x->>'_id', x from json_array_elements($1::json) x`;
-		const values = [JSON.stringify(docs)];
-		await (opts?.hold ? this.d.writeHeld(sql, values) : this.d.write(sql, values));
+		const bodies = docs.map((d) => JSON.stringify(d));
+		const values = [`[${bodies.join(",")}]`];
+		await (opts?.hold ? this.d.writeHeld(sql, values, { table: this.table, bodies }) : this.d.write(sql, values));
 		return docs;
 	}
 

@@ -38,9 +38,16 @@ const CrashAfterCommitMiddleware = {
 	},
 } as unknown as Middleware;
 
+/**
+ * The collection actions that only read (a saga's read records its stage through a call, which gets a unit of its own):
+ * nothing of theirs to commit, so no unit, no scope, and (no unit running) no promise hooks (mixins/stores/unit.ts).
+ */
+const READ_OPS = new Set(["get", "list", "count", "cursor"]);
+
 export const UnitOfWorkMiddleware: Middleware = {
 	name: "UnitOfWork",
-	localAction(handler: (ctx: unknown) => Promise<unknown>) {
+	localAction(handler: (ctx: unknown) => Promise<unknown>, action?: { collection?: { op?: string } }) {
+		if (READ_OPS.has(action?.collection?.op ?? "")) return handler;
 		return function (this: unknown, ctx: unknown) {
 			return unitOfWork(() => handler.call(this, ctx));
 		};

@@ -24,8 +24,12 @@ interface Tx {
 	client: Promise<PoolClient>;
 }
 
-/** A statement held back by the unit (text, values, and its name when it is a named statement). */
-export type Held = QueryConfig;
+/**
+ * A statement held back by the unit (text, values, and its name when it is a named statement). `rows`: when the
+ * statement is an insert of whole documents into one table (a create), their JSON texts, so that the outbox can write
+ * the inserts of several concurrent units in one statement (group commit, mixins/stores/pg.outbox.ts).
+ */
+export type Held = QueryConfig & { rows?: { table: string; bodies: string[] } };
 
 export interface Unit {
 	open: boolean;
@@ -40,19 +44,32 @@ export interface Transactional {
 	client(): Promise<PoolClient>;
 }
 
+/**
+ * Units running now. The scope's storage is switched off whenever none runs: while it is on, Node (20; before
+ * AsyncContextFrame) runs its promise hooks for every promise of the process, units or not, so a node that serves
+ * reads only (which need no unit: unit.middleware.ts) pays nothing for them. Units that ended are closed (`open`
+ * false): a continuation of one that still finds it after the storage is back on treats it as no unit.
+ */
+let running = 0;
+
 export async function unitOfWork<T>(fn: () => Promise<T>): Promise<T> {
 	const unit: Unit = { open: true, txs: new Map(), held: new Map() };
-	return als.run(unit, async () => {
-		let out: T;
-		try {
-			out = await fn();
-		} catch (err) {
-			await finish(unit, false);
-			throw err;
-		}
-		await finish(unit, true);
-		return out;
-	});
+	running++;
+	try {
+		return await als.run(unit, async () => {
+			let out: T;
+			try {
+				out = await fn();
+			} catch (err) {
+				await finish(unit, false);
+				throw err;
+			}
+			await finish(unit, true);
+			return out;
+		});
+	} finally {
+		if (--running === 0) als.disable();
+	}
 }
 
 async function finish(unit: Unit, commit: boolean): Promise<void> {

@@ -61,3 +61,17 @@ export async function outboxRecords(p: TestPlatform, after = 0): Promise<OutboxR
 		pos = batch[batch.length - 1].seq;
 	}
 }
+
+/**
+ * Records the text of every statement any pg Client sends except `admin` (the test's own connection) into the array
+ * returned; `restore` ends the recording.
+ */
+export function recordStatements(admin: Client): { statements: string[]; restore(): void } {
+	const statements: string[] = [];
+	const query = Client.prototype.query as (...a: any[]) => any;
+	const spy = jest.spyOn(Client.prototype, "query").mockImplementation(function (this: Client, ...args: any[]) {
+		if (this !== admin) statements.push(typeof args[0] === "string" ? args[0] : args[0].text);
+		return query.apply(this, args);
+	} as any);
+	return { statements, restore: () => spy.mockRestore() };
+}

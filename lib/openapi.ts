@@ -448,7 +448,7 @@ const PARAMETERS: Record<string, Schema> = {
 	ifNoneMatch: hp("If-None-Match", "The document's `ETag` as last read (a list, `W/` forms or `*` too): 304, no body, while it is still the tag."),
 	idempotencyKey: hp(
 		"Idempotency-Key",
-		"1 to 255 printable ASCII characters (else 400), the caller's own (keys of other principals never meet): the first request runs and its answer (status below 500) is kept for 24 hours; a repeat with the same key, method, path, query and body answers it again with `Idempotent-Replayed: true` and does nothing else; the key with another request answers 422, a repeat while the first runs 409. A request answered 5xx (or never answered) is safe to retry with its key: it has written once or not at all.",
+		"1 to 255 printable ASCII characters (else 400), the caller's own (keys of other principals never meet): the first request runs and its answer (status below 500) is kept for 24 hours; a repeat with the same key, method, path, query and body (an upload: the same fields and files, whatever its multipart boundary) answers it again with `Idempotent-Replayed: true` and does nothing else; the key with another request answers 422, a repeat while the first runs 409. A request answered 5xx (or never answered) is safe to retry with its key: it has written once or not at all.",
 	),
 	range: hp("range", "One byte range, `bytes=<start>-<end>`, `bytes=<start>-` or `bytes=-<suffix>`: 206 with `Content-Range`; several ranges are ignored (200)."),
 };
@@ -742,8 +742,8 @@ function operation(r: RouteDef): Schema {
 	// A path parameter the operation does not name already (a future special route) still has to be declared.
 	const extra = pathParams.filter((p) => !names.includes(p)).map((p) => ({ name: p, in: "path", required: true, schema: { type: "string" } }));
 	if (!r.public) names.push("token", "xApiKey");
-	// Authenticated writes take an Idempotency-Key (services/api/idempotency.ts); uploads stream their body and do not.
-	const keyed = !r.public && !r.upload && KEYED_METHODS.has(r.method);
+	// Authenticated writes take an Idempotency-Key (services/api/idempotency.ts), uploads included (fingerprinted by their parts).
+	const keyed = !r.public && KEYED_METHODS.has(r.method);
 	if (keyed) names.push("idempotencyKey");
 
 	const responses: Record<string, Schema> = { ...parts.responses };

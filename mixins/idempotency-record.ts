@@ -5,7 +5,7 @@
  *
  * One record per principal and key, in the document store (`_idempotency`), so every gateway and domain node sees
  * it and it outlives restarts:
- * `{ _id: hash(principal, key), fp, action, state: running | committed | done, attempt, lease, at, ref?, status?,
+ * `{ _id: hash(principal, key), fp, pre?, action, state: running | committed | done, attempt, lease, at, ref?, status?,
  * body? | digest?, headers? }`.
  *
  * `attempt` is a fencing token: the gateway that runs the request draws it and passes it to the domain in
@@ -40,7 +40,10 @@ export interface IdemMeta {
 export interface IdemRecord {
 	[field: string]: unknown;
 	_id: string;
+	/** The request's fingerprint; of a streamed request (an upload), `pre` until its body has been read to its end. */
 	fp: string;
+	/** A streamed request's provisional fingerprint (method, path, query), known before its body is read. */
+	pre?: string;
 	action: string;
 	state: IdemState;
 	attempt: string;
@@ -48,7 +51,10 @@ export interface IdemRecord {
 	lease: number;
 	/** Epoch ms of the first claim: the 24 hours count from here. */
 	at: number;
-	/** The documents the routed collection wrote first: `{ ids }` (create: the new document; bulk create: all). */
+	/**
+	 * The documents the routed collection wrote first: `{ ids }` (create: the new document; bulk create: all; an
+	 * upload: the first file, then all of them once its answer is kept).
+	 */
 	ref?: { ids: string[] };
 	status?: number;
 	/** The kept body as JSON text (at most MAX_KEPT_BODY bytes); over that, only its `digest`. */

@@ -43,11 +43,16 @@ const CrashAfterCommitMiddleware = {
  * nothing of theirs to commit, so no unit, no scope, and (no unit running) no promise hooks (mixins/stores/unit.ts).
  */
 const READ_OPS = new Set(["get", "list", "count", "cursor"]);
+/**
+ * The gateway's actions write no documents of a domain: what it stores itself (Idempotency-Key records) must be
+ * committed when written, before the answer leaves, not when the request's action returns after it.
+ */
+const NO_UNIT_SERVICES = new Set(["api"]);
 
 export const UnitOfWorkMiddleware: Middleware = {
 	name: "UnitOfWork",
-	localAction(handler: (ctx: unknown) => Promise<unknown>, action?: { collection?: { op?: string } }) {
-		if (READ_OPS.has(action?.collection?.op ?? "")) return handler;
+	localAction(handler: (ctx: unknown) => Promise<unknown>, action?: { collection?: { op?: string }; service?: { name?: string } }) {
+		if (READ_OPS.has(action?.collection?.op ?? "") || NO_UNIT_SERVICES.has(action?.service?.name ?? "")) return handler;
 		return function (this: unknown, ctx: unknown) {
 			return unitOfWork(() => handler.call(this, ctx));
 		};

@@ -36,6 +36,7 @@ import { present } from "../../lib/present";
 import { identityOf, type RequestMeta } from "../../lib/types";
 import { isPlainObject } from "../../lib/validate";
 import { createBlobStore, LocalBlobStore, type BlobStore } from "../../mixins/blobs";
+import { fenceChanges, IdempotencyStoreRef } from "../../mixins/idempotency-record";
 import { platformDoc, type Change, type CollectionHooks, type Ctx } from "../../mixins/collection.mixin";
 import type { StoredDoc } from "../../mixins/stores";
 import { callerView } from "../../middlewares/authority";
@@ -70,6 +71,7 @@ type Svc = {
 	blobs: BlobStore;
 	spoolDir: string;
 	cfg: PlatformConfig;
+	idempotency: IdempotencyStoreRef;
 	collectionStore(name: string): any;
 	recordChanges(ctx: Ctx, name: string, changes: Change[]): Promise<void>;
 };
@@ -91,6 +93,8 @@ function nameOf(part: UploadPart | undefined): string {
  * Streams one part to a spool file while counting, hashing and keeping the first bytes; more than `max` bytes
  * stops it with 413. Then into the blob store under a fresh id, and only then the record: a crash in between leaves
  * a blob without a record (collected by the cleaner after FILE_ORPHAN_GRACE_MINUTES), never a record without content.
+ * A keyed upload's record is fenced first (mixins/idempotency-record.ts: on PostgreSQL in the record's transaction):
+ * an attempt a retry took the key from writes no record, and its blob is removed at once.
  */
 async function upload(ctx: Ctx): Promise<unknown> {
 	const svc = svcOf(ctx);
@@ -138,6 +142,7 @@ async function upload(ctx: Ctx): Promise<unknown> {
 	);
 	doc._id = id;
 	try {
+		await fenceChanges(ctx, svc.idempotency, "special/files", [id]);
 		await svc.collectionStore("files").insert(doc);
 	} catch (err) {
 		await svc.blobs.remove(id).catch(() => undefined);
@@ -313,9 +318,11 @@ export const filesMixin = {
 		this.cfg = configOf(this.broker);
 		this.blobs = createBlobStore(this.cfg);
 		this.spoolDir = path.join(this.cfg.dataDir, "files", ".incoming");
+		this.idempotency = new IdempotencyStoreRef(this.cfg);
 	},
 	async stopped(this: Svc) {
 		await this.blobs?.close();
+		await this.idempotency?.release();
 	},
 };
 

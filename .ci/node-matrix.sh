@@ -89,10 +89,10 @@ run_on() { # version tests...
 		# it: a platform restarted on a DATA_DIR with large documents holds about 110 MB more RSS than a fresh one
 		# (Node 20: +4 MB), above the outbox restart test's 80 MB bound. That suite runs with Node 20's cap
 		# (docs/decisions.md, "Node versions"); every other suite on Node 24's defaults.
-		REQUIRE_SERVERS=1 PATH="$bin:$PATH" npx jest --maxWorkers=1 --testPathIgnorePatterns '/limits-outbox\.test\.ts$' -- "$@"
+		REQUIRE_SERVERS=1 PATH="$bin:$PATH" npx jest --maxWorkers=2 --testPathIgnorePatterns '/limits-outbox\.test\.ts$' -- "$@"
 		REQUIRE_SERVERS=1 PATH="$bin:$PATH" NODE_OPTIONS="${NODE_OPTIONS:+$NODE_OPTIONS }--max-semi-space-size=16" npx jest --maxWorkers=1 test/integration/limits-outbox.test.ts
 	else
-		REQUIRE_SERVERS=1 PATH="$bin:$PATH" npx jest --maxWorkers=1 -- "$@"
+		REQUIRE_SERVERS=1 PATH="$bin:$PATH" npx jest --maxWorkers=2 -- "$@"
 	fi
 	echo "== Node v$v: $((SECONDS - t0)) s"
 }

@@ -173,14 +173,17 @@ export function revisioned(base: DocumentStore): DocumentStore {
 			return (await base.removeMany(at(pin, query))) || missed(pin, 0);
 		},
 	};
-	const bound = new Map<PropertyKey, unknown>();
+	// Bound once per method, again when the store's method is replaced (a test's spy assigned through the proxy).
+	const bound = new Map<PropertyKey, { of: unknown; f: unknown }>();
 	const proxy: DocumentStore = new Proxy(base, {
 		get(target, key) {
 			if (key in own) return own[key as keyof DocumentStore];
 			const v = Reflect.get(target, key, target);
 			if (typeof v !== "function") return v;
-			let f = bound.get(key);
-			if (!f) bound.set(key, (f = v.bind(target)));
+			const b = bound.get(key);
+			if (b && b.of === v) return b.f;
+			const f = v.bind(target);
+			bound.set(key, { of: v, f });
 			return f;
 		},
 	});

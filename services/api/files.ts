@@ -63,6 +63,10 @@ function hashed(stream: Readable, print: FilePrint): Transform {
 			cb();
 		},
 	});
+	// The part's error (a form cut inside it) reaches the tee before the action may have begun to read it (calls are
+	// chained, the authority check is awaited first): listened to from the start, as the part itself is, so an
+	// unheard 'error' never ends the process; the action's read learns of it through the destroyed stream.
+	tee.on("error", ignore);
 	stream.on("error", (err) => tee.destroy(err));
 	return stream.pipe(tee);
 }

@@ -5,7 +5,7 @@ import path from "path";
 import { startPlatform, type Platform } from "../../platform";
 import { pgTemplate, seedEmbeddedPg } from "./pg-template";
 import type { PlatformConfig } from "../../lib/config";
-import { createStore, onPostgres } from "../../mixins/stores";
+import { createStore, isDuplicateKeyError, onPostgres } from "../../mixins/stores";
 
 export interface HttpResult<T = any> {
 	status: number;
@@ -89,7 +89,10 @@ async function holdOnPostgres(cfg: PlatformConfig): Promise<void> {
 	const offsets = createStore(cfg, "_stream_offsets");
 	await offsets.connect();
 	try {
-		await offsets.insert({ ...HOLD });
+		// A restart on the same DATA_DIR finds it there already.
+		await offsets.insert({ ...HOLD }).catch((err) => {
+			if (!isDuplicateKeyError(err)) throw err;
+		});
 	} finally {
 		await offsets.disconnect();
 	}

@@ -5,13 +5,12 @@
  * every document of each table, one JSON line each, and the outbox's records.
  */
 import { existsSync, readFileSync } from "fs";
-import type { TestPlatform } from "./platform";
-import { createStore, onPostgres } from "../../mixins/stores";
+import { createStore, onPostgres, type StoreConfig } from "../../mixins/stores";
 import { nedbFileOf, storeNames } from "../../lib/nedb-data";
 import { sharedOutbox } from "../../events/outbox";
 
 /** One store's stored text (`special/files`, `_outbox`...): NeDB's file as it is, else one JSON line per document. */
-export async function storedText(p: Pick<TestPlatform, "cfg" | "dataDir">, name: string): Promise<string> {
+export async function storedText(p: { cfg: StoreConfig; dataDir: string }, name: string): Promise<string> {
 	if (!onPostgres(p.cfg)) return existsSync(nedbFileOf(p.dataDir, name)) ? readFileSync(nedbFileOf(p.dataDir, name), "utf8") : "";
 	if (name === "_outbox") return (await sharedOutbox(p.cfg).readFrom(0, 100_000)).map((r) => JSON.stringify(r)).join("\n");
 	const s = createStore(p.cfg, name);
@@ -24,7 +23,7 @@ export async function storedText(p: Pick<TestPlatform, "cfg" | "dataDir">, name:
 }
 
 /** Store name → its stored text, for every store that holds something. */
-export async function storedTexts(p: Pick<TestPlatform, "cfg" | "dataDir">): Promise<Record<string, string>> {
+export async function storedTexts(p: { cfg: StoreConfig; dataDir: string }): Promise<Record<string, string>> {
 	const out: Record<string, string> = {};
 	for (const name of storeNames()) {
 		const text = await storedText(p, name);

@@ -3,10 +3,9 @@
  * were sent, never in change events, and still used by the dispatcher to authorize and sign deliveries.
  */
 import http from "http";
-import { readFileSync } from "fs";
-import path from "path";
 import type { AddressInfo } from "net";
-import { bootPlatform, type TestPlatform } from "../helpers/platform";
+import { bootPlatform, dataDirHoldingOutbox, type TestPlatform } from "../helpers/platform";
+import { storedText } from "../helpers/stored";
 import { sharedOutbox } from "../../events/outbox";
 import { verify } from "../../workers/dispatcher/signature";
 
@@ -19,7 +18,8 @@ let server: http.Server;
 const received: Array<{ headers: http.IncomingHttpHeaders; body: string }> = [];
 
 beforeAll(async () => {
-	p = await bootPlatform({ webhookAllowPrivate: true, webhookRetrySchedule: [0, 0.2] });
+	// Every change event stays in the outbox (read below), whichever store.
+	p = await bootPlatform({ dataDir: dataDirHoldingOutbox(), webhookAllowPrivate: true, webhookRetrySchedule: [0, 0.2] });
 	token = await p.rootToken();
 	server = http.createServer((req, res) => {
 		const chunks: Buffer[] = [];
@@ -60,12 +60,13 @@ test("credentials are sealed at rest, hidden from every response and event, and 
 	const h = hit.headers as Record<string, string>;
 	expect(verify(SECRET, h["webhook-id"], Number(h["webhook-timestamp"]), hit.body, h["webhook-signature"])).toBe(true);
 
-	// Nothing in clear at rest (the NeDB file) nor in the outbox.
-	const file = readFileSync(path.join(p.dataDir, "context", "configs.db"), "utf8");
+	// Nothing in clear at rest (the NeDB file, the PostgreSQL rows) nor in the outbox.
+	const file = await storedText(p, "context/configs");
 	expect(file).not.toContain(SECRET);
 	expect(file).not.toContain(AUTH);
 	expect(file).toContain('"secret":"aes:');
 	const events = JSON.stringify(await sharedOutbox(p.cfg).readFrom(0, 10_000));
+	expect(events).toContain(note.body.data.id);
 	expect(events).not.toContain(SECRET);
 	expect(events).not.toContain(AUTH);
 	for (const r of received) {

@@ -16,7 +16,7 @@ import { withStatusProbe } from "../helpers/status-probe";
 import { openRelational, releaseRelational, storableJson, storableText, type Relational } from "../../lib/relational";
 import { AuditWriter, type AuditRow } from "../../workers/logger/audit";
 import { DeliveryStore, storableUrl } from "../../workers/dispatcher/store";
-import { NedbStore } from "../../mixins/stores";
+import { NedbStore, onPostgres } from "../../mixins/stores";
 import { DOCS_CSP } from "../../lib/docs-page";
 
 jest.setTimeout(90_000);
@@ -36,6 +36,9 @@ function fileModes(dir: string, rel = ""): Array<{ file: string; mode: number }>
 	}
 	return out;
 }
+
+/** A file the platform's document store writes in DATA_DIR: NeDB's users file, or the embedded PostgreSQL's password. */
+const storeFile = (p: TestPlatform) => path.join(p.dataDir, onPostgres(p.cfg) ? "postgres.json" : path.join("identity", "users.db"));
 
 function expectPrivate(dir: string): void {
 	// DATA_DIR: its owner's only; as root, others may only traverse it (the embedded PostgreSQL runs as `postgres`).
@@ -179,13 +182,13 @@ describe("local hardening", () => {
 			await store.insert({ _id: "b", v: 2 });
 			await store.disconnect();
 			expectPrivate(p.dataDir);
-			expect(statSync(path.join(p.dataDir, "identity", "users.db")).mode & 0o777).toBe(0o600);
+			expect(statSync(storeFile(p)).mode & 0o777).toBe(0o600);
 		});
 
 		test("files and directories an earlier version left readable are narrowed at the next start", async () => {
-			const users = path.join(p.dataDir, "identity", "users.db");
-			chmodSync(users, 0o644);
-			chmodSync(path.join(p.dataDir, "identity"), 0o755);
+			const written = storeFile(p);
+			chmodSync(written, 0o644);
+			if (path.dirname(written) !== p.dataDir) chmodSync(path.dirname(written), 0o755);
 			chmodSync(p.dataDir, 0o755);
 			writeFileSync(path.join(p.dataDir, "hardening", "stray.json"), "{}", { mode: 0o644 });
 			chmodSync(path.join(p.dataDir, "hardening", "stray.json"), 0o644);

@@ -7,7 +7,7 @@
 import { Pool } from "pg";
 import { bootPlatform, needServers, type TestPlatform } from "../helpers/platform";
 import { payloadOf, sleep } from "../helpers/auth";
-import { openRelational, releaseRelational, type Relational } from "../../lib/relational";
+import { openRelational, releaseRelational, type NamedStatement, type Relational } from "../../lib/relational";
 import { insertRows } from "../../workers/logger/audit";
 import { sharedOutbox, type OutboxRecord } from "../../events/outbox";
 import { eventually } from "../helpers/wait";
@@ -191,8 +191,9 @@ describe("on the embedded PostgreSQL (default)", () => {
 		// The logger shares this store object: count the INSERT statements it sends during the burst.
 		const query = db.query.bind(db);
 		let inserts = 0;
-		(db as any).query = (text: string, params?: unknown[]) => {
-			if (text.startsWith("insert into audit_entries")) inserts++;
+		// Statements come as text or named (prepared) statements: the document store shares this pool too.
+		(db as any).query = (text: string | NamedStatement, params?: unknown[]) => {
+			if ((typeof text === "string" ? text : text.text).startsWith("insert into audit_entries")) inserts++;
 			return query(text, params);
 		};
 		const t0 = Date.now();

@@ -3,7 +3,7 @@
  * into special/stats"): traffic through HTTP, then special/stats read through HTTP, in the daily, monthly and
  * yearly buckets; redelivery of a change record does not count twice; stats writes feed nothing back.
  */
-import { bootPlatform, type TestPlatform } from "../helpers/platform";
+import { bootPlatform, dataDirHoldingOutbox, type TestPlatform } from "../helpers/platform";
 import { payloadOf, sleep } from "../helpers/auth";
 import { sharedOutbox, type OutboxRecord } from "../../events/outbox";
 import { bucketOf, PERIODS } from "../../lib/stat-buckets";
@@ -43,7 +43,8 @@ type Applied = Promise<{ applied: number; skipped: number } | null>;
 const observer = () => p.broker.getLocalService("observer") as unknown as { handleChange(rec: OutboxRecord): Applied; handleChanges(recs: OutboxRecord[]): Applied };
 
 beforeAll(async () => {
-	p = await bootPlatform();
+	// Every change event stays readable (the tests read the outbox from its start; consumers passing prune it).
+	p = await bootPlatform({ dataDir: dataDirHoldingOutbox() });
 	token = await p.rootToken();
 	cid = payloadOf(token).cid;
 });

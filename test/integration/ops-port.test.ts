@@ -223,7 +223,8 @@ describe("the ops port of every domain service (in-process nodes)", () => {
 			expect(s.status).toBe(200);
 			expect(s.body).toEqual({
 				status: "ok",
-				info: { "document store": { status: "up" }, "event stream": { status: "up" }, cache: { status: "up" } },
+				// The document store names its kind (the platform's own choice here: PostgreSQL by default).
+				info: { "document store": { status: "up", kind: p!.cfg.documentStore }, "event stream": { status: "up" }, cache: { status: "up" } },
 			});
 		}
 		const m = await get(`${ops("content")}/metrics`);
@@ -250,7 +251,7 @@ describe("the ops port of every domain service (in-process nodes)", () => {
 		expect(s.status).toBe(503);
 		expect(s.body).toEqual({
 			status: "error",
-			info: { "document store": { status: "up" }, "event stream": { status: "up" }, cache: { status: "down" } },
+			info: { "document store": { status: "up", kind: p!.cfg.documentStore }, "event stream": { status: "up" }, cache: { status: "down" } },
 		});
 	});
 

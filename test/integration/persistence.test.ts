@@ -2,10 +2,11 @@
  * Durability across a restart on the same DATA_DIR: documents in every lifecycle state, the change-event outbox
  * (CONTRACTS.md "Change events", spec "Change webhook"), secrets kept out of events, and root seeding done once.
  */
-import { readdirSync, readFileSync, statSync } from "fs";
+import { readFileSync, statSync } from "fs";
 import path from "path";
 import { sharedOutbox, type OutboxRecord } from "../../events/outbox";
 import { bootPlatform, dataDirHoldingOutbox, type TestPlatform } from "../helpers/platform";
+import { storedTexts } from "../helpers/stored";
 import { sampleBody, unique } from "../helpers/samples";
 
 const EXCLUDE = { "x-exclude-soft-delete-query": "1" };
@@ -220,17 +221,13 @@ describe("after a restart", () => {
 				expect(Object.keys(doc)).not.toContain("secret");
 			}
 		}
-		// The store files on disk: hashes live only in the users and clients files, plaintexts nowhere.
-		const files = readdirSync(p.dataDir, { recursive: true, withFileTypes: true }).filter((f) => f.isFile() && f.name.endsWith(".db"));
-		const outboxFile = files.find((f) => f.name === "_outbox.db");
-		expect(outboxFile).toBeDefined();
-		expect(files.map((f) => f.name)).toEqual(expect.arrayContaining(["users.db", "clients.db", "notes.db", "grants.db"]));
-		for (const f of files) {
-			const raw = readFileSync(path.join(f.parentPath ?? (f as any).path, f.name), "utf8");
-			for (const s of plaintexts) expect({ file: f.name, leaks: raw.includes(s) }).toEqual({ file: f.name, leaks: false });
-			if (!["users.db", "clients.db"].includes(f.name)) expect({ file: f.name, hash: BCRYPT.test(raw) }).toEqual({ file: f.name, hash: false });
+		// What the document store holds (NeDB's files, PostgreSQL's rows): hashes only in users and clients, plaintexts nowhere.
+		const stored = await storedTexts(p);
+		expect(Object.keys(stored)).toEqual(expect.arrayContaining(["_outbox", "identity/users", "domain/clients", "content/notes", "auth/grants"]));
+		for (const [name, raw] of Object.entries(stored)) {
+			for (const s of plaintexts) expect({ name, leaks: raw.includes(s) }).toEqual({ name, leaks: false });
+			if (!["identity/users", "domain/clients"].includes(name)) expect({ name, hash: BCRYPT.test(raw) }).toEqual({ name, hash: false });
 		}
-		const outboxRaw = readFileSync(path.join(outboxFile!.parentPath ?? (outboxFile as any).path, outboxFile!.name), "utf8");
-		expect(outboxRaw).toContain(notes.destroyed.id);
+		expect(stored._outbox).toContain(notes.destroyed.id);
 	});
 });

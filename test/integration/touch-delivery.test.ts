@@ -201,7 +201,11 @@ describe("email", () => {
 		expect(mails.find((m) => m.id === r.data.id)).toBeUndefined();
 		expect((await get(`/touch/emails/${r.data.id}`)).body.data.state).toBe("QUEUED");
 		await until(() => mails.find((m) => m.id === r.data.id));
-		const doc = (await get(`/touch/emails/${r.data.id}`)).body.data;
+		// The record becomes SENT after the SMTP server accepted the mail: wait for that write, as the first test does.
+		const doc = await until(async () => {
+			const d = (await get(`/touch/emails/${r.data.id}`)).body.data;
+			return d.state === "SENT" ? d : undefined;
+		});
 		expect(Date.parse(doc.sent_at)).toBeGreaterThanOrEqual(Date.parse(at));
 	});
 

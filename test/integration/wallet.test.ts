@@ -4,7 +4,7 @@
  * redelivery (replayed record, concurrent deliveries, a whole replay after a restart).
  */
 import { randomBytes } from "crypto";
-import { bootPlatform, type TestPlatform } from "../helpers/platform";
+import { bootPlatform, dataDirHoldingOutbox, type TestPlatform } from "../helpers/platform";
 import { createUser, sleep, tokenOf } from "../helpers/auth";
 import { sharedOutbox, type OutboxRecord } from "../../events/outbox";
 import { createStore, type StoredDoc } from "../../mixins/stores";
@@ -32,7 +32,8 @@ describe("wallets of new users", () => {
 	let root: string;
 
 	beforeAll(async () => {
-		p = await bootPlatform();
+		// Every change event stays readable (the tests read the outbox from its start; consumers passing prune it).
+		p = await bootPlatform({ dataDir: dataDirHoldingOutbox() });
 		root = await p.rootToken();
 	}, 60_000);
 

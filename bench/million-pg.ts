@@ -8,7 +8,8 @@
  * The 990 000 extra notes are written by SQL, not through the API (at the API's seeding rate that would take hours):
  * each a copy of one of its owner's notes with its own id, creation time and deletion stamp; the collection's
  * indexes are dropped before and built again after, as a bulk load would, then the table is analysed. Prints one JSON
- * line per scenario and size, and the seed's duration. BENCH_MILLION_PER_USER changes the 10 000.
+ * line per scenario and size, and the seed's duration. BENCH_MILLION_PER_USER changes the 10 000. BENCH_MIGRATION=1 then
+ * times the start that adds the `owner` column and its indexes to the 1 000 000-row table (see migration below).
  */
 import type { ChildProcess } from "child_process";
 import { mkdtempSync, readFileSync } from "fs";
@@ -67,7 +68,7 @@ async function explainList(dataDir: string, token: string): Promise<string> {
 	let sent: { text: string; values?: unknown[] } | undefined;
 	const spy = function (this: Client, ...a: unknown[]) {
 		const s = a[0] as string | { text: string; values?: unknown[] };
-		if (!sent && (typeof s === "string" ? s : s.text).startsWith("with m")) sent = typeof s === "string" ? { text: s, values: a[1] as unknown[] } : s;
+		if (!sent && (typeof s === "string" ? s : s.text).startsWith("with ")) sent = typeof s === "string" ? { text: s, values: a[1] as unknown[] } : s;
 		return query.apply(this, a);
 	};
 	Client.prototype.query = spy as typeof Client.prototype.query;
@@ -80,6 +81,25 @@ async function explainList(dataDir: string, token: string): Promise<string> {
 	const { rows } = await db.query(`explain (analyze, buffers) ${sent!.text}`, sent!.values);
 	await db.end();
 	return rows.map((r) => r["QUERY PLAN"]).join("\n");
+}
+
+/**
+ * The migration of a table made before the `owner` column (BENCH_MIGRATION=1, after the scenarios): the column and its
+ * indexes dropped, then the store's start adds them again, the platform running. Returns the seconds the start took.
+ */
+async function migration(dataDir: string): Promise<number> {
+	const db = await embeddedClient(dataDir);
+	try {
+		await db.query(`alter table ${TABLE} drop column owner`);
+		const store = new PgStore({ dataDir, databaseUrl: `postgres://postgres:${encodeURIComponent(db.password ?? "")}@127.0.0.1:${db.port}/postgres` }, "content/notes");
+		const t0 = Date.now();
+		await store.connect();
+		const seconds = (Date.now() - t0) / 1000;
+		await store.disconnect();
+		return seconds;
+	} finally {
+		await db.end();
+	}
 }
 
 async function main() {
@@ -104,6 +124,7 @@ async function main() {
 		const live = counted.total;
 		for (const r of await pgScenarios(child.pid!, base, seed, dataDir, live)) out(grown.rows, r);
 		if (process.env.BENCH_EXPLAIN === "1") console.error(await explainList(dataDir, seed.token));
+		if (process.env.BENCH_MIGRATION === "1") out(grown.rows, { migrationSeconds: await migration(dataDir) });
 	} finally {
 		await stopPlatform(child, dataDir);
 	}

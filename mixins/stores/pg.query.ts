@@ -315,10 +315,11 @@ export function sortKeys(sort: Record<string, 1 | -1> | undefined): SortKey[] {
 
 /** ORDER BY of a store sort (sortKeys). */
 export function orderOf(sort: Record<string, 1 | -1> | undefined): string {
-	return sortKeys(sort)
-		.map((k) => `${k.expr} ${k.dir}`)
-		.join(", ");
+	return orderOfKeys(sortKeys(sort));
 }
+
+/** ORDER BY of the keys of a sort. */
+export const orderOfKeys = (keys: SortKey[]): string => keys.map((k) => `${k.expr} ${k.dir}`).join(", ");
 
 /**
  * The sort keys' values of each row, for a keyset: `[value]`, or `[]` where the value is missing (SQL null; a JSON
@@ -631,4 +632,63 @@ export function pgPattern(source: string, flags: string): string | undefined {
 		if (err instanceof Untranslated) return undefined;
 		throw err;
 	}
+}
+
+/**
+ * The stored generated column `owner` of every document table: the document's `owner` when it is a string, else SQL
+ * null. `{owner: X}` (X a string) holds exactly when this column equals X, or `owner` is an array holding X.
+ */
+export const OWNER_COLUMN = "case json_typeof(body->'owner') when 'string' then body->>'owner' end";
+
+/** An `owner` that is an array holding the string of `$x` (the rows the `owner` column cannot answer for). */
+const ownerArray = (x: string) => `(jsonb_typeof(doc->'owner') = 'array' and (doc->'owner') @> ${x}::jsonb)`;
+
+/** The conditions of a filter that are ANDed at its top level (`$and` flattened), each a filter of its own. */
+function conjuncts(q: Filter): Filter[] {
+	const out: Filter[] = [];
+	for (const [k, v] of Object.entries(q)) {
+		const plain = (x: unknown): x is Filter => !!x && typeof x === "object" && !Array.isArray(x) && !(x instanceof RegExp);
+		if (k === "$and" && Array.isArray(v) && v.length && v.every(plain)) out.push(...v.flatMap(conjuncts));
+		else out.push({ [k]: v });
+	}
+	return out;
+}
+
+/** X of a condition that is exactly `{owner: X}`, X a string. */
+const ownerOf = (c: unknown): string | undefined => {
+	const o = c as Filter;
+	return o && typeof o === "object" && !Array.isArray(o) && Object.keys(o).length === 1 && typeof o.owner === "string" ? o.owner : undefined;
+};
+
+/**
+ * A filter of the owner zone split into two disjoint conditions whose union is the filter (both exact SQL):
+ *
+ * - `owned`: the rows whose `owner` column is X, with every other condition of the filter; the partial b-trees on
+ *   (`owner`, sort key) of the live rows serve it in sort order, and count it from the index alone;
+ * - `others`: the rest of the zone, `owner` not X: the other zones of an `$or` (shares, groups, clients: the GIN index
+ *   of the document) and an `owner` array holding X (the partial index of such rows, usually empty).
+ *
+ * Only for a filter (already exact, in store form) whose top-level conditions hold `deleted_at: null` (the indexes
+ * cover live rows) and either `{owner: X}` or an `$or` with a branch `{owner: X}` (X a string): the caller's zones as
+ * the authority layer writes them. Undefined otherwise: the filter is read as one condition.
+ */
+export function ownerSplit(q: Filter, p: Params): { owned: string; others: string } | undefined {
+	const cs = conjuncts(q);
+	if (!cs.some((c) => Object.keys(c).length === 1 && "deleted_at" in c && c.deleted_at === null)) return undefined;
+	let at = cs.findIndex((c) => ownerOf(c) !== undefined);
+	let x: string;
+	let alternatives: Filter[] | undefined;
+	if (at >= 0) x = ownerOf(cs[at])!;
+	else {
+		at = cs.findIndex((c) => Object.keys(c).length === 1 && Array.isArray(c.$or) && c.$or.some((e) => ownerOf(e) !== undefined));
+		if (at < 0) return undefined;
+		const branches = cs[at].$or as Filter[];
+		x = branches.map(ownerOf).find((o) => o !== undefined)!;
+		alternatives = branches.filter((e) => ownerOf(e) !== x);
+	}
+	const rest = whereOf({ $and: cs.filter((_c, i) => i !== at) }, p).sql;
+	const $x = p.add(x);
+	const arr = ownerArray(p.add(JSON.stringify(x)));
+	const others = alternatives ? `(owner = ${$x}) is not true and (${[arr, ...alternatives.map((e) => whereOf(e, p).sql)].join(" or ")})` : arr;
+	return { owned: `(${rest} and owner = ${$x})`, others: `(${rest} and ${others})` };
 }

@@ -6,7 +6,10 @@
  *
  * Indexes: GIN `jsonb_path_ops` on the document (every top-level equality: the zones' owner, shares, groups,
  * clients, and `ref`), `created_at` (the common sort), the soft-deleted rows (partial), unique `tenant_ref`
- * (sparse), and the engine's extra sort fields; `id` is the primary key.
+ * (sparse), and the engine's extra sort fields; `id` is the primary key. The owner zone has its own: a stored
+ * generated column `owner` (the document's owner when a string) and b-trees on (`owner`, `created_at`, `id`) and
+ * (`owner`, `id`) of the live rows, so that the caller's page walks 20 index entries and its exact total counts index
+ * entries, whatever the size of the collection (pg.query.ts ownerSplit).
  */
 import { createHash } from "crypto";
 import type { PoolClient } from "pg";
@@ -15,7 +18,7 @@ import type { PlatformConfig } from "../../lib/config";
 import { ApiError, badRequest } from "../../lib/errors";
 import type { DocumentStore, FindOptions, Filter, Keyset, KeysetPage, Page, StoredDoc, WriteOptions } from "./types";
 import { renameIdKeys, Slices, TENANT_REF, toStoreQuery, updateOf } from "./types";
-import { afterOf, bind, forMatcher, keyColumns, lit, orderOf, Params, sortKeys, valueAt, whereOf, type SortKey, type Sql } from "./pg.query";
+import { afterOf, bind, forMatcher, keyColumns, lit, orderOf, orderOfKeys, OWNER_COLUMN, ownerSplit, Params, sortKeys, valueAt, whereOf, type SortKey, type Sql } from "./pg.query";
 import { holdWrite, inUnit, openTransaction, unitTransaction, type Held } from "./unit";
 import { matchesFilter } from "./nedb.store";
 
@@ -174,6 +177,12 @@ type KeyedRow = { doc: StoredDoc } & Record<`k${number}`, [unknown] | []>;
 /** The keyset of a row read with keyColumns. */
 const keysetOf = (row: KeyedRow, keys: SortKey[]): Keyset => ({ values: keys.map((_k, i) => row[`k${i}`]), id: row.doc._id });
 
+/** A page's sort key columns (`s0`, `s1`... for the keys of sortKeys; `id` is read as itself). */
+const pageColumns = (keys: SortKey[]) => keys.map((k, i) => (k.expr === "id" ? "" : `, ${k.expr} as s${i}`)).join("");
+
+/** ORDER BY of a page's columns (pageColumns), of `alias`. */
+const pageOrder = (keys: SortKey[], alias: string) => keys.map((k, i) => `${alias}${k.expr === "id" ? "id" : `s${i}`} ${k.dir}`).join(", ");
+
 const LIVE = () => whereOf({ deleted_at: null }, new Params()).sql;
 
 /** Keys whose equality selects few rows through an index: a page filtered by one is better sorted than walked. */
@@ -218,7 +227,14 @@ export class PgStore implements DocumentStore {
 			await q(DDL_LOCK);
 			// `body` keeps the document as written (key order included: what a read returns is what was stored, as on
 			// NeDB); `doc`, derived from it, is what queries and indexes use.
-			await q(`create table if not exists ${t} (id text collate "C" primary key, body json not null, doc jsonb generated always as (body::jsonb) stored) with (${INLINE})`);
+			await q(
+				`create table if not exists ${t} (id text collate "C" primary key, body json not null, doc jsonb generated always as (body::jsonb) stored, ` +
+					`owner text generated always as (${OWNER_COLUMN}) stored) with (${INLINE})`,
+			);
+			// Tables made before the `owner` column: added (PostgreSQL rewrites the table, holding it locked meanwhile:
+			// docs/benchmarks.md, "The owner zone's index", measured it), once.
+			const owner = await q(`select 1 from pg_attribute where attrelid = to_regclass($1) and attname = 'owner' and not attisdropped`, [t]);
+			if (!owner.rows.length) await q(`alter table ${t} add column owner text generated always as (${OWNER_COLUMN}) stored`);
 			// Tables made before: only when not set yet (the lock it takes waits for a running vacuum of the table).
 			const inline = await q(`select 1 from pg_class where oid = to_regclass($1) and coalesce(reloptions, '{}') @> array[$2]`, [t, INLINE.replace(/ /g, "")]);
 			if (!inline.rows.length) await q(`alter table ${t} set (${INLINE})`);
@@ -233,6 +249,11 @@ export class PgStore implements DocumentStore {
 			// after the form of the condition (`deleted` had an earlier one, which no query matches any more).
 			await q(`drop index if exists ${i("deleted")}`);
 			await q(`create index if not exists ${i("deleted_v2")} on ${t} (id) where not ${LIVE()}`);
+			// The owner zone's live rows in the two common orders: a page walks 20 entries, the total counts index entries
+			// (index-only); the rows whose `owner` is an array (none, as the platform writes documents) for the rest.
+			await q(`create index if not exists ${i("owner_created")} on ${t} (owner, ${valueAt("created_at")} nulls first, id) where owner is not null and ${LIVE()}`);
+			await q(`create index if not exists ${i("owner_id")} on ${t} (owner, id) where owner is not null and ${LIVE()}`);
+			await q(`create index if not exists ${i("owner_array")} on ${t} (id) where jsonb_typeof(doc->'owner') = 'array'`);
 			for (const f of this.extraIndexes) await q(`create index if not exists ${i(`x_${f}`)} on ${t} (${valueAt(f)} nulls first, id)`);
 		}, SCHEMA_LIMIT_MS);
 	}
@@ -359,34 +380,73 @@ export class PgStore implements DocumentStore {
 		if (!w.exact) return this.inexactWindow(o, false);
 		const sort = o.sort ? renameIdKeys(o.sort) : undefined;
 		const keys = sortKeys(sort);
-		let sql = `select body as doc${keyed ? keyColumns(keys) : ""} from ${this.table} where ${w.sql}${o.after ? ` and ${afterOf(keys, o.after.values, p)}` : ""} order by ${orderOf(sort)}`;
-		if (o.limit) sql += ` limit ${p.add(o.limit)}`;
-		if (o.skip && !o.after) sql += ` offset ${p.add(o.skip)}`;
+		const split = ownerSplit(toStoreQuery(o.query), p);
+		let sql: string;
+		if (split) {
+			const { cte, page } = this.splitPage(split, keys, o, p);
+			sql = `with ${cte} select t.body as doc${keyed ? keyColumns(keys) : ""} from (${page}) p join ${this.table} t using (id) order by ${pageOrder(keys, "p.")}`;
+		} else {
+			sql = `select body as doc${keyed ? keyColumns(keys) : ""} from ${this.table} where ${w.sql}${o.after ? ` and ${afterOf(keys, o.after.values, p)}` : ""} order by ${orderOf(sort)}`;
+			if (o.limit) sql += ` limit ${p.add(o.limit)}`;
+			if (o.skip && !o.after) sql += ` offset ${p.add(o.skip)}`;
+		}
 		const [text, values] = bind(sql, p);
-		const rows = (this.ordered(o) ? await this.d.readOrdered(text, values) : await this.d.read(text, values)).rows as KeyedRow[];
+		const rows = (!split && this.ordered(o) ? await this.d.readOrdered(text, values) : await this.d.read(text, values)).rows as KeyedRow[];
 		const last = rows[rows.length - 1];
 		return { docs: this.project(rows.map((r) => r.doc), o.projection), next: keyed && last ? keysetOf(last, keys) : undefined };
 	}
 
 	/**
-	 * Page and total in one statement: the matches' ids and sort keys are collected once (the exact total has to
-	 * evaluate the filter on every match anyway), counted, and the page is cut from them by a top-N sort, its bodies
-	 * read by primary key. Separately, the page and the count each evaluated the filter on every match. The page comes
-	 * back as rows, not aggregated into one JSON value: sending a user's page of 20 notes of 1 KB as one `json_agg`
-	 * value cost the server about twice the CPU of the whole statement returning rows.
+	 * The ids and sort keys (`s0`, `s1`...) of a page of an owner zone (ownerSplit), as the CTE `o` (the other half's
+	 * rows, read whole: few, the rows shared with the caller or in its groups; in a CTE so that PostgreSQL, which cannot
+	 * estimate how few the containments select, does not walk the sort's index through the whole table for them) and the
+	 * page: the owned half in sort order up to the page's end (a walk of its index), merged with `o`'s, cut to the page.
+	 */
+	private splitPage(split: { owned: string; others: string }, keys: SortKey[], o: FindOptions & { after?: Keyset }, p: Params): { cte: string; page: string } {
+		const cols = pageColumns(keys);
+		const after = o.after ? ` and ${afterOf(keys, o.after.values, p)}` : "";
+		const skip = o.after ? 0 : (o.skip ?? 0);
+		const end = o.limit ? p.add(o.limit + skip) : "all";
+		const owned = `(select id${cols} from ${this.table} where ${split.owned}${after} order by ${orderOfKeys(keys)} limit ${end})`;
+		return {
+			cte: `o as materialized (select id${cols} from ${this.table} where ${split.others}${after})`,
+			page: `select * from (${owned} union all (select * from o order by ${pageOrder(keys, "")} limit ${end})) u order by ${pageOrder(keys, "")} limit ${o.limit ? p.add(o.limit) : "all"} offset ${p.add(skip)}`,
+		};
+	}
+
+	/** The count of an owner zone's owned half (from its index alone). */
+	private ownedCount(split: { owned: string }): string {
+		return `(select count(*) from ${this.table} where ${split.owned})`;
+	}
+
+	/**
+	 * Page and total in one statement. An owner zone (ownerSplit): the page merged from its two halves, the total
+	 * counted from the owner index. Otherwise the matches' ids and sort keys are collected once (the exact total has to
+	 * evaluate the filter on every match anyway), counted, and the page is cut from them by a top-N sort. Either way the
+	 * page's bodies are read by primary key and come back as rows, not aggregated into one JSON value: sending a user's
+	 * page of 20 notes of 1 KB as one `json_agg` value cost the server about twice the CPU of the whole statement
+	 * returning rows.
 	 */
 	async findPage(o: FindOptions): Promise<Page> {
 		const p = new Params();
 		const w = this.where(o.query, p);
 		if (!w.exact) return this.inexactWindow(o, true);
 		const keys = sortKeys(o.sort ? renameIdKeys(o.sort) : undefined);
-		const cols = keys.map((k, i) => (k.expr === "id" ? "" : `, ${k.expr} as k${i}`)).join("");
-		const order = (alias: string) => keys.map((k, i) => `${alias}${k.expr === "id" ? "id" : `k${i}`} ${k.dir}`).join(", ");
-		const sql =
-			`with m as materialized (select id${cols} from ${this.table} where ${w.sql}), ` +
-			`p as (select * from m order by ${order("")} limit ${o.limit ? p.add(o.limit) : "all"} offset ${p.add(o.skip ?? 0)}) ` +
-			// One row per document of the page, the total on each; one row with a null document for an empty page.
-			`select (select count(*) from m)::int as total, t.body as doc from (select) one left join (p join ${this.table} t on t.id = p.id) on true order by ${order("p.")}`;
+		const split = ownerSplit(toStoreQuery(o.query), p);
+		let ctes: string;
+		let total: string;
+		if (split) {
+			const { cte, page } = this.splitPage(split, keys, o, p);
+			ctes = `${cte}, p as (${page})`;
+			total = `${this.ownedCount(split)} + (select count(*) from o)`;
+		} else {
+			ctes =
+				`m as materialized (select id${pageColumns(keys)} from ${this.table} where ${w.sql}), ` +
+				`p as (select * from m order by ${pageOrder(keys, "")} limit ${o.limit ? p.add(o.limit) : "all"} offset ${p.add(o.skip ?? 0)})`;
+			total = "select count(*) from m";
+		}
+		// One row per document of the page, the total on each; one row with a null document for an empty page.
+		const sql = `with ${ctes} select (${total})::int as total, t.body as doc from (select) one left join (p join ${this.table} t on t.id = p.id) on true order by ${pageOrder(keys, "p.")}`;
 		const rows = (await this.d.read(...bind(sql, p))).rows as { total: number; doc: StoredDoc | null }[];
 		const docs = rows.flatMap((r) => (r.doc === null ? [] : [r.doc]));
 		return { docs: this.project(docs, o.projection), total: rows[0].total };
@@ -399,7 +459,14 @@ export class PgStore implements DocumentStore {
 	async count(query: Filter): Promise<number> {
 		const p = new Params();
 		const w = this.where(query, p);
-		if (w.exact) return Number((await this.d.read(...bind(`select count(*)::int as n from ${this.table} where ${w.sql}`, p))).rows[0].n);
+		if (w.exact) {
+			const split = ownerSplit(toStoreQuery(query), p);
+			// An owner zone: its two disjoint halves, the owned one counted from its index alone.
+			const sql = split
+				? `select (${this.ownedCount(split)} + (select count(*) from ${this.table} where ${split.others}))::int as n`
+				: `select count(*)::int as n from ${this.table} where ${w.sql}`;
+			return Number((await this.d.read(...bind(sql, p))).rows[0].n);
+		}
 		return (await this.inexactWindow({ query }, true)).total;
 	}
 

@@ -78,8 +78,9 @@ async function start(cfg: PlatformConfig, lock: DataDirLock | undefined): Promis
 		/**
 		 * In dependency order, each step logged: the gateway stops taking requests; the consumer groups stop once their
 		 * events in progress are handled (Moleculer stops the services in parallel, so a worker's handler would
-		 * otherwise call a service or store that is already stopping); the services and workers stop (the last user of
-		 * the embedded PostgreSQL stops it); then the event streams and the cache close; then DATA_DIR is given back.
+		 * otherwise call a service or store that is already stopping); the services and workers stop; then the event
+		 * streams close (the embedded PostgreSQL stops with its last user: there, on the PostgreSQL document store, the
+		 * outbox and the groups' positions); then the cache; then DATA_DIR is given back.
 		 */
 		async stop() {
 			// Streams that end only when the gateway lets them (live cursors) end first: the gateway's stop waits for

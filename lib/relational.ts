@@ -197,7 +197,17 @@ class PgRelational implements Relational {
 		c.release = (err?: Error | boolean) => release.call(c, err || (busy(c) ? new Error("released with a statement still out") : undefined));
 		return c;
 	}
-	async ping() {
+	/** The ping in flight: every store of a node shares this pool, and a node's health pings each of them at once. */
+	private pinging?: Promise<boolean>;
+	/**
+	 * Whether the server answers `select 1` on a pooled connection. Concurrent callers share one ping: a node's health
+	 * check pings every collection store (73 at once for the whole platform), which would otherwise queue as many
+	 * round trips on the pool, behind the requests' statements.
+	 */
+	ping(): Promise<boolean> {
+		return (this.pinging ??= this.pingOnce().finally(() => (this.pinging = undefined)));
+	}
+	private async pingOnce(): Promise<boolean> {
 		let held: PoolClient | undefined;
 		const attempt = (async () => {
 			const c = (held = await this.client());

@@ -51,7 +51,8 @@ const started: Run[] = [];
 function npmStart(): Run {
 	const npm = spawn("npm", ["start"], {
 		cwd: ROOT,
-		env: { ...process.env, PORT: String(port), HOST: "127.0.0.1", DATA_DIR: dataDir, MQTT_PORT: "0", LOG_LEVEL: "info" },
+		// The default store (the embedded PostgreSQL), whatever the test's environment names.
+		env: { ...process.env, DOCUMENT_STORE: undefined, DATABASE_URL: undefined, PORT: String(port), HOST: "127.0.0.1", DATA_DIR: dataDir, MQTT_PORT: "0", LOG_LEVEL: "info" },
 		stdio: ["ignore", "pipe", "pipe"],
 	});
 	let text = "";
@@ -137,7 +138,16 @@ describe("npm start: crash, restart, stop", () => {
 		await until("PostgreSQL exits", () => !alive(pg), 10_000);
 		await first.exited;
 		const out = first.out();
-		const steps = ["SIGTERM received: stopping", "stop: gateway closed", `embedded PostgreSQL stopped (pid ${pg})`, "stop: services and workers stopped", "stop: cache closed; stopped"];
+		// The embedded PostgreSQL's last users are the event streams (the outbox and the groups' positions, on the default
+		// store): it stops after the services and workers, before the streams report closed; the cache closes last.
+		const steps = [
+			"SIGTERM received: stopping",
+			"stop: gateway closed",
+			"stop: services and workers stopped",
+			`embedded PostgreSQL stopped (pid ${pg})`,
+			"stop: event streams closed",
+			"stop: cache closed; stopped",
+		];
 		const at = steps.map((s) => out.indexOf(s));
 		expect(at.every((i) => i >= 0)).toBe(true);
 		expect([...at].sort((a, b) => a - b)).toEqual(at);

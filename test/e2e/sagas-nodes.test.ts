@@ -12,6 +12,8 @@ import { DOMAINS } from "../../catalog";
 import { dataDirHoldingOutbox, needServers } from "../helpers/platform";
 import { client, crashNode, startNode, stopNode, testDeployment, waitForHttp, type ChildNode } from "../helpers/nodes";
 import { freeOpsOffset, freePort } from "../helpers/ports";
+import { holdNodeOutbox, nodeOutboxRecords } from "../helpers/node-store";
+import { pgTemplate, seedEmbeddedPg } from "../helpers/pg-template";
 import { WORKER_PORTS } from "../../workers";
 
 /** NATS, for the blocks that need it: decided when the file loads, so jest reports their tests as skipped without it. */
@@ -136,16 +138,9 @@ describe("a saga in flight when the platform is killed", () => {
 	});
 });
 
-/** The change events a node's embedded outbox holds (its NeDB file, read without opening it as a store). */
-function outboxEvents(dataDir: string): Array<{ id: string; op: string; topic: string; after?: any }> {
-	const byId = new Map<string, any>();
-	for (const line of readFileSync(path.join(dataDir, "_outbox.db"), "utf8").split("\n")) {
-		if (!line.trim()) continue;
-		const d = JSON.parse(line);
-		if (d.$$deleted) byId.delete(d._id);
-		else if (d._id && d.event) byId.set(d._id, d);
-	}
-	return [...byId.values()].sort((a, b) => a.seq - b.seq).map((d) => d.event);
+/** The change events a node's own outbox holds, in order (its embedded PostgreSQL's, or its NeDB file). */
+async function outboxEvents(node: ChildNode): Promise<Array<{ id: string; op: string; topic: string; after?: any }>> {
+	return (await nodeOutboxRecords(node)).map((r) => r.event as any);
 }
 
 servers.describe("two watcher processes over NATS", () => {
@@ -161,12 +156,16 @@ servers.describe("two watcher processes over NATS", () => {
 		const port = await freePort();
 		const shared = { TRANSPORTER: NATS, NAMESPACE: d.namespace, JWT_SECRET: d.jwtSecret, AES_SECRET: d.aesSecret };
 		const workers = Object.keys(WORKER_PORTS).filter((w) => w !== "watcher");
-		// The outbox keeps every event: the test reads the main node's outbox file.
-		main = startNode("main", { ...shared, DATA_DIR: dataDirHoldingOutbox(), SERVICES: ["api", ...DOMAINS.map((x) => x.name), ...workers].join(","), PORT: String(port), OPS_PORT_OFFSET: String(await freeOpsOffset()) });
+		// The outbox keeps every event: the test reads the main node's outbox (held from the start on NeDB, from its
+		// PostgreSQL's start on PostgreSQL, before the test's writes).
+		const dataDir = dataDirHoldingOutbox();
+		if (await pgTemplate()) seedEmbeddedPg(dataDir, undefined);
+		main = startNode("main", { ...shared, DATA_DIR: dataDir, SERVICES: ["api", ...DOMAINS.map((x) => x.name), ...workers].join(","), PORT: String(port), OPS_PORT_OFFSET: String(await freeOpsOffset()) });
 		nodes.push(main);
 		for (const n of ["watcher-1", "watcher-2"]) nodes.push(startNode(n, { ...shared, SERVICES: "watcher", OPS_PORT_OFFSET: String(await freeOpsOffset()) }));
 		http = client(`http://127.0.0.1:${port}`);
 		await waitForHttp(`http://127.0.0.1:${port}/status`, nodes);
+		await holdNodeOutbox(main);
 	});
 	afterAll(async () => {
 		await Promise.all(nodes.map((n) => stopNode(n)));
@@ -192,7 +191,7 @@ servers.describe("two watcher processes over NATS", () => {
 		}, 25_000);
 		// Both watchers keep scanning: a few more rounds, then count.
 		await new Promise((r) => setTimeout(r, 4500));
-		const events = outboxEvents(main.dataDir);
+		const events = await outboxEvents(main);
 		for (const id of created) expect(events.filter((e) => e.id === id).map((e) => e.op)).toEqual(["c", "d"]);
 		for (const id of pre) expect(events.filter((e) => e.id === id).map((e) => e.op)).toEqual(["c", "u", "u"]);
 		for (const s of sagas) expect(events.filter((e) => e.id === s && e.after?.state === "ABORTED")).toHaveLength(1);

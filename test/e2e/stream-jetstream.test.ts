@@ -12,7 +12,8 @@ import { bindConfig, readConfig, type PlatformConfig } from "../../lib/config";
 import { sharedOutbox, type OutboxRecord } from "../../events/outbox";
 import { channelsMiddleware, channelsStreamFor, type ChannelsStream } from "../../events/channels.stream";
 import { relayService, type Relay } from "../../events/relay";
-import { bootPlatform, needServers, tempDir, type TestPlatform } from "../helpers/platform";
+import { bootPlatform, needServers, tempDir, testStore, type TestPlatform } from "../helpers/platform";
+import { pgTemplate, seedEmbeddedPg } from "../helpers/pg-template";
 import { waitFor as waitForBase } from "../helpers/wait";
 import { publishRecords, settle, sorted, testRecord } from "../helpers/stream";
 import { dropNatsStreams } from "../helpers/nodes";
@@ -272,14 +273,19 @@ describe("the relay", () => {
 	live("one relay per outbox publishes; when it stops another takes over from its position", async () => {
 		const ns = namespace();
 		const dataDir = tempDir("relay-test-");
+		// The outbox the test appends to is the relays' own: the same store (the test's) in the same DATA_DIR.
+		const store = { dataDir, documentStore: testStore() ?? "postgres" } as const;
+		if (store.documentStore === "postgres" && (await pgTemplate())) seedEmbeddedPg(dataDir, undefined);
+		const outbox = sharedOutbox(store);
+		const relays: StreamNode[] = [];
 		try {
-			const outbox = sharedOutbox({ dataDir });
 			await outbox.connect();
 			const consumer = await streamNode(ns);
 			const got: OutboxRecord[] = [];
 			await consumer.stream.consume("relay-probe", async (rec) => void got.push(rec));
-			const r1 = await streamNode(ns, { dataDir }, [relayService()]);
-			const r2 = await streamNode(ns, { dataDir }, [relayService()]);
+			const r1 = await streamNode(ns, store, [relayService()]);
+			const r2 = await streamNode(ns, store, [relayService()]);
+			relays.push(r1, r2);
 			const relayOf = (n: StreamNode) => (n.broker.getLocalService("relay") as any).relay as Relay;
 			const append = async (n: number) =>
 				(await outbox.append(Array.from({ length: n }, () => { const { seq: _s, ...r } = testRecord(); return r; }))).map((r) => r.seq);
@@ -300,8 +306,10 @@ describe("the relay", () => {
 			expect(relayOf(other).published).toBe(5);
 			// In seq order, each once.
 			expect(got.map((r) => r.seq)).toEqual([...first, ...second]);
-			await outbox.disconnect();
 		} finally {
+			// The store's last user stops the embedded PostgreSQL of the DATA_DIR before it is removed.
+			for (const r of relays) await r.stop();
+			await outbox.disconnect();
 			rmSync(dataDir, { recursive: true, force: true });
 		}
 	});

@@ -70,12 +70,17 @@ describe("on the gateway", () => {
 	let token: string;
 	let gwB: Platform | undefined;
 	let dirB = "";
+	/** When the root token's login (this IP's one unauthenticated request) had been counted. */
+	let loggedInAt = 0;
 
 	beforeAll(async () => {
-		// 30 a minute (one token every 2 s), bursts of 10: no refill can hide the limit during a test.
+		// 30 a minute (one token every 2 s), bursts of 10: no refill can hide the limit within a test. Each test spends
+		// a bucket of its own right before it checks it: a bucket spent in another test refills while the tests between
+		// run (the 15 /status calls, a second gateway's start: more than the 2 s of a token).
 		const id = randomBytes(4).toString("hex");
 		p = await bootPlatform({ rateLimit: { rate: 0.5, burst: 10 }, transporter: "Fake", namespace: `rate-${id}`, nodeId: `a-${id}` });
-		token = await p.rootToken(); // one unauthenticated request of this IP
+		token = await p.rootToken();
+		loggedInAt = Date.now();
 	});
 	afterAll(async () => {
 		await gwB?.stop();
@@ -107,22 +112,35 @@ describe("on the gateway", () => {
 			await gwB.broker.waitForServices(["auth", "identity", "domain", "content"], 10_000);
 		});
 		test("on the same cache agrees", async () => {
-			const r = await fetch(`${gwB!.url}/content/notes`, { headers: { authorization: `Bearer ${token}` } });
-			expect(r.status).toBe(429);
-			expect(await r.json()).toEqual(LIMITED);
+			// A principal of its own: 10 requests at once, half on each gateway, then each refuses the 11th. (At once: a
+			// token comes back every 2 s, which 10 requests one after the other on a loaded machine can reach.)
+			const other = otherPrincipal(p, token, 9);
+			const onB = async (pth: string) => {
+				const r = await fetch(`${gwB!.url}${pth}`, { headers: { authorization: `Bearer ${other}` } });
+				return { status: r.status, body: await r.json() };
+			};
+			const onA = () => p.http("GET", "/content/notes", { token: other });
+			const codes = await Promise.all(Array.from({ length: 10 }, (_, i) => (i % 2 ? onB("/content/notes") : onA()).then((r) => r.status)));
+			expect(codes).toEqual(Array(10).fill(200));
+			expect(await onB("/content/notes")).toEqual({ status: 429, body: LIMITED });
+			const a = await onA();
+			expect({ status: a.status, body: a.body }).toEqual({ status: 429, body: LIMITED });
 		});
 	});
 
 	test("unauthenticated requests count per IP: failed authentications and public routes alike", async () => {
-		const codes: number[] = [];
-		// The IP spent one request on the root token; 9 more pass (401 without a bearer), then 429.
-		for (let i = 0; i < 9; i++) codes.push((await p.http("GET", "/content/notes")).status);
+		// The IP's bucket is full again 2 s after the root token's login (its only unauthenticated request so far).
+		await sleep(Math.max(0, loggedInAt + 2000 + 50 - Date.now()));
+		const login = () => p.http("POST", "/auth/token", { body: { grant_type: "password", client_id: p.root.client_id, username: p.root.username, password: p.root.password } });
+		// At once: a login and 9 requests without a bearer (401) pass, then 429.
+		const [first, ...codes] = await Promise.all([login(), ...Array.from({ length: 9 }, () => p.http("GET", "/content/notes"))].map((r) => r.then((x) => x.status)));
+		expect(first).toBe(200);
 		expect(codes).toEqual(Array(9).fill(401));
 		const r = await p.http("GET", "/content/notes", { token: "garbage" });
 		expect(r.status).toBe(429);
 		expect(r.body).toEqual(LIMITED);
 		expect(Number(r.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
-		const pub = await p.http("POST", "/auth/token", { body: { grant_type: "password", client_id: p.root.client_id, username: p.root.username, password: p.root.password } });
+		const pub = await login();
 		expect(pub.status).toBe(429);
 		expect(pub.body).toEqual(LIMITED);
 		// An authenticated principal from the same IP has its own bucket.

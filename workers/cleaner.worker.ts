@@ -81,7 +81,12 @@ export default workerService(
 		actions: {
 			run: {
 				visibility: "public",
-				handler(this: any): Promise<CleanerPass> {
+				async handler(this: any): Promise<CleanerPass> {
+					const pass: CleanerPass = await this.runPass();
+					// Locked by this node's scheduled pass (a run at a 10-minute mark answered `locked` to its caller):
+					// it runs once that pass is done. Locked by another run, or by another node's pass: answered as is.
+					if (pass.ran || !this.scheduled) return pass;
+					await this.scheduled;
 					return this.runPass();
 				},
 			},
@@ -214,8 +219,16 @@ export default workerService(
 			this.task = cron.schedule(
 				cfg.cleanerCron,
 				async () => {
+					const pass = this.runPass();
+					const scheduled: Promise<void> = (this.scheduled = pass.then(
+						() => undefined,
+						() => undefined,
+					));
+					void scheduled.then(() => {
+						if (this.scheduled === scheduled) this.scheduled = undefined;
+					});
 					try {
-						await this.runPass();
+						await pass;
 					} catch (err) {
 						this.logger.warn(`cleaner pass failed: ${(err as Error)?.message ?? err}`);
 					}

@@ -18,6 +18,8 @@ const B64_ANY = /^[A-Za-z0-9+/_-]+={0,2}$/;
 export const CQRS_CREDENTIALS = "platform/cqrs-credentials";
 /** Provider keys of a tenant's `SMS` config entries. */
 export const SMS_CREDENTIALS = "platform/sms-credentials";
+/** Purpose label of the key that seals the answers an Idempotency-Key keeps (a created client's secret, an APT...). */
+export const IDEMPOTENT_ANSWERS = "platform/idempotent-answers";
 /** The `keys` of a web push subscription (needed to encrypt, so sealed rather than hashed). */
 export const PUSH_KEYS = "platform/push-keys";
 

@@ -258,7 +258,7 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 		this.openCursors = new Map<string, number>();
 		this.kv = sharedKeyValue(cfg.redisUrl, cfg.redisPrefix);
 		this.transport = new TransportWatch(this.broker);
-		this.idempotency = new Idempotency(cfg);
+		this.idempotency = new Idempotency(cfg, keys.aesSecret);
 		this.authenticator = new Authenticator({
 			jwt: new JwtKeys(keys.jwtSecret),
 			aes: new Aes(keys.aesSecret),

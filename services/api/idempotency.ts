@@ -20,6 +20,7 @@ import type { IncomingMessage, ServerResponse } from "http";
 import type { Context } from "moleculer";
 import type { PlatformConfig } from "../../lib/config";
 import { ApiError, badRequest, toErrorBody } from "../../lib/errors";
+import { Aes, IDEMPOTENT_ANSWERS } from "../../lib/crypto";
 import { isDuplicateKeyError, type DocumentStore } from "../../mixins/stores";
 import { IDEMPOTENCY_TTL_MS, IN_PROGRESS, KEY_REUSED, IdempotencyStoreRef, type IdemMeta, type IdemRecord } from "../../mixins/idempotency-record";
 
@@ -97,8 +98,15 @@ const collectionOf = (action: string) => action.split(".").slice(0, 2).join("/")
 export class Idempotency {
 	readonly records: IdempotencyStoreRef;
 
-	constructor(private readonly cfg: PlatformConfig) {
+	/**
+	 * Kept answers are sealed at rest: a creation's answer may carry a secret shown only once (a client's secret, an
+	 * API token, a TOTP secret), which must never lie in the store in clear.
+	 */
+	private readonly seal: Aes;
+
+	constructor(private readonly cfg: PlatformConfig, aesSecret: string) {
 		this.records = new IdempotencyStoreRef(cfg);
+		this.seal = Aes.forPurpose(aesSecret, IDEMPOTENT_ANSWERS);
 	}
 
 	private get leaseMs(): number {
@@ -233,19 +241,20 @@ export class Idempotency {
 	private async keep(run: Run, status: number, data: unknown, headers: Record<string, string>, extra: Record<string, unknown> = {}): Promise<void> {
 		run.kept = true;
 		const text = JSON.stringify(data ?? null);
-		const body = Buffer.byteLength(text) <= MAX_KEPT_BODY ? { body: text } : { digest: sha(text) };
+		const body = Buffer.byteLength(text) <= MAX_KEPT_BODY ? { body: this.seal.encrypt(text) } : { digest: sha(text) };
 		// Under this attempt only: a run fenced out by a retry (its write refused with 409) keeps nothing.
 		await run.store.updateIf({ _id: run.id, attempt: run.attempt }, { $set: { ...extra, state: "done", status, ...body, headers: JSON.stringify(headers), lease: 0 } });
 	}
 
 	/** The kept answer again; rebuilt by re-reading when only its digest was kept or its node died before keeping it. */
 	private async replay(req: Req, res: ServerResponse, store: DocumentStore, rec: IdemRecord): Promise<true> {
-		let text = rec.body;
+		// A body that does not open (kept under another key) is rebuilt like a digest.
+		let text = rec.body === undefined ? undefined : (this.seal.decrypt(rec.body) ?? undefined);
 		let status = rec.status ?? 200;
 		if (text === undefined) {
 			text = JSON.stringify(await this.reread(req, rec));
 			// A committed record whose answer was lost: kept now, so the next repeat does not read again.
-			if (rec.state === "committed") await store.updateIf({ _id: rec._id, attempt: rec.attempt, state: "committed" }, { $set: { state: "done", status, body: text, headers: "{}" } });
+			if (rec.state === "committed") await store.updateIf({ _id: rec._id, attempt: rec.attempt, state: "committed" }, { $set: { state: "done", status, body: this.seal.encrypt(text), headers: "{}" } });
 		}
 		const headers = JSON.parse(rec.headers ?? "{}") as Record<string, string>;
 		res.writeHead(status, { ...headers, "Content-Type": "application/json; charset=utf-8", "Content-Length": Buffer.byteLength(text), [REPLAYED_HEADER]: "true" });

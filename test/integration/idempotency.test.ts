@@ -37,6 +37,19 @@ describe.each(STORES)("Idempotency-Key on %s", (store) => {
 		return sharedOutbox(t.p.cfg).count();
 	};
 
+	test("a kept answer is sealed at rest (a creation's answer may carry a secret shown once); its replay is the answer", async () => {
+		const k = key();
+		const marker = `sealed-${k}`;
+		const first = await ok(t.as(t.a.member.token, "POST", "/content/notes", { title: marker }, { [K]: k }), "create");
+		const rec = (await (await records.get()).findOne({ _id: recordId(`u:${t.a.member.id}`, k) })) as IdemRecord;
+		expect(rec.state).toBe("done");
+		expect(typeof rec.body).toBe("string");
+		expect(JSON.stringify(rec)).not.toContain(marker);
+		const again = await t.as(t.a.member.token, "POST", "/content/notes", { title: marker }, { [K]: k });
+		expect(again.headers.get("idempotent-replayed")).toBe("true");
+		expect(again.body).toEqual({ data: first.data });
+	});
+
 	test("a repeat replays the kept answer with Idempotent-Replayed: true and writes nothing, no change event", async () => {
 		const k = key();
 		const title = `replay-${k}`;

@@ -37,6 +37,8 @@ const POLL_MS = 500;
  * PostgreSQL it starts at the newest position read before the build instead.
  */
 const START_MARGIN_MS = 2000;
+/** The longest a search waits for the tail to reach a change this node appended before it. */
+const CATCH_UP_MS = 2000;
 /** Candidate ids checked against the caller's view per store query. */
 const CHECK_BATCH = 500;
 
@@ -45,6 +47,8 @@ interface SearchState {
 	ready: Promise<void>;
 	outbox?: Outbox;
 	stop?: () => Promise<void>;
+	/** Resolves once the index holds every change of its collections appended on this node so far (read your writes). */
+	caughtUp?: () => Promise<void>;
 }
 
 type Svc = { collectionStore(name: string): DocumentStore; $search: SearchState; broker: any; logger: any };
@@ -81,6 +85,7 @@ export function searchableMixin(domain: DomainDef, names: string[]): Partial<Ser
 			/** The collection's index on this node, once built. */
 			async searchIndex(this: any, name: string): Promise<CollectionIndex> {
 				await this.$search.ready;
+				await this.$search.caughtUp?.();
 				return this.$search.indexes.get(name)!;
 			},
 		},
@@ -99,7 +104,31 @@ export function searchableMixin(domain: DomainDef, names: string[]): Partial<Ser
 			// finds it; under load the appends made while a batch is indexed are read as the next batch): the next wait
 			// ends at once.
 			let signalled = false;
-			const onAppended = () => {
+			// The newest position of a change to these collections appended on this node, and the searches waiting for
+			// the tail to pass it: the write was answered, so a search that follows it must find it, not race the read.
+			let mine = 0;
+			let waiting: Array<{ at: number; resolve: () => void }> = [];
+			const passed = () => {
+				if (!waiting.length) return;
+				const still = waiting.filter((w) => w.at > position && !stopped);
+				for (const w of waiting) if (!still.includes(w)) w.resolve();
+				waiting = still;
+			};
+			state.caughtUp = () => {
+				if (position >= mine || stopped) return Promise.resolve();
+				const at = mine;
+				return new Promise<void>((resolve) => {
+					const w = { at, resolve };
+					waiting.push(w);
+					// Bounded: a tail that cannot read (the store is down) answers from the index as it is.
+					setTimeout(() => {
+						waiting = waiting.filter((x) => x !== w);
+						resolve();
+					}, CATCH_UP_MS).unref();
+				});
+			};
+			const onAppended = (recs: OutboxRecord[]) => {
+				for (const r of recs) if (r.event && topics.has(r.event.topic) && r.seq > mine) mine = r.seq;
 				signalled = true;
 				wake?.();
 			};
@@ -124,6 +153,7 @@ export function searchableMixin(domain: DomainDef, names: string[]): Partial<Ser
 						apply(indexes, topics, rec);
 						position = rec.seq;
 					}
+					passed();
 					if (batch.length === TAIL_BATCH || stopped) continue;
 					await new Promise<void>((resolve) => {
 						if (signalled || stopped) return resolve();
@@ -140,6 +170,7 @@ export function searchableMixin(domain: DomainDef, names: string[]): Partial<Ser
 			state.stop = async () => {
 				stopped = true;
 				wake?.();
+				passed();
 				await loop;
 				outbox.off("appended", onAppended);
 				outbox.setMaxListeners(Math.max(10, outbox.getMaxListeners() - 1));

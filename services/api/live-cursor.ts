@@ -18,6 +18,7 @@
  *   authenticated again as a request would be; a refusal ends the stream with its 401 frame.
  */
 import type { IncomingMessage, ServerResponse } from "http";
+import { performance } from "perf_hooks";
 import type { ServiceBroker } from "moleculer";
 import { findCollection, type CollectionDef } from "../../catalog";
 import { checkGrant, checkScope, enforce } from "../../middlewares/authority";
@@ -45,6 +46,12 @@ export const KEEP_ALIVE_MS = 14_000;
 /** A client that reads less than its changes: past this much unsent data its stream is cut (it resumes by position). */
 export const MAX_BUFFERED = 4 * 1024 * 1024;
 const READ_BATCH = 500;
+/**
+ * The longest the feed decides records in one go before it lets the event loop turn (sockets flush, requests and
+ * other streams are served): a burst of commits read as one batch of hundreds of records, each written to many
+ * streams, would otherwise hold the loop for hundreds of milliseconds (docs/benchmarks.md, "Live cursors").
+ */
+export const LIVE_SLICE_MS = 8;
 /** How often a gateway renews its hold on the outbox's pruning (the hold counts while renewed: STREAM_POSITION_TTL_MS). */
 const HOLD_EVERY_MS = 30_000;
 
@@ -92,6 +99,8 @@ interface Sub {
 	view?: { index: GrantIndex; policies: Grant[]; plan: AccessPlan };
 	/** The record being decided (a subscriber under several keys of one change is decided once). */
 	mark: number;
+	/** Its response is corked: the frames written in this turn of the loop go out in one write. */
+	corked?: boolean;
 }
 
 /** What streamCursor gets back from `prepare`: where the changes start, and whether the listing is skipped. */
@@ -352,8 +361,21 @@ export class LiveCursors {
 		}
 	}
 
+	/** The streams corked in this turn of the loop (see write). */
+	private corked: Sub[] = [];
+
+	/**
+	 * A frame for one stream. The response is corked at its first frame of the loop's turn and uncorked once the turn's
+	 * synchronous work is done: the frames one slice of records owes a stream leave in one socket write, not one each.
+	 */
 	private write(sub: Sub, text: string): void {
 		if (sub.closed) return;
+		if (!sub.corked) {
+			sub.corked = true;
+			sub.res.cork();
+			if (!this.corked.length) process.nextTick(this.uncork);
+			this.corked.push(sub);
+		}
 		sub.res.write(text);
 		if (sub.res.writableLength > MAX_BUFFERED) sub.res.destroy();
 	}
@@ -425,11 +447,20 @@ export class LiveCursors {
 				await this.sleep(this.pollMs);
 				continue;
 			}
+			// In slices of LIVE_SLICE_MS: the records are decided in order, and each one's position moves with it, so a
+			// stream that catches up or joins between two slices misses and doubles nothing.
+			let sliceStart = performance.now();
 			for (const rec of recs) {
+				if (this.stopped) break;
 				if (rec.seq <= this.position) continue;
 				this.ring.push(rec);
 				this.dispatch(rec, index);
 				this.position = rec.seq;
+				if (performance.now() - sliceStart >= LIVE_SLICE_MS) {
+					await new Promise<void>((resolve) => setImmediate(resolve));
+					index = await grantCache.get(this.broker).catch(() => index!);
+					sliceStart = performance.now();
+				}
 			}
 			if (this.ring.length > LIVE_RING) {
 				const cut = this.ring.length - LIVE_RING / 2;
@@ -464,6 +495,15 @@ export class LiveCursors {
 			}),
 		);
 	}
+
+	private readonly uncork = (): void => {
+		const subs = this.corked;
+		this.corked = [];
+		for (const sub of subs) {
+			sub.corked = false;
+			if (!sub.res.destroyed) sub.res.uncork();
+		}
+	};
 
 	private keepAlive(): void {
 		for (const sub of this.subs) this.write(sub, ": keep-alive\n\n");

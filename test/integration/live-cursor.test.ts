@@ -217,4 +217,38 @@ describe.each(STORES)("live cursors on %s", (store) => {
 		expect(ninth.status).toBe(429);
 		expect(ninth.body).toEqual({ statusCode: 429, message: "too many open cursors", error: "Too Many Requests" });
 	});
+	test("a burst of changes read as one batch is decided in slices: the event loop turns meanwhile, every frame arrives once, in order", async () => {
+		const { member } = T.a;
+		const streams = [await live(member.token), await live(member.token), await live(member.token)];
+		await Promise.all(streams.map(untilLive));
+		// The gateway's feed: each record it decides is made to cost 2 ms of CPU, so the 40 records of one bulk create
+		// (one append, one batch) cost 80 ms; the loop must still turn between the first and the last.
+		const hub = (T.p.broker.getLocalService("api") as any).liveCursors;
+		const dispatch = hub.dispatch;
+		const decided: number[] = [];
+		hub.dispatch = function (this: unknown, ...args: unknown[]) {
+			const until = performance.now() + 2;
+			while (performance.now() < until);
+			decided.push(performance.now());
+			return dispatch.apply(this, args);
+		};
+		const turns: number[] = [];
+		const ticker = setInterval(() => turns.push(performance.now()), 1);
+		try {
+			const items = Array.from({ length: 40 }, (_, i) => ({ title: `burst ${i}` }));
+			const made = (await ok(T.as(member.token, "POST", "/content/notes/bulk", { items }), "bulk")).items.map((d: any) => d.id as string);
+			for (const s of streams) await change(s, made[made.length - 1], "enter");
+			const first = decided[0];
+			const last = decided[decided.length - 1];
+			expect(decided.length).toBeGreaterThanOrEqual(40);
+			expect(turns.filter((t) => t > first && t < last).length).toBeGreaterThan(0);
+			for (const s of streams) {
+				const entered = s.changes().filter((c) => made.includes(c.id) && c.op === "enter").map((c) => c.id);
+				expect(entered).toEqual(made);
+			}
+		} finally {
+			clearInterval(ticker);
+			hub.dispatch = dispatch;
+		}
+	});
 });

@@ -1,18 +1,18 @@
 /** The one place for broker settings: transporter, logging, metrics, middlewares. */
 import type { BrokerOptions, Middleware } from "moleculer";
-import type { PlatformConfig } from "./lib/config";
+import type { PlatformConfig } from "./runtime/config";
 import { AuthorityMiddleware } from "./middlewares/authority";
-import { LeanMetricsMiddleware, TextPrometheusReporter } from "./lib/metrics";
+import { LeanMetricsMiddleware, TextPrometheusReporter } from "./runtime/metrics";
 import { channelsMiddleware } from "./events/channels.stream";
 import { unitOfWorkMiddlewares } from "./mixins/stores/unit.middleware";
 import { onPostgres } from "./mixins/stores";
 import os from "os";
-import { replCommands, ReplPrincipalMiddleware } from "./lib/repl";
-import { claimNodeId, transportFailure } from "./lib/failover";
-import { FailoverDiscoverer } from "./lib/failover-discoverer";
+import { replCommands, ReplPrincipalMiddleware } from "./runtime/repl";
+import { claimNodeId, transportFailure } from "./runtime/failover";
+import { FailoverDiscoverer } from "./runtime/failover-discoverer";
 import { FailoverMiddleware } from "./middlewares/failover";
 import { NodeStoppingMiddleware } from "./middlewares/node-stopping";
-import { transporterOption } from "./lib/transport-watch";
+import { transporterOption } from "./runtime/transport-watch";
 
 export function brokerOptions(cfg: PlatformConfig): BrokerOptions;
 export function brokerOptions(): Promise<BrokerOptions>;
@@ -26,7 +26,7 @@ export function brokerOptions(cfg?: PlatformConfig): BrokerOptions | Promise<Bro
 		// calls that never ran (or reads) sent again to another node, endpoints that keep failing left out a while.
 		nodeID: cfg.nodeId ?? claimNodeId(cfg),
 		// No transporter: every service in one process, calls stay local. NATS in production, pinged every 2 s
-		// (lib/transport-watch.ts: a connection gone silent is given up within seconds).
+		// (runtime/transport-watch.ts: a connection gone silent is given up within seconds).
 		transporter: transporterOption(cfg.transporter),
 		logger: { type: "Console", options: { level: cfg.logLevel, formatter: "short", colors: process.stdout.isTTY } },
 		requestTimeout: cfg.requestTimeoutMs,
@@ -50,13 +50,13 @@ export function brokerOptions(cfg?: PlatformConfig): BrokerOptions | Promise<Bro
 		tracing: { enabled: false },
 		// The production event stream (EVENT_STREAM=nats|redis): @moleculer/channels, see events/channels.stream.ts.
 		middlewares: [LeanMetricsMiddleware as unknown as Middleware, NodeStoppingMiddleware, FailoverMiddleware(cfg.failoverWaitMs) as unknown as Middleware, ...unitOfWorkMiddlewares(onPostgres(cfg)), AuthorityMiddleware, ReplPrincipalMiddleware as unknown as Middleware, ...(cfg.eventStream && cfg.eventStream !== "outbox" ? [channelsMiddleware(cfg)] : [])],
-		// The operator's REPL: `as <username|client id>`, `whoami`, `unas` (lib/repl.ts).
+		// The operator's REPL: `as <username|client id>`, `whoami`, `unas` (runtime/repl.ts).
 		replCommands: replCommands() as BrokerOptions["replCommands"],
 	};
 }
 
 /**
- * The operators' console on a deployment (TRANSPORTER set; lib/repl.ts): a node of its own in the namespace, with no
+ * The operators' console on a deployment (TRANSPORTER set; runtime/repl.ts): a node of its own in the namespace, with no
  * service and no store, whose REPL sees and calls the cluster. Its id (`console-<hostname>-<pid>`, never NODE_ID,
  * which names a node of the deployment) says what it is; nothing of DATA_DIR is read or claimed.
  */
@@ -77,20 +77,20 @@ export function consoleNodeOptions(cfg: PlatformConfig): BrokerOptions {
 /** The platform as moleculer-runner starts it: configuration from the environment, every service (or SERVICES). */
 async function runnerOptions(): Promise<BrokerOptions> {
 	// eslint-disable-next-line @typescript-eslint/no-var-requires
-	const { readConfig, bindConfig, privateDataDir } = require("./lib/config") as typeof import("./lib/config");
+	const { readConfig, bindConfig, privateDataDir } = require("./runtime/config") as typeof import("./runtime/config");
 	// eslint-disable-next-line @typescript-eslint/no-var-requires
-	const { lockDataDir, DataDirInUse } = require("./lib/datadir-lock") as typeof import("./lib/datadir-lock");
+	const { lockDataDir, DataDirInUse } = require("./runtime/datadir-lock") as typeof import("./runtime/datadir-lock");
 	// eslint-disable-next-line @typescript-eslint/no-var-requires
-	const { attachToDataDir, consoleSessions } = require("./lib/repl") as typeof import("./lib/repl");
+	const { attachToDataDir, consoleSessions } = require("./runtime/repl") as typeof import("./runtime/repl");
 	const cfg = readConfig();
-	// `--repl` attaches to what runs, as `npm run repl` does (lib/repl.ts): the deployment, else the platform on DATA_DIR.
+	// `--repl` attaches to what runs, as `npm run repl` does (runtime/repl.ts): the deployment, else the platform on DATA_DIR.
 	const repl = process.argv.includes("--repl") || process.argv.includes("-r");
 	if (repl && cfg.transporter) return consoleNodeOptions(cfg);
 	if (repl && process.stdin.isTTY) {
 		const status = await attachToDataDir(cfg);
 		if (status !== undefined) process.exit(status);
 	}
-	// DATA_DIR first, as start.ts takes it (lib/datadir-lock.ts); given back once the broker has stopped.
+	// DATA_DIR first, as start.ts takes it (runtime/datadir-lock.ts); given back once the broker has stopped.
 	const lock = await lockDataDir(cfg).catch((err) => {
 		if (!(err instanceof DataDirInUse)) throw err;
 		console.error(err.message);

@@ -1,17 +1,17 @@
 /** Builds and starts a node of the platform: every service (default) or the subset named by SERVICES. */
 import { ServiceBroker } from "moleculer";
 import brokerOptions from "./moleculer.config";
-import { bindConfig, documentStoreFor, privateDataDir, readConfig, type PlatformConfig } from "./lib/config";
+import { bindConfig, documentStoreFor, privateDataDir, readConfig, type PlatformConfig } from "./runtime/config";
 import path from "path";
-import { closeSharedKeyValues, MemoryKeyValue, sharedKeyValue } from "./lib/kv";
+import { closeSharedKeyValues, MemoryKeyValue, sharedKeyValue } from "./runtime/kv";
 import { closeSharedStreams, stopConsumers } from "./events/stream";
 import { relayService } from "./events/relay";
 import { DOMAINS } from "./catalog";
 import { serviceCatalog } from "./services";
 import { NODE_STOPPING } from "./middlewares/node-stopping";
 import { grantCache } from "./middlewares/grant-cache";
-import { setPgLog } from "./lib/pg-process";
-import { lockDataDir, type DataDirLock } from "./lib/datadir-lock";
+import { setPgLog } from "./runtime/pg-process";
+import { lockDataDir, type DataDirLock } from "./runtime/datadir-lock";
 
 /** Logged at the start of a node that found NeDB documents in its DATA_DIR with DOCUMENT_STORE unset. */
 export const NEDB_DATA_DIR_NOTICE = (dataDir: string) =>
@@ -35,7 +35,7 @@ export async function startPlatform(overrides: Partial<PlatformConfig> = {}, loc
 	const cfg = { ...readConfig(), ...overrides };
 	// A DATA_DIR given here (tests, tools) chooses the default store by its own files, as DATA_DIR does in readConfig.
 	if (overrides.dataDir !== undefined && overrides.documentStore === undefined) Object.assign(cfg, documentStoreFor(cfg.dataDir));
-	// One process per DATA_DIR with an embedded store: a second one exits here, having touched nothing (lib/datadir-lock.ts).
+	// One process per DATA_DIR with an embedded store: a second one exits here, having touched nothing (runtime/datadir-lock.ts).
 	lock ??= await lockDataDir(cfg);
 	try {
 		return await start(cfg, lock);

@@ -1,13 +1,13 @@
 /**
  * `npm start`: the whole platform in one process on PORT with the embedded stores (or a SERVICES subset).
- * `--repl` (`npm run repl`): the operators' console, attached to what runs (lib/repl.ts): with TRANSPORTER a console
+ * `--repl` (`npm run repl`): the operators' console, attached to what runs (runtime/repl.ts): with TRANSPORTER a console
  * node of the deployment; else, from a terminal, the platform holding DATA_DIR; else the platform, started here with
  * its REPL.
  */
 import type { ServiceBroker } from "moleculer";
 import type { Platform } from "./platform";
-import { readConfig, StartupError } from "./lib/config";
-import { DataDirInUse, lockDataDir, type DataDirLock } from "./lib/datadir-lock";
+import { readConfig, StartupError } from "./runtime/config";
+import { DataDirInUse, lockDataDir, type DataDirLock } from "./runtime/datadir-lock";
 
 async function main() {
 	let platform: Platform | undefined;
@@ -48,18 +48,18 @@ async function main() {
 	// From a terminal, the console of the platform holding DATA_DIR; not from one (a script, a supervisor), `npm run
 	// repl` on a DATA_DIR in use is refused below as before.
 	if (repl && process.stdin.isTTY) {
-		const status = await (await import("./lib/repl")).attachToDataDir(cfg);
+		const status = await (await import("./runtime/repl")).attachToDataDir(cfg);
 		if (status !== undefined) process.exit(status);
 	}
 	// DATA_DIR first, before the platform is even loaded: a second `npm start` or `npm run repl` on a data directory in
-	// use exits at once, having touched nothing (lib/datadir-lock.ts).
+	// use exits at once, having touched nothing (runtime/datadir-lock.ts).
 	lock = await lockDataDir(cfg);
 	if (stopping) return;
 	const { startPlatform } = await import("./platform");
 	platform = await startPlatform({}, lock);
 	if (stopping) return; // a signal came during the start: stop() waits for nothing more
 	if (platform.url) platform.broker.logger.info(`Platform gateway listening on ${platform.url} (docs: ${platform.url}/api)`);
-	const { consoleSessions, startRepl } = await import("./lib/repl");
+	const { consoleSessions, startRepl } = await import("./runtime/repl");
 	// The operators' consoles attach through the DATA_DIR socket (npm run repl from a terminal).
 	lock?.serveConsoles(consoleSessions(platform.broker));
 	if (repl) startRepl(platform);

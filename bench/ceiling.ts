@@ -6,7 +6,7 @@ import { readFileSync } from "fs";
 import { ServiceBroker } from "moleculer";
 import ApiGateway from "moleculer-web";
 import brokerOptions from "../moleculer.config";
-import { readConfig } from "../lib/config";
+import { readConfig } from "../runtime/config";
 
 const doc = JSON.parse(readFileSync(process.env.CEILING_DOC!, "utf8"));
 const cfg = { ...readConfig(), logLevel: "warn" };

@@ -4,12 +4,13 @@
  */
 import { performance } from "perf_hooks";
 import { ServiceBroker } from "moleculer";
-import { Aes, hashSecret, verifySecret } from "../lib/crypto";
+import { Aes } from "../lib/crypto";
+import { hashSecret, verifySecret } from "../runtime/password-hash";
 import { GrantIndex, type Grant } from "../lib/grants";
-import { MemoryKeyValue } from "../lib/kv";
+import { MemoryKeyValue } from "../runtime/kv";
 import { JwtKeys } from "../lib/tokens";
 import type { TokenClaims } from "../lib/types";
-import { Authenticator, aptKey } from "../services/auth/authenticate";
+import { Authenticator, aptKey } from "../middlewares/authenticate";
 import { scenarioGrants, scenarioRequest } from "./grant-scenario";
 
 function time(n: number, fn: () => unknown): number {

@@ -12,8 +12,8 @@
 import { AsyncResource } from "async_hooks";
 import { randomBytes } from "crypto";
 import type { ServiceBroker } from "moleculer";
-import { configOf, type PlatformConfig } from "../lib/config";
-import type { AuditRequest } from "../lib/audit";
+import { configOf, type PlatformConfig } from "../runtime/config";
+import { auditEntry, type AuditedReq, type AuditRequest } from "../lib/audit";
 import { AUDIT_CHANNEL, channelsStreamFor } from "./channels.stream";
 import { sharedAuditSpool, type AuditBatch } from "./audit-spool";
 import { onPostgres } from "../mixins/stores";
@@ -151,4 +151,14 @@ export function startShipper(broker: ServiceBroker, warn: (msg: string) => void)
 			await release().catch(() => undefined);
 		},
 	};
+}
+
+/** Hands the request's audit entry to the node's shipper (never throws, never waits). */
+export function emitAudit(broker: ServiceBroker, req: AuditedReq, status: number, data?: unknown, ipOf?: () => string): void {
+	try {
+		const entry = auditEntry(req, status, data, ipOf);
+		if (entry) shipperOf(broker)?.push(entry);
+	} catch {
+		/* auditing never breaks a response */
+	}
 }

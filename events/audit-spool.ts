@@ -7,7 +7,7 @@
  */
 import { EventEmitter } from "events";
 import type { AuditRequest } from "../lib/audit";
-import { storableJson } from "../lib/relational";
+import { storableJson } from "../runtime/relational";
 import { createStore, isDuplicateKeyError, locationOf, type DocumentStore, type StoreConfig } from "../mixins/stores";
 
 export interface AuditBatch {

@@ -40,11 +40,11 @@
 import type { Middleware, ServiceBroker } from "moleculer";
 import { Middleware as ChannelsMiddleware } from "@moleculer/channels";
 import { nanos } from "nats";
-import type { PlatformConfig } from "../lib/config";
+import type { PlatformConfig } from "../runtime/config";
 import { isDependencyOutage, isTransportError } from "../lib/errors";
-import { HEALTH_ACTION, pipelineHealth, trackProgress, withEntries, withTimeout, type Health, type Progress } from "../lib/health";
-import { isCacheUnavailable } from "../lib/kv";
-import { NATS_LIVENESS } from "../lib/transport-watch";
+import { HEALTH_ACTION, pipelineHealth, trackProgress, withEntries, withTimeout, type Health, type Progress } from "../runtime/health";
+import { isCacheUnavailable } from "../runtime/kv";
+import { NATS_LIVENESS } from "../runtime/transport-watch";
 import type { OutboxRecord } from "./outbox";
 import { DEFAULT_BATCH, type BatchHandler, type BatchOptions, type ChangeHandler, type ChangeStream, type ConsumeOptions, type Consumer } from "./stream";
 
@@ -153,7 +153,7 @@ export class ChannelsStream implements ChangeStream {
 	private counter = 0;
 	private monitor?: NodeJS.Timeout;
 
-	/** `owner`: the node's configuration object, under which its groups' progress is reported (lib/health.ts). */
+	/** `owner`: the node's configuration object, under which its groups' progress is reported (runtime/health.ts). */
 	constructor(
 		readonly opts: ChannelsStreamOptions,
 		private readonly owner: object = opts,

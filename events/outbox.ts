@@ -5,7 +5,7 @@
  * positions follow commit order (mixins/stores/pg.outbox.ts); elsewhere a write and its events are two appends.
  */
 import { EventEmitter } from "events";
-import type { PlatformConfig } from "../lib/config";
+import type { PlatformConfig } from "../runtime/config";
 import type { ChangeEvent } from "../lib/change-event";
 import { objectId } from "../lib/crypto";
 import { createStore, locationOf, onPostgres, type DocumentStore, type StoreConfig } from "../mixins/stores";

@@ -8,7 +8,7 @@
  *   a take-over it continues from there. A crash between a publish and the save republishes that batch: JetStream
  *   drops such repeats within its duplicate window (message id = seq and document id), Redis does not.
  * - One publisher per outbox: nodes that share one production store (MONGO_URI) share one outbox, so the relays
- *   take a lock in the platform cache (lib/kv setIfAbsent, TTL 15 s, renewed every 5 s; REDIS_URL for nodes in
+ *   take a lock in the platform cache (runtime/kv setIfAbsent, TTL 15 s, renewed every 5 s; REDIS_URL for nodes in
  *   several processes) and only its holder publishes. A holder that dies is replaced when the lock expires; the
  *   renewal is a read-then-write (the cache has no compare-and-set), so for a moment two relays may both publish:
  *   repeats, never gaps. Nodes with their own embedded outbox (DATA_DIR) lock their own location.
@@ -25,12 +25,12 @@
 import { createHash, randomBytes } from "crypto";
 import os from "os";
 import type { ServiceSchema } from "moleculer";
-import { configOf, type PlatformConfig } from "../lib/config";
-import { sharedKeyValue, type KeyValue } from "../lib/kv";
+import { configOf, type PlatformConfig } from "../runtime/config";
+import { sharedKeyValue, type KeyValue } from "../runtime/kv";
 import { DEFAULT_POSITION_TTL_MS, heartbeatEvery, OutboxPruner, passedByLive, positionDoc, sharedOutbox, type Outbox, type OutboxRecord, type StoredPosition } from "./outbox";
 import { createStore, locationOf, onPostgres, type DocumentStore } from "../mixins/stores";
 import { channelsStreamFor, STOP_WAIT_MS, type ChannelsStream } from "./channels.stream";
-import { Progress, trackProgress, withTimeout } from "../lib/health";
+import { Progress, trackProgress, withTimeout } from "../runtime/health";
 
 const LOCK_TTL_MS = 15_000;
 const RENEW_MS = 5_000;

@@ -8,11 +8,11 @@
  * (nothing after it is lost), and after a crash or restart events may come twice; handlers are idempotent or
  * de-duplicate on `seq` themselves: the stream does not.
  */
-import type { PlatformConfig } from "../lib/config";
+import type { PlatformConfig } from "../runtime/config";
 import { DEFAULT_POSITION_TTL_MS, heartbeatEvery, OutboxPruner, passedByLive, positionDoc, sharedOutbox, type Outbox, type OutboxRecord } from "./outbox";
 import { createStore, locationOf, type DocumentStore, type StoreConfig } from "../mixins/stores";
 import { channelsStreamFor, STOP_WAIT_MS } from "./channels.stream";
-import { trackProgress, withTimeout } from "../lib/health";
+import { trackProgress, withTimeout } from "../runtime/health";
 
 export type ChangeHandler = (rec: OutboxRecord) => Promise<void>;
 /**
@@ -72,7 +72,7 @@ export class OutboxStream implements ChangeStream {
 	 * STREAM_RETENTION_HOURS: a pass shortly after a group moves, and every 10 minutes.
 	 */
 	readonly pruner: OutboxPruner;
-	/** The node's configuration object, under which its groups' progress is reported (lib/health.ts, /status). */
+	/** The node's configuration object, under which its groups' progress is reported (runtime/health.ts, /status). */
 	private readonly owner: object;
 	/** Stored with each group's position, which another namespace's pruner ignores once it is not renewed (STREAM_POSITION_TTL_MS). */
 	private readonly ns?: string;

@@ -1,12 +1,10 @@
 /**
- * The gateway's side of the audit log: one entry per answered request, handed to the node's audit shipper
- * (events/audit-shipper.ts), which stores it in the durable event stream for the logger (workers/logger.worker.ts).
+ * The gateway's side of the audit log: one entry per answered request (this rule), handed to the node's audit shipper
+ * by `emitAudit` (events/audit-shipper.ts), which stores it in the durable event stream for the logger (workers/logger.worker.ts).
  * Cheap and never waiting: a few property reads and an array push on the request path. Never carries a body, a
  * token, a header or the query string (`?token=` may be one).
  */
 import { randomUUID } from "crypto";
-import type { ServiceBroker } from "moleculer";
-import { shipperOf } from "../events/audit-shipper";
 
 /** The consumer group of the audit entries (the logger's service name). */
 export const AUDIT_GROUP = "logger";
@@ -36,7 +34,7 @@ export interface AuditRequest {
 }
 
 /** What moleculer-web leaves on the request. */
-interface AuditedReq {
+export interface AuditedReq {
 	method?: string;
 	url?: string;
 	originalUrl?: string;
@@ -81,14 +79,4 @@ export function auditEntry(req: AuditedReq, status: number, data?: unknown, ipOf
 		session: t?.session,
 		ip: meta?.ip ?? ipOf?.(),
 	};
-}
-
-/** Hands the request's audit entry to the node's shipper (never throws, never waits). */
-export function emitAudit(broker: ServiceBroker, req: AuditedReq, status: number, data?: unknown, ipOf?: () => string): void {
-	try {
-		const entry = auditEntry(req, status, data, ipOf);
-		if (entry) shipperOf(broker)?.push(entry);
-	} catch {
-		/* auditing never breaks a response */
-	}
 }

@@ -1,6 +1,6 @@
 /** Change events in the spec's webhook format. Secret and write-only fields are stripped by `present`. */
 import type { CollectionDef, DomainDef } from "../catalog";
-import type { StoredDoc } from "../mixins/stores/types";
+import type { StoredDoc } from "../catalog/store";
 import { present } from "./present";
 import type { Doc } from "./types";
 

@@ -74,3 +74,22 @@ export class IpAllowList {
 		return this.list.check(addr, "ipv4") || this.list.check(`::ffff:${addr}`, "ipv6");
 	}
 }
+
+/** The eight groups of an IPv6 address (a trailing dotted IPv4 as two), or undefined when it is not one. */
+export function expandIpv6(ip: string): number[] | undefined {
+	let s = ip;
+	// A trailing dotted IPv4 (::ffff:1.2.3.4 style) becomes two groups.
+	const dotted = /(\d+\.\d+\.\d+\.\d+)$/.exec(s);
+	if (dotted) {
+		const [a, b, c, d] = dotted[1].split(".").map(Number);
+		s = s.slice(0, -dotted[1].length) + `${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
+	}
+	const halves = s.split("::");
+	if (halves.length > 2) return undefined;
+	const head = halves[0] ? halves[0].split(":") : [];
+	const tail = halves.length === 2 && halves[1] ? halves[1].split(":") : [];
+	const fill = halves.length === 2 ? 8 - head.length - tail.length : 0;
+	const all = [...head, ...Array(Math.max(fill, 0)).fill("0"), ...tail];
+	if (all.length !== 8) return undefined;
+	return all.map((g) => parseInt(g, 16));
+}

@@ -110,7 +110,7 @@ export function toErrorBody(err: unknown): ErrorBody {
 /**
  * PostgreSQL's SQLSTATEs of a server that cannot serve now: connection exceptions (08), shutdown or start-up (57P01-03),
  * no free connection slot (53300), a lock or statement timeout or a session ended for idling in its transaction
- * (55P03, 57014, 25P03: lib/relational.ts, behind a session that went silent); and the socket errors of a server that
+ * (55P03, 57014, 25P03: runtime/relational.ts, behind a session that went silent); and the socket errors of a server that
  * is gone. Recognised by code and message, which survive the transporter, so a store failure on a domain node maps
  * here, at the gateway.
  */

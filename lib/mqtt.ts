@@ -1,7 +1,7 @@
 /**
  * The MQTT side of change events (docs/mqtt.md): the topic scheme the publisher writes, and the rules the preserver
  * applies to every MQTT client (EMQX-style HTTP hooks and the embedded aedes broker alike). Pure: no broker, no
- * I/O; the grant index and the token come from the caller. `<root>` is MQTT_TOPIC_ROOT (validated in lib/config.ts).
+ * I/O; the grant index and the token come from the caller. `<root>` is MQTT_TOPIC_ROOT (validated in runtime/config.ts).
  *
  *   <root>/owner/<owner>/<service>/<collection>/<id>    the document's owner (uid, aid or cid)
  *   <root>/share/<uid>/<service>/<collection>/<id>      each id in the document's `shares`
@@ -10,9 +10,8 @@
 import { createHmac } from "crypto";
 import { isIP } from "net";
 import { COLLECTIONS, type CollectionRef } from "../catalog";
-import { expandIpv6 } from "./address-guard";
 import { safeEqual } from "./crypto";
-import { normalizeIp } from "./cidr";
+import { expandIpv6, normalizeIp } from "./cidr";
 import type { GrantIndex } from "./grants";
 import { hasScope } from "./scopes";
 import { identityOf, type TokenClaims } from "./types";

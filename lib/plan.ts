@@ -3,7 +3,7 @@
  * the collection engine reads or writes. A collection action without a plan answers 502.
  */
 import type { TokenClaims } from "./types";
-import type { Filter } from "../mixins/stores/types";
+import type { Filter } from "../catalog/store";
 import type { PopulateSpec } from "./query-safety";
 import { ApiError } from "./errors";
 

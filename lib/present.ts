@@ -1,7 +1,6 @@
 /** How a stored document leaves the platform: `_id` becomes `id`, write-only fields never leave, allowlists apply. */
 import type { CollectionDef } from "../catalog";
-import { TENANT_REF, type StoredDoc } from "../mixins/stores/types";
-import { REV } from "../mixins/stores/revision";
+import { REV, TENANT_REF, type StoredDoc } from "../catalog/store";
 import type { Doc } from "./types";
 
 const writeOnlyCache = new WeakMap<CollectionDef, string[]>();

@@ -4,7 +4,7 @@
  * output is a fresh object tree that never carries a forbidden key, and `$regex` strings are
  * compiled to linear-time RegExps (lib/safe-regex.ts; NeDB only matches RegExp objects). Every failure is a 400.
  */
-import { TENANT_REF } from "../mixins/stores/types";
+import { TENANT_REF } from "../catalog/store";
 import type { CollectionDef } from "../catalog/types";
 import { badRequest } from "./errors";
 import { compileSafe, RegexBudget } from "./safe-regex";

@@ -8,7 +8,7 @@
  *   (reads), at most twice, to a node not tried yet when there is one. A create that may have committed is never repeated; its caller gets the 503/504.
  */
 import type { ServiceBroker } from "moleculer";
-import { isIdempotent, maybeRan, neverRan } from "../lib/failover";
+import { isIdempotent, maybeRan, neverRan } from "../runtime/failover";
 
 const MAYBE_RAN_RETRIES = 2;
 const FIRST_DELAY_MS = 100;

@@ -6,10 +6,10 @@
  */
 import type { Server } from "http";
 import type { ServiceSchema } from "moleculer";
-import { configOf, type PlatformConfig } from "../lib/config";
-import { HEALTH_ACTION, type Health } from "../lib/health";
-import { metricsText } from "../lib/metrics";
-import { startOpsServer, stopOpsServer } from "../lib/ops-server";
+import { configOf, type PlatformConfig } from "../runtime/config";
+import { HEALTH_ACTION, type Health } from "../runtime/health";
+import { metricsText } from "../runtime/metrics";
+import { startOpsServer, stopOpsServer } from "../runtime/ops-server";
 
 const STARTING: Health = { status: "error", info: { node: { status: "down", message: "starting" } } };
 

@@ -7,19 +7,19 @@ import type { IncomingMessage, ServerResponse } from "http";
 import type { Context, ServiceSchema } from "moleculer";
 import ApiGateway from "moleculer-web";
 import { Aes } from "../lib/crypto";
-import { loadKeys, readConfig, StartupError, type PlatformConfig } from "../lib/config";
+import { loadKeys, readConfig, StartupError, type PlatformConfig } from "../runtime/config";
 import { toErrorBody, ApiError, retryAfterOf } from "../lib/errors";
-import { sharedKeyValue } from "../lib/kv";
-import { TransportWatch } from "../lib/transport-watch";
+import { sharedKeyValue } from "../runtime/kv";
+import { TransportWatch } from "../runtime/transport-watch";
 import { JwtKeys } from "../lib/tokens";
 import { allRoutes, type RouteDef } from "../lib/routes";
-import { Authenticator, callerIp } from "./auth/authenticate";
+import { Authenticator, callerIp } from "../middlewares/authenticate";
 import { openApiDocument } from "../lib/openapi";
 import { DOC_SERVICES, openApiServiceDocument } from "../lib/openapi-split";
-import { docsAsset, docsHtml, setDocsSecurityHeaders } from "../lib/docs-page";
-import { collectHealth } from "../lib/health";
-import { metricsText, observeHttp } from "../lib/metrics";
-import { emitAudit } from "../lib/audit";
+import { docsAsset, docsHtml, setDocsSecurityHeaders } from "../runtime/docs-page";
+import { collectHealth } from "../runtime/health";
+import { metricsText, observeHttp } from "../runtime/metrics";
+import { emitAudit } from "../events/audit-shipper";
 import { startShipper } from "../events/audit-shipper";
 import { fileMethods } from "./api/files";
 import { AliasIndex, type IndexedAlias } from "./api/alias-index";
@@ -29,7 +29,7 @@ import { isPlainObject } from "../lib/validate";
 import { actionError, leanMatch, runRouteMiddlewares } from "./api/lean-route";
 import { actingGets, refuseCrossSiteCookie } from "./api/cross-site";
 import { answerClientError } from "./api/client-error";
-import { metricsAuthorized, METRICS_UNAUTHORIZED, PROMETHEUS_TYPE } from "../lib/ops-server";
+import { metricsAuthorized, METRICS_UNAUTHORIZED, PROMETHEUS_TYPE } from "../runtime/ops-server";
 import { LiveCursors } from "./api/live-cursor";
 import { MqttWebSocketBridge } from "./api/mqtt-ws";
 import { AUTHORITY_CHANGED, grantCache } from "../middlewares/grant-cache";
@@ -418,7 +418,7 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 			return found;
 		},
 		/**
-		 * RATE_LIMIT (off by default): one token bucket per principal or IP in the platform cache (lib/kv rateTake:
+		 * RATE_LIMIT (off by default): one token bucket per principal or IP in the platform cache (runtime/kv rateTake:
 		 * GCRA, atomic in Redis, so every gateway shares it). Empty → 429 `too many requests` with Retry-After in
 		 * whole seconds. An unreachable cache lets the request through (the limit protects, it must not take the
 		 * platform down with the cache).

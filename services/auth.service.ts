@@ -8,12 +8,12 @@ import { auth } from "../catalog/domains/auth";
 import { DOMAINS } from "../catalog";
 import { collectionMixin, platformDoc, type Ctx } from "../mixins/collection.mixin";
 import { createStore, type StoredDoc } from "../mixins/stores";
-import { runOnce, type Holding } from "../lib/seed-once";
+import { runOnce, type Holding } from "../runtime/seed-once";
 import { Aes, decryptEnvelope, objectId, randomToken, sha256Hex } from "../lib/crypto";
-import { configOf, loadKeys, readJson, writePrivateJson } from "../lib/config";
+import { configOf, loadKeys, readJson, writePrivateJson } from "../runtime/config";
 import { ApiError, badRequest, forbidden } from "../lib/errors";
 import { expandRbac, validateGrant, type Grant } from "../lib/grants";
-import { sharedKeyValue, type KeyValue } from "../lib/kv";
+import { sharedKeyValue, type KeyValue } from "../runtime/kv";
 import { checkTotp, TOTP_FAIL_LIMIT, TOTP_FAIL_WINDOW_MS, TOTP_IP_FAIL_LIMIT, TOTP_LIMITS, TOTP_USER_FAIL_LIMIT } from "../lib/totp";
 import { APT_DEFAULT_TTL_MS, JwtKeys, publicClaims } from "../lib/tokens";
 import type { TokenClaims } from "../lib/types";
@@ -21,13 +21,13 @@ import { isPlainObject } from "../lib/validate";
 import { AUTHORITY_CHANGED, grantCache } from "../middlewares/grant-cache";
 import { subjectsOf } from "../middlewares/authority";
 import { hasParsedScope, parseScopes, scopeSatisfies } from "../lib/scopes";
-import { announceRevocation, aptKey, blacklistSession, ignoreCacheOutage, type AptRecord } from "./auth/authenticate";
+import { announceRevocation, aptKey, blacklistSession, ignoreCacheOutage, type AptRecord } from "../middlewares/authenticate";
 import { parseTokenRequest, TokenIssuer } from "./auth/token-grants";
 import { FailureCounter, type FailureLimit } from "./auth/failure-limits";
 import { callerClient, type ClientInfo } from "./domain.service";
 import type { GrantAuthor } from "../lib/grant-validation";
 
-export { SESSION_REVOKED, APT_REVOKED } from "./auth/authenticate";
+export { SESSION_REVOKED, APT_REVOKED } from "../middlewares/authenticate";
 /** The longest an APT may live (CONTRACTS.md, "Tenants"). */
 export const APT_MAX_TTL_MS = 365 * 24 * 3600 * 1000;
 
@@ -314,7 +314,7 @@ const AuthService: ServiceSchema = {
 
 		/**
 		 * CONTRACTS.md "Start-up and the first credentials": once, on an empty store, by exactly one of the auth
-		 * replicas sharing it (lib/seed-once.ts). Only the node that seeds knows the generated values and writes them.
+		 * replicas sharing it (runtime/seed-once.ts). Only the node that seeds knows the generated values and writes them.
 		 */
 		async seedRoot(this: any) {
 			const file = path.join(this.cfg.dataDir, "bootstrap.json");

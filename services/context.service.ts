@@ -9,7 +9,7 @@ import { collectionMixin, type Ctx } from "../mixins/collection.mixin";
 import { AUTHORITY_CHANGED } from "../middlewares/grant-cache";
 import type { StoredDoc } from "../mixins/stores";
 import { Aes, CQRS_CREDENTIALS, SMS_CREDENTIALS } from "../lib/crypto";
-import { configOf, loadKeys } from "../lib/config";
+import { configOf, loadKeys } from "../runtime/config";
 import { badRequest, forbidden } from "../lib/errors";
 import { callerClient, type ClientInfo } from "./domain.service";
 import { redactSmsValue, sealSmsValue } from "../lib/touch";

@@ -9,7 +9,7 @@ import { financial } from "../catalog/domains/financial";
 import { collectionMixin, platformDoc, type Ctx } from "../mixins/collection.mixin";
 import type { OutboxRecord } from "../events/outbox";
 import { isDuplicateKeyError, type StoredDoc } from "../mixins/stores";
-import { configOf } from "../lib/config";
+import { configOf } from "../runtime/config";
 import { sharedStream, type Consumer } from "../events/stream";
 import { invoiceHooks, transactionHooks } from "./financial/transactions";
 import { walletHooks, walletIdOf } from "./financial/wallets";

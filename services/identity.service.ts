@@ -6,12 +6,13 @@ import type { ServiceSchema } from "moleculer";
 import { identity } from "../catalog/domains/identity";
 import { collectionMixin, platformDoc, type Ctx } from "../mixins/collection.mixin";
 import type { StoredDoc } from "../mixins/stores";
-import { hashSecret, randomToken, verifySecret } from "../lib/crypto";
-import { rehashIfWeak } from "../lib/rehash";
+import { randomToken } from "../lib/crypto";
+import { hashSecret, verifySecret } from "../runtime/password-hash";
+import { rehashIfWeak } from "../runtime/rehash";
 import { badRequest, conflict } from "../lib/errors";
-import { configOf } from "../lib/config";
-import { sharedKeyValue, type KeyValue } from "../lib/kv";
-import { announceRevocation, blacklistSession } from "./auth/authenticate";
+import { configOf } from "../runtime/config";
+import { sharedKeyValue, type KeyValue } from "../runtime/kv";
+import { announceRevocation, blacklistSession } from "../middlewares/authenticate";
 import { passwordProblem, usernameProblem, userSubjectProblem } from "../lib/grant-validation";
 
 export const USER_CREATED = "identity.user.created";

@@ -1,6 +1,6 @@
 /** Every service a node can run, by the name `SERVICES=` uses. */
 import type { ServiceSchema } from "moleculer";
-import type { PlatformConfig } from "../lib/config";
+import type { PlatformConfig } from "../runtime/config";
 import { apiService } from "./api.service";
 import AuthService from "./auth.service";
 import DomainService from "./domain.service";

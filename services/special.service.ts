@@ -6,9 +6,9 @@
 import type { ServiceSchema } from "moleculer";
 import { special } from "../catalog/domains/special";
 import { collectionMixin } from "../mixins/collection.mixin";
-import { configOf } from "../lib/config";
+import { configOf } from "../runtime/config";
 import { badRequest } from "../lib/errors";
-import { sharedKeyValue } from "../lib/kv";
+import { sharedKeyValue } from "../runtime/kv";
 import { applyIncrements, validIncrement, type StatsApplied, type StatsIncrement } from "./special/stats";
 import { collect } from "./special/collect";
 import { filesHooks, filesMixin } from "./special/files";

@@ -15,10 +15,10 @@
  */
 import cron, { type ScheduledTask } from "node-cron";
 import { DOMAINS } from "../catalog";
-import { configOf, type PlatformConfig } from "../lib/config";
-import { sharedKeyValue } from "../lib/kv";
-import { tryLease } from "../lib/lock";
-import { openRelational, releaseRelational, type Relational } from "../lib/relational";
+import { configOf, type PlatformConfig } from "../runtime/config";
+import { sharedKeyValue } from "../runtime/kv";
+import { tryLease } from "../runtime/lock";
+import { openRelational, releaseRelational, type Relational } from "../runtime/relational";
 import { PURGE_ACTION, type PurgeParams } from "../mixins/collection.mixin";
 import { IdempotencyStoreRef, purgeIdempotency } from "../mixins/idempotency-record";
 import { WORKER_PORTS } from "./index";

@@ -20,9 +20,9 @@
  */
 import { Errors, type Context } from "moleculer";
 import { isIP } from "net";
-import { AddressRefused, resolveTarget, type ResolvedTarget } from "../lib/address-guard";
-import { configOf, type PlatformConfig } from "../lib/config";
-import { migrate, openRelational, releaseRelational, type Relational } from "../lib/relational";
+import { AddressRefused, resolveTarget, type ResolvedTarget } from "../runtime/address-guard";
+import { configOf, type PlatformConfig } from "../runtime/config";
+import { migrate, openRelational, releaseRelational, type Relational } from "../runtime/relational";
 import type { OutboxRecord } from "../events/outbox";
 import { CQRS_CHANGED, type CqrsConfig } from "../services/context.service";
 import { Poster, type PostResult } from "./dispatcher/post";
@@ -30,8 +30,8 @@ import { webhookHeaders, webhookId } from "./dispatcher/signature";
 import { DeliveryStore, MIGRATIONS, type AttemptRecord, type ClaimedDelivery, type DeliveryRow, type NewDelivery } from "./dispatcher/store";
 import type { Consumer } from "../events/stream";
 import { workerService } from "./worker";
-import { nap } from "../lib/nap";
-import { errorText } from "../lib/pg-process";
+import { nap } from "../runtime/nap";
+import { errorText } from "../runtime/pg-process";
 
 export const DISPATCHER_PORT = 4010;
 /** Deliveries in flight at once per dispatcher (different documents or clients). */
@@ -298,7 +298,7 @@ export default workerService(
 				return p;
 			},
 			/**
-			 * The checked target of a webhook URL (lib/address-guard: every check). A host name is resolved on every
+			 * The checked target of a webhook URL (runtime/address-guard: every check). A host name is resolved on every
 			 * attempt; a URL whose host is an IP literal gives the same answer each time and is kept.
 			 */
 			async targetOf(this: Svc, webhook: unknown): Promise<ResolvedTarget> {

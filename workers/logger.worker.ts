@@ -8,8 +8,8 @@
  * spool) only once its rows are stored; a redelivered one is stored once (unique request id).
  */
 import { AUDIT_GROUP, type AuditRequest } from "../lib/audit";
-import { configOf } from "../lib/config";
-import { migrate, openRelational, releaseRelational, type Relational } from "../lib/relational";
+import { configOf } from "../runtime/config";
+import { migrate, openRelational, releaseRelational, type Relational } from "../runtime/relational";
 import type { OutboxRecord } from "../events/outbox";
 import type { AuditBatch } from "../events/audit-spool";
 import { AUDIT_CHANNEL, channelsStreamFor } from "../events/channels.stream";
@@ -17,7 +17,7 @@ import { WORKER_PORTS } from "./index";
 import { workerService } from "./worker";
 import { AuditWriter, MIGRATIONS, ROWS_PER_INSERT, type AuditRow } from "./logger/audit";
 import { SpoolReader } from "./logger/spool-reader";
-import { errorText } from "../lib/pg-process";
+import { errorText } from "../runtime/pg-process";
 
 /** Audit batches of the stream handled at once: their rows share inserts (order does not matter here). */
 export const AUDIT_IN_FLIGHT = 8;

@@ -16,9 +16,9 @@ import net, { type AddressInfo } from "net";
 import type { IncomingMessage, ServerResponse } from "http";
 import type { Context } from "moleculer";
 import { Aedes, type Client as AedesClient } from "aedes";
-import { configOf, loadKeys, type PlatformConfig } from "../lib/config";
+import { configOf, loadKeys, type PlatformConfig } from "../runtime/config";
 import { Aes, safeEqual, sha256Hex } from "../lib/crypto";
-import { sharedKeyValue, type KeyValue } from "../lib/kv";
+import { sharedKeyValue, type KeyValue } from "../runtime/kv";
 import {
 	authorizePublish,
 	authorizeSubscribe,
@@ -37,7 +37,7 @@ import { JwtKeys } from "../lib/tokens";
 import { identityOf, type TokenClaims } from "../lib/types";
 import { AUTHORITY_CHANGED, grantCache } from "../middlewares/grant-cache";
 import { createStore, isDuplicateKeyError, type DocumentStore } from "../mixins/stores";
-import { Authenticator } from "../services/auth/authenticate";
+import { Authenticator } from "../middlewares/authenticate";
 import { WORKER_PORTS } from "./index";
 import { workerService } from "./worker";
 

@@ -8,7 +8,7 @@
  */
 import mqtt, { type MqttClient } from "mqtt";
 import { randomBytes } from "crypto";
-import { configOf, loadKeys, type PlatformConfig } from "../lib/config";
+import { configOf, loadKeys, type PlatformConfig } from "../runtime/config";
 import { changeTopics, mqttPayload, PUBLISHER_USERNAME, publisherPassword } from "../lib/mqtt";
 import type { OutboxRecord } from "../events/outbox";
 import { WORKER_PORTS } from "./index";

@@ -19,12 +19,12 @@
  */
 import type { ServiceBroker } from "moleculer";
 import type { ChangeEvent } from "../lib/change-event";
-import { configOf } from "../lib/config";
-import { sharedKeyValue, type KeyValue } from "../lib/kv";
+import { configOf } from "../runtime/config";
+import { sharedKeyValue, type KeyValue } from "../runtime/kv";
 import type { Doc } from "../lib/types";
 import { AUTHORITY_CHANGED } from "../middlewares/grant-cache";
 import type { OutboxRecord } from "../events/outbox";
-import { announceRevocation, blacklistSession } from "../services/auth/authenticate";
+import { announceRevocation, blacklistSession } from "../middlewares/authenticate";
 import { CQRS_CHANGED } from "../services/context.service";
 import { WORKER_PORTS } from "./index";
 import { workerService } from "./worker";

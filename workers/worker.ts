@@ -4,8 +4,8 @@
  * change stream as its own consumer group (the worker's name), at least once, resuming where it stopped.
  */
 import type { ServiceSchema } from "moleculer";
-import { configOf } from "../lib/config";
-import { healthBody, HEALTH_ACTION } from "../lib/health";
+import { configOf } from "../runtime/config";
+import { healthBody, HEALTH_ACTION } from "../runtime/health";
 import type { OutboxRecord } from "../events/outbox";
 import { opsPortMixin } from "../mixins/ops-port.mixin";
 import { sharedStream, type ChangeStream, type Consumer } from "../events/stream";

@@ -1,6 +1,6 @@
 /** The blob store a node uses for file content: S3-compatible storage when S3_URL/S3_BUCKET are set, else DATA_DIR/files. */
 import path from "path";
-import type { PlatformConfig } from "../../lib/config";
+import type { PlatformConfig } from "../../runtime/config";
 import { LocalBlobStore } from "./local";
 import type { BlobStore } from "./types";
 

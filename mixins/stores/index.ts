@@ -3,7 +3,7 @@
  * (DATABASE_URL, else the embedded PostgreSQL); else NeDB files under DATA_DIR (the default).
  */
 import path from "path";
-import type { PlatformConfig } from "../../lib/config";
+import type { PlatformConfig } from "../../runtime/config";
 import type { DocumentStore } from "./types";
 import { NedbStore } from "./nedb.store";
 import { PgStore } from "./pg.store";

@@ -8,7 +8,7 @@ import path from "path";
 import DbService from "moleculer-db";
 import type { DocumentStore, FindOptions, Filter, Keyset, KeysetPage, Page, StoredDoc } from "./types";
 import { renameIdKeys, Slices, sortInSlices, TENANT_REF, toStoreQuery as renameIdsInQuery, updateOf, yieldIfDue } from "./types";
-import { ensurePrivateDir } from "../../lib/config";
+import { ensurePrivateDir } from "../../runtime/config";
 import { ApiError, badRequest } from "../../lib/errors";
 import { keepDataFileOpen, type Appender } from "./nedb.append";
 

@@ -12,7 +12,7 @@
  * for all the appends that arrived while the previous group ran (`enqueue`).
  */
 import type { PoolClient } from "pg";
-import { openRelational, releaseRelational, SCHEMA_LIMIT_MS, type Relational } from "../../lib/relational";
+import { openRelational, releaseRelational, SCHEMA_LIMIT_MS, type Relational } from "../../runtime/relational";
 import { ApiError } from "../../lib/errors";
 import { DDL_LOCK, PgDatabase, type PgConfig } from "./pg.store";
 import { commitUnit, openTransaction, takeHeld, type Held } from "./unit";

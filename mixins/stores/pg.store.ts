@@ -1,6 +1,6 @@
 /**
  * The PostgreSQL document store (DOCUMENT_STORE=postgres): one table per collection, `(id text, doc jsonb)`, in the
- * database at DATABASE_URL (the embedded PostgreSQL under DATA_DIR when unset, lib/relational.ts), shared by every
+ * database at DATABASE_URL (the embedded PostgreSQL under DATA_DIR when unset, runtime/relational.ts), shared by every
  * node. Queries are translated to parameterised SQL (mixins/stores/pg.query.ts); writes join the caller's unit of
  * work (mixins/stores/unit.ts), so a document and its change events commit together.
  *
@@ -13,8 +13,8 @@
  */
 import { createHash } from "crypto";
 import type { PoolClient } from "pg";
-import { openRelational, releaseRelational, SCHEMA_LIMIT_MS, type NamedStatement, type Relational } from "../../lib/relational";
-import type { PlatformConfig } from "../../lib/config";
+import { openRelational, releaseRelational, SCHEMA_LIMIT_MS, type NamedStatement, type Relational } from "../../runtime/relational";
+import type { PlatformConfig } from "../../runtime/config";
 import { ApiError, badRequest } from "../../lib/errors";
 import type { DocumentStore, FindOptions, Filter, Keyset, KeysetPage, Page, StoredDoc, WriteOptions } from "./types";
 import { renameIdKeys, Slices, TENANT_REF, toStoreQuery, updateOf } from "./types";

@@ -18,8 +18,9 @@ import { ApiError, badRequest } from "../../lib/errors";
 import type { DocumentStore, Filter, StoredDoc } from "./types";
 import { updateOf } from "./types";
 
-/** The internal field holding a document's revision (absent on documents no write has touched since they were made). */
-export const REV = "_rev";
+import { REV } from "../../catalog/store";
+
+export { REV };
 
 export const PRECONDITION_FAILED = "precondition failed";
 export const preconditionFailed = () => new ApiError(412, PRECONDITION_FAILED);

@@ -14,9 +14,9 @@ import type { IncomingMessage, ServerResponse } from "http";
 import { Transform, type Readable } from "stream";
 import busboy from "busboy";
 import { ApiError, badRequest, toErrorBody } from "../../lib/errors";
-import { observeHttp } from "../../lib/metrics";
-import { emitAudit } from "../../lib/audit";
-import { bearerOf } from "../auth/authenticate";
+import { observeHttp } from "../../runtime/metrics";
+import { emitAudit } from "../../events/audit-shipper";
+import { bearerOf } from "../../middlewares/authenticate";
 import type { DownloadHead, UploadPart } from "../special/files";
 import { Idempotency, type StreamedClaim } from "./idempotency";
 

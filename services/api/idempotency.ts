@@ -18,7 +18,7 @@
 import { createHash, randomBytes } from "crypto";
 import type { IncomingMessage, ServerResponse } from "http";
 import type { Context } from "moleculer";
-import type { PlatformConfig } from "../../lib/config";
+import type { PlatformConfig } from "../../runtime/config";
 import { ApiError, badRequest, toErrorBody } from "../../lib/errors";
 import { Aes, IDEMPOTENT_ANSWERS } from "../../lib/crypto";
 import { isDuplicateKeyError, type DocumentStore } from "../../mixins/stores";

@@ -33,7 +33,7 @@ import type { AccessPlan } from "../../lib/plan";
 import { present } from "../../lib/present";
 import { parseZones } from "../../lib/query-safety";
 import { identityOf, type Doc, type TokenClaims } from "../../lib/types";
-import type { Authenticator } from "../auth/authenticate";
+import type { Authenticator } from "../../middlewares/authenticate";
 
 /** Records kept in memory for resumption (Last-Event-ID) on this gateway; older positions are read from the outbox. */
 export const LIVE_RING = 20_000;

@@ -1,11 +1,11 @@
 /**
  * Failure counters of the guessing bounds (failed logins per IP, failed TOTP checks per session, user and IP), in the
- * shared cache (lib/kv: Redis or in-process), so every node counts the same failures. A counter's window is fixed: it
+ * shared cache (runtime/kv: Redis or in-process), so every node counts the same failures. A counter's window is fixed: it
  * opens at the first failure and ends one window later, whatever comes after (failures spread out never add up); the
  * failure that reaches the limit blocks for one window from itself (429 with Retry-After until then).
  */
 import { ApiError } from "../../lib/errors";
-import type { KeyValue } from "../../lib/kv";
+import type { KeyValue } from "../../runtime/kv";
 
 export interface FailureLimit {
 	key: string;
@@ -14,7 +14,7 @@ export interface FailureLimit {
 	message: string;
 }
 
-/** When a counter that reached its limit expires (a counter's TTL cannot be read through lib/kv). */
+/** When a counter that reached its limit expires (a counter's TTL cannot be read through runtime/kv). */
 const untilKey = (key: string) => `${key}:until`;
 /** When the counter's window opened (its first failure). */
 const openedKey = (key: string) => `${key}:opened`;

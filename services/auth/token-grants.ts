@@ -5,7 +5,7 @@
 import type { Context } from "moleculer";
 import { randomToken, sha256Hex } from "../../lib/crypto";
 import { ApiError, badRequest, unauthorized } from "../../lib/errors";
-import type { KeyValue } from "../../lib/kv";
+import type { KeyValue } from "../../runtime/kv";
 import { scopeSatisfies } from "../../lib/scopes";
 import { ACCESS_TTL, REFRESH_TTL, type JwtKeys } from "../../lib/tokens";
 import type { TokenClaims } from "../../lib/types";
@@ -13,7 +13,7 @@ import { isPlainObject } from "../../lib/validate";
 import { usernameProblem, userSubjectProblem } from "../../lib/grant-validation";
 import { requestedScopeProblem } from "../../lib/oauth-form";
 import type { ClientInfo } from "../domain.service";
-import { blacklistKey, ignoreCacheOutage } from "./authenticate";
+import { blacklistKey, ignoreCacheOutage } from "../../middlewares/authenticate";
 import { FailureCounter } from "./failure-limits";
 
 export const GRANTS = ["password", "refresh_token", "client_credential", "authorization_code"] as const;

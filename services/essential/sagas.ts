@@ -4,17 +4,17 @@
  * compensation that abort and expiry run.
  *
  * Concurrency: every change of a saga's state and every staged write of it holds the saga's lease in the shared
- * cache (`saga:<id>`, lib/lock.ts): a staged write from `begin` to `complete`, a commit or a compensation from start
+ * cache (`saga:<id>`, runtime/lock.ts): a staged write from `begin` to `complete`, a commit or a compensation from start
  * to end. State changes are also conditional on the store (`AWAITING` → ...), so two nodes never both commit or
  * both compensate, and a compensation never runs beside a staged write of the same saga.
  */
 import { randomUUID } from "crypto";
 import { COLLECTIONS } from "../../catalog";
 import { essential, SAGA_STAGE_ACTIONS } from "../../catalog/domains/essential";
-import { configOf } from "../../lib/config";
+import { configOf } from "../../runtime/config";
 import { badRequest, conflict, notFound, ApiError } from "../../lib/errors";
-import { sharedKeyValue, type KeyValue } from "../../lib/kv";
-import { releaseLease, renewLease, tryLease, type Lease } from "../../lib/lock";
+import { sharedKeyValue, type KeyValue } from "../../runtime/kv";
+import { releaseLease, renewLease, tryLease, type Lease } from "../../runtime/lock";
 import { requirePlan } from "../../lib/plan";
 import { present } from "../../lib/present";
 import { identityOf, type RequestMeta } from "../../lib/types";

@@ -18,7 +18,7 @@
  */
 import type { ServiceSchema } from "moleculer";
 import type { CollectionDef, DomainDef } from "../../catalog";
-import { configOf } from "../../lib/config";
+import { configOf } from "../../runtime/config";
 import { badRequest } from "../../lib/errors";
 import { requirePlan, type AccessPlan } from "../../lib/plan";
 import { present } from "../../lib/present";

@@ -16,7 +16,7 @@ import { Readable, Transform } from "stream";
 import { pipeline } from "stream/promises";
 import type { Context } from "moleculer";
 import { special } from "../../catalog/domains/special";
-import { configOf, type PlatformConfig } from "../../lib/config";
+import { configOf, type PlatformConfig } from "../../runtime/config";
 import { objectId } from "../../lib/crypto";
 import { ApiError, badRequest, notFound } from "../../lib/errors";
 import {

@@ -8,8 +8,8 @@
  */
 import { platformDoc } from "../../mixins/collection.mixin";
 import { badRequest } from "../../lib/errors";
-import type { KeyValue } from "../../lib/kv";
-import { withLease } from "../../lib/lock";
+import type { KeyValue } from "../../runtime/kv";
+import { withLease } from "../../runtime/lock";
 import { isDuplicateKeyError, type DocumentStore } from "../../mixins/stores";
 import { flushUnit } from "../../mixins/stores/unit";
 import { bucketOf, COUNTERS, PERIODS, SEQ_WINDOW, statId, type Counter } from "../../lib/stat-buckets";

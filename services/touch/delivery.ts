@@ -8,9 +8,9 @@
  */
 import type { Context } from "moleculer";
 import { Aes, PUSH_KEYS, SMS_CREDENTIALS } from "../../lib/crypto";
-import { configOf, loadKeys, type PlatformConfig } from "../../lib/config";
-import { sharedKeyValue } from "../../lib/kv";
-import { withLease } from "../../lib/lock";
+import { configOf, loadKeys, type PlatformConfig } from "../../runtime/config";
+import { sharedKeyValue } from "../../runtime/kv";
+import { withLease } from "../../runtime/lock";
 import { DELIVERABLE, isDeliverable, openPushKeys, openSmsCredentials, touchRetryDelay, type Deliverable, type SmsCredentials } from "../../lib/touch";
 import type { Change, Ctx } from "../../mixins/collection.mixin";
 import type { StoredDoc } from "../../mixins/stores";

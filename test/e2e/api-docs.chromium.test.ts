@@ -7,7 +7,7 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Browser, Page } from "playwright-core";
 import { chromiumAvailable, launchChromium } from "../helpers/chromium";
-import { DOCS_SECURITY_HEADERS, docsAsset, docsHtml } from "../../lib/docs-page";
+import { DOCS_SECURITY_HEADERS, docsAsset, docsHtml } from "../../runtime/docs-page";
 import { openApiDocument } from "../../lib/openapi";
 import { openApiServiceDocument } from "../../lib/openapi-split";
 

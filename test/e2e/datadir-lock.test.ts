@@ -1,5 +1,5 @@
 /**
- * A DATA_DIR belongs to the platform process that holds it (lib/datadir-lock.ts). A second `npm start` (on the same
+ * A DATA_DIR belongs to the platform process that holds it (runtime/datadir-lock.ts). A second `npm start` (on the same
  * port or another) or `npm run repl` on the DATA_DIR of a running embedded platform exits at once, non-zero, with
  * `DATA_DIR <path> is in use by pid <n>`, having touched nothing: no compaction of the NeDB files (the first would
  * go on appending to unlinked files), no stop of the first's embedded PostgreSQL, no file written. The first keeps
@@ -9,7 +9,7 @@
 import { spawn } from "child_process";
 import { readdirSync, readFileSync, rmSync, statSync } from "fs";
 import path from "path";
-import { alive } from "../../lib/pids";
+import { alive } from "../../runtime/pids";
 import { client, startNode, stopNode, waitForHttp, type ChildNode } from "../helpers/nodes";
 import { tempDir } from "../helpers/platform";
 import { pgTemplate, seedEmbeddedPg } from "../helpers/pg-template";

@@ -41,7 +41,7 @@ let token: string;
 let root: { client_id: string; username: string; password: string };
 
 function startReplica(name: "a" | "b"): ChildNode {
-	// NODE_ID empty: the default, stable id (lib/failover.ts); LOG_LEVEL info prints it ("Node ID: ...").
+	// NODE_ID empty: the default, stable id (runtime/failover.ts); LOG_LEVEL info prints it ("Node ID: ...").
 	nodes[name] = startNode(`content-${name}`, { ...replicaEnv[name], NODE_ID: "", LOG_LEVEL: "info" });
 	return nodes[name];
 }

@@ -1,5 +1,5 @@
 /**
- * The console's channel (lib/datadir-lock.ts, lib/repl.ts) in one process, through a real DATA_DIR lock: a console is
+ * The console's channel (runtime/datadir-lock.ts, runtime/repl.ts) in one process, through a real DATA_DIR lock: a console is
  * refused while the platform does not serve consoles yet, then handed over; the Linux abstract socket (which any local
  * user can reach) never hands one over; a session runs moleculer-repl's commands and the project's in the broker and
  * sends their output back, with its own principal; `exit` detaches; a console gone mid-command harms nothing and the
@@ -11,8 +11,8 @@ import net from "net";
 import os from "os";
 import path from "path";
 import { ServiceBroker, type Middleware } from "moleculer";
-import { attachConsole, lockDataDir, type ConsoleLink, type DataDirLock } from "../../lib/datadir-lock";
-import { consoleSessions, ReplPrincipalMiddleware } from "../../lib/repl";
+import { attachConsole, lockDataDir, type ConsoleLink, type DataDirLock } from "../../runtime/datadir-lock";
+import { consoleSessions, ReplPrincipalMiddleware } from "../../runtime/repl";
 import { sleep } from "../helpers/wait";
 
 jest.setTimeout(60_000);

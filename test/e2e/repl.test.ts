@@ -1,5 +1,5 @@
 /**
- * The operators' console in a terminal (tmux), as an operator runs it (lib/repl.ts):
+ * The operators' console in a terminal (tmux), as an operator runs it (runtime/repl.ts):
  *  - no platform on DATA_DIR: `npm run repl` and `moleculer-runner --config moleculer.config.ts --repl` start the
  *    platform with the REPL (issue 13 item 6); a collection call without a principal answers a clear message (no
  *    stack); `as <username|client id>` makes later calls go through the authority layer with that principal's token;

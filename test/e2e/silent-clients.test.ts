@@ -14,12 +14,12 @@ import { needServers } from "../helpers/platform";
 import { PG_BASE, testDatabase, type TestDatabase } from "../helpers/pg";
 import { silentProxy, type SilentProxy } from "../helpers/silent-proxy";
 import { sleep } from "../helpers/wait";
-import { openRelational, releaseRelational, type Relational } from "../../lib/relational";
+import { openRelational, releaseRelational, type Relational } from "../../runtime/relational";
 import { isDependencyOutage } from "../../lib/errors";
-import { isCacheUnavailable, RedisKeyValue } from "../../lib/kv";
-import { readConfig } from "../../lib/config";
+import { isCacheUnavailable, RedisKeyValue } from "../../runtime/kv";
+import { readConfig } from "../../runtime/config";
 import { brokerOptions } from "../../moleculer.config";
-import { TransportWatch } from "../../lib/transport-watch";
+import { TransportWatch } from "../../runtime/transport-watch";
 
 const servers = needServers(["PostgreSQL", 5432], ["Redis", 6379], ["NATS", 4222]);
 

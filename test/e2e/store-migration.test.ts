@@ -14,7 +14,7 @@ import { freePort } from "../helpers/child";
 import { bootPlatform, client, type TestPlatform } from "../helpers/platform";
 import { bootTenancy, ok, type Tenancy } from "../helpers/tenants";
 import { NedbStore, createStore, type StoredDoc } from "../../mixins/stores";
-import { nedbDocumentStores, nedbFileOf } from "../../lib/nedb-data";
+import { nedbDocumentStores, nedbFileOf } from "../../runtime/nedb-data";
 import { sleep } from "../helpers/wait";
 
 const ROOT = path.resolve(__dirname, "../..");

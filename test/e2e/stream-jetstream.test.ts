@@ -8,7 +8,7 @@ import { randomBytes } from "crypto";
 import { rmSync } from "fs";
 import { ServiceBroker, type ServiceSchema } from "moleculer";
 import { connect, nanos } from "nats";
-import { bindConfig, readConfig, type PlatformConfig } from "../../lib/config";
+import { bindConfig, readConfig, type PlatformConfig } from "../../runtime/config";
 import { sharedOutbox, type OutboxRecord } from "../../events/outbox";
 import { channelsMiddleware, channelsStreamFor, type ChannelsStream } from "../../events/channels.stream";
 import { relayService, type Relay } from "../../events/relay";

@@ -6,7 +6,7 @@
 import { randomBytes } from "crypto";
 import Redis from "ioredis";
 import { ServiceBroker } from "moleculer";
-import { bindConfig, readConfig, type PlatformConfig } from "../../lib/config";
+import { bindConfig, readConfig, type PlatformConfig } from "../../runtime/config";
 import { channelsMiddleware, channelsStreamFor, type ChannelsStream } from "../../events/channels.stream";
 import { needServers } from "../helpers/platform";
 import { waitFor } from "../helpers/wait";

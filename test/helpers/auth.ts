@@ -4,7 +4,7 @@ import path from "path";
 import { createHmac } from "crypto";
 import jwt from "jsonwebtoken";
 import { Aes, encryptEnvelope } from "../../lib/crypto";
-import { sharedKeyValue, type KeyValue } from "../../lib/kv";
+import { sharedKeyValue, type KeyValue } from "../../runtime/kv";
 import type { HttpResult, TestPlatform } from "./platform";
 
 import { sleep } from "./wait";

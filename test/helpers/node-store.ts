@@ -7,8 +7,8 @@
 import { existsSync, readFileSync } from "fs";
 import path from "path";
 import { createStore, isDuplicateKeyError, type StoreConfig } from "../../mixins/stores";
-import { EMBEDDED_PG_SECRET_FILE } from "../../lib/relational";
-import { nedbFileOf } from "../../lib/nedb-data";
+import { EMBEDDED_PG_SECRET_FILE } from "../../runtime/relational";
+import { nedbFileOf } from "../../runtime/nedb-data";
 import { sharedOutbox, type OutboxRecord } from "../../events/outbox";
 import { storedText } from "./stored";
 import type { ChildNode } from "./nodes";

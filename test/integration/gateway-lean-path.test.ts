@@ -12,7 +12,7 @@ import zlib from "zlib";
 import ApiGateway from "moleculer-web";
 import { bootPlatform, client, type HttpResult, type TestPlatform } from "../helpers/platform";
 import { createUser, tokenOf } from "../helpers/auth";
-import { metricsText } from "../../lib/metrics";
+import { metricsText } from "../../runtime/metrics";
 
 let p: TestPlatform;
 let reference: http.Server;

@@ -13,11 +13,11 @@ import { Client } from "pg";
 import { bootPlatform, tempDir, type TestPlatform } from "../helpers/platform";
 import { eventually } from "../helpers/wait";
 import { withStatusProbe } from "../helpers/status-probe";
-import { openRelational, releaseRelational, storableJson, storableText, type Relational } from "../../lib/relational";
+import { openRelational, releaseRelational, storableJson, storableText, type Relational } from "../../runtime/relational";
 import { AuditWriter, type AuditRow } from "../../workers/logger/audit";
 import { DeliveryStore, storableUrl } from "../../workers/dispatcher/store";
 import { NedbStore, onPostgres } from "../../mixins/stores";
-import { DOCS_CSP } from "../../lib/docs-page";
+import { DOCS_CSP } from "../../runtime/docs-page";
 
 jest.setTimeout(90_000);
 

@@ -13,8 +13,8 @@ import { bootTenancy, ok, STORES, type Tenancy } from "../helpers/tenants";
 import { withStatusProbe } from "../helpers/status-probe";
 import { errorBody } from "../helpers/auth";
 import { eventually, waitForValue } from "../helpers/wait";
-import { opsHandler } from "../../lib/ops-server";
-import { metricsToken } from "../../lib/config";
+import { opsHandler } from "../../runtime/ops-server";
+import { metricsToken } from "../../runtime/config";
 import { head, rawRequest } from "../helpers/raw-http";
 
 jest.setTimeout(180_000);

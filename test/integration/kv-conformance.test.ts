@@ -5,7 +5,7 @@
  */
 import { randomBytes } from "crypto";
 import Redis from "ioredis";
-import { MemoryKeyValue, RedisKeyValue, sharedKeyValue, closeSharedKeyValues, type KeyValue } from "../../lib/kv";
+import { MemoryKeyValue, RedisKeyValue, sharedKeyValue, closeSharedKeyValues, type KeyValue } from "../../runtime/kv";
 import { needServers } from "../helpers/platform";
 
 const REDIS_URL = "redis://127.0.0.1:6379";

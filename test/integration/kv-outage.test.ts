@@ -3,9 +3,9 @@
  * call fails fast with CacheUnavailableError (a 503 with Retry-After at the gateway), never ioredis's own errors
  * after 20 retries, and the same client works again once the server is back, without being recreated.
  */
-import { CacheUnavailableError, isCacheUnavailable, RedisKeyValue } from "../../lib/kv";
+import { CacheUnavailableError, isCacheUnavailable, RedisKeyValue } from "../../runtime/kv";
 import { toErrorBody, retryAfterOf } from "../../lib/errors";
-import { tryLease } from "../../lib/lock";
+import { tryLease } from "../../runtime/lock";
 import { needServerBinaries, ownRedis, type OwnServer } from "../helpers/servers";
 
 const binaries = needServerBinaries();

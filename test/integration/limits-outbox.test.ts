@@ -14,7 +14,7 @@ import { sleep } from "../helpers/wait";
 import { Outbox, sharedOutbox } from "../../events/outbox";
 import { createStore } from "../../mixins/stores";
 import { Relay } from "../../events/relay";
-import { readConfig } from "../../lib/config";
+import { readConfig } from "../../runtime/config";
 
 const PATCHES = 100;
 const KB = 500;

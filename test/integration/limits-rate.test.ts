@@ -1,7 +1,7 @@
 /**
  * RATE_LIMIT (CONTRACTS.md "Limits the platform keeps"): per principal, and per IP for unauthenticated requests,
  * when the operator sets it (off by default); 429 `too many requests` with Retry-After (seconds); one token
- * bucket per principal/IP in the shared cache (lib/kv rateTake), so every gateway agrees.
+ * bucket per principal/IP in the shared cache (runtime/kv rateTake), so every gateway agrees.
  */
 import { randomBytes } from "crypto";
 import { rmSync } from "fs";
@@ -10,8 +10,8 @@ import { errorBody, sleep } from "../helpers/auth";
 import { otherPrincipal } from "../helpers/stall";
 import { describeProbe, expectStatusHeldUnder, startStatusProbe, withStatusProbe } from "../helpers/status-probe";
 import { startPlatform, type Platform } from "../../platform";
-import { MemoryKeyValue, RedisKeyValue, type KeyValue } from "../../lib/kv";
-import { rateLimit, readConfig } from "../../lib/config";
+import { MemoryKeyValue, RedisKeyValue, type KeyValue } from "../../runtime/kv";
+import { rateLimit, readConfig } from "../../runtime/config";
 
 const LIMITED = errorBody(429, "too many requests");
 

@@ -7,7 +7,7 @@
 import { Pool } from "pg";
 import { bootPlatform, needServers, type TestPlatform } from "../helpers/platform";
 import { payloadOf, sleep } from "../helpers/auth";
-import { openRelational, releaseRelational, type NamedStatement, type Relational } from "../../lib/relational";
+import { openRelational, releaseRelational, type NamedStatement, type Relational } from "../../runtime/relational";
 import { insertRows } from "../../workers/logger/audit";
 import { sharedOutbox, type OutboxRecord } from "../../events/outbox";
 import { eventually } from "../helpers/wait";

@@ -6,7 +6,7 @@
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
 import { errorBody, kvOf, sleep, ttlOf } from "../helpers/auth";
 import { STORES } from "../helpers/tenants";
-import { MemoryKeyValue } from "../../lib/kv";
+import { MemoryKeyValue } from "../../runtime/kv";
 import { FailureCounter } from "../../services/auth/failure-limits";
 import { GROUP_RULE } from "../../lib/validate";
 

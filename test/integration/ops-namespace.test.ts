@@ -12,7 +12,7 @@ import { Relay } from "../../events/relay";
 import { OutboxStream } from "../../events/stream";
 import { sharedOutbox, type OutboxRecord } from "../../events/outbox";
 import type { ChannelsStream } from "../../events/channels.stream";
-import type { PlatformConfig } from "../../lib/config";
+import type { PlatformConfig } from "../../runtime/config";
 import { createStore } from "../../mixins/stores";
 import { needServers, tempDir } from "../helpers/platform";
 import { testDatabase, type TestDatabase } from "../helpers/pg";

@@ -1,5 +1,5 @@
 /**
- * The per-service ops ports: lib/ops-server.ts on its own, then the mixin every domain service carries, on real
+ * The per-service ops ports: runtime/ops-server.ts on its own, then the mixin every domain service carries, on real
  * in-process nodes (ports shifted by a free OPS_PORT_OFFSET so no standard port is touched).
  */
 import net from "net";
@@ -10,10 +10,10 @@ import type { Server } from "http";
 import { DOMAINS } from "../../catalog";
 import { startPlatform, type Platform } from "../../platform";
 import { ServiceBroker } from "moleculer";
-import { bindConfig, readConfig, type PlatformConfig } from "../../lib/config";
-import type { Health } from "../../lib/health";
-import { boundPort, PROMETHEUS_TYPE, startOpsServer, stopOpsServer } from "../../lib/ops-server";
-import { CacheUnavailableError } from "../../lib/kv";
+import { bindConfig, readConfig, type PlatformConfig } from "../../runtime/config";
+import type { Health } from "../../runtime/health";
+import { boundPort, PROMETHEUS_TYPE, startOpsServer, stopOpsServer } from "../../runtime/ops-server";
+import { CacheUnavailableError } from "../../runtime/kv";
 import { opsPort, opsPortMixin, opsPortsEnabled } from "../../mixins/ops-port.mixin";
 import { serverAnswers } from "../helpers/platform";
 import { freeOpsOffset, freePort } from "../helpers/ports";
@@ -33,7 +33,7 @@ async function get(url: string, init?: RequestInit) {
 	return { status: res.status, headers: res.headers, text, body };
 }
 
-describe("lib/ops-server", () => {
+describe("runtime/ops-server", () => {
 	let server: Server | undefined;
 	let base: string;
 	let health: () => Promise<Health>;

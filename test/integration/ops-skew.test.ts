@@ -15,7 +15,7 @@ import { errorBody } from "../helpers/auth";
 import { STORES } from "../helpers/tenants";
 import { waitForValue } from "../helpers/wait";
 import { startPlatform, type Platform } from "../../platform";
-import { loadKeys } from "../../lib/config";
+import { loadKeys } from "../../runtime/config";
 
 const TWENTY_MINUTES_MS = 20 * 60_000;
 

@@ -16,7 +16,7 @@ import { tempDir, type TestPlatform } from "../helpers/platform";
 import { needServers } from "../helpers/platform";
 import { Relay } from "../../events/relay";
 import type { ChannelsStream } from "../../events/channels.stream";
-import type { PlatformConfig } from "../../lib/config";
+import type { PlatformConfig } from "../../runtime/config";
 import { hexId, unique } from "../helpers/samples";
 import { outboxRecords, pgPlatformKeepingEvents, testDatabase, type TestDatabase } from "../helpers/pg";
 

@@ -11,7 +11,7 @@ import { rmSync } from "fs";
 import { Client } from "pg";
 import { PgStore, type StoredDoc } from "../../mixins/stores";
 import { ownerSplit, Params } from "../../mixins/stores/pg.query";
-import { openRelational, releaseRelational } from "../../lib/relational";
+import { openRelational, releaseRelational } from "../../runtime/relational";
 import { tempDir } from "../helpers/platform";
 import { hexId, unique } from "../helpers/samples";
 import { testDatabase, type TestDatabase } from "../helpers/pg";

@@ -13,7 +13,7 @@ import { matchesFilter } from "../../mixins/stores/nedb.store";
 import { PgStore, toStoreQuery, type StoredDoc } from "../../mixins/stores";
 import { MAX_NAMED_STATEMENTS } from "../../mixins/stores/pg.store";
 import { forMatcher, Params, whereOf } from "../../mixins/stores/pg.query";
-import { openRelational, releaseRelational } from "../../lib/relational";
+import { openRelational, releaseRelational } from "../../runtime/relational";
 import { tempDir } from "../helpers/platform";
 import { hexId, unique } from "../helpers/samples";
 import { testDatabase, type TestDatabase } from "../helpers/pg";

@@ -364,7 +364,7 @@ describe("write-ahead stages", () => {
 		const written = platformDoc({ title: "written, never acknowledged" }, { owner: claims.uid, cid: claims.cid });
 		const b2: any = await p.broker.call("essential.saga-stages.begin", { saga: s.id, bucket: "content/notes", action: "INSERT_MANY", req: {}, images: [{ kind: "insert", id: written._id, after: stampOf(written) }] }, { meta });
 		await notesStore.insert(written);
-		const { releaseLease } = await import("../../lib/lock");
+		const { releaseLease } = await import("../../runtime/lock");
 		const { kvOf } = await import("../helpers/auth");
 		await releaseLease(kvOf(p), `saga:${s.id}`, b2.lease);
 		const stored = await (p.broker.getLocalService("essential") as any).collectionStore("saga-stages").findOne({ id: b2.stage });

@@ -1,7 +1,7 @@
 /**
  * What one `GET /status` costs the document store. Each domain service's health pings every one of its collection
  * stores, and on PostgreSQL every store of a node shares one connection pool: concurrent pings share one `select 1`
- * (lib/relational.ts), instead of 73 round trips queued on the pool per /status, behind the requests' own
+ * (runtime/relational.ts), instead of 73 round trips queued on the pool per /status, behind the requests' own
  * statements (50 stalled cursors made /status wait 130-260 ms on a loaded machine: test/integration/resources.test.ts).
  */
 import { Client } from "pg";
@@ -9,7 +9,7 @@ import { bootTenancy, STORES, type Tenancy } from "../helpers/tenants";
 import { needServers } from "../helpers/platform";
 import { PG_BASE, recordStatements } from "../helpers/pg";
 import { freePort } from "../helpers/ports";
-import { openRelational, releaseRelational } from "../../lib/relational";
+import { openRelational, releaseRelational } from "../../runtime/relational";
 
 const ROUNDS = 10;
 

@@ -7,7 +7,7 @@
  * operator; ordinary users are created by the admins.
  */
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
-import { readConfig } from "../../lib/config";
+import { readConfig } from "../../runtime/config";
 import { createClient, errorBody as authErrorBody, kvOf, payloadOf, tokenOf } from "../helpers/auth";
 import { GROUP_RULE } from "../../lib/validate";
 

@@ -3,7 +3,7 @@
  * SMS records and configs) names the host and the category of the address, never the address a name resolved to;
  * the address is in `detail`, for the server log only.
  */
-import { AddressRefused, nonPublicCategory, resolveTarget } from "../../lib/address-guard";
+import { AddressRefused, nonPublicCategory, resolveTarget } from "../../runtime/address-guard";
 
 const resolver = (map: Record<string, string[]>) => async (host: string) => (map[host] ?? []).map((address) => ({ address, family: address.includes(":") ? 6 : 4 }));
 const r = resolver({

@@ -1,4 +1,4 @@
-import { AddressRefused, isPublicAddress, resolveTarget } from "../../lib/address-guard";
+import { AddressRefused, isPublicAddress, resolveTarget } from "../../runtime/address-guard";
 
 describe("isPublicAddress", () => {
 	test.each([

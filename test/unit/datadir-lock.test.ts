@@ -1,5 +1,5 @@
 /**
- * The DATA_DIR lock (lib/datadir-lock.ts): one holder per directory, a refusal that names it and writes nothing,
+ * The DATA_DIR lock (runtime/datadir-lock.ts): one holder per directory, a refusal that names it and writes nothing,
  * given back at release (an in-process restart takes it again), taken over from a killed holder, also by exactly one
  * of several processes starting together; a path too long for a socket keeps its socket under the temporary
  * directory, recorded in DATA_DIR; a copy of a held directory is not held; nodes without an embedded store take no lock.
@@ -8,11 +8,11 @@ import { execFileSync, spawn, type ChildProcess } from "child_process";
 import { existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "fs";
 import os from "os";
 import path from "path";
-import { DataDirInUse, lockDataDir, RECORD_FILE, SOCKET_FILE, type DataDirLock } from "../../lib/datadir-lock";
+import { DataDirInUse, lockDataDir, RECORD_FILE, SOCKET_FILE, type DataDirLock } from "../../runtime/datadir-lock";
 
 jest.setTimeout(60_000);
 
-const LOCK_MODULE = path.resolve(__dirname, "../../lib/datadir-lock.ts");
+const LOCK_MODULE = path.resolve(__dirname, "../../runtime/datadir-lock.ts");
 let root: string;
 const children: ChildProcess[] = [];
 const locks: DataDirLock[] = [];

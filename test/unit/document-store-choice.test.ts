@@ -5,9 +5,9 @@
  */
 import { mkdirSync, rmSync, writeFileSync } from "fs";
 import path from "path";
-import { documentStoreFor, readConfig } from "../../lib/config";
-import { healthBody } from "../../lib/health";
-import { nedbDocumentStores } from "../../lib/nedb-data";
+import { documentStoreFor, readConfig } from "../../runtime/config";
+import { healthBody } from "../../runtime/health";
+import { nedbDocumentStores } from "../../runtime/nedb-data";
 import { tempDir } from "../helpers/platform";
 
 const saved = { DOCUMENT_STORE: process.env.DOCUMENT_STORE, DATA_DIR: process.env.DATA_DIR };

@@ -3,9 +3,9 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "fs";
 import os from "os";
 import path from "path";
 import { spawnSync } from "child_process";
-import { claimNodeId, isIdempotent, maybeRan, neverRan, stableNodeId, transportFailure } from "../../lib/failover";
+import { claimNodeId, isIdempotent, maybeRan, neverRan, stableNodeId, transportFailure } from "../../runtime/failover";
 import { ApiError, DEFAULT_RETRY_AFTER_S, retryAfterOf, toErrorBody } from "../../lib/errors";
-import { readConfig } from "../../lib/config";
+import { readConfig } from "../../runtime/config";
 
 const base = { services: ["content"], dataDir: "/srv/a", port: 3010, opsPortOffset: 0 };
 

@@ -5,7 +5,7 @@
  */
 import { ServiceBroker } from "moleculer";
 import { AliasIndex } from "../../services/api/alias-index";
-import { LeanMetricsMiddleware } from "../../lib/metrics";
+import { LeanMetricsMiddleware } from "../../runtime/metrics";
 import { allRoutes } from "../../lib/routes";
 // eslint-disable-next-line @typescript-eslint/no-var-requires
 const Alias = require("moleculer-web/src/alias");

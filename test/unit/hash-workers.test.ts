@@ -1,6 +1,6 @@
-/** The worker pool that verifies bcrypt hashes of earlier versions (lib/hash-workers.ts). */
+/** The worker pool that verifies bcrypt hashes of earlier versions (runtime/hash-workers.ts). */
 import bcrypt from "bcryptjs";
-import { HashWorkers } from "../../lib/hash-workers";
+import { HashWorkers } from "../../runtime/hash-workers";
 
 let pool: HashWorkers;
 beforeAll(() => {

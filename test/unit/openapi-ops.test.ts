@@ -7,7 +7,7 @@ import { readFileSync } from "fs";
 import path from "path";
 import { openApiDocument } from "../../lib/openapi";
 import { requestedScopeProblem } from "../../lib/oauth-form";
-import { readConfig } from "../../lib/config";
+import { readConfig } from "../../runtime/config";
 
 type Obj = Record<string, any>;
 const doc = openApiDocument() as Obj;

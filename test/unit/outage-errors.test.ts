@@ -6,9 +6,9 @@
 import { randomBytes } from "crypto";
 import { Aes } from "../../lib/crypto";
 import { isDependencyOutage, retryAfterOf, toErrorBody, DEFAULT_RETRY_AFTER_S } from "../../lib/errors";
-import { CacheUnavailableError, MemoryKeyValue, type KeyValue } from "../../lib/kv";
+import { CacheUnavailableError, MemoryKeyValue, type KeyValue } from "../../runtime/kv";
 import { JwtKeys } from "../../lib/tokens";
-import { Authenticator, blacklistSession } from "../../services/auth/authenticate";
+import { Authenticator, blacklistSession } from "../../middlewares/authenticate";
 
 const UNAVAILABLE = { statusCode: 503, message: "service unavailable", error: "Service Unavailable" };
 

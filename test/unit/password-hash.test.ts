@@ -1,12 +1,12 @@
 /**
- * Password and client-secret hashes (lib/crypto.ts): Argon2id with today's parameters for new hashes, bcrypt hashes
+ * Password and client-secret hashes (runtime/password-hash.ts): Argon2id with today's parameters for new hashes, bcrypt hashes
  * of earlier versions still verified (on the hash workers), and the rule that decides which stored hashes a login replaces.
  */
 import * as argon2 from "@node-rs/argon2";
 import bcrypt from "bcryptjs";
 import { promises as fs } from "fs";
-import { ARGON2_CONCURRENCY, ARGON2_LANES, ARGON2_MEMORY_KIB, ARGON2_PASSES, hashSecret, needsRehash, verifySecret } from "../../lib/crypto";
-import { hashWorkers } from "../../lib/hash-workers";
+import { ARGON2_CONCURRENCY, ARGON2_LANES, ARGON2_MEMORY_KIB, ARGON2_PASSES, hashSecret, needsRehash, verifySecret } from "../../runtime/password-hash";
+import { hashWorkers } from "../../runtime/hash-workers";
 
 afterAll(() => hashWorkers().close());
 

@@ -5,9 +5,9 @@
  * A revocation announced with announceRevocation waits until each gateway has applied it.
  */
 import type { ServiceBroker } from "moleculer";
-import { announceRevocation, Authenticator, blacklistSession } from "../../services/auth/authenticate";
+import { announceRevocation, Authenticator, blacklistSession } from "../../middlewares/authenticate";
 import { Aes } from "../../lib/crypto";
-import { MemoryKeyValue } from "../../lib/kv";
+import { MemoryKeyValue } from "../../runtime/kv";
 import { JwtKeys } from "../../lib/tokens";
 
 const SECRET = "x".repeat(48);

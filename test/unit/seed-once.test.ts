@@ -1,12 +1,12 @@
 /**
- * lib/seed-once.ts on a NeDB store (the claim logic is the store's unique `_id`, the same on every store): of
+ * runtime/seed-once.ts on a NeDB store (the claim logic is the store's unique `_id`, the same on every store): of
  * concurrent callers one runs the job; a claim whose holder stopped beating is taken over; a failed job frees the
  * claim; a job found done before claims existed is not run again.
  */
 import { rmSync } from "fs";
 import path from "path";
 import { NedbStore } from "../../mixins/stores";
-import { runOnce } from "../../lib/seed-once";
+import { runOnce } from "../../runtime/seed-once";
 import { tempDir } from "../helpers/platform";
 
 let dir: string;

@@ -24,7 +24,7 @@ function probe(): Probe {
 		AsyncLocalStorage.prototype.run = function (...a) { scopes++; return run.apply(this, a); };
 		const { ServiceBroker } = require("moleculer");
 		const { brokerOptions } = require("./moleculer.config.ts");
-		const { readConfig } = require("./lib/config.ts");
+		const { readConfig } = require("./runtime/config.ts");
 		const { inUnit } = require("./mixins/stores/unit.ts");
 		const dir = require("fs").mkdtempSync(require("path").join(require("os").tmpdir(), "uow-reads-"));
 		const hooksOn = () => Promise.resolve().then(() => executionAsyncId() !== 0);

@@ -17,7 +17,7 @@ function brokerOn(store: "nedb" | "postgres"): { middlewares: string[]; scopes: 
 		AsyncLocalStorage.prototype.run = function (...a) { scopes++; return run.apply(this, a); };
 		const { ServiceBroker } = require("moleculer");
 		const { brokerOptions } = require("./moleculer.config.ts");
-		const { readConfig } = require("./lib/config.ts");
+		const { readConfig } = require("./runtime/config.ts");
 		const dir = require("fs").mkdtempSync(require("path").join(require("os").tmpdir(), "uow-"));
 		(async () => {
 			const cfg = { ...readConfig(), dataDir: dir, documentStore: ${JSON.stringify(store)}, logLevel: "error" };

@@ -1,6 +1,6 @@
 import http from "http";
 import type { AddressInfo } from "net";
-import { resolveTarget } from "../../lib/address-guard";
+import { resolveTarget } from "../../runtime/address-guard";
 import { Poster } from "../../workers/dispatcher/post";
 import { storableUrl } from "../../workers/dispatcher/store";
 import { verify, webhookHeaders } from "../../workers/dispatcher/signature";

@@ -1,7 +1,7 @@
 import { createHmac } from "crypto";
 import { sign, signingKey, verify, webhookHeaders, webhookId } from "../../workers/dispatcher/signature";
 import { retryDelay } from "../../workers/dispatcher.worker";
-import { DEFAULT_RETRY_SCHEDULE, retrySchedule } from "../../lib/config";
+import { DEFAULT_RETRY_SCHEDULE, retrySchedule } from "../../runtime/config";
 
 test("v1 signature is base64 HMAC-SHA256 over id.timestamp.body with the UTF-8 secret", () => {
 	const body = JSON.stringify({ id: "a", op: "c" });

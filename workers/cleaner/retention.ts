@@ -1,5 +1,5 @@
 /** Retention rules of the cleaner: how long soft-deleted documents, delivery records and audit entries are kept. */
-import type { PlatformConfig } from "../../lib/config";
+import type { PlatformConfig } from "../../runtime/config";
 
 export const DAY_MS = 24 * 3600 * 1000;
 

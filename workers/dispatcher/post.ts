@@ -6,7 +6,7 @@
 import http from "http";
 import https from "https";
 import type { LookupFunction } from "net";
-import type { ResolvedTarget } from "../../lib/address-guard";
+import type { ResolvedTarget } from "../../runtime/address-guard";
 
 export interface PostResult {
 	status: number | null;

@@ -4,7 +4,7 @@
  * a row is worked on by one dispatcher at a time (a lease: `locked_by`/`locked_until`, taken with SKIP LOCKED), and
  * only the oldest pending row of a (client, document) is eligible, which keeps per-document order per client.
  */
-import type { Migration, Relational } from "../../lib/relational";
+import type { Migration, Relational } from "../../runtime/relational";
 
 export const MIGRATIONS: Migration[] = [
 	{

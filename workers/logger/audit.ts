@@ -5,7 +5,7 @@
  * document, are unique, so an event or a change record delivered twice is stored once.
  */
 import type { AuditRequest } from "../../lib/audit";
-import { storableText, type Migration, type Relational } from "../../lib/relational";
+import { storableText, type Migration, type Relational } from "../../runtime/relational";
 
 export const AUDIT_TABLE = "audit_entries";
 export interface AuditRow extends Partial<AuditRequest> {

@@ -5,7 +5,7 @@
  * else polls.
  */
 import type { StoreConfig } from "../../mixins/stores";
-import { nap } from "../../lib/nap";
+import { nap } from "../../runtime/nap";
 import { sharedAuditSpool, type AuditBatch, type AuditSpool } from "../../events/audit-spool";
 
 const POLL_MS = 200;

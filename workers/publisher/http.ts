@@ -1,13 +1,13 @@
 /**
  * One outbound HTTP request of the delivery engine (push services, SMS providers) through the address guard
- * (lib/address-guard.ts): http(s) only, every resolved address public unless WEBHOOK_ALLOW_PRIVATE=1, the connection
+ * (runtime/address-guard.ts): http(s) only, every resolved address public unless WEBHOOK_ALLOW_PRIVATE=1, the connection
  * pinned to the checked address, no redirects, bounded in time and answer size. `ca`: the certificates trusted for https
  * (Node's default ones plus TLS_CA_FILE's), when set.
  */
 import http from "http";
 import https from "https";
 import type { LookupFunction } from "net";
-import { resolveTarget } from "../../lib/address-guard";
+import { resolveTarget } from "../../runtime/address-guard";
 
 export interface HttpAnswer {
 	status: number | null;

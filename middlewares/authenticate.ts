@@ -8,13 +8,13 @@
  */
 import type { IncomingMessage } from "http";
 import type { ServiceBroker } from "moleculer";
-import { Aes, decryptEnvelope, sha256Hex } from "../../lib/crypto";
-import { IpAllowList, normalizeIp } from "../../lib/cidr";
-import { ApiError, forbidden, unauthorized } from "../../lib/errors";
-import { isCacheUnavailable, type KeyValue } from "../../lib/kv";
-import { DEFAULT_LEEWAY_SEC, type JwtKeys } from "../../lib/tokens";
-import { configOf } from "../../lib/config";
-import type { TokenClaims } from "../../lib/types";
+import { Aes, decryptEnvelope, sha256Hex } from "../lib/crypto";
+import { IpAllowList, normalizeIp } from "../lib/cidr";
+import { ApiError, forbidden, unauthorized } from "../lib/errors";
+import { isCacheUnavailable, type KeyValue } from "../runtime/kv";
+import { DEFAULT_LEEWAY_SEC, type JwtKeys } from "../lib/tokens";
+import { configOf } from "../runtime/config";
+import type { TokenClaims } from "../lib/types";
 
 export const aptKey = (suffix: string) => `auth:apt:${suffix}`;
 export const blacklistKey = (session: string) => `auth:blacklist:${session}`;

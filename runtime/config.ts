@@ -256,7 +256,7 @@ function topicRoot(v: string | undefined): string {
 
 /**
  * DOCUMENT_STORE for `dataDir`: the setting when given; unset, PostgreSQL, except on a DATA_DIR holding NeDB document
- * files (lib/nedb-data.ts), which keeps starting on NeDB until they are migrated.
+ * files (runtime/nedb-data.ts), which keeps starting on NeDB until they are migrated.
  */
 export function documentStoreFor(dataDir: string): Pick<PlatformConfig, "documentStore" | "nedbDataDir"> {
 	const v = env("DOCUMENT_STORE");
@@ -416,7 +416,7 @@ export function ensureDir(dir: string): string {
 /**
  * A directory of DATA_DIR: its owner's only (0700), created so or narrowed when it exists. One exception
  * (`keepSearch`, for DATA_DIR itself): as root the embedded PostgreSQL runs as its own system user, which must traverse
- * DATA_DIR to reach its data directory, so an existing search bit for others (`o+x`, never read) is kept (lib/relational.ts
+ * DATA_DIR to reach its data directory, so an existing search bit for others (`o+x`, never read) is kept (runtime/relational.ts
  * adds it when needed); whatever opens a store directly in DATA_DIR must keep it too.
  */
 export function ensurePrivateDir(dir: string, keepSearch = false): string {

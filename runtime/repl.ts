@@ -17,7 +17,7 @@
  * The console attaches to what runs:
  *  - TRANSPORTER set: it joins the deployment as a node of its own with no service (moleculer.config.ts,
  *    consoleNodeOptions) and its REPL sees and calls the whole cluster;
- *  - else, from a terminal, to the platform holding DATA_DIR, through its socket (lib/datadir-lock.ts; only the
+ *  - else, from a terminal, to the platform holding DATA_DIR, through its socket (runtime/datadir-lock.ts; only the
  *    directory's owner can connect): the commands run in that platform (consoleSessions), one at a time per console,
  *    their output sent back; each console has its own principal. A console that goes away mid-command leaves the
  *    command to finish there, its output dropped. `exit` (or Ctrl-D, Ctrl-C) detaches;
@@ -32,9 +32,9 @@ import { createRequire } from "module";
 import type net from "net";
 import readline from "readline";
 import type { Middleware, Service, ServiceBroker, ServiceSchema } from "moleculer";
-import type { TokenClaims } from "./types";
+import type { TokenClaims } from "../lib/types";
 import { findCollection } from "../catalog";
-import { usernameProblem, userSubjectProblem } from "./grant-validation";
+import { usernameProblem, userSubjectProblem } from "../lib/grant-validation";
 import { attachConsole, type ConsoleHandler, type ConsoleLink } from "./datadir-lock";
 import type { PlatformConfig } from "./config";
 
@@ -334,7 +334,7 @@ const sendOn = (conn: net.Socket) => (msg: object) => {
 };
 
 /**
- * The platform's side of attached consoles (lib/datadir-lock.ts hands each one over): each console's lines run one at
+ * The platform's side of attached consoles (runtime/datadir-lock.ts hands each one over): each console's lines run one at
  * a time, with moleculer-repl's commands and the project's, as that console (its own principal), what they print
  * sent to it. A console that goes away mid-command changes nothing here: the command finishes, its output is dropped.
  */

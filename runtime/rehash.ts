@@ -1,6 +1,6 @@
 /** Stored secrets move to today's hash parameters at the next successful login (docs/security.md, "Password hashing"). */
-import type { DocumentStore } from "../mixins/stores/types";
-import { hashSecret, needsRehash } from "./crypto";
+import type { DocumentStore } from "../catalog/store";
+import { hashSecret, needsRehash } from "./password-hash";
 
 /**
  * Replaces `field` of document `id`, a hash of `plain` just verified, by one made with today's parameters when the

@@ -3,7 +3,7 @@
  * store (DATABASE_URL, else the embedded PostgreSQL of the same DATA_DIR), then the NeDB files moved aside so that
  * the directory starts on PostgreSQL (docs/production.md, "From NeDB to PostgreSQL").
  *
- *  - DATA_DIR is held for the whole copy (lib/datadir-lock.ts): refused while a platform runs on it, and a platform
+ *  - DATA_DIR is held for the whole copy (runtime/datadir-lock.ts): refused while a platform runs on it, and a platform
  *    started meanwhile is refused.
  *  - Documents are copied as stored: ids, tenants, owners, timestamps, soft deletions, hashed secrets (the store's
  *    JSON, never a secret in the output). A document whose id is already in PostgreSQL is left as it is there, so a run
@@ -15,12 +15,12 @@
  */
 import { existsSync, mkdirSync, renameSync } from "fs";
 import path from "path";
-import type { PlatformConfig } from "./config";
-import { lockDataDir } from "./datadir-lock";
-import { nedbDocumentStores, nedbFileOf, storeNames } from "./nedb-data";
-import { storableJson } from "./relational";
-import { createStore, NedbStore, type DocumentStore, type StoredDoc } from "../mixins/stores";
-import { Outbox, type OutboxRecord } from "../events/outbox";
+import type { PlatformConfig } from "./runtime/config";
+import { lockDataDir } from "./runtime/datadir-lock";
+import { nedbDocumentStores, nedbFileOf, storeNames } from "./runtime/nedb-data";
+import { storableJson } from "./runtime/relational";
+import { createStore, NedbStore, type DocumentStore, type StoredDoc } from "./mixins/stores";
+import { Outbox, type OutboxRecord } from "./events/outbox";
 
 export type MigrationConfig = Pick<PlatformConfig, "dataDir"> & Partial<Pick<PlatformConfig, "databaseUrl" | "namespace">>;
 

@@ -1,6 +1,6 @@
 /**
  * NeDB document files in a DATA_DIR: what a platform that ran on NeDB (the default before PostgreSQL) left there. A
- * directory that holds them starts on NeDB when DOCUMENT_STORE is unset (lib/config.ts), and `npm run migrate-store`
+ * directory that holds them starts on NeDB when DOCUMENT_STORE is unset (runtime/config.ts), and `npm run migrate-store`
  * (tools/migrate-store.ts) copies them into PostgreSQL and moves them aside.
  */
 import { existsSync, statSync } from "fs";

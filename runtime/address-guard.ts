@@ -9,7 +9,7 @@
  */
 import { BlockList, isIP } from "net";
 import { lookup } from "dns/promises";
-import { normalizeIp } from "./cidr";
+import { expandIpv6, normalizeIp } from "../lib/cidr";
 
 /** Why an address is not public, by category only: what a client may be told (the address itself stays in the log). */
 export type AddressCategory = "loopback" | "private" | "link-local" | "multicast" | "reserved";
@@ -72,25 +72,6 @@ function embeddedIpv4(ip6: string): string[] {
 	if (groups[0] === 0x2002) out.push(v4(groups[1], groups[2]));
 	if (groups[0] === 0x2001 && groups[1] === 0) out.push(v4(groups[2], groups[3]), v4(~groups[6] & 0xffff, ~groups[7] & 0xffff));
 	return out;
-}
-
-/** The eight groups of an IPv6 address (a trailing dotted IPv4 as two), or undefined when it is not one. */
-export function expandIpv6(ip: string): number[] | undefined {
-	let s = ip;
-	// A trailing dotted IPv4 (::ffff:1.2.3.4 style) becomes two groups.
-	const dotted = /(\d+\.\d+\.\d+\.\d+)$/.exec(s);
-	if (dotted) {
-		const [a, b, c, d] = dotted[1].split(".").map(Number);
-		s = s.slice(0, -dotted[1].length) + `${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
-	}
-	const halves = s.split("::");
-	if (halves.length > 2) return undefined;
-	const head = halves[0] ? halves[0].split(":") : [];
-	const tail = halves.length === 2 && halves[1] ? halves[1].split(":") : [];
-	const fill = halves.length === 2 ? 8 - head.length - tail.length : 0;
-	const all = [...head, ...Array(Math.max(fill, 0)).fill("0"), ...tail];
-	if (all.length !== 8) return undefined;
-	return all.map((g) => parseInt(g, 16));
 }
 
 /** The category of a non-public address (see the ranges above; anything not an IP is `reserved`); null for a public one. */

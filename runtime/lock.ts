@@ -1,5 +1,5 @@
 /**
- * Short leases on the platform cache (lib/kv.ts `setIfAbsent` with a TTL): one holder at a time across every node
+ * Short leases on the platform cache (runtime/kv.ts `setIfAbsent` with a TTL): one holder at a time across every node
  * that shares the cache (Redis in production, the process in the embedded default). A holder that dies frees the
  * lease when its TTL runs out; a long holder renews it. Release and renewal only touch a lease still held by the
  * same token (atomically on Redis, by compare-then-act in memory, where one process is the only user).

@@ -310,7 +310,7 @@ async function openEmbedded(dataDir: string): Promise<Relational> {
 	});
 	removePackageExitHooks();
 	if (!initialised) await pg.initialise();
-	// Started by the platform (lib/pg-process.ts): its own process group, a crashed platform's server stopped first.
+	// Started by the platform (runtime/pg-process.ts): its own process group, a crashed platform's server stopped first.
 	const server = await startServer(dir, port, asRoot);
 	const poolOf = (pw: string) => livePool({ host: "127.0.0.1", port, user: "postgres", password: pw, database: "postgres", max: 10 });
 	if (initial) {

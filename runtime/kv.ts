@@ -4,7 +4,7 @@
  */
 import { chmodSync, readFileSync, renameSync, writeFileSync } from "fs";
 import Redis, { ReplyError } from "ioredis";
-import { ApiError } from "./errors";
+import { ApiError } from "../lib/errors";
 import { withTimeout } from "./health";
 
 /** Seconds a client is told to wait (Retry-After) when the cache cannot answer: ioredis reconnects within that. */

@@ -6,7 +6,7 @@
  * answers may never come; a write among them may still have committed, as with any request whose answer is lost).
  */
 import type { ServiceBroker } from "moleculer";
-import { ApiError } from "./errors";
+import { ApiError } from "../lib/errors";
 
 /** Seconds a client is told to wait: nats.js retries every 2 s (plus jitter). */
 const TRANSPORT_RETRY_AFTER_S = 2;

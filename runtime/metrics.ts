@@ -2,7 +2,7 @@
  * Metrics: Moleculer's built-in registry rendered by its Prometheus reporter, without the reporter's own HTTP
  * listener (it would open another port on every interface); the gateway and every ops port serve its text.
  * The gateway adds per-route HTTP request counts and latency histograms; every node adds its event-loop delay and
- * how far each peer's clock is from its own (lib/clock-skew.ts).
+ * how far each peer's clock is from its own (runtime/clock-skew.ts).
  */
 import type { IncomingMessage } from "http";
 import { monitorEventLoopDelay } from "perf_hooks";
@@ -22,7 +22,7 @@ export class TextPrometheusReporter extends BasePrometheus {
 		return Promise.resolve();
 	}
 
-	/** The platform's own metrics (`platform.*`, e.g. lib/clock-skew.ts) are reported whatever the includes say. */
+	/** The platform's own metrics (`platform.*`, e.g. runtime/clock-skew.ts) are reported whatever the includes say. */
 	matchMetricName(name: string): boolean {
 		return name.startsWith("platform.") || super.matchMetricName(name);
 	}

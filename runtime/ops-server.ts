@@ -7,7 +7,7 @@
 import { createHash, timingSafeEqual } from "crypto";
 import http, { type IncomingMessage, type Server, type ServerResponse } from "http";
 import type { AddressInfo } from "net";
-import { ApiError, retryAfterOf, toErrorBody } from "./errors";
+import { ApiError, retryAfterOf, toErrorBody } from "../lib/errors";
 import type { Health } from "./health";
 
 export interface OpsServerOptions {

@@ -6,8 +6,8 @@
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { DOC_SERVICES } from "./openapi-split";
-import { openApiDocument } from "./openapi";
+import { DOC_SERVICES } from "../lib/openapi-split";
+import { openApiDocument } from "../lib/openapi";
 import { DOMAINS } from "../catalog";
 
 const ASSET_BASE = "/api/assets";

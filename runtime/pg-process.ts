@@ -8,7 +8,7 @@
  *  - a server left running by a platform that was killed (SIGKILL, OOM) is stopped at the next start, and a
  *    stale postmaster.pid removed: a restart after any crash works without a manual step. Only the server of the
  *    same data directory is touched (checked in postmaster.pid and the process's command line), and only by the
- *    process that holds DATA_DIR (lib/datadir-lock.ts): a server found running belongs to no live platform;
+ *    process that holds DATA_DIR (runtime/datadir-lock.ts): a server found running belongs to no live platform;
  *  - a server that does not start says why (the tail of its log is in the error).
  */
 import { spawn, execFileSync, type ChildProcess } from "child_process";

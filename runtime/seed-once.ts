@@ -5,7 +5,7 @@
  * alive with a heartbeat; a claim whose heartbeat stopped (its node died mid-job) is taken over, so a crash never
  * leaves the job undone for good. Once done, the claim records who did it and stays.
  */
-import { isDuplicateKeyError, type DocumentStore, type StoredDoc } from "../mixins/stores";
+import { isDuplicateKeyError, type DocumentStore, type StoredDoc } from "../catalog/store";
 
 export interface OnceOptions {
 	/** Who is claiming (recorded: the node that did the job). */

@@ -8,7 +8,7 @@
  *  - `DATA_DIR/platform.sock`: where a process finds the holder (it connects; the holder answers with one JSON line,
  *    `{"pid": <n>}`), also across containers sharing the directory, and the operator console's channel to the
  *    running platform: a console that sends `{"console":true}` next gets `{"console":true}` and a session
- *    (lib/repl.ts), or `{"refused": <why>}`. The socket is 0600 in a directory of its owner's only: only the owner
+ *    (runtime/repl.ts), or `{"refused": <why>}`. The socket is 0600 in a directory of its owner's only: only the owner
  *    attaches (never through the abstract socket below, which any local user can reach). A path longer than a socket
  *    path may be (107 bytes), or a file system without sockets, takes `<tmpdir>/platform-<uid>/<hash of the real
  *    path>.sock`. Where it is, is recorded in `DATA_DIR/platform.lock` (`{"pid", "socket"}`, 0600), written once held.
@@ -211,7 +211,7 @@ const close = (server: net.Server) => new Promise<void>((resolve) => server.clos
 /**
  * Takes DATA_DIR for this process, or throws DataDirInUse naming the holder. `undefined` for a node that keeps no
  * store there (keepsStoreIn). A DATA_DIR that is missing is created (0700), one this user may not write is refused
- * (lib/config.ts says how): neither can be held by anyone.
+ * (runtime/config.ts says how): neither can be held by anyone.
  */
 export async function lockDataDir(cfg: Pick<PlatformConfig, "dataDir" | "databaseUrl" | "mongoUri" | "documentStore">): Promise<DataDirLock | undefined> {
 	if (!keepsStoreIn(cfg)) return undefined;

@@ -106,7 +106,9 @@ async function runnerOptions(): Promise<BrokerOptions> {
 			bindConfig(broker, cfg);
 			// eslint-disable-next-line @typescript-eslint/no-var-requires
 			const { serviceCatalog } = require("./services") as typeof import("./services");
-			const all = serviceCatalog(cfg);
+			// eslint-disable-next-line @typescript-eslint/no-var-requires
+			const { workerCatalog } = require("./workers") as typeof import("./workers");
+			const all = { ...serviceCatalog(cfg), ...workerCatalog() };
 			for (const n of cfg.services ?? Object.keys(all)) {
 				if (!all[n]) throw new Error(`unknown service ${n}; known: ${Object.keys(all).join(", ")}`);
 				broker.createService(all[n]);

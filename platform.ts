@@ -8,6 +8,7 @@ import { closeSharedStreams, stopConsumers } from "./events/stream";
 import { relayService } from "./events/relay";
 import { DOMAINS } from "./catalog";
 import { serviceCatalog } from "./services";
+import { workerCatalog } from "./workers";
 import { NODE_STOPPING } from "./middlewares/node-stopping";
 import { grantCache } from "./middlewares/grant-cache";
 import { setPgLog } from "./runtime/pg-process";
@@ -59,7 +60,7 @@ async function start(cfg: PlatformConfig, lock: DataDirLock | undefined): Promis
 	const log = broker.getLogger("platform");
 	if (cfg.nedbDataDir && !cfg.mongoUri) log.warn(NEDB_DATA_DIR_NOTICE(cfg.dataDir));
 	setPgLog(broker.getLogger("postgres"));
-	const all = serviceCatalog(cfg);
+	const all = { ...serviceCatalog(cfg), ...workerCatalog() };
 	const names = cfg.services ?? Object.keys(all);
 	for (const n of names) {
 		if (!all[n]) throw new Error(`unknown service ${n}; known: ${Object.keys(all).join(", ")}`);

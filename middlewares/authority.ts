@@ -4,7 +4,7 @@
  * collection engine executes. Nothing reads or writes collection data without passing here.
  */
 import type { Middleware } from "moleculer";
-import type { CollectionActionMeta, CollectionParams, Ctx } from "../mixins/collection.mixin";
+import type { CollectionActionMeta, CollectionParams, Ctx, SpecialActionMeta } from "../mixins/collection.mixin";
 import { findCollection, PLATFORM_FIELDS, SETTABLE_FIELDS, type CollectionDef } from "../catalog";
 import { ApiError, forbidden, notFound, unauthorized } from "../lib/errors";
 import { fieldsAllowed, type Decision, type GrantIndex } from "../lib/grants";
@@ -205,16 +205,6 @@ export async function callerView(ctx: Ctx, service: string, collection: string, 
 	const zone = (ctx.params.query as Record<string, unknown> | undefined)?.zone;
 	const view = { params: { params: id !== undefined ? { id } : {}, query: id !== undefined ? (zone !== undefined ? { zone } : {}) : ctx.params.query }, meta: ctx.meta } as unknown as Ctx;
 	return enforce(view, index, ref.collection, meta, decision, token);
-}
-
-/** Metadata of a special action (`<collection>.<name>`), read by the middleware below. */
-export interface SpecialActionMeta {
-	service: string;
-	collection: string;
-	/** The grant action, also the scope's first part: `start`, `payment`, ... */
-	action: string;
-	/** Addressed by id (`:id/abort`): the plan's filter holds the id condition. */
-	byId: boolean;
 }
 
 export const AuthorityMiddleware = {

@@ -5,8 +5,8 @@
  */
 import type { Context } from "moleculer";
 import { GrantIndex, type Grant } from "../lib/grants";
+import { onAuthorityChanged } from "../mixins/authority-hook";
 
-export const AUTHORITY_CHANGED = "authority.changed";
 export const SNAPSHOT_ACTION = "auth.grants.snapshot";
 
 export class GrantCache {
@@ -47,3 +47,5 @@ export class GrantCache {
 
 /** One cache per process: every domain service of the node shares it. */
 export const grantCache = new GrantCache();
+// The engine's domain services receive AUTHORITY_CHANGED and pass it on here (the engine does not import this file).
+onAuthorityChanged(() => grantCache.invalidate());

@@ -3,6 +3,7 @@
  * It executes the access plan the authority middleware attached (ctx.locals.plan) and never decides access itself.
  * Every write appends change events to the durable outbox.
  */
+import { AUTHORITY_CHANGED } from "../lib/contracts";
 import { createHash } from "crypto";
 import type { Context, ServiceSchema } from "moleculer";
 import { DEFAULT_VERSION, STANDARD_OPS, type CollectionDef, type DomainDef, type StandardOp } from "../catalog";
@@ -18,7 +19,7 @@ import { sharedOutbox, type ChangeActor, type Outbox } from "../events/outbox";
 import { createStore, isDuplicateKeyError, pageOf, TENANT_REF, type DocumentStore, type Keyset, type StoredDoc } from "./stores";
 import { matchesFilter } from "./stores/nedb.store";
 import { referencedFields } from "../lib/query-safety";
-import { AUTHORITY_CHANGED, grantCache } from "../middlewares/grant-cache";
+import { authorityChanged } from "./authority-hook";
 import { healthBody, HEALTH_ACTION } from "../runtime/health";
 import { sharedKeyValue } from "../runtime/kv";
 import { opsPortMixin } from "./ops-port.mixin";
@@ -26,7 +27,6 @@ import { fenceChanges, IdempotencyStoreRef } from "./idempotency-record";
 import { settle, stagedAction, stagingStore, type Image, type SettleReason } from "./saga-staging";
 import { specialName } from "../catalog";
 import { matches, noneMatchHits, parseIfMatch, pinned, preconditionFailed, revisioned, tagOf, unpinned, weakTagOf } from "./stores/revision";
-import type { SpecialActionMeta } from "../middlewares/authority";
 
 export const MAX_BULK = 1000;
 const BATCH = 200;
@@ -57,6 +57,16 @@ export interface CollectionHooks {
 	 * authority layer (ctx.locals.plan: the caller's view for that action). The catalog marks them `implemented`.
 	 */
 	specials?: Record<string, (ctx: Ctx) => Promise<unknown>>;
+}
+
+/** Metadata of a special action (`<collection>.<name>`), read by the authority middleware (middlewares/authority.ts). */
+export interface SpecialActionMeta {
+	service: string;
+	collection: string;
+	/** The grant action, also the scope's first part: `start`, `payment`, ... */
+	action: string;
+	/** Addressed by id (`:id/abort`): the plan's filter holds the id condition. */
+	byId: boolean;
 }
 
 /** Metadata the authority middleware reads on every collection action. */
@@ -576,9 +586,10 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 		settings: { domain: domain.name, restPort: domain.restPort, grpcPort: domain.grpcPort },
 		actions,
 		events: {
-			// A grant or role change anywhere: this node's grant index reloads on next use.
+			// A grant or role change anywhere: this node's grant index reloads on next use (the authority layer's
+			// invalidation, registered in mixins/authority-hook.ts).
 			[AUTHORITY_CHANGED]() {
-				grantCache.invalidate();
+				authorityChanged();
 			},
 		},
 		methods: {

@@ -3,6 +3,7 @@
  * (services/auth/authenticate.ts), passes the token and request facts in ctx.meta, maps every error once to
  * `{ statusCode, message, error }`, streams cursors as server-sent events, and serves docs, health and metrics.
  */
+import { AUTHORITY_CHANGED } from "../lib/contracts";
 import type { IncomingMessage, ServerResponse } from "http";
 import type { Context, ServiceSchema } from "moleculer";
 import ApiGateway from "moleculer-web";
@@ -32,7 +33,7 @@ import { answerClientError } from "./api/client-error";
 import { metricsAuthorized, METRICS_UNAUTHORIZED, PROMETHEUS_TYPE } from "../runtime/ops-server";
 import { LiveCursors } from "./api/live-cursor";
 import { MqttWebSocketBridge } from "./api/mqtt-ws";
-import { AUTHORITY_CHANGED, grantCache } from "../middlewares/grant-cache";
+import { grantCache } from "../middlewares/grant-cache";
 import { Idempotency } from "./api/idempotency";
 import { NODE_STOPPING } from "../middlewares/node-stopping";
 

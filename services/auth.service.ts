@@ -2,6 +2,7 @@
  * auth: tokens (POST /auth/token), verify, logout, TOTP check, /auth/can, personal tokens (apts) and grants.
  * Seeds the root client, user and grants on the first start (CONTRACTS.md), printing generated values once.
  */
+import { AUTHORITY_CHANGED } from "../lib/contracts";
 import path from "path";
 import type { Context, ServiceSchema } from "moleculer";
 import { auth } from "../catalog/domains/auth";
@@ -18,7 +19,7 @@ import { checkTotp, TOTP_FAIL_LIMIT, TOTP_FAIL_WINDOW_MS, TOTP_IP_FAIL_LIMIT, TO
 import { APT_DEFAULT_TTL_MS, JwtKeys, publicClaims } from "../lib/tokens";
 import type { TokenClaims } from "../lib/types";
 import { isPlainObject } from "../lib/validate";
-import { AUTHORITY_CHANGED, grantCache } from "../middlewares/grant-cache";
+import { grantCache } from "../middlewares/grant-cache";
 import { subjectsOf } from "../middlewares/authority";
 import { hasParsedScope, parseScopes, scopeSatisfies } from "../lib/scopes";
 import { announceRevocation, aptKey, blacklistSession, ignoreCacheOutage, type AptRecord } from "../middlewares/authenticate";

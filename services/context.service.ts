@@ -3,10 +3,10 @@
  * broadcast so every node reloads its grant index. CQRS entries (webhook registrations) are read by the dispatcher
  * through `configs.cqrs`; a change to one is broadcast (CQRS_CHANGED) so every dispatcher drops its cached copy.
  */
+import { AUTHORITY_CHANGED, CQRS_CHANGED, type CqrsConfig } from "../lib/contracts";
 import type { Context, ServiceSchema } from "moleculer";
 import { context } from "../catalog/domains/context";
 import { collectionMixin, type Ctx } from "../mixins/collection.mixin";
-import { AUTHORITY_CHANGED } from "../middlewares/grant-cache";
 import type { StoredDoc } from "../mixins/stores";
 import { Aes, CQRS_CREDENTIALS, SMS_CREDENTIALS } from "../lib/crypto";
 import { configOf, loadKeys } from "../runtime/config";
@@ -17,21 +17,6 @@ import { validateRbac } from "../lib/grant-validation";
 
 const isRbac = (d: StoredDoc | null) => d?.key === "RBAC";
 const isCqrs = (d: StoredDoc | null) => d?.key === "CQRS";
-
-/** Broadcast after any write to a CQRS config: `{ eids }`, the client ids whose webhook registration changed. */
-export const CQRS_CHANGED = "context.cqrs.changed";
-
-/** A webhook registration as the dispatcher sees it. `value` holds secrets: never log it. */
-export interface CqrsConfig {
-	id: string;
-	eid: string;
-	value: { webhook?: unknown; authorization?: unknown; secret?: unknown; active?: unknown; [k: string]: unknown };
-	/** False once the platform disabled it (410, retries exhausted, refused address); the client re-enables it by
-	 * patching `value` (without `active: false`). */
-	active: boolean;
-	/** Creation time (ms): changes written before the webhook was registered are not delivered to it. */
-	since: number;
-}
 
 const isObject = (v: unknown): v is Record<string, unknown> => !!v && typeof v === "object" && !Array.isArray(v);
 

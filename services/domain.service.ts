@@ -2,6 +2,7 @@
  * domain: OAuth apps and clients. A client secret is generated when not given, returned once in the create
  * response, stored hashed, and checked here so the hash never leaves.
  */
+import { AUTHORITY_CHANGED } from "../lib/contracts";
 import type { ServiceSchema } from "moleculer";
 import { domain, GRANT_TYPES } from "../catalog/domains/domain";
 import { collectionMixin, platformDoc, type Ctx } from "../mixins/collection.mixin";
@@ -9,7 +10,6 @@ import type { StoredDoc } from "../mixins/stores";
 import { randomToken } from "../lib/crypto";
 import { hashSecret, verifySecret } from "../runtime/password-hash";
 import { rehashIfWeak } from "../runtime/rehash";
-import { AUTHORITY_CHANGED } from "../middlewares/grant-cache";
 import { badRequest, conflict, forbidden } from "../lib/errors";
 import { scopeSatisfies } from "../lib/scopes";
 

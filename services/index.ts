@@ -1,4 +1,7 @@
-/** Every service a node can run, by the name `SERVICES=` uses. */
+/**
+ * The gateway and the domains' services, by the name `SERVICES=` uses. The workers are workers/index.ts's
+ * `workerCatalog`; a node's start (platform.ts, moleculer.config.ts) offers both.
+ */
 import type { ServiceSchema } from "moleculer";
 import type { PlatformConfig } from "../runtime/config";
 import { apiService } from "./api.service";
@@ -16,7 +19,6 @@ import LogisticService from "./logistic.service";
 import ConjointService from "./conjoint.service";
 import CareerService from "./career.service";
 import ThingService from "./thing.service";
-import { workerCatalog } from "../workers";
 
 export function serviceCatalog(cfg: PlatformConfig): Record<string, ServiceSchema> {
 	return {
@@ -35,6 +37,5 @@ export function serviceCatalog(cfg: PlatformConfig): Record<string, ServiceSchem
 		conjoint: ConjointService,
 		career: CareerService,
 		thing: ThingService,
-		...workerCatalog(),
 	};
 }

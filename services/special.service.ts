@@ -3,17 +3,17 @@
  * content (services/special/files.ts: upload, share, download, orphans), and the observer's internal write path
  * into special/stats (`stats.increment`).
  */
+import { type StatsApplied, type StatsIncrement } from "../lib/contracts";
 import type { ServiceSchema } from "moleculer";
 import { special } from "../catalog/domains/special";
 import { collectionMixin } from "../mixins/collection.mixin";
 import { configOf } from "../runtime/config";
 import { badRequest } from "../lib/errors";
 import { sharedKeyValue } from "../runtime/kv";
-import { applyIncrements, validIncrement, type StatsApplied, type StatsIncrement } from "./special/stats";
+import { applyIncrements, validIncrement } from "./special/stats";
 import { collect } from "./special/collect";
 import { filesHooks, filesMixin } from "./special/files";
 
-export type { StatsIncrement } from "./special/stats";
 
 const statsLeases = (svc: any) => {
 	const cfg = configOf(svc.broker);

@@ -77,7 +77,7 @@ export function wrongArrows(files: Map<string, string>, rooms: Room[] = ROOMS): 
 			if (!spec.startsWith(".")) {
 				const bare = spec.replace(/^node:/, "");
 				const pkg = bare.startsWith("@") ? bare.split("/").slice(0, 2).join("/") : bare.split("/")[0];
-				if (room.banned?.includes(bare) || room.banned?.includes(pkg)) wrong.push({ from: file, to: spec, fromRoom: room.name, toRoom: "(banned module)" });
+				if (room.banned?.includes(bare) || room.banned?.includes(pkg)) wrong.push({ from: file, to: spec, fromRoom: room.name, toRoom: "banned module" });
 				continue;
 			}
 			const target = posix.normalize(posix.join(posix.dirname(file), spec));

@@ -18,13 +18,13 @@
  * --id 12`, `call dispatcher.replay --id 12` (or `--client_id <cid>` for all failed/disabled deliveries of a client).
  * docs/webhooks.md has the receiver's side.
  */
+import { CQRS_ACTIVE_ACTION, CQRS_CHANGED, CQRS_CONFIG_ACTION, type CqrsConfig } from "../lib/contracts";
 import { Errors, type Context } from "moleculer";
 import { isIP } from "net";
 import { AddressRefused, resolveTarget, type ResolvedTarget } from "../runtime/address-guard";
 import { configOf, type PlatformConfig } from "../runtime/config";
 import { migrate, openRelational, releaseRelational, type Relational } from "../runtime/relational";
 import type { OutboxRecord } from "../events/outbox";
-import { CQRS_CHANGED, type CqrsConfig } from "../services/context.service";
 import { Poster, type PostResult } from "./dispatcher/post";
 import { webhookHeaders, webhookId } from "./dispatcher/signature";
 import { DeliveryStore, MIGRATIONS, type AttemptRecord, type ClaimedDelivery, type DeliveryRow, type NewDelivery } from "./dispatcher/store";
@@ -218,7 +218,7 @@ export default workerService(
 						this.forget(eid);
 						target = await this.configFor(eid);
 						if (target && !target.active) {
-							await ctx.call("context.configs.cqrsActive", { id: target.id, active: true });
+							await ctx.call(CQRS_ACTIVE_ACTION, { id: target.id, active: true });
 							this.forget(eid);
 							this.logger.info(`dispatcher: CQRS config ${target.id} of client ${eid} re-enabled for a replay`);
 						}
@@ -286,7 +286,7 @@ export default workerService(
 			configFor(this: Svc, eid: string): Promise<CqrsConfig | null> {
 				const hit = this.cache.get(eid);
 				if (hit && Date.now() - hit.at < hit.ttl) return hit.p;
-				const p = this.broker.call("context.configs.cqrs", { eid }) as Promise<CqrsConfig | null>;
+				const p = this.broker.call(CQRS_CONFIG_ACTION, { eid }) as Promise<CqrsConfig | null>;
 				const entry = { at: Date.now(), p, ttl: CONFIG_TTL_MS };
 				this.cache.set(eid, entry);
 				// "No webhook" is kept briefly: a node that missed the CQRS_CHANGED broadcast must not skip a new
@@ -351,7 +351,7 @@ export default workerService(
 			},
 			async disable(this: Svc, config: CqrsConfig, reason: string) {
 				try {
-					await this.broker.call("context.configs.cqrsActive", { id: config.id, active: false, reason });
+					await this.broker.call(CQRS_ACTIVE_ACTION, { id: config.id, active: false, reason });
 					this.logger.warn(`dispatcher: CQRS config ${config.id} of client ${config.eid} disabled: ${reason}`);
 				} catch (err) {
 					this.logger.error(`dispatcher: could not disable CQRS config ${config.id} of client ${config.eid}: ${errorText(err)}`);

@@ -5,12 +5,12 @@
  * per bucket (one write per bucket, not three per event), and the special service remembers the positions it counted
  * per bucket, so a redelivered event never counts twice.
  */
+import { STATS_INCREMENT_MANY_ACTION, type StatsApplied, type StatsIncrement } from "../lib/contracts";
 import type { ServiceBroker } from "moleculer";
 import type { OutboxRecord } from "../events/outbox";
 import { WORKER_PORTS } from "./index";
 import { workerService } from "./worker";
 import { counterOf, SEQ_WINDOW, STATS_TOPIC } from "../lib/stat-buckets";
-import type { StatsApplied, StatsIncrement } from "../services/special/stats";
 
 /** A redelivery replays at most one batch: the buckets' memory of counted positions (SEQ_WINDOW) covers two. */
 export const OBSERVER_BATCH = Math.floor(SEQ_WINDOW / 2);
@@ -29,7 +29,7 @@ function incrementOf(rec: OutboxRecord): StatsIncrement | null {
 export async function observe(broker: ServiceBroker, recs: OutboxRecord[]): Promise<StatsApplied | null> {
 	const increments = recs.map(incrementOf).filter((x): x is StatsIncrement => x !== null);
 	if (!increments.length) return null;
-	return broker.call("special.stats.incrementMany", { increments });
+	return broker.call(STATS_INCREMENT_MANY_ACTION, { increments });
 }
 
 export default workerService(

@@ -12,6 +12,7 @@
  * so they are refused). Topics: lib/mqtt.ts. A revoked session or APT closes the embedded broker's connections
  * of that token at once; with an external broker its ACL answers turn to deny.
  */
+import { AUTHORITY_CHANGED } from "../lib/contracts";
 import net, { type AddressInfo } from "net";
 import type { IncomingMessage, ServerResponse } from "http";
 import type { Context } from "moleculer";
@@ -35,7 +36,7 @@ import {
 } from "../lib/mqtt";
 import { JwtKeys } from "../lib/tokens";
 import { identityOf, type TokenClaims } from "../lib/types";
-import { AUTHORITY_CHANGED, grantCache } from "../middlewares/grant-cache";
+import { grantCache } from "../middlewares/grant-cache";
 import { createStore, isDuplicateKeyError, type DocumentStore } from "../mixins/stores";
 import { Authenticator } from "../middlewares/authenticate";
 import { WORKER_PORTS } from "./index";

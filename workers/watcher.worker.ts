@@ -17,15 +17,14 @@
  * (`essential.sagas.expire`). Several watchers may scan at once: each saga is compensated under its lease and by a
  * conditional state change, so once.
  */
+import { APT_REVOCATION_ACTION, AUTHORITY_CHANGED, CQRS_CHANGED, SAGAS_EXPIRE_ACTION } from "../lib/contracts";
 import type { ServiceBroker } from "moleculer";
 import type { ChangeEvent } from "../lib/change-event";
 import { configOf } from "../runtime/config";
 import { sharedKeyValue, type KeyValue } from "../runtime/kv";
 import type { Doc } from "../lib/types";
-import { AUTHORITY_CHANGED } from "../middlewares/grant-cache";
 import type { OutboxRecord } from "../events/outbox";
 import { announceRevocation, blacklistSession } from "../middlewares/authenticate";
-import { CQRS_CHANGED } from "../services/context.service";
 import { WORKER_PORTS } from "./index";
 import { workerService } from "./worker";
 
@@ -64,7 +63,7 @@ export async function watch(d: WatchDeps, rec: OutboxRecord): Promise<void> {
 			return;
 		case "auth.apts": {
 			if (ev.op !== "d") return;
-			const apt = (await d.broker.call("auth.apts.revocation", { id: ev.id })) as { session?: string; hash?: string; live: boolean } | null;
+			const apt = (await d.broker.call(APT_REVOCATION_ACTION, { id: ev.id })) as { session?: string; hash?: string; live: boolean } | null;
 			// Destroyed: the delete itself revoked it (nothing left to read); restored since: it must keep working.
 			if (!apt || apt.live) return;
 			if (apt.session) await blacklistSession(d.kv, apt.session);
@@ -130,7 +129,7 @@ export default workerService(
 			scanSagas(this: any): Promise<unknown> {
 				if (this.stopping || this.sagaScan) return this.sagaScan;
 				this.sagaScan = this.broker
-					.call("essential.sagas.expire", { limit: 100 }, { meta: {} })
+					.call(SAGAS_EXPIRE_ACTION, { limit: 100 }, { meta: {} })
 					.catch((err: unknown) => this.logger.debug("saga expiry scan failed", err))
 					.finally(() => (this.sagaScan = undefined));
 				return this.sagaScan;

@@ -13,25 +13,7 @@ import { withLease } from "../../runtime/lock";
 import { isDuplicateKeyError, type DocumentStore } from "../../mixins/stores";
 import { flushUnit } from "../../mixins/stores/unit";
 import { bucketOf, COUNTERS, PERIODS, SEQ_WINDOW, statId, type Counter } from "../../lib/stat-buckets";
-
-export interface StatsIncrement {
-	/** Stream position of the change event: the redelivery guard. */
-	seq: number;
-	service: string;
-	collection: string;
-	counter: Counter;
-	/** Time of the change (ms): chooses the buckets. */
-	ts_ms: number;
-	/** The changed document's `clients`: each tenant gets its own buckets. Empty: one platform-wide set. */
-	clients: string[];
-}
-
-export interface StatsApplied {
-	/** (event, tenant, period) counts added. */
-	applied: number;
-	/** (event, tenant, period) counts already there (a redelivery). */
-	skipped: number;
-}
+import type { StatsApplied, StatsIncrement } from "../../lib/contracts";
 
 /**
  * Stats documents belong to the tenant whose documents they count: `owner` and `clients` are that client id, so a

@@ -15,38 +15,10 @@ import { DELIVERABLE, isDeliverable, openPushKeys, openSmsCredentials, touchRetr
 import type { Change, Ctx } from "../../mixins/collection.mixin";
 import type { StoredDoc } from "../../mixins/stores";
 import { objectId, randomToken } from "../../lib/crypto";
-
-export const CLAIM_ACTION = "delivery.claim";
-export const SETTLE_ACTION = "delivery.settle";
-export const DUE_ACTION = "delivery.due";
+import { CLAIM_ACTION, DUE_ACTION, SETTLE_ACTION, type Job, type Outcome } from "../../lib/contracts";
 
 const LOCK_TTL_MS = 10_000;
 const LOCK_WAIT_MS = 3_000;
-
-/** What the engine gets for a claimed record: what to send, with the secrets it needs in clear (never log it). */
-export interface Job {
-	collection: Deliverable;
-	id: string;
-	/** Attempt number of this claim (1 = first). */
-	attempt: number;
-	created_at: string;
-	doc: Record<string, unknown>;
-	/** smss: the provider's credentials (tenant config, else environment); null = not configured. */
-	sms?: SmsCredentials | null;
-	/** push-histories: the subscription to send to; null = it is gone. */
-	subscription?: { endpoint: string; keys: { p256dh: string; auth: string } } | null;
-}
-
-export interface Outcome {
-	ok: boolean;
-	/** emails: `smtp`; smss and pushes: `res`. Without credentials. */
-	info?: Record<string, unknown>;
-	reason?: string;
-	/** Not worth retrying (no transport, a 4xx that is not 429, a rejected address). */
-	permanent?: boolean;
-	/** pushes: the push service answered 404/410: the subscription is removed. */
-	gone?: boolean;
-}
 
 const nowIso = () => new Date().toISOString();
 const stateOf = (c: Deliverable) => DELIVERABLE[c];

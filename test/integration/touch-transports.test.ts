@@ -8,6 +8,7 @@
  * - Web Push and SMS over HTTPS to a local service with a self-signed certificate, trusted through TLS_CA_FILE only:
  *   without it the same request fails on certificate verification (never turned off).
  */
+import { type Job } from "../../lib/contracts";
 import { execFileSync } from "child_process";
 import { createECDH, createHmac, createDecipheriv, randomBytes } from "crypto";
 import { mkdtempSync, readFileSync, rmSync } from "fs";
@@ -19,7 +20,6 @@ import jwt from "jsonwebtoken";
 import { SMTPServer } from "smtp-server";
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
 import { Delivery } from "../../workers/publisher/delivery";
-import type { Job } from "../../services/touch/delivery";
 
 jest.setTimeout(90_000);
 

@@ -9,6 +9,7 @@
  * lease), so several publishers share the work and a record once SENT is never sent again; a sender that dies
  * mid-attempt leaves a lease that expires, and another instance retries (at least once).
  */
+import { CLAIM_ACTION, DUE_ACTION, FILES_ATTACHMENTS_ACTION, FILES_CONTENT_ACTION, type Job, type Outcome, SETTLE_ACTION } from "../../lib/contracts";
 import { randomBytes } from "crypto";
 import { readFileSync } from "fs";
 import { rootCertificates } from "tls";
@@ -19,7 +20,6 @@ import type { PlatformConfig } from "../../runtime/config";
 import { answerOf, DELIVERABLE, isDeliverable, redactUrl, scrub, secretsOf, smsRequests, type Deliverable } from "../../lib/touch";
 import { loadVapid } from "../../runtime/vapid";
 import type { OutboxRecord } from "../../events/outbox";
-import { CLAIM_ACTION, DUE_ACTION, SETTLE_ACTION, type Job, type Outcome } from "../../services/touch/delivery";
 import type { ChangeStream, Consumer } from "../../events/stream";
 import { guardedRequest } from "./http";
 import { nap } from "../../runtime/nap";
@@ -239,9 +239,9 @@ export class Delivery {
 		const ids: string[] = Array.isArray(d.attachments) ? d.attachments : [];
 		if (!ids.length) return undefined;
 		const who = { owner: d.owner, clients: d.clients };
-		const files = (await this.broker.call("special.files.attachments", { ids, ...who })) as Array<{ id: string; name: string; mimetype: string }>;
+		const files = (await this.broker.call(FILES_ATTACHMENTS_ACTION, { ids, ...who })) as Array<{ id: string; name: string; mimetype: string }>;
 		return Promise.all(
-			files.map(async (f) => ({ filename: f.name, contentType: f.mimetype, content: (await this.broker.call("special.files.content", { id: f.id, ...who })) as Readable })),
+			files.map(async (f) => ({ filename: f.name, contentType: f.mimetype, content: (await this.broker.call(FILES_CONTENT_ACTION, { id: f.id, ...who })) as Readable })),
 		);
 	}
 

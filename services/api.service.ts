@@ -1,6 +1,6 @@
 /**
  * The gateway: one moleculer-web service whose routes come from the catalog (lib/routes.ts). It authenticates
- * (services/auth/authenticate.ts), passes the token and request facts in ctx.meta, maps every error once to
+ * (middlewares/authenticate.ts), passes the token and request facts in ctx.meta, maps every error once to
  * `{ statusCode, message, error }`, streams cursors as server-sent events, and serves docs, health and metrics.
  */
 import { AUTHORITY_CHANGED } from "../lib/contracts";
@@ -20,8 +20,7 @@ import { DOC_SERVICES, openApiServiceDocument } from "../lib/openapi-split";
 import { docsAsset, docsHtml, setDocsSecurityHeaders } from "../runtime/docs-page";
 import { collectHealth } from "../runtime/health";
 import { metricsText, observeHttp } from "../runtime/metrics";
-import { emitAudit } from "../events/audit-shipper";
-import { startShipper } from "../events/audit-shipper";
+import { emitAudit, startShipper } from "../events/audit-shipper";
 import { fileMethods } from "./api/files";
 import { AliasIndex, type IndexedAlias } from "./api/alias-index";
 import { isFormRequest, tokenRequestFromForm, withBasicClientAuth } from "../lib/oauth-form";
@@ -292,7 +291,7 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 	actions: {
 		/**
 		 * Internal (never routed): applies revocations on this gateway and answers once they hold, so that a logout
-		 * answers after every gateway refuses the token (services/auth/authenticate.ts, announceRevocation).
+		 * answers after every gateway refuses the token (middlewares/authenticate.ts, announceRevocation).
 		 */
 		revoke: {
 			visibility: "public",

@@ -1,5 +1,5 @@
 /**
- * A gateway keeps no cached "live" session answer during its first seconds (services/auth/authenticate.ts,
+ * A gateway keeps no cached "live" session answer during its first seconds (middlewares/authenticate.ts,
  * DISCOVERY_GRACE_MS): the other nodes may not know it yet, so a revocation they announce would not reach it. During
  * the grace every request asks the shared blacklist and the durable session; afterwards one answer per 30 s is kept.
  * A revocation announced with announceRevocation waits until each gateway has applied it.

@@ -3,7 +3,7 @@
  * content (services/special/files.ts: upload, share, download, orphans), and the observer's internal write path
  * into special/stats (`stats.increment`).
  */
-import { type StatsApplied, type StatsIncrement } from "../lib/contracts";
+import type { StatsApplied, StatsIncrement } from "../lib/contracts";
 import type { ServiceSchema } from "moleculer";
 import { special } from "../catalog/domains/special";
 import { collectionMixin } from "../mixins/collection.mixin";
@@ -13,7 +13,6 @@ import { sharedKeyValue } from "../runtime/kv";
 import { applyIncrements, validIncrement } from "./special/stats";
 import { collect } from "./special/collect";
 import { filesHooks, filesMixin } from "./special/files";
-
 
 const statsLeases = (svc: any) => {
 	const cfg = configOf(svc.broker);

@@ -7,6 +7,7 @@
  */
 import { readdirSync, readFileSync } from "fs";
 import { join, posix, relative, resolve, sep } from "path";
+import ts from "typescript";
 
 export interface Room {
 	name: string;
@@ -50,13 +51,17 @@ export function roomOf(file: string, rooms: Room[] = ROOMS): Room | undefined {
 	return undefined;
 }
 
-/** Every module specifier a source imports: `import … from`, `export … from`, `import "…"`, `import("…")`, `require("…")`. */
+/**
+ * Every module specifier a source imports: `import … from`, `export … from`, `import "…"`, `import("…")`,
+ * `require("…")` (TypeScript's own pre-processor: comments, strings and templates that name paths are no imports), and
+ * `require.resolve("…")` outside comments.
+ */
 export function importsOf(source: string): string[] {
-	// Comments may name paths ("see ../services/x"): they are no imports.
-	const code = source.replace(/\/\*[\s\S]*?\*\//g, "").replace(/(^|[^:"'`\\])\/\/.*$/gm, "$1");
-	const out: string[] = [];
-	const patterns = [/\b(?:import|export)\s[^"'`;]*?\bfrom\s*["']([^"']+)["']/g, /\bimport\s*["']([^"']+)["']/g, /\b(?:import|require)\s*\(\s*["']([^"']+)["']\s*\)/g, /\brequire\.resolve\s*\(\s*["']([^"']+)["']/g];
-	for (const re of patterns) for (const m of code.matchAll(re)) out.push(m[1]);
+	const out = ts.preProcessFile(source, true, true).importedFiles.map((f) => f.fileName);
+	for (const line of source.split("\n")) {
+		if (/^\s*(\/\/|\/\*|\*)/.test(line)) continue;
+		for (const m of line.matchAll(/\brequire\.resolve\s*\(\s*["']([^"']+)["']/g)) out.push(m[1]);
+	}
 	return out;
 }
 

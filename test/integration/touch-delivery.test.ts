@@ -4,7 +4,7 @@
  * JWT (RFC 8292) it verifies; local HTTP servers stand for kavenegar and twilio and receive their exact wire shapes.
  * Retries with backoff then SENT once, scheduled dates, two publisher instances, notices over MQTT, and a leak scan.
  */
-import { type Job } from "../../lib/contracts";
+import type { Job } from "../../lib/contracts";
 import http from "http";
 import { createECDH, createHmac, createDecipheriv, createPublicKey, randomBytes, verify } from "crypto";
 import { readdirSync, readFileSync, statSync } from "fs";

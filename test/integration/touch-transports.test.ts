@@ -8,7 +8,7 @@
  * - Web Push and SMS over HTTPS to a local service with a self-signed certificate, trusted through TLS_CA_FILE only:
  *   without it the same request fails on certificate verification (never turned off).
  */
-import { type Job } from "../../lib/contracts";
+import type { Job } from "../../lib/contracts";
 import { execFileSync } from "child_process";
 import { createECDH, createHmac, createDecipheriv, randomBytes } from "crypto";
 import { mkdtempSync, readFileSync, rmSync } from "fs";

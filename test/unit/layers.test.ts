@@ -57,8 +57,11 @@ describe("rooms and their imports", () => {
 			'const j = require.resolve("./j");',
 			'// import x from "./comment";',
 			'/* require("./block") */',
+			'const glob = "*/*"; const q = /["\']/;',
+			'const k = require("./k") as typeof import("./k2");',
+			'const t = `import z from "./template"`;',
 		].join("\n");
-		expect(importsOf(src).sort()).toEqual(["../b", "./a", "./c", "./e", "./f", "./g", "./h", "./i", "./j"]);
+		expect(importsOf(src).sort()).toEqual(["../b", "./a", "./c", "./e", "./f", "./g", "./h", "./i", "./j", "./k", "./k2"]);
 	});
 
 	it("the table is ordered from the ground up: a room may import only rooms below it", () => {

@@ -1,6 +1,6 @@
 /** Every environment setting of the platform, read once. README.md lists them. */
 import { randomBytes } from "crypto";
-import { accessSync, chmodSync, constants, existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "fs";
+import { accessSync, chmodSync, closeSync, constants, existsSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeSync } from "fs";
 import path from "path";
 import { nedbDocumentStores } from "./nedb-data";
 
@@ -475,11 +475,29 @@ function writableDataDir(dir: string): void {
 	}
 }
 
-/** A JSON file readable by its owner only (bootstrap values, generated keys). */
+/**
+ * A JSON file readable by its owner only (bootstrap values, generated keys, the embedded PostgreSQL's password),
+ * replaced whole: written to a file of its own beside it, flushed to disk, then renamed over it. A reader (another
+ * process, the platform's next start after a crash mid-write) sees the old content or the new, never a truncated file
+ * that would leave the keys or the root credentials unreadable.
+ */
 export function writePrivateJson(file: string, value: unknown): void {
 	ensurePrivateDir(path.dirname(file), true);
-	writeFileSync(file, JSON.stringify(value, null, 2), { mode: 0o600 });
-	chmodSync(file, 0o600);
+	const tmp = `${file}.${process.pid}.tmp`;
+	try {
+		const fd = openSync(tmp, "w", 0o600);
+		try {
+			writeSync(fd, JSON.stringify(value, null, 2));
+			fsyncSync(fd);
+		} finally {
+			closeSync(fd);
+		}
+		chmodSync(tmp, 0o600);
+		renameSync(tmp, file);
+	} catch (err) {
+		rmSync(tmp, { force: true });
+		throw err;
+	}
 }
 
 export function readJson<T>(file: string): T | undefined {

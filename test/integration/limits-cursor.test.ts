@@ -1,8 +1,9 @@
 /**
  * `/cursor` limits (CONTRACTS.md "Limits the platform keeps"): at most 8 open streams per principal (the 9th: 429
  * `too many open cursors` before any SSE header); a stream whose client reads nothing for CURSOR_IDLE_MS (30 s,
- * 4 s here) is closed and its slot freed. The 8 streams open together: opened one after the other on a loaded machine
- * (CI), the first had been idle for longer than a short window before the last was counted.
+ * 4 s here) is closed and its slot freed. The window is that long because the 8 streams open one after the other:
+ * on a loaded machine (CI) the first had been idle for longer than a 1.5 s window before the last was counted. (Opened
+ * together, their 8 cuts come at the same moment, which the /status probe must not see either.)
  */
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
 import { errorBody, sleep } from "../helpers/auth";
@@ -11,9 +12,6 @@ import { bigNotes, otherPrincipal, stalledStream, type Stalled } from "../helper
 import { withStatusProbe } from "../helpers/status-probe";
 
 const IDLE_MS = 4000;
-
-/** The principal's 8 streams, opened together. */
-const eight = (tok: string) => Promise.all(Array.from({ length: 8 }, () => stalledStream(p.url, path, tok)));
 let p: TestPlatform;
 let token: string;
 let path: string;
@@ -34,8 +32,9 @@ withStatusProbe(() => p.url);
 test("8 open streams per principal; the 9th → 429 in the error shape, no SSE header; another principal is not affected", async () => {
 	const held: Stalled[] = [];
 	try {
-		held.push(...(await eight(token)));
-		for (const s of held) {
+		for (let i = 0; i < 8; i++) {
+			const s = await stalledStream(p.url, path, token);
+			held.push(s);
 			expect(s.status).toBe(200);
 			expect(s.contentType).toMatch(/^text\/event-stream/);
 		}
@@ -60,7 +59,7 @@ test("8 open streams per principal; the 9th → 429 in the error shape, no SSE h
 test("a client that reads nothing is cut off after CURSOR_IDLE_MS and its slot freed", async () => {
 	const held: Stalled[] = [];
 	try {
-		held.push(...(await eight(token)));
+		for (let i = 0; i < 8; i++) held.push(await stalledStream(p.url, path, token));
 		expect(held.map((s) => s.status)).toEqual(Array(8).fill(200));
 		expect([...openOf().values()]).toEqual([8]);
 		expect((await stalledStream(p.url, path, token)).status).toBe(429);

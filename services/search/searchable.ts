@@ -107,24 +107,33 @@ export function searchableMixin(domain: DomainDef, names: string[]): Partial<Ser
 			// The newest position of a change to these collections appended on this node, and the searches waiting for
 			// the tail to pass it: the write was answered, so a search that follows it must find it, not race the read.
 			let mine = 0;
-			let waiting: Array<{ at: number; resolve: () => void }> = [];
+			let waiting: Array<{ at: number; done: () => void }> = [];
 			const passed = () => {
 				if (!waiting.length) return;
-				const still = waiting.filter((w) => w.at > position && !stopped);
-				for (const w of waiting) if (!still.includes(w)) w.resolve();
+				const still: typeof waiting = [];
+				for (const w of waiting) {
+					if (w.at > position && !stopped) still.push(w);
+					else w.done();
+				}
 				waiting = still;
 			};
 			state.caughtUp = () => {
 				if (position >= mine || stopped) return Promise.resolve();
 				const at = mine;
 				return new Promise<void>((resolve) => {
-					const w = { at, resolve };
-					waiting.push(w);
 					// Bounded: a tail that cannot read (the store is down) answers from the index as it is.
-					setTimeout(() => {
+					const timer = setTimeout(() => {
 						waiting = waiting.filter((x) => x !== w);
 						resolve();
 					}, CATCH_UP_MS).unref();
+					const w = {
+						at,
+						done: () => {
+							clearTimeout(timer);
+							resolve();
+						},
+					};
+					waiting.push(w);
 				});
 			};
 			const onAppended = (recs: OutboxRecord[]) => {

@@ -35,6 +35,7 @@ import { MqttWebSocketBridge } from "./api/mqtt-ws";
 import { grantCache } from "../middlewares/grant-cache";
 import { Idempotency } from "./api/idempotency";
 import { NODE_STOPPING } from "../middlewares/node-stopping";
+import { Drain } from "./api/drain";
 
 /** moleculer-web's own request handler: every request the lean path (services/api/lean-route.ts) does not serve. */
 const webHttpHandler = (ApiGateway as unknown as { methods: { httpHandler(this: unknown, req: unknown, res: unknown, next?: unknown): Promise<void> } }).methods.httpHandler;
@@ -271,6 +272,7 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 		/** MQTT over WebSocket on `/mqtt`, bridged to the embedded broker (services/api/mqtt-ws.ts). */
 		this.mqttWs = new MqttWebSocketBridge({ broker: this.broker, logger: this.logger, jwtSecret: keys.jwtSecret, trustProxy: cfg.trustProxy });
 		if (this.server) this.mqttWs.attach(this.server);
+		this.drain = new Drain(this.server, this.broker.options.tracking?.shutdownTimeout ?? 10_000);
 	},
 
 	started(this: any) {
@@ -308,6 +310,7 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 		/** The node is stopping (moleculer.config.ts): live streams end first, so they do not hold the stop. */
 		[NODE_STOPPING](this: any) {
 			this.liveCursors.endStreams();
+			this.drain.start();
 		},
 		"auth.session.revoked"(this: any, ctx: Context<{ session: string }>) {
 			this.authenticator.sessionRevoked(ctx.params.session);
@@ -332,6 +335,8 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 		 * error path. Everything else goes to moleculer-web's handler.
 		 */
 		async httpHandler(this: any, req: Req & { originalUrl?: string; parsedUrl?: string; baseUrl?: string; [k: string]: any }, res: Res & { [k: string]: any }, next?: unknown) {
+			// A stopping gateway answers what it is given, each on a connection that then closes (services/api/drain.ts).
+			if (this.drain.draining) res.setHeader("Connection", "close");
 			const match = leanMatch(req, (url, method) => this.resolveAlias(url, method), "api");
 			if (!match) return webHttpHandler.call(this, req, res, next);
 			// moleculer-web's httpHandler, then its `rest` action's handler and routeHandler, for one alias.

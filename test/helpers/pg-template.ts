@@ -31,7 +31,7 @@ const ROOT = path.resolve(__dirname, "../..");
 const SKIP = new Set(["node_modules", "test", "bench", "dist", "docs", "data", "deploy"]);
 
 /** A hash of every .ts source of the platform (not tests, benches, build output). */
-function sourcesHash(): string {
+export function sourcesHash(): string {
 	const h = createHash("sha256");
 	const walk = (dir: string) => {
 		for (const name of readdirSync(dir).sort()) {
@@ -62,6 +62,16 @@ export function pgTemplate(): Promise<boolean> {
 	})());
 }
 
+/** Empties every table of a database but `schema_migrations` and restarts every sequence: the schema stays. */
+export const EMPTY_TABLES = `do $$ declare r record; begin
+	for r in select schemaname, tablename from pg_tables where schemaname not in ('pg_catalog', 'information_schema') and tablename <> 'schema_migrations' loop
+		execute format('truncate %I.%I cascade', r.schemaname, r.tablename);
+	end loop;
+	for r in select schemaname, sequencename from pg_sequences where schemaname not in ('pg_catalog', 'information_schema') loop
+		execute format('alter sequence %I.%I restart', r.schemaname, r.sequencename);
+	end loop;
+end $$`;
+
 /**
  * A platform started once on a copy of the initialised cluster creates the schema; then, on the cluster alone, every
  * table but `schema_migrations` is emptied and every sequence reset. Templates of earlier sources are removed.
@@ -77,14 +87,7 @@ async function buildSchema(): Promise<void> {
 		const cfg = { dataDir: tmp, databaseUrl: undefined };
 		const rel = await openRelational(cfg);
 		try {
-			await rel.query(`do $$ declare r record; begin
-				for r in select schemaname, tablename from pg_tables where schemaname not in ('pg_catalog', 'information_schema') and tablename <> 'schema_migrations' loop
-					execute format('truncate %I.%I cascade', r.schemaname, r.tablename);
-				end loop;
-				for r in select schemaname, sequencename from pg_sequences where schemaname not in ('pg_catalog', 'information_schema') loop
-					execute format('alter sequence %I.%I restart', r.schemaname, r.sequencename);
-				end loop;
-			end $$`);
+			await rel.query(EMPTY_TABLES);
 		} finally {
 			await releaseRelational(cfg);
 		}

@@ -4,6 +4,7 @@ import os from "os";
 import path from "path";
 import { startPlatform, type Platform } from "../../platform";
 import { pgTemplate, seedEmbeddedPg } from "./pg-template";
+import { serverDatabase } from "./pg-server-db";
 import type { PlatformConfig } from "../../runtime/config";
 import { createStore, isDuplicateKeyError, onPostgres } from "../../mixins/stores";
 
@@ -117,8 +118,11 @@ export async function bootPlatform(overrides: Partial<PlatformConfig> = {}): Pro
 	// A test that names no store runs on PLATFORM_TEST_STORE; `documentStore: undefined` given explicitly keeps the
 	// platform's own choice (the NeDB data-directory detection tests).
 	if (!("documentStore" in overrides) && testStore()) cfg.documentStore = testStore();
-	// A new DATA_DIR of ours gets the initialised cluster (test/helpers/pg-template.ts); a caller's is left as given.
-	if (!overrides.dataDir && (await pgTemplate())) seedEmbeddedPg(dataDir, overrides.databaseUrl ?? process.env.DATABASE_URL);
+	// A new DATA_DIR of ours gets a database of its own on the local PostgreSQL server (test/helpers/pg-server-db.ts),
+	// or else the initialised embedded cluster (test/helpers/pg-template.ts); a caller's DATA_DIR or database is left as given.
+	const own = !overrides.dataDir && !("databaseUrl" in overrides) ? await serverDatabase() : undefined;
+	if (own) cfg.databaseUrl = own.url;
+	else if (!overrides.dataDir && (await pgTemplate())) seedEmbeddedPg(dataDir, overrides.databaseUrl ?? process.env.DATABASE_URL);
 	let p = await startPlatform(cfg);
 	if (onPostgres(p.cfg) && existsSync(path.join(dataDir, HOLD_FILE))) await holdOnPostgres(p.cfg);
 	const root = JSON.parse(readFileSync(path.join(dataDir, "bootstrap.json"), "utf8"));
@@ -144,6 +148,7 @@ export async function bootPlatform(overrides: Partial<PlatformConfig> = {}): Pro
 		},
 		async cleanup() {
 			await p.stop();
+			await own?.drop();
 			rmSync(dataDir, { recursive: true, force: true });
 		},
 	};

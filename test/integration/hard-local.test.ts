@@ -70,7 +70,8 @@ describe("local hardening", () => {
 	let db: Relational;
 
 	beforeAll(async () => {
-		p = await bootPlatform();
+		// The embedded PostgreSQL (no DATABASE_URL; test platforms otherwise get a database on the local server).
+		p = await bootPlatform({ databaseUrl: undefined });
 		db = await openRelational(p.cfg);
 	}, 90_000);
 

@@ -101,7 +101,8 @@ describe("on the embedded PostgreSQL (default)", () => {
 	let p: TestPlatform;
 	let db: Relational;
 	beforeAll(async () => {
-		p = await bootPlatform();
+		// No DATABASE_URL (test platforms otherwise get a database on the local server: test/helpers/pg-server-db.ts).
+		p = await bootPlatform({ databaseUrl: undefined });
 		db = await openRelational(p.cfg);
 	}, 60_000);
 	afterAll(async () => {

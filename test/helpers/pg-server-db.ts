@@ -1,0 +1,114 @@
+/**
+ * A test platform's PostgreSQL database on the local server (127.0.0.1:5432, trust auth), made from a template.
+ *
+ * The suite boots a few hundred platforms. With no DATABASE_URL each one ran an embedded PostgreSQL of its own: its
+ * cluster copied into DATA_DIR (pg-template.ts; `cp` of 46 MB, 0.3 s of a blocked worker), a server process started
+ * and, at the stop, shut down with a checkpoint. When the local server answers, a platform booted by bootPlatform on a
+ * DATA_DIR of its own instead gets a database of its own there (DATABASE_URL), created by the server from a template
+ * database that holds the schema with every table empty (CREATE DATABASE ... TEMPLATE, 60-80 ms) and dropped at the
+ * cleanup. The template is built once per version of the sources (pg-template.ts `sourcesHash`): a platform started
+ * on a new database creates the schema, then every table is emptied (EMPTY_TABLES). This is the production
+ * configuration (DATABASE_URL; docs/production.md); the embedded server keeps its own tests, which give a DATA_DIR or
+ * `databaseUrl: undefined` (hard-local, datadir-lock, the child-process nodes of test/helpers/nodes.ts), and
+ * PLATFORM_TEST_EMBEDDED_PG=1 turns this off for every platform.
+ *
+ * Names: the template `ptpl_<sources hash>`, a platform's database `ptest_<pid of the test worker>_<random>`. A
+ * worker's first use drops the databases of workers that are no longer running (a run cut short, or a test that
+ * stopped its platform without its cleanup).
+ */
+import { randomBytes } from "crypto";
+import os from "os";
+import path from "path";
+import { mkdtempSync, rmSync } from "fs";
+import { Client } from "pg";
+import { startPlatform } from "../../platform";
+import { EMPTY_TABLES, sourcesHash } from "./pg-template";
+
+const SERVER = "postgres://postgres@127.0.0.1:5432";
+
+export interface ServerDatabase {
+	url: string;
+	drop(): Promise<void>;
+}
+
+async function on<T>(db: string, fn: (c: Client) => Promise<T>): Promise<T> {
+	const c = new Client({ connectionString: `${SERVER}/${db}`, connectionTimeoutMillis: 5000 });
+	await c.connect();
+	try {
+		return await fn(c);
+	} finally {
+		await c.end();
+	}
+}
+
+const alive = (pid: number) => {
+	try {
+		process.kill(pid, 0);
+		return true;
+	} catch (err) {
+		return (err as NodeJS.ErrnoException).code === "EPERM";
+	}
+};
+
+/** Databases of test workers that are gone, and templates of other sources that nobody uses. */
+async function sweep(template: string): Promise<void> {
+	const { rows } = await on("test", (c) => c.query<{ datname: string }>("select datname from pg_database where datname like 'ptest\\_%' or datname like 'ptpl\\_%'"));
+	for (const { datname } of rows) {
+		// A platform's database or a template's build: stale once its worker is gone; a template: once the sources moved on.
+		const pid = /^ptest_(\d+)_|^ptpl_[0-9a-f]+_b(\d+)$/.exec(datname)?.slice(1).find(Boolean);
+		const stale = pid ? !alive(Number(pid)) : datname !== template;
+		// Without FORCE: a database somebody is connected to stays.
+		if (stale) await on("test", (c) => c.query(`drop database if exists ${datname}`)).catch(() => undefined);
+	}
+}
+
+/** The template database for these sources, built when missing (by whichever worker gets there first). */
+async function build(template: string): Promise<void> {
+	const exists = await on("test", (c) => c.query("select 1 from pg_database where datname = $1", [template]));
+	if (exists.rowCount) return;
+	const tmp = `${template}_b${process.pid}`;
+	await on("test", async (c) => {
+		await c.query(`drop database if exists ${tmp} with (force)`);
+		await c.query(`create database ${tmp}`);
+	});
+	const dataDir = mkdtempSync(path.join(os.tmpdir(), "platform-test-tpl-"));
+	try {
+		const p = await startPlatform({ port: 0, host: "127.0.0.1", logLevel: "error", dataDir, documentStore: "postgres", databaseUrl: `${SERVER}/${tmp}` });
+		await p.stop();
+		await on(tmp, (c) => c.query(EMPTY_TABLES));
+		// Another worker may have renamed its own build meanwhile: ours goes.
+		await on("test", (c) => c.query(`alter database ${tmp} rename to ${template}`)).catch(() => undefined);
+	} finally {
+		rmSync(dataDir, { recursive: true, force: true });
+		await on("test", (c) => c.query(`drop database if exists ${tmp} with (force)`)).catch(() => undefined);
+	}
+}
+
+let ready: Promise<string | undefined> | undefined;
+
+/** The template's name, or undefined when the server does not answer or the embedded server is asked for. */
+function templateDatabase(): Promise<string | undefined> {
+	return (ready ??= (async () => {
+		if (process.env.PLATFORM_TEST_EMBEDDED_PG === "1" || process.env.DATABASE_URL) return undefined;
+		const template = `ptpl_${sourcesHash()}`;
+		try {
+			await sweep(template);
+			await build(template);
+			return template;
+		} catch {
+			return undefined;
+		}
+	})());
+}
+
+/** A new database from the template, or undefined (the platform then runs the embedded PostgreSQL). */
+export async function serverDatabase(): Promise<ServerDatabase | undefined> {
+	const template = await templateDatabase();
+	if (!template) return undefined;
+	const name = `ptest_${process.pid}_${randomBytes(5).toString("hex")}`;
+	await on("test", (c) => c.query(`create database ${name} template ${template}`));
+	return {
+		url: `${SERVER}/${name}`,
+		drop: () => on("test", (c) => c.query(`drop database if exists ${name} with (force)`)).then(() => undefined),
+	};
+}

@@ -30,6 +30,12 @@ export interface PlatformConfig {
 	nedbDataDir?: boolean;
 	redisUrl?: string;
 	databaseUrl?: string;
+	/**
+	 * DATABASE_POOL_SIZE: most connections a process opens to DATABASE_URL (one pool per process and database, shared
+	 * by its stores and workers); default 20. Every node of a deployment has its own: their sum, plus what else uses
+	 * the server, must stay under the server's `max_connections` (100 by default).
+	 */
+	databasePoolSize: number;
 	mqttUrl?: string;
 	/** MQTT_TOPIC_ROOT: first level(s) of every MQTT topic the publisher writes (docs/mqtt.md); default `platform`. */
 	mqttTopicRoot: string;
@@ -290,6 +296,15 @@ function heartbeats(): Pick<PlatformConfig, "heartbeatIntervalMs" | "heartbeatTi
 	return { heartbeatIntervalMs, heartbeatTimeoutMs };
 }
 
+/** A whole number, at least `min`. */
+function atLeast(name: string, fallback: number, min: number): number {
+	const v = env(name);
+	if (v === undefined) return fallback;
+	const n = Number(v);
+	if (!Number.isInteger(n) || n < min) throw new Error(`${name} must be an integer, at least ${min}, got ${v}`);
+	return n;
+}
+
 /** A duration in whole milliseconds, at least `min`. */
 function millis(name: string, fallback: number, min: number): number {
 	const v = env(name);
@@ -350,6 +365,7 @@ export function readConfig(): PlatformConfig {
 		mongoUri: env("MONGO_URI"),
 		redisUrl: env("REDIS_URL"),
 		databaseUrl: env("DATABASE_URL"),
+		databasePoolSize: atLeast("DATABASE_POOL_SIZE", 20, 1),
 		mqttUrl: env("MQTT_URL"),
 		mqttTopicRoot: topicRoot(env("MQTT_TOPIC_ROOT")),
 		mqttPort: mqttPort(env("MQTT_PORT")),

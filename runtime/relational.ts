@@ -85,6 +85,8 @@ function freePort(): Promise<number> {
  * Parameters of DATABASE_URL (`?statement_timeout=5000&lock_timeout=2000&...`, milliseconds) take precedence.
  */
 export const PG_TIMEOUTS = { statement_timeout: 30_000, lock_timeout: 10_000, idle_in_transaction_session_timeout: 30_000 } as const;
+/** DATABASE_POOL_SIZE's default (runtime/config.ts). */
+const DEFAULT_POOL_SIZE = 20;
 /** A server that does not accept a connection within this fails the query (a 503), instead of holding it forever. */
 const CONNECT_TIMEOUT_MS = 5000;
 /** How much longer than `statement_timeout` the client waits for an answer before it gives the connection up. */
@@ -337,13 +339,13 @@ async function openEmbedded(dataDir: string): Promise<Relational> {
 
 const shared = new Map<string, { rel: Promise<Relational>; users: number }>();
 
-/** One relational store per process and location, shared by the workers of the node. */
-export async function openRelational(cfg: Pick<PlatformConfig, "databaseUrl" | "dataDir">): Promise<Relational> {
+/** One relational store per process and location, shared by the workers of the node (DATABASE_POOL_SIZE connections at most). */
+export async function openRelational(cfg: Pick<PlatformConfig, "databaseUrl" | "dataDir"> & Partial<Pick<PlatformConfig, "databasePoolSize">>): Promise<Relational> {
 	const key = cfg.databaseUrl ?? cfg.dataDir;
 	let entry = shared.get(key);
 	if (!entry) {
 		const rel = cfg.databaseUrl
-			? Promise.resolve(new PgRelational("postgres", livePool({ connectionString: cfg.databaseUrl, max: 20 })) as Relational)
+			? Promise.resolve(new PgRelational("postgres", livePool({ connectionString: cfg.databaseUrl, max: cfg.databasePoolSize ?? DEFAULT_POOL_SIZE })) as Relational)
 			: openEmbedded(cfg.dataDir);
 		shared.set(key, (entry = { rel, users: 0 }));
 		rel.catch(() => shared.delete(key));

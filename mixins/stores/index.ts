@@ -12,7 +12,7 @@ export * from "./types";
 export { unitOfWork } from "./unit";
 export { NedbStore, PgStore };
 
-export type StoreConfig = Pick<PlatformConfig, "dataDir" | "mongoUri"> & Partial<Pick<PlatformConfig, "documentStore" | "databaseUrl">>;
+export type StoreConfig = Pick<PlatformConfig, "dataDir" | "mongoUri"> & Partial<Pick<PlatformConfig, "documentStore" | "databaseUrl" | "databasePoolSize">>;
 
 /** Whether documents (and so the outbox) live in PostgreSQL. */
 export const onPostgres = (cfg: StoreConfig): boolean => !cfg.mongoUri && cfg.documentStore === "postgres";

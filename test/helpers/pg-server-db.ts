@@ -12,6 +12,9 @@
  * `databaseUrl: undefined` (hard-local, datadir-lock, the child-process nodes of test/helpers/nodes.ts), and
  * PLATFORM_TEST_EMBEDDED_PG=1 turns this off for every platform.
  *
+ * Its pool is the embedded server's size (10 connections), and a platform gets a database there only while the server
+ * has 40 connection slots free (the files running alongside start nodes of their own on it): else the embedded server.
+ *
  * Names: the template `ptpl_<sources hash>`, a platform's database `ptest_<pid of the test worker>_<random>`. A
  * worker's first use drops the databases of workers that are no longer running (a run cut short, or a test that
  * stopped its platform without its cleanup).
@@ -25,6 +28,13 @@ import { startPlatform } from "../../platform";
 import { EMPTY_TABLES, sourcesHash } from "./pg-template";
 
 const SERVER = "postgres://postgres@127.0.0.1:5432";
+/** A test platform's pool on its database: the embedded server's size (runtime/relational.ts). */
+export const TEST_POOL_SIZE = 10;
+/**
+ * Connection slots the server must have free for a new platform's database; with fewer (other test files' nodes, or a
+ * server with a low `max_connections`), that platform runs the embedded PostgreSQL instead.
+ */
+const SPARE_SLOTS = 40;
 
 export interface ServerDatabase {
 	url: string;
@@ -106,7 +116,13 @@ export async function serverDatabase(): Promise<ServerDatabase | undefined> {
 	const template = await templateDatabase();
 	if (!template) return undefined;
 	const name = `ptest_${process.pid}_${randomBytes(5).toString("hex")}`;
-	await on("test", (c) => c.query(`create database ${name} template ${template}`));
+	const made = await on("test", async (c) => {
+		const { rows } = await c.query<{ free: number }>("select current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int - count(*)::int as free from pg_stat_activity");
+		if (rows[0].free < SPARE_SLOTS) return false;
+		await c.query(`create database ${name} template ${template}`);
+		return true;
+	});
+	if (!made) return undefined;
 	return {
 		url: `${SERVER}/${name}`,
 		drop: () => on("test", (c) => c.query(`drop database if exists ${name} with (force)`)).then(() => undefined),

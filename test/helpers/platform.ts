@@ -4,7 +4,7 @@ import os from "os";
 import path from "path";
 import { startPlatform, type Platform } from "../../platform";
 import { pgTemplate, seedEmbeddedPg } from "./pg-template";
-import { serverDatabase } from "./pg-server-db";
+import { serverDatabase, TEST_POOL_SIZE } from "./pg-server-db";
 import type { PlatformConfig } from "../../runtime/config";
 import { createStore, isDuplicateKeyError, onPostgres } from "../../mixins/stores";
 
@@ -121,7 +121,8 @@ export async function bootPlatform(overrides: Partial<PlatformConfig> = {}): Pro
 	// A new DATA_DIR of ours gets a database of its own on the local PostgreSQL server (test/helpers/pg-server-db.ts),
 	// or else the initialised embedded cluster (test/helpers/pg-template.ts); a caller's DATA_DIR or database is left as given.
 	const own = !overrides.dataDir && !("databaseUrl" in overrides) ? await serverDatabase() : undefined;
-	if (own) cfg.databaseUrl = own.url;
+	// The embedded server's pool size: three test files at a time share the server's 100 connections.
+	if (own) Object.assign(cfg, { databaseUrl: own.url, databasePoolSize: TEST_POOL_SIZE });
 	else if (!overrides.dataDir && (await pgTemplate())) seedEmbeddedPg(dataDir, overrides.databaseUrl ?? process.env.DATABASE_URL);
 	let p = await startPlatform(cfg);
 	if (onPostgres(p.cfg) && existsSync(path.join(dataDir, HOLD_FILE))) await holdOnPostgres(p.cfg);

@@ -7,7 +7,9 @@ import { Client } from "pg";
 import { readConfig } from "../../runtime/config";
 import { openRelational, releaseRelational } from "../../runtime/relational";
 import { testDatabase, type TestDatabase } from "../helpers/pg";
-import { tempDir } from "../helpers/platform";
+import { needServers, tempDir } from "../helpers/platform";
+
+const servers = needServers(["PostgreSQL", 5432]);
 
 const saved = process.env.DATABASE_POOL_SIZE;
 afterEach(() => {
@@ -26,17 +28,16 @@ test("DATABASE_POOL_SIZE: 20 by default, a whole number of at least 1", () => {
 	}
 });
 
-describe("the pool on DATABASE_URL", () => {
-	let db: TestDatabase | undefined;
+servers.describe("the pool on DATABASE_URL", () => {
+	let db: TestDatabase;
 	beforeAll(async () => {
-		db = await testDatabase();
+		db = (await testDatabase())!;
 	});
 	afterAll(async () => {
 		await db?.drop();
 	});
 
 	test("eight statements at once on a pool of 3 use 3 connections of the server, and all eight complete", async () => {
-		if (!db) return;
 		const cfg = { databaseUrl: db.url, dataDir: tempDir(), databasePoolSize: 3 };
 		const rel = await openRelational(cfg);
 		const admin = new Client({ connectionString: db.url });

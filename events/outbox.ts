@@ -142,37 +142,39 @@ export class Outbox extends EventEmitter {
 
 	/** Removed records not yet given back to the disk (NeDB appends a deletion line per removed record). */
 	private garbage = 0;
-	private pruning?: Promise<number>;
+	/** The last pass asked for: the next one starts after it. */
+	private pruning: Promise<unknown> = Promise.resolve();
 
 	/**
 	 * Removes the records every consumer has passed (seq <= `passedAll`) and those older than `retentionHours`
 	 * whoever still lags (CONTRACTS.md: "The outbox keeps an event until every consumer group has passed it, then at
 	 * most STREAM_RETENTION_HOURS"). The file is compacted once the removed records outnumber the live ones, so the
 	 * disk (and what a restart loads) stays within about twice the backlog, at an amortised cost. Returns how many
-	 * were removed. One pass at a time.
+	 * were removed. One pass at a time: a call made during a pass runs its own, with its own bounds, after it (the
+	 * relay's and the consumer groups' pruners may share one outbox; before, such a call was answered with the pass
+	 * under way, whose bounds were another caller's).
 	 */
 	prune(passedAll: number, retentionHours: number, graceMs = PRUNE_GRACE_MS): Promise<number> {
-		this.pruning ??= (async () => {
-			try {
-				if (this.pg) return await this.pg.prune(passedAll, retentionHours, graceMs);
-				const cutoff = (Date.now() - retentionHours * 3_600_000) * 1000;
-				// Passed records stay a short while for the readers that are not consumer groups (each node's search
-				// index tails the outbox): one that stalls less than the grace misses nothing.
-				const graced = Math.min(passedAll, (Date.now() - graceMs) * 1000);
-				const upTo = Math.max(graced, cutoff);
-				const removed = upTo > 0 ? await this.store.removeMany({ seq: { $lte: upTo } }) : 0;
-				if (upTo > 0) this.tail?.drop(upTo);
-				this.garbage += removed;
-				if (this.garbage > 0 && this.store.compact && this.garbage >= (await this.store.count({}))) {
-					await this.store.compact();
-					this.garbage = 0;
-				}
-				return removed;
-			} finally {
-				this.pruning = undefined;
-			}
-		})();
-		return this.pruning;
+		const pass = this.pruning.then(() => this.prunePass(passedAll, retentionHours, graceMs));
+		this.pruning = pass.catch(() => undefined);
+		return pass;
+	}
+
+	private async prunePass(passedAll: number, retentionHours: number, graceMs: number): Promise<number> {
+		if (this.pg) return this.pg.prune(passedAll, retentionHours, graceMs);
+		const cutoff = (Date.now() - retentionHours * 3_600_000) * 1000;
+		// Passed records stay a short while for the readers that are not consumer groups (each node's search index
+		// tails the outbox): one that stalls less than the grace misses nothing.
+		const graced = Math.min(passedAll, (Date.now() - graceMs) * 1000);
+		const upTo = Math.max(graced, cutoff);
+		const removed = upTo > 0 ? await this.store.removeMany({ seq: { $lte: upTo } }) : 0;
+		if (upTo > 0) this.tail?.drop(upTo);
+		this.garbage += removed;
+		if (this.garbage > 0 && this.store.compact && this.garbage >= (await this.store.count({}))) {
+			await this.store.compact();
+			this.garbage = 0;
+		}
+		return removed;
 	}
 
 	count(): Promise<number> {

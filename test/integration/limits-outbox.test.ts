@@ -96,11 +96,11 @@ test("retention: records older than STREAM_RETENTION_HOURS go even when a group 
 		expect(await ob.count()).toBe(4);
 		// A group passed the third: the first three go, the fourth stays.
 		const third = (await ob.readFrom(0, 10))[2].seq;
-		// Within the grace (default 60 s) passed records stay for readers that tail the outbox; without it they go.
-		expect(await ob.prune(third, 168)).toBe(0);
 		// Positions are microsecond-scaled times: records of the current millisecond are not "past" yet.
 		await sleep(2);
-		expect(await ob.prune(third, 168, 0)).toBe(3);
+		// Within the grace (default 60 s) passed records stay for readers that tail the outbox; without it they go.
+		// Asked at once, each pass keeps its own bounds (one at a time: the second is not answered with the first).
+		expect(await Promise.all([ob.prune(third, 168), ob.prune(third, 168, 0)])).toEqual([0, 3]);
 		expect((await ob.readFrom(0, 10)).map((r) => r.seq)).toEqual([last.seq]);
 		// Retention reached (a tiny retention makes the fourth old): it goes though nobody passed it.
 		await sleep(20);

@@ -192,10 +192,7 @@ describe.each(STORES)("live cursors on %s", (store) => {
 
 		// A passed record stays OUTBOX_GRACE_MS (PostgreSQL's positions count from 1; NeDB's are times, L1 long gone):
 		// the first one, passed by every group since the start, goes now.
-		// A pass of the cleaner's own may be under way: prune() then answers with that one, so until L1 is gone.
-		const outbox = sharedOutbox(T.p.cfg);
-		for (let i = 0; i < 50 && (await outbox.readFrom(0, 1))[0]?.seq === 1; i++) await outbox.prune(1, 168, 0);
-		expect((await outbox.readFrom(0, 1))[0]?.seq).not.toBe(1);
+		await sharedOutbox(T.p.cfg).prune(1, 168, 0);
 		const gone = await live(member.token, "", { "last-event-id": "L1" });
 		const e = await gone.waitFor((f) => f.event === "error");
 		expect(JSON.parse(e.data)).toEqual({ statusCode: 410, message: "Last-Event-ID L1 is older than this stream's retention; reconnect without it to start over", error: "Gone" });

@@ -4,6 +4,9 @@ import { accessSync, chmodSync, closeSync, constants, existsSync, fsyncSync, mkd
 import path from "path";
 import { nedbDocumentStores } from "./nedb-data";
 
+/** DATABASE_POOL_SIZE's default. */
+export const DEFAULT_DATABASE_POOL_SIZE = 20;
+
 export interface PlatformConfig {
 	port: number;
 	host: string;
@@ -296,22 +299,18 @@ function heartbeats(): Pick<PlatformConfig, "heartbeatIntervalMs" | "heartbeatTi
 	return { heartbeatIntervalMs, heartbeatTimeoutMs };
 }
 
-/** A whole number, at least `min`. */
-function atLeast(name: string, fallback: number, min: number): number {
+/** A whole number, at least `min` (`unit` names what it counts in the refusal). */
+function atLeast(name: string, fallback: number, min: number, unit = ""): number {
 	const v = env(name);
 	if (v === undefined) return fallback;
 	const n = Number(v);
-	if (!Number.isInteger(n) || n < min) throw new Error(`${name} must be an integer, at least ${min}, got ${v}`);
+	if (!Number.isInteger(n) || n < min) throw new Error(`${name} must be an integer${unit}, at least ${min}, got ${v}`);
 	return n;
 }
 
 /** A duration in whole milliseconds, at least `min`. */
 function millis(name: string, fallback: number, min: number): number {
-	const v = env(name);
-	if (v === undefined) return fallback;
-	const n = Number(v);
-	if (!Number.isInteger(n) || n < min) throw new Error(`${name} must be an integer of milliseconds, at least ${min}, got ${v}`);
-	return n;
+	return atLeast(name, fallback, min, " of milliseconds");
 }
 
 function mqttPort(v: string | undefined): number {
@@ -365,7 +364,7 @@ export function readConfig(): PlatformConfig {
 		mongoUri: env("MONGO_URI"),
 		redisUrl: env("REDIS_URL"),
 		databaseUrl: env("DATABASE_URL"),
-		databasePoolSize: atLeast("DATABASE_POOL_SIZE", 20, 1),
+		databasePoolSize: atLeast("DATABASE_POOL_SIZE", DEFAULT_DATABASE_POOL_SIZE, 1),
 		mqttUrl: env("MQTT_URL"),
 		mqttTopicRoot: topicRoot(env("MQTT_TOPIC_ROOT")),
 		mqttPort: mqttPort(env("MQTT_PORT")),

@@ -8,7 +8,7 @@ import path from "path";
 import { Pool, type PoolClient, type PoolConfig } from "pg";
 import type { PlatformConfig } from "./config";
 import { randomBytes } from "crypto";
-import { ensurePrivateDir, readJson, writePrivateJson } from "./config";
+import { DEFAULT_DATABASE_POOL_SIZE, ensurePrivateDir, readJson, writePrivateJson } from "./config";
 import { errorText, removePackageExitHooks, startServer } from "./pg-process";
 
 /** A statement with a name: PostgreSQL parses and plans it once per connection (a prepared statement). */
@@ -85,8 +85,6 @@ function freePort(): Promise<number> {
  * Parameters of DATABASE_URL (`?statement_timeout=5000&lock_timeout=2000&...`, milliseconds) take precedence.
  */
 export const PG_TIMEOUTS = { statement_timeout: 30_000, lock_timeout: 10_000, idle_in_transaction_session_timeout: 30_000 } as const;
-/** DATABASE_POOL_SIZE's default (runtime/config.ts). */
-const DEFAULT_POOL_SIZE = 20;
 /** A server that does not accept a connection within this fails the query (a 503), instead of holding it forever. */
 const CONNECT_TIMEOUT_MS = 5000;
 /** How much longer than `statement_timeout` the client waits for an answer before it gives the connection up. */
@@ -345,7 +343,7 @@ export async function openRelational(cfg: Pick<PlatformConfig, "databaseUrl" | "
 	let entry = shared.get(key);
 	if (!entry) {
 		const rel = cfg.databaseUrl
-			? Promise.resolve(new PgRelational("postgres", livePool({ connectionString: cfg.databaseUrl, max: cfg.databasePoolSize ?? DEFAULT_POOL_SIZE })) as Relational)
+			? Promise.resolve(new PgRelational("postgres", livePool({ connectionString: cfg.databaseUrl, max: cfg.databasePoolSize ?? DEFAULT_DATABASE_POOL_SIZE })) as Relational)
 			: openEmbedded(cfg.dataDir);
 		shared.set(key, (entry = { rel, users: 0 }));
 		rel.catch(() => shared.delete(key));

@@ -10,18 +10,11 @@ import path from "path";
 import { tempDir } from "../helpers/platform";
 import { freePort } from "../helpers/ports";
 import { sleep } from "../helpers/wait";
+import { alive } from "../../runtime/pids";
 
 jest.setTimeout(240_000);
 
 const ROOT = path.resolve(__dirname, "../..");
-const alive = (pid: number) => {
-	try {
-		process.kill(pid, 0);
-		return true;
-	} catch (e) {
-		return (e as NodeJS.ErrnoException).code === "EPERM";
-	}
-};
 const childrenOf = (pid: number): number[] => {
 	try {
 		return execFileSync("ps", ["-o", "pid=", "--ppid", String(pid)], { encoding: "utf8" }).split("\n").map(Number).filter(Boolean);

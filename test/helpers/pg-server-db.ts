@@ -25,6 +25,7 @@ import path from "path";
 import { mkdtempSync, rmSync } from "fs";
 import { Client } from "pg";
 import { startPlatform } from "../../platform";
+import { alive } from "../../runtime/pids";
 import { EMPTY_TABLES, sourcesHash } from "./pg-template";
 
 const SERVER = "postgres://postgres@127.0.0.1:5432";
@@ -50,15 +51,6 @@ async function on<T>(db: string, fn: (c: Client) => Promise<T>): Promise<T> {
 		await c.end();
 	}
 }
-
-const alive = (pid: number) => {
-	try {
-		process.kill(pid, 0);
-		return true;
-	} catch (err) {
-		return (err as NodeJS.ErrnoException).code === "EPERM";
-	}
-};
 
 /** Databases of test workers that are gone, and templates of other sources that nobody uses. */
 async function sweep(template: string): Promise<void> {

@@ -3,6 +3,7 @@
  * Read from the environment (default 20, a whole number of at least 1), and held by the pool: more statements at
  * once than that wait for a connection instead of opening more. Runs on the local PostgreSQL server.
  */
+import { rmSync } from "fs";
 import { Client } from "pg";
 import { readConfig } from "../../runtime/config";
 import { openRelational, releaseRelational } from "../../runtime/relational";
@@ -51,6 +52,7 @@ servers.describe("the pool on DATABASE_URL", () => {
 		} finally {
 			await admin.end();
 			await releaseRelational(cfg);
+			rmSync(cfg.dataDir, { recursive: true, force: true });
 		}
 	});
 });

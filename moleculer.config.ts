@@ -2,10 +2,9 @@
 import type { BrokerOptions, Middleware } from "moleculer";
 import type { PlatformConfig } from "./runtime/config";
 import { AuthorityMiddleware } from "./middlewares/authority";
-import { LeanMetricsMiddleware, TextPrometheusReporter } from "./runtime/metrics";
+import { countHandlesSafely, LeanMetricsMiddleware, TextPrometheusReporter } from "./runtime/metrics";
 import { channelsMiddleware } from "./events/channels.stream";
 import { unitOfWorkMiddlewares } from "./mixins/stores/unit.middleware";
-import { onPostgres } from "./mixins/stores";
 import os from "os";
 import { replCommands, ReplPrincipalMiddleware } from "./runtime/repl";
 import { claimNodeId, transportFailure } from "./runtime/failover";
@@ -20,6 +19,7 @@ export function brokerOptions(cfg?: PlatformConfig): BrokerOptions | Promise<Bro
 	// Called without a configuration by moleculer-runner (`moleculer-runner --config moleculer.config.ts --repl`):
 	// the environment's, and the platform's services are created with the broker (see runnerOptions).
 	if (!cfg || typeof (cfg as Partial<PlatformConfig>).dataDir !== "string") return runnerOptions();
+	countHandlesSafely();
 	return {
 		namespace: cfg.namespace,
 		// Failover (docs/production.md): the same id after a restart, dead peers dropped within the heartbeat timeout,
@@ -28,7 +28,7 @@ export function brokerOptions(cfg?: PlatformConfig): BrokerOptions | Promise<Bro
 		// No transporter: every service in one process, calls stay local. NATS in production, pinged every 2 s
 		// (runtime/transport-watch.ts: a connection gone silent is given up within seconds).
 		transporter: transporterOption(cfg.transporter),
-		logger: { type: "Console", options: { level: cfg.logLevel, formatter: "short", colors: process.stdout.isTTY } },
+		logger: loggerOption(cfg),
 		requestTimeout: cfg.requestTimeoutMs,
 		// A service that waits for others (auth for domain, identity, context) looks every 50 ms, not every second:
 		// a node's start is about a second shorter (the check reads the local registry only).
@@ -42,17 +42,53 @@ export function brokerOptions(cfg?: PlatformConfig): BrokerOptions | Promise<Bro
 		tracking: { enabled: true, shutdownTimeout: 10_000 },
 		metrics: {
 			enabled: true,
+			// Memory, event loop and OS figures whatever NODE_ENV says (Moleculer leaves them out under NODE_ENV=test).
+			collectProcessMetrics: true,
 			// Rendered by the gateway's /metrics (and each ops port), not by a listener of its own.
 			// The registry's view of the cluster (nodes, endpoints per service and per event) tells an operator which
 			// replicas and listeners this node knows; its per-action endpoints (hundreds of lines) are left out.
-			reporter: [new TextPrometheusReporter({ includes: ["moleculer.request.**", "moleculer.event.**", "moleculer.transit.**", "moleculer.registry.nodes.**", "moleculer.registry.service.endpoints.**", "moleculer.registry.event.endpoints.**", "gateway.**", "publisher.**", "preserver.**", "process.**", "os.memory.**"] }) as any],
+			reporter: [
+				new TextPrometheusReporter({
+					includes: [
+						"moleculer.request.**",
+						"moleculer.event.**",
+						"moleculer.transit.**",
+						"moleculer.registry.nodes.**",
+						"moleculer.registry.service.endpoints.**",
+						"moleculer.registry.event.endpoints.**",
+						"gateway.**",
+						"publisher.**",
+						"preserver.**",
+						"dispatcher.**",
+						"process.**",
+						"os.memory.**",
+					],
+				}) as any,
+			],
 		},
 		tracing: { enabled: false },
 		// The production event stream (EVENT_STREAM=nats|redis): @moleculer/channels, see events/channels.stream.ts.
-		middlewares: [LeanMetricsMiddleware as unknown as Middleware, NodeStoppingMiddleware, FailoverMiddleware(cfg.failoverWaitMs) as unknown as Middleware, ...unitOfWorkMiddlewares(onPostgres(cfg)), AuthorityMiddleware, ReplPrincipalMiddleware as unknown as Middleware, ...(cfg.eventStream && cfg.eventStream !== "outbox" ? [channelsMiddleware(cfg)] : [])],
+		middlewares: [
+			LeanMetricsMiddleware as unknown as Middleware,
+			NodeStoppingMiddleware,
+			FailoverMiddleware(cfg.failoverWaitMs) as unknown as Middleware,
+			...unitOfWorkMiddlewares(cfg.requestDbDeadlineMs),
+			AuthorityMiddleware,
+			ReplPrincipalMiddleware as unknown as Middleware,
+			...(cfg.eventStream && cfg.eventStream !== "outbox" ? [channelsMiddleware(cfg)] : []),
+		],
 		// The operator's REPL: `as <username|client id>`, `whoami`, `unas` (runtime/repl.ts).
 		replCommands: replCommands() as BrokerOptions["replCommands"],
 	};
+}
+
+/**
+ * Moleculer's console logger at LOG_LEVEL: `short` lines (coloured on a terminal), or with LOG_FORMAT=json one JSON
+ * object a line (`ts`, `level`, `msg`, `nodeID`, `ns`, `mod`, `svc`), never coloured, for log shippers.
+ */
+function loggerOption(cfg: PlatformConfig): BrokerOptions["logger"] {
+	const json = cfg.logFormat === "json";
+	return { type: "Console", options: { level: cfg.logLevel, formatter: json ? "json" : "short", colors: !json && process.stdout.isTTY } };
 }
 
 /**
@@ -76,11 +112,8 @@ export function consoleNodeOptions(cfg: PlatformConfig): BrokerOptions {
 
 /** The platform as moleculer-runner starts it: configuration from the environment, every service (or SERVICES). */
 async function runnerOptions(): Promise<BrokerOptions> {
-	// eslint-disable-next-line @typescript-eslint/no-var-requires
-	const { readConfig, bindConfig, privateDataDir } = require("./runtime/config") as typeof import("./runtime/config");
-	// eslint-disable-next-line @typescript-eslint/no-var-requires
+	const { readConfig, privateDataDir } = require("./runtime/config") as typeof import("./runtime/config");
 	const { lockDataDir, DataDirInUse } = require("./runtime/datadir-lock") as typeof import("./runtime/datadir-lock");
-	// eslint-disable-next-line @typescript-eslint/no-var-requires
 	const { attachToDataDir, consoleSessions } = require("./runtime/repl") as typeof import("./runtime/repl");
 	const cfg = readConfig();
 	// `--repl` attaches to what runs, as `npm run repl` does (runtime/repl.ts): the deployment, else the platform on DATA_DIR.
@@ -97,22 +130,15 @@ async function runnerOptions(): Promise<BrokerOptions> {
 		process.exit(1);
 	});
 	privateDataDir(cfg.dataDir);
+	const { nodeOptions } = require("./platform") as typeof import("./platform");
+	const node = nodeOptions(cfg);
 	return {
-		stopped: () => lock?.release(),
-		...brokerOptions(cfg),
+		...node,
 		// Consoles attach through the DATA_DIR socket once every service has started.
 		started: (broker) => lock?.serveConsoles(consoleSessions(broker)),
-		created(broker) {
-			bindConfig(broker, cfg);
-			// eslint-disable-next-line @typescript-eslint/no-var-requires
-			const { serviceCatalog } = require("./services") as typeof import("./services");
-			// eslint-disable-next-line @typescript-eslint/no-var-requires
-			const { workerCatalog } = require("./workers") as typeof import("./workers");
-			const all = { ...serviceCatalog(cfg), ...workerCatalog() };
-			for (const n of cfg.services ?? Object.keys(all)) {
-				if (!all[n]) throw new Error(`unknown service ${n}; known: ${Object.keys(all).join(", ")}`);
-				broker.createService(all[n]);
-			}
+		async stopped(broker) {
+			await node.stopped?.(broker);
+			await lock?.release();
 		},
 	};
 }

@@ -9,19 +9,27 @@ import type { Platform } from "./platform";
 import { readConfig, StartupError } from "./runtime/config";
 import { DataDirInUse, lockDataDir, type DataDirLock } from "./runtime/datadir-lock";
 
+/** Signals this close to the first one are the same request to stop (one Ctrl-C reaches node twice under npm). */
+const SAME_REQUEST_MS = 1000;
+
 async function main() {
 	let platform: Platform | undefined;
 	let lock: DataDirLock | undefined;
 	let consoleNode: ServiceBroker | undefined;
 	let stopping = false;
+	let stopAsked = 0;
 	// SIGINT (Ctrl-C) and SIGTERM (docker stop, systemd, kill) stop the platform in order (platform.stop logs each
-	// step); a second signal while stopping exits at once. `npm start` execs node, so npm's signals reach it.
+	// step) and exit 0; a second signal while stopping exits at once, unless it comes within SAME_REQUEST_MS of the
+	// first: Ctrl-C in a terminal sends SIGINT to the whole process group and npm forwards its own copy to node, so one
+	// keystroke arrives twice. `npm start` execs node, so npm's signals reach it.
 	const stop = async (signal: NodeJS.Signals) => {
 		if (stopping) {
+			if (Date.now() - stopAsked < SAME_REQUEST_MS) return;
 			console.error(`${signal} again while stopping: exiting now`);
 			process.exit(1);
 		}
 		stopping = true;
+		stopAsked = Date.now();
 		const log = platform?.broker.getLogger("platform");
 		if (log) log.info(`${signal} received: stopping`);
 		else console.error(`${signal} received: stopping`);
@@ -38,6 +46,19 @@ async function main() {
 	process.on("SIGHUP", stop);
 	const cfg = readConfig();
 	const repl = process.argv.includes("--repl");
+	const { execArgs } = await import("./runtime/repl");
+	const scripted = repl ? execArgs(process.argv.slice(2)) : [];
+	if (scripted.length) {
+		// `npm run repl -- --exec '<command>'`: the commands, JSON answers, an exit status; never a platform started here.
+		if (!cfg.transporter) process.exit(await (await import("./runtime/repl")).execOnDataDir(cfg, scripted));
+		const [{ ServiceBroker }, { consoleNodeOptions }, { execHere }] = await Promise.all([import("moleculer"), import("./moleculer.config"), import("./runtime/repl")]);
+		consoleNode = new ServiceBroker({ ...consoleNodeOptions(cfg), skipProcessEventRegistration: true, logLevel: "warn" });
+		await consoleNode.start();
+		const outcomes = await execHere(consoleNode, scripted);
+		for (const o of outcomes) process.stdout.write(`${JSON.stringify(o)}\n`);
+		await consoleNode.stop();
+		process.exit(outcomes.every((o) => o.ok) ? 0 : 1);
+	}
 	if (repl && cfg.transporter) {
 		const [{ ServiceBroker }, { consoleNodeOptions }] = await Promise.all([import("moleculer"), import("./moleculer.config")]);
 		consoleNode = new ServiceBroker({ ...consoleNodeOptions(cfg), skipProcessEventRegistration: true });
@@ -66,6 +87,10 @@ async function main() {
 }
 
 main().catch((err) => {
-	console.error(err instanceof DataDirInUse ? err.message : err instanceof StartupError ? `cannot start: ${err.message}` : err);
+	const said = err instanceof DataDirInUse ? err.message : err instanceof StartupError ? `cannot start: ${err.message}` : err;
+	// With LOG_FORMAT=json the last line is JSON too (a shipper reads every line as one object).
+	if (process.env.LOG_FORMAT === "json")
+		console.error(JSON.stringify({ ts: Date.now(), level: "fatal", msg: typeof said === "string" ? said : String((said as Error)?.stack ?? said) }));
+	else console.error(said);
 	process.exit(1);
 });

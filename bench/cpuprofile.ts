@@ -71,7 +71,20 @@ export function summarise(file: string, top = 30, from = 0, to = Infinity): stri
 			.sort((a, b) => b[1] - a[1])
 			.slice(0, top)
 			.map(([k, us]) => `${((100 * us) / total).toFixed(1).padStart(5)} %  ${(us / 1000).toFixed(0).padStart(7)} ms  ${k}`);
-	return [`busy % per second: ${timeline}`, "", `total ${(total / 1000).toFixed(0)} ms sampled in the window`, "", "self time by file:", ...rows(files), "", "inclusive time by project file:", ...rows(inclusive), "", "self time by function:", ...rows(fns)].join("\n");
+	return [
+		`busy % per second: ${timeline}`,
+		"",
+		`total ${(total / 1000).toFixed(0)} ms sampled in the window`,
+		"",
+		"self time by file:",
+		...rows(files),
+		"",
+		"inclusive time by project file:",
+		...rows(inclusive),
+		"",
+		"self time by function:",
+		...rows(fns),
+	].join("\n");
 }
 
 if (require.main === module) console.log(summarise(process.argv[2], Number(process.argv[3] ?? 30), Number(process.argv[4] ?? 0), Number(process.argv[5] ?? Infinity)));

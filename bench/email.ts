@@ -84,7 +84,10 @@ export async function emailBench(base: string, token: string, rx: Receiver, dura
 	);
 	const drain = Date.now() + 60_000;
 	while (Date.now() < drain && [...started.keys()].some((id) => !rx.got.has(id))) await new Promise((r) => setTimeout(r, 100));
-	const delays = [...started.entries()].filter(([id]) => rx.got.has(id)).map(([id, at]) => rx.got.get(id)! - at).sort((a, b) => a - b);
+	const delays = [...started.entries()]
+		.filter(([id]) => rx.got.has(id))
+		.map(([id, at]) => rx.got.get(id)! - at)
+		.sort((a, b) => a - b);
 	const last = Math.max(...[...started.keys()].map((id) => rx.got.get(id) ?? 0));
 	return {
 		clients,
@@ -96,7 +99,6 @@ export async function emailBench(base: string, token: string, rx: Receiver, dura
 		errors: errors + started.size - delays.length,
 	};
 }
-
 
 /** A fresh platform child process (publisher included) whose SMTP_URL is a receiver in this process; the scenario once. */
 export async function emailScenario(durationS: number, children: ChildProcess[] = [], dirs: string[] = []): Promise<EmailRow> {

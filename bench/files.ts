@@ -30,7 +30,13 @@ function uploadOnce(base: string, token: string, size: number): Promise<string> 
 	const u = new URL(`${base}/special/files/upload`);
 	return new Promise((resolve, reject) => {
 		const req = http.request(
-			{ host: u.hostname, port: u.port, path: u.pathname, method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": `multipart/form-data; boundary=${boundary}`, "content-length": String(head.length + size + tail.length) } },
+			{
+				host: u.hostname,
+				port: u.port,
+				path: u.pathname,
+				method: "POST",
+				headers: { authorization: `Bearer ${token}`, "content-type": `multipart/form-data; boundary=${boundary}`, "content-length": String(head.length + size + tail.length) },
+			},
 			(res) => {
 				const chunks: Buffer[] = [];
 				res.on("data", (c) => chunks.push(c));
@@ -113,7 +119,11 @@ async function alone() {
 	const dataDir = mkdtempSync(path.join(os.tmpdir(), "bench-files-"));
 	const port = await freePort();
 	const base = `http://127.0.0.1:${port}`;
-	const child = spawn(path.join(root, "node_modules/.bin/tsx"), ["start.ts"], { cwd: root, env: { ...process.env, PORT: String(port), DATA_DIR: dataDir, LOG_LEVEL: "warn" }, stdio: ["ignore", "ignore", "inherit"] });
+	const child = spawn(path.join(root, "node_modules/.bin/tsx"), ["start.ts"], {
+		cwd: root,
+		env: { ...process.env, PORT: String(port), DATA_DIR: dataDir, LOG_LEVEL: "warn" },
+		stdio: ["ignore", "ignore", "inherit"],
+	});
 	try {
 		await waitFor(`${base}/status`);
 		const token = await rootToken(base, dataDir);

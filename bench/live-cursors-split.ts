@@ -170,12 +170,14 @@ async function call(base: string, method: string, p: string, token: string | und
 async function pool<T, R>(items: T[], n: number, fn: (x: T, i: number) => Promise<R>): Promise<R[]> {
 	const out: R[] = new Array(items.length);
 	let next = 0;
-	await Promise.all(Array.from({ length: n }, async () => {
-		while (next < items.length) {
-			const i = next++;
-			out[i] = await fn(items[i], i);
-		}
-	}));
+	await Promise.all(
+		Array.from({ length: n }, async () => {
+			while (next < items.length) {
+				const i = next++;
+				out[i] = await fn(items[i], i);
+			}
+		}),
+	);
 	return out;
 }
 
@@ -247,15 +249,23 @@ export async function splitBench(): Promise<SplitRow> {
 			await call(base, "POST", "/auth/grants", rootToken, { subject: `@editor@${dom}`, action: "manage", object: "content:*" });
 			tenants.push({ id: c.id as string, token: await token({ grant_type: "client_credential", client_id: c.id, client_secret: c.secret }) });
 		}
-		const users = await pool(Array.from({ length: USERS }, (_, i) => i), 4, async (i) => {
-			const t = tenants[i % 2];
-			const username = `live-${i}`;
-			const password = `pw-live-${i}-Secret1`;
-			const u = (await call(base, "POST", "/identity/users", t.token, { username, password, subjects: ["@editor"] })).data;
-			return { id: u.id as string, token: await token({ grant_type: "password", client_id: t.id, username, password }) };
-		});
+		const users = await pool(
+			Array.from({ length: USERS }, (_, i) => i),
+			4,
+			async (i) => {
+				const t = tenants[i % 2];
+				const username = `live-${i}`;
+				const password = `pw-live-${i}-Secret1`;
+				const u = (await call(base, "POST", "/identity/users", t.token, { username, password, subjects: ["@editor"] })).data;
+				return { id: u.id as string, token: await token({ grant_type: "password", client_id: t.id, username, password }) };
+			},
+		);
 		// One note per user, shared with the next user of its tenant.
-		const notes = await pool(users, 4, async (u, i) => (await call(base, "POST", "/content/notes", u.token, { title: "n", shares: [users[(i + 2) % USERS].id] })).data.id as string);
+		const notes = await pool(
+			users,
+			4,
+			async (u, i) => (await call(base, "POST", "/content/notes", u.token, { title: "n", shares: [users[(i + 2) % USERS].id] })).data.id as string,
+		);
 
 		/** Arrival times of the frames of each change (`<note>:<content>`), matched with the write's answer at the end. */
 		const arrivals = new Map<string, number[]>();
@@ -321,4 +331,8 @@ export async function splitBench(): Promise<SplitRow> {
 	}
 }
 
-if (require.main === module) splitBench().then(() => process.exit(0), (err) => (console.error(err), process.exit(1)));
+if (require.main === module)
+	splitBench().then(
+		() => process.exit(0),
+		(err) => (console.error(err), process.exit(1)),
+	);

@@ -14,8 +14,6 @@ const USERS = Number(process.env.LIVE_USERS ?? 250);
 const PER_USER = 8;
 const RATE = Number(process.env.LIVE_RATE ?? 500);
 const SECONDS = Number(process.env.LIVE_SECONDS ?? 10);
-/** The document store (the platform's default, PostgreSQL, unless LIVE_STORE=nedb). */
-const STORE = process.env.LIVE_STORE === "nedb" ? "nedb" : "postgres";
 
 export interface LiveRow {
 	cursors: number;
@@ -107,7 +105,7 @@ export function frameDelays(answered: Map<string, number>, arrivals: Map<string,
 }
 
 export async function liveCursorBench(): Promise<LiveRow> {
-	const T: Tenancy = await bootTenancy(STORE);
+	const T: Tenancy = await bootTenancy();
 	try {
 		const users: Array<{ id: string; token: string; tenant: "a" | "b" }> = [];
 		for (let i = 0; i < USERS; i++) {
@@ -131,9 +129,7 @@ export async function liveCursorBench(): Promise<LiveRow> {
 		const streams: LiveStream[] = [];
 		for (const u of users)
 			for (let k = 0; k < PER_USER; k++)
-				streams.push(
-					await openStream(`${T.p.url}/content/notes/cursor?live=true`, { authorization: `Bearer ${u.token}` }, recordChanges(arrivals)),
-				);
+				streams.push(await openStream(`${T.p.url}/content/notes/cursor?live=true`, { authorization: `Bearer ${u.token}` }, recordChanges(arrivals)));
 		await Promise.all(streams.map((s) => s.waitFor((f) => f.event === "live", 60_000)));
 		global.gc?.();
 		const heapPerCursorKb = (process.memoryUsage().heapUsed - heap0) / streams.length / 1024;
@@ -164,4 +160,8 @@ export async function liveCursorBench(): Promise<LiveRow> {
 	}
 }
 
-if (require.main === module) liveCursorBench().then(() => process.exit(0), (err) => (console.error(err), process.exit(1)));
+if (require.main === module)
+	liveCursorBench().then(
+		() => process.exit(0),
+		(err) => (console.error(err), process.exit(1)),
+	);

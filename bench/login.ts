@@ -29,7 +29,13 @@ export async function loginBench(base: string, root: { client_id: string; userna
 		duration,
 	});
 	if (r.non2xx || r.errors) console.warn(`login: ${r.non2xx} non-2xx, ${r.errors} errors`);
-	const row = { name: "login: password grant (argon2id m=19 MiB t=2 p=1)", rps: Math.round(r.requests.average), p50: r.latency.p50, p99: r.latency.p99, note: `${LOGIN_CONNECTIONS} connections` };
+	const row = {
+		name: "login: password grant (argon2id m=19 MiB t=2 p=1)",
+		rps: Math.round(r.requests.average),
+		p50: r.latency.p50,
+		p99: r.latency.p99,
+		note: `${LOGIN_CONNECTIONS} connections`,
+	};
 	console.log(`${row.name}: ${row.rps} req/s p50 ${row.p50} ms p99 ${row.p99} ms`);
 	return row;
 }

@@ -32,11 +32,27 @@ export async function micro(): Promise<Array<{ name: string; us: number; note?: 
 	const aes = new Aes("bench-aes");
 	const kv = new MemoryKeyValue();
 	const broker = new ServiceBroker({ logger: false });
-	// The durable session check behind the cache (asked once per session per 30 s): every session is open here.
-	broker.createService({ name: "identity", actions: { "sessions.live": () => ({ live: true }) } });
+	// The durable session check behind the cache (asked once per session per 30 s): every session is open here; and the
+	// user its tokens are decided with (read once per user per 30 s), holding the token's subject `x@root.local`.
+	broker.createService({
+		name: "identity",
+		actions: { "sessions.live": () => ({ live: true }), "users.byId": (ctx: any) => ({ id: ctx.params.id, username: "x", subjects: [], status: "ACTIVE" }) },
+	});
 	await broker.start();
 	const a = new Authenticator({ jwt, aes, kv, broker, trustProxy: false });
-	const claims: TokenClaims = { type: "access", strict: false, cid: "c".repeat(24), uid: "u".repeat(24), scope: "whole", domain: "root.local", subject: "x@root.local", session: "s".repeat(24), client_id: "c".repeat(24), tz: "UTC", lang: "en" };
+	const claims: TokenClaims = {
+		type: "access",
+		strict: false,
+		cid: "c".repeat(24),
+		uid: "u".repeat(24),
+		scope: "whole",
+		domain: "root.local",
+		subject: "x@root.local",
+		session: "s".repeat(24),
+		client_id: "c".repeat(24),
+		tz: "UTC",
+		lang: "en",
+	};
 	const token = jwt.sign(claims, 900);
 	const suffix = "A".repeat(43);
 	await kv.set(aptKey(suffix), aes.encrypt(JSON.stringify({ id: "a", claims, expires_at: Date.now() + 3600_000 })));

@@ -36,11 +36,11 @@ async function grow(dataDir: string): Promise<{ seconds: number; rows: number }>
 		);
 		for (const i of indexes) await db.query(`drop index "${i.name}"`);
 		// Each owner up to PER_USER notes (the caller's creates of the first round count), from one of its notes as the
-		// template (jsonb: keys in jsonb's order); ids from a hash of owner and number (24 hex).
+		// template; ids from a hash of owner and number (24 hex).
 		await db.query(
-			`insert into ${TABLE} (id, body) select x.id, jsonb_set(jsonb_set(jsonb_set(o.doc, '{_id}', to_jsonb(x.id)), '{created_at}', ` +
+			`insert into ${TABLE} (id, doc) select x.id, jsonb_set(jsonb_set(jsonb_set(o.doc, '{_id}', to_jsonb(x.id)), '{created_at}', ` +
 				`to_jsonb(to_char(timestamp '2025-01-01' + g * interval '3 second' + o.k * interval '1 millisecond', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))), ` +
-				`'{deleted_at}', case when g % 10 = 9 then to_jsonb('2025-12-01T00:00:00.000Z'::text) else 'null'::jsonb end)::json ` +
+				`'{deleted_at}', case when g % 10 = 9 then to_jsonb('2025-12-01T00:00:00.000Z'::text) else 'null'::jsonb end) ` +
 				`from (select distinct on (doc->>'owner') doc->>'owner' as owner, doc, dense_rank() over (order by doc->>'owner') as k, count(*) over (partition by doc->>'owner') as n ` +
 				`from ${TABLE} order by doc->>'owner', id) o, generate_series(1, $1::int - o.n::int) g, lateral (select substr(md5(o.owner || ':' || g), 1, 24) as id) x`,
 			[PER_USER],

@@ -59,7 +59,7 @@ export function processTree(pid: number): Map<number, { comm: string; ticks: num
 	}
 	if (!stats.has(pid)) return undefined;
 	const tree = new Map([[pid, stats.get(pid)!]]);
-	for (let grew = true; grew; ) {
+	for (let grew = true; grew;) {
 		grew = false;
 		for (const [p, s] of stats)
 			if (!tree.has(p) && tree.has(s.ppid)) {

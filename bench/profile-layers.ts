@@ -72,5 +72,6 @@ if (require.main === module) {
 	const sums = layers(JSON.parse(readFileSync(file, "utf8")) as Profile, Number(from ?? 0), to === undefined ? Infinity : Number(to));
 	const busy = [...sums].filter(([k]) => k !== "(idle)").reduce((a, [, v]) => a + v, 0);
 	console.log(`busy ${(busy / 1e3).toFixed(0)} ms`);
-	for (const [k, v] of [...sums].sort((a, b) => b[1] - a[1])) console.log(`${(v / 1e3).toFixed(0).padStart(7)} ms ${k === "(idle)" ? "      " : `${((100 * v) / busy).toFixed(1).padStart(5)}%`}  ${k}`);
+	for (const [k, v] of [...sums].sort((a, b) => b[1] - a[1]))
+		console.log(`${(v / 1e3).toFixed(0).padStart(7)} ms ${k === "(idle)" ? "      " : `${((100 * v) / busy).toFixed(1).padStart(5)}%`}  ${k}`);
 }

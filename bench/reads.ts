@@ -94,9 +94,23 @@ async function seeded(dir: string, env: Record<string, string>): Promise<Seeded>
 		const token = await noteWriter(base, rootAuth, boot.domain ?? "root.local", boot.client_id);
 		s.auth = { authorization: `Bearer ${token}` };
 		const others: string[] = [];
-		for (let i = 0; i < DOCS - MINE; i += 100) others.push(...(await bulk(base, rootAuth, Array.from({ length: Math.min(100, DOCS - MINE - i) }, (_, k) => kbNote(i + k)))));
-		const mine = await bulk(base, s.auth, Array.from({ length: MINE }, (_, k) => kbNote(DOCS + k)));
-		for (const [ids, a] of [[others, rootAuth], [mine, s.auth]] as const)
+		for (let i = 0; i < DOCS - MINE; i += 100)
+			others.push(
+				...(await bulk(
+					base,
+					rootAuth,
+					Array.from({ length: Math.min(100, DOCS - MINE - i) }, (_, k) => kbNote(i + k)),
+				)),
+			);
+		const mine = await bulk(
+			base,
+			s.auth,
+			Array.from({ length: MINE }, (_, k) => kbNote(DOCS + k)),
+		);
+		for (const [ids, a] of [
+			[others, rootAuth],
+			[mine, s.auth],
+		] as const)
 			for (let i = 9; i < ids.length; i += 10) {
 				const r = await fetch(`${base}/content/notes/${ids[i]}`, { method: "DELETE", headers: a });
 				if (r.status !== 200) throw new Error(`soft delete: ${r.status} ${await r.text()}`);
@@ -166,7 +180,20 @@ if (require.main === module)
 			const keys = [...new Set(rows.map((r) => `${r.dir}\t${r.scenario}`))];
 			for (const k of keys) {
 				const rs = rows.filter((r) => `${r.dir}\t${r.scenario}` === k);
-				console.log(JSON.stringify({ store: process.env.DOCUMENT_STORE ?? "nedb", platform: rs[0].dir, scenario: rs[0].scenario, rounds: rs.length, rps: med(rs.map((r) => r.rps)), p99: med(rs.map((r) => r.p99)), cpuUsPerRequest: med(rs.map((r) => r.cpuUsPerRequest)), cpuUsMin: Math.min(...rs.map((r) => r.cpuUsPerRequest)), userUsPerRequest: med(rs.map((r) => r.userUsPerRequest)), non2xx: rs.reduce((a, r) => a + r.non2xx, 0) }));
+				console.log(
+					JSON.stringify({
+						store: process.env.DOCUMENT_STORE ?? "nedb",
+						platform: rs[0].dir,
+						scenario: rs[0].scenario,
+						rounds: rs.length,
+						rps: med(rs.map((r) => r.rps)),
+						p99: med(rs.map((r) => r.p99)),
+						cpuUsPerRequest: med(rs.map((r) => r.cpuUsPerRequest)),
+						cpuUsMin: Math.min(...rs.map((r) => r.cpuUsPerRequest)),
+						userUsPerRequest: med(rs.map((r) => r.userUsPerRequest)),
+						non2xx: rs.reduce((a, r) => a + r.non2xx, 0),
+					}),
+				);
 			}
 		})
 		.catch((err) => {

@@ -33,8 +33,6 @@ interface Row {
 	note?: string;
 }
 
-
-
 /** `node --import tsx <script>` (PROFILE=dir: under --cpu-prof, written when the process ends). */
 function startNode(script: string, env: Record<string, string>): ChildProcess {
 	const prof = process.env.PROFILE ? ["--cpu-prof", `--cpu-prof-dir=${process.env.PROFILE}`] : [];
@@ -90,7 +88,14 @@ async function main() {
 		rows.push(ceiling);
 		rows.push(await load("get by id (full pipeline)", { url: `${base}/content/notes/${doc.id}`, headers: auth }, ceiling.rps));
 		const listQuery = `query=${encodeURIComponent(JSON.stringify({ tags: "odd" }))}&pagination=${encodeURIComponent(JSON.stringify({ limit: 20, sort: { created_at: -1 } }))}`;
-		rows.push(await load("list 20 of 10 000, filter + sort, repeated query (full pipeline)", { url: `${base}/content/notes?${listQuery}`, headers: auth }, ceiling.rps, "served by the store's read cache"));
+		rows.push(
+			await load(
+				"list 20 of 10 000, filter + sort, repeated query (full pipeline)",
+				{ url: `${base}/content/notes?${listQuery}`, headers: auth },
+				ceiling.rps,
+				"served by the store's read cache",
+			),
+		);
 		const pag = encodeURIComponent(JSON.stringify({ limit: 20, sort: { created_at: -1 } }));
 		rows.push(
 			await load(
@@ -134,11 +139,21 @@ async function main() {
 			),
 		);
 		rows.push(
-			await load("create (full pipeline, outbox write)", { url: `${base}/content/notes`, method: "POST", headers: auth, body: JSON.stringify({ title: "bench", content: "x".repeat(200) }) }, ceiling.rps),
+			await load(
+				"create (full pipeline, outbox write)",
+				{ url: `${base}/content/notes`, method: "POST", headers: auth, body: JSON.stringify({ title: "bench", content: "x".repeat(200) }) },
+				ceiling.rps,
+			),
 		);
 		const saga = await sagaBench(base, token, DURATION);
 		console.log(`saga: ${saga.sagasPerSecond} sagas/s (${saga.rps} req/s), p50 ${saga.p50} ms p99 ${saga.p99} ms, ${saga.errors} errors`);
-		rows.push({ name: "saga: start, 3 staged creates, commit (10 clients, 5 requests per saga; latency of the whole saga)", rps: saga.rps, p50: saga.p50, p99: saga.p99, note: `${saga.sagasPerSecond} sagas/s` });
+		rows.push({
+			name: "saga: start, 3 staged creates, commit (10 clients, 5 requests per saga; latency of the whole saga)",
+			rps: saga.rps,
+			p50: saga.p50,
+			p99: saga.p99,
+			note: `${saga.sagasPerSecond} sagas/s`,
+		});
 		const expiry = await expiryBench(base, token);
 		console.log(`saga expiry to compensation: p50 ${expiry.p50} ms, max ${expiry.max} ms over ${expiry.count} sagas`);
 		sagaExpiry = expiry;
@@ -150,10 +165,14 @@ async function main() {
 		// The first platform's workers are still draining the scenarios' writes: stop it so the next run is alone.
 		await stopAll(children);
 		const hooks = await webhookScenario(children, dirs);
-		console.log(`webhooks paced: delay p50 ${hooks.paced.p50} ms p99 ${hooks.paced.p99} ms; burst of 2 000 queued writes: ${hooks.burst.deliveries} delivered, ${hooks.burst.perSecond}/s, write-to-delivery p99 ${hooks.burst.p99} ms`);
+		console.log(
+			`webhooks paced: delay p50 ${hooks.paced.p50} ms p99 ${hooks.paced.p99} ms; burst of 2 000 queued writes: ${hooks.burst.deliveries} delivered, ${hooks.burst.perSecond}/s, write-to-delivery p99 ${hooks.burst.p99} ms`,
+		);
 		await stopAll(children);
 		email = await emailScenario(DURATION, children, dirs);
-		console.log(`email: ${email.perSecond} messages/s received (${email.received} of ${email.sent}), request to receipt p50 ${email.p50} ms p99 ${email.p99} ms, ${email.errors} errors`);
+		console.log(
+			`email: ${email.perSecond} messages/s received (${email.received} of ${email.sent}), request to receipt p50 ${email.p50} ms p99 ${email.p99} ms, ${email.errors} errors`,
+		);
 		const stores = await storesBench();
 		const microRows = await micro();
 		writeReport(rows, microRows, hooks, stores);
@@ -173,7 +192,11 @@ async function userToken(base: string, rootAuth: Record<string, string>, root: {
 		});
 	const u = await post("/identity/users", { username: "bench-user", password: "bench-password-1" });
 	await post("/auth/grants", { subject: `${u.data.id}@${root.domain}`, action: "manage", object: "content:notes" });
-	const login = await post("/auth/token", { grant_type: "password", client_id: root.client_id, username: "bench-user", password: "bench-password-1" }, { "content-type": "application/json" });
+	const login = await post(
+		"/auth/token",
+		{ grant_type: "password", client_id: root.client_id, username: "bench-user", password: "bench-password-1" },
+		{ "content-type": "application/json" },
+	);
 	const headers = { authorization: `Bearer ${login.data.access_token}`, "content-type": "application/json" };
 	await post("/content/notes/bulk", { items: Array.from({ length: count }, (_, n) => ({ title: `mine ${n}`, props: { n } })) }, headers);
 	return login.data.access_token;

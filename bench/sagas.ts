@@ -14,7 +14,11 @@ export interface SagaRow {
 const pct = (xs: number[], q: number) => (xs.length ? xs.slice().sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(q * xs.length))] : 0);
 
 async function call(base: string, token: string, method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<any> {
-	const r = await fetch(base + path, { method, headers: { authorization: `Bearer ${token}`, "content-type": "application/json", ...headers }, body: body === undefined ? undefined : JSON.stringify(body) });
+	const r = await fetch(base + path, {
+		method,
+		headers: { authorization: `Bearer ${token}`, "content-type": "application/json", ...headers },
+		body: body === undefined ? undefined : JSON.stringify(body),
+	});
 	const j = await r.json().catch(() => null);
 	if (r.status !== 200) throw new Error(`${method} ${path}: ${r.status} ${JSON.stringify(j)}`);
 	return j;
@@ -43,7 +47,14 @@ export async function sagaBench(base: string, token: string, durationS: number, 
 		}),
 	);
 	const secs = (Date.now() - started) / 1000;
-	return { sagas: lat.length, rps: Math.round((lat.length * 5) / secs), sagasPerSecond: Math.round(lat.length / secs), p50: Math.round(pct(lat, 0.5)), p99: Math.round(pct(lat, 0.99)), errors };
+	return {
+		sagas: lat.length,
+		rps: Math.round((lat.length * 5) / secs),
+		sagasPerSecond: Math.round(lat.length / secs),
+		p50: Math.round(pct(lat, 0.5)),
+		p99: Math.round(pct(lat, 0.99)),
+		errors,
+	};
 }
 
 /** `count` sagas of ttl 5 s with one staged write each; the delay from `expires_at` to `aborted_at`. */

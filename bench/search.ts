@@ -54,7 +54,11 @@ export async function searchBench(base: string, auth: Record<string, string>, du
 	}
 	// The workers drain the 10 000 creates (the observer counts them): measured once they are done, not against them.
 	for (const until = Date.now() + 120_000; Date.now() < until; await new Promise((r) => setTimeout(r, 500))) {
-		const r = (await fetch(`${base}/special/stats/collect?zone=client`, { method: "POST", headers: auth, body: JSON.stringify({ period: "yearly", service: "content", collection: "posts" }) }).then((x) => x.json())) as any;
+		const r = (await fetch(`${base}/special/stats/collect?zone=client`, {
+			method: "POST",
+			headers: auth,
+			body: JSON.stringify({ period: "yearly", service: "content", collection: "posts" }),
+		}).then((x) => x.json())) as any;
 		if ((r.items?.[0]?.created ?? 0) >= SEARCH_DOCS) break;
 	}
 	const rows: SearchRow[] = [];

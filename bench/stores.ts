@@ -22,8 +22,6 @@ export interface StoreRow {
 	postgres: { rps: number; p99: number };
 }
 
-
-
 async function run(opts: autocannon.Options): Promise<{ rps: number; p99: number }> {
 	const r = await autocannon({ connections: CONNECTIONS, duration: DURATION, ...opts });
 	if (r.non2xx || r.errors) console.warn(`${opts.url}: ${r.non2xx} non-2xx, ${r.errors} errors`);

@@ -34,7 +34,9 @@ async function main() {
 		const n = r.burst.deliveries + (r.drain?.deliveries ?? 0);
 		const { total, lines } = await topStatements(db, n);
 		await db.end();
-		console.log(JSON.stringify({ platform: process.env.BENCH_PLATFORM_DIR ?? "this checkout", burst: r.burst, drain: r.drain, statementsPerDelivery: Math.round((total / n) * 100) / 100 }));
+		console.log(
+			JSON.stringify({ platform: process.env.BENCH_PLATFORM_DIR ?? "this checkout", burst: r.burst, drain: r.drain, statementsPerDelivery: Math.round((total / n) * 100) / 100 }),
+		);
 		for (const l of lines) console.log(l.replace("calls/req", "calls/delivery").replace("µs/req", "µs/delivery"));
 	} finally {
 		await stopPlatform(child, dataDir);

@@ -88,10 +88,20 @@ async function receiver() {
  * Run against a platform with no backlog. Paced: single writes at ~50/s, the delay is delivery latency. Burst:
  * bulk writes as fast as the API takes them, deliveries per second is the dispatcher's throughput.
  */
-export async function webhookBench(base: string, token: string, clientId: string, pid?: number, drainToo = false): Promise<{ paced: WebhookRow; burst: WebhookRow; drain?: WebhookRow }> {
+export async function webhookBench(
+	base: string,
+	token: string,
+	clientId: string,
+	pid?: number,
+	drainToo = false,
+): Promise<{ paced: WebhookRow; burst: WebhookRow; drain?: WebhookRow }> {
 	const rx = await receiver();
 	const auth = { authorization: `Bearer ${token}`, "content-type": "application/json" };
-	const cfg = await fetch(`${base}/context/configs`, { method: "POST", headers: auth, body: JSON.stringify({ key: "CQRS", eid: clientId, value: { webhook: rx.url, secret: "bench-secret" } }) });
+	const cfg = await fetch(`${base}/context/configs`, {
+		method: "POST",
+		headers: auth,
+		body: JSON.stringify({ key: "CQRS", eid: clientId, value: { webhook: rx.url, secret: "bench-secret" } }),
+	});
 	if (cfg.status !== 200) throw new Error(`CQRS config: ${cfg.status} ${await cfg.text()}`);
 	try {
 		const PACED = Number(process.env.BENCH_WEBHOOK_PACED ?? 500);

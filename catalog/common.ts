@@ -1,4 +1,4 @@
-/** Fields every document carries (spec "Common fields"), split as CONTRACTS.md says. */
+/** Fields every document carries (spec "Common fields"), split as docs/contracts.md "Fields and bodies" says. */
 import type { FieldDef } from "./types";
 
 /** Set only by the platform; a body that sends one answers 400 naming the field. */

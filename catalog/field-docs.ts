@@ -30,8 +30,11 @@ export const FIELD_DOCS: Record<string, Doc> = {
 	"*.restored_at": ["When a soft-deleted document was last restored; null if never", null],
 	"*.restored_by": ["Id of the identity that last restored the document", null],
 	"*.restored_in": ["Id of the OAuth client through which the document was last restored", null],
-	"*.rand": ["Random value set at creation, for sampling and random ordering (`sort: rand`)", "0.4210748"],
-	"*.timestamp": ["Creation time in Unix milliseconds, as text (stable ordering key)", "1768469400000"],
+	"*.rand": [
+		'Random value set at creation: 12 random bytes as base64url (16 characters), for sampling and random ordering (`pagination: {"sort": {"rand": 1}}`)',
+		"LLR3AyjCXVBdUdbs",
+	],
+	"*.timestamp": ["Unix milliseconds, as decimal text, of the document's creation (special/files and special/stats: of its last change), a stable ordering key", "1768469400000"],
 	"*.ref": ["Unique human-readable reference within the tenant (409 `ref already exists` on a duplicate)", "INV-2026-0001"],
 	"*.shares": ["Ids of users of the caller's tenant who see the document in the `share` zone", [ID]],
 	"*.groups": ["Group names (an email or an FQDN) whose members see the document in the `group` zone", ["team@example.com"]],
@@ -52,17 +55,22 @@ export const FIELD_DOCS: Record<string, Doc> = {
 	"auth/apts.expires_at": ["Expiry in Unix milliseconds", 1798761600000],
 	"auth/apts.coworkers": ["Coworker client ids the APT acts for; only those registered on the caller's client are kept", [ID2]],
 	"auth/apts.session": ["The APT's own session (revoked with it)"],
-	"auth/grants.subject":
-		[
-			"Whom the grant is for; always with a registered domain: `@role@domain` (users carrying the role), `<uid|aid|cid>@domain` (one user, app or client: a client's own identity is `<cid>@<domain>`), `<username>@domain`, or a group `<group>@domain` (`team@example.com@domain`, `eng.example.com@domain`). A non-operator may name only its client's domains",
-			"@editor@acme.example",
-		],
+	"auth/grants.subject": [
+		"Whom the grant is for; always with a registered domain: `@role@domain` (users carrying the role), `<uid|aid|cid>@domain` (one user, app or client: a client's own identity is `<cid>@<domain>`), `<username>@domain`, or a group `<group>@domain` (`team@example.com@domain`, `eng.example.com@domain`). A non-operator may name only its client's domains",
+		"@editor@acme.example",
+	],
 	"auth/grants.action": ["What the grant allows: `read`, `write`, `manage` (implies both) or a special action name (`send`, `upload`, ...)", "read"],
 	"auth/grants.object": ["Where: `service:collection`, or `service:*` for every collection of the service; must exist in the catalog", "content:notes"],
 	"auth/grants.field": ["Field allowlist: only these fields are returned and writable under this grant; all when omitted", ["title", "content"]],
-	"auth/grants.filter": ["Row filters: JSON texts in the query notation, ANDed with every query under this grant; `{{token.<claim>}}` is replaced by the caller's claim", ['{"owner":"{{token.uid}}"}']],
+	"auth/grants.filter": [
+		"Row filters: JSON texts in the query notation, ANDed with every query under this grant; `{{token.<claim>}}` is replaced by the caller's claim",
+		['{"owner":"{{token.uid}}"}'],
+	],
 	"auth/grants.location": ["IP addresses or CIDR ranges the request must come from; anywhere when omitted", ["10.0.0.0/8"]],
-	"auth/grants.time": ["Windows when the grant applies: `[{ cron_exp, duration }]` (cron in the token's `tz`, duration in seconds); several combine with OR", [{ cron_exp: "0 9 * * 1-5", duration: 28800 }]],
+	"auth/grants.time": [
+		"Windows when the grant applies: `[{ cron_exp, duration }]` (cron in the token's `tz`, duration in seconds); several combine with OR",
+		[{ cron_exp: "0 9 * * 1-5", duration: 28800 }],
+	],
 
 	// domain
 	"domain/apps.name": ["A label for the application", "mobile app"],
@@ -71,8 +79,14 @@ export const FIELD_DOCS: Record<string, Doc> = {
 	"domain/apps.status": ["INACTIVE apps cannot obtain tokens", "ACTIVE"],
 	"domain/clients.name": ["A label for the client (tenant)", "Acme"],
 	"domain/clients.secret": ["client_secret; generated and returned once when not given", "s3cret-value-from-a-vault"],
-	"domain/clients.scopes": ["The most its tokens may carry (`{action}:{service}:{collection?}` or `whole`); a token request may narrow them", ["read:content", "write:content:notes", "manage:identity:users"]],
-	"domain/clients.domains": ["Domain names the client registers (each belongs to one client); the first is the default domain of its tokens. Grant subjects name them", ["acme.example"]],
+	"domain/clients.scopes": [
+		"The most its tokens may carry (`{action}:{service}:{collection?}` or `whole`); a token request may narrow them",
+		["read:content", "write:content:notes", "manage:identity:users"],
+	],
+	"domain/clients.domains": [
+		"Domain names the client registers (each belongs to one client); the first is the default domain of its tokens. Grant subjects name them",
+		["acme.example"],
+	],
 	"domain/clients.grant_types": ["Token grants the client may use (all when omitted)", ["password", "refresh_token", "client_credential"]],
 	"domain/clients.coworkers": ["Ids of other clients that see the documents this client creates (added to their `clients`), and whose users may log in here", [ID2]],
 	"domain/clients.access_token_ttl": ["Lifetime of its access tokens, in seconds", 3600],
@@ -83,7 +97,10 @@ export const FIELD_DOCS: Record<string, Doc> = {
 	// context
 	"context/configs.key": ["`CQRS` (change webhook: docs/webhooks.md), `RBAC` (roles and permissions expanded into grants) or an application key", "CQRS"],
 	"context/configs.eid": ["Id of the owning client: the caller's client (filled in when omitted); another client's only for the operator", ID2],
-	"context/configs.value": ["The configuration: for CQRS `{ url, collections, secret? }`, for RBAC `[{ domain, roles, permissions }]`; any JSON for other keys", { url: "https://hooks.acme.example/platform", collections: ["content/notes"] }],
+	"context/configs.value": [
+		"The configuration: for CQRS `{ url, collections, secret? }`, for RBAC `[{ domain, roles, permissions }]`; any JSON for other keys",
+		{ url: "https://hooks.acme.example/platform", collections: ["content/notes"] },
+	],
 	"context/settings.key": ["Preference name", "theme"],
 	"context/settings.value": ["Preference value (any JSON)", "dark"],
 
@@ -155,7 +172,10 @@ export const FIELD_DOCS: Record<string, Doc> = {
 	"identity/users.email": ["Login email, unique within the tenant (compared lower-cased)", "alice@acme.example"],
 	"identity/users.phone": ["Login phone (E.164), unique within the tenant", "+15551230001"],
 	"identity/users.password": ["Password; stored as an Argon2id hash, never returned", "Alice-Pass-123!"],
-	"identity/users.subjects": ["Roles (`@editor`) and group names (`team@example.com`, `eng.example.com`), without domain suffix: a token carries them as `@editor@<domain>`, `team@example.com@<domain>`", ["@editor", "team@example.com"]],
+	"identity/users.subjects": [
+		"Roles (`@editor`) and group names (`team@example.com`, `eng.example.com`), without domain suffix: a token carries them as `@editor@<domain>`, `team@example.com@<domain>`",
+		["@editor", "team@example.com"],
+	],
 	"identity/users.status": ["INACTIVE users cannot log in", "ACTIVE"],
 	"identity/profiles.user": ["The user of the profile", ID],
 	"identity/profiles.first_name": ["First name", "Alice"],

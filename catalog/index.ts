@@ -20,9 +20,7 @@ import { documentFields } from "./field-docs";
 export * from "./types";
 export { PLATFORM_FIELDS, SETTABLE_FIELDS, DEFAULT_VERSION } from "./common";
 
-export const DOMAINS: readonly DomainDef[] = [
-	auth, domain, context, essential, financial, general, identity, special, touch, content, logistic, conjoint, career, thing,
-];
+export const DOMAINS: readonly DomainDef[] = [auth, domain, context, essential, financial, general, identity, special, touch, content, logistic, conjoint, career, thing];
 
 export interface CollectionRef {
 	domain: DomainDef;
@@ -31,9 +29,7 @@ export interface CollectionRef {
 	path: string;
 }
 
-export const COLLECTIONS: readonly CollectionRef[] = DOMAINS.flatMap((d) =>
-	d.collections.map((c) => ({ domain: d, collection: c, path: `${d.name}/${c.name}` })),
-);
+export const COLLECTIONS: readonly CollectionRef[] = DOMAINS.flatMap((d) => d.collections.map((c) => ({ domain: d, collection: c, path: `${d.name}/${c.name}` })));
 
 const byPath = new Map(COLLECTIONS.map((c) => [c.path, c]));
 
@@ -47,8 +43,7 @@ export function findDomain(name: string): DomainDef | undefined {
 
 // A saga stage may target any collection of the catalog: its enum is the catalog itself, filled here so it is never
 // written twice.
-(essential.collections.find((c) => c.name === "saga-stages")!.fields.bucket as { enum?: readonly string[] }).enum =
-	COLLECTIONS.map((c) => c.path);
+(essential.collections.find((c) => c.name === "saga-stages")!.fields.bucket as { enum?: readonly string[] }).enum = COLLECTIONS.map((c) => c.path);
 
 // What each field means, with an example (catalog/field-docs.ts): read by the OpenAPI document.
 documentFields(DOMAINS, [PLATFORM_FIELDS, SETTABLE_FIELDS]);

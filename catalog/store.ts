@@ -1,7 +1,7 @@
 /**
  * The document store's contract: what a document, a filter and a store are, the tenant-ref key and the duplicate-key
  * test. Below the rules (lib/) and the stores (mixins/stores/) alike, so both use it without importing each other:
- * every store implements `DocumentStore` (NeDB, PostgreSQL and MongoDB all pass test/integration/store-conformance).
+ * the PostgreSQL store implements `DocumentStore` (test/integration/store-conformance).
  */
 
 export type Filter = Record<string, unknown>;
@@ -13,6 +13,12 @@ export interface FindOptions {
 	skip?: number;
 	limit?: number;
 	projection?: Record<string, 0 | 1>;
+	/**
+	 * At most this many documents read to be matched one by one in the gateway's process (PostgreSQL: the rows its SQL
+	 * selects as a superset of a filter it cannot evaluate exactly); a read that needs more answers 400. Unset: no bound
+	 * (the platform's own reads).
+	 */
+	examine?: number;
 }
 
 /**
@@ -37,12 +43,12 @@ export interface Page {
 }
 
 export interface DocumentStore {
-	readonly kind: "nedb" | "mongo" | "postgres";
+	readonly kind: "postgres";
 	connect(): Promise<void>;
 	disconnect(): Promise<void>;
 	find(opts: FindOptions): Promise<StoredDoc[]>;
 	findOne(query: Filter): Promise<StoredDoc | null>;
-	count(query: Filter): Promise<number>;
+	count(query: Filter, opts?: Pick<FindOptions, "examine">): Promise<number>;
 	/**
 	 * `find` and `count` of the same query in one pass, for a store where evaluating the filter twice costs twice
 	 * (PostgreSQL: one statement). Optional: `pageOf` falls back to find + count.
@@ -54,11 +60,6 @@ export interface DocumentStore {
 	 * falls back to `skip`.
 	 */
 	findAfter?(opts: FindOptions & { after?: Keyset }): Promise<KeysetPage>;
-	/**
-	 * The first `limit` documents whose indexed numeric `field` is greater than `after`, in the field's order, read from
-	 * the index without visiting the others (embedded store only; undefined when the field has no index). Copies.
-	 */
-	firstAfter?(field: string, after: number, limit: number): StoredDoc[] | undefined;
 	insert(doc: StoredDoc, opts?: WriteOptions): Promise<StoredDoc>;
 	insertMany(docs: StoredDoc[], opts?: WriteOptions): Promise<StoredDoc[]>;
 	/** `$set` on the documents with these ids; returns how many changed. */
@@ -66,8 +67,6 @@ export interface DocumentStore {
 	/** `$set` on one document; returns it as stored afterwards, or null. */
 	setOne(id: string, set: Record<string, unknown>): Promise<StoredDoc | null>;
 	removeMany(query: Filter): Promise<number>;
-	/** Gives the space of removed documents back (NeDB: rewrites its append-only file). Optional: MongoDB reuses it. */
-	compact?(): Promise<void>;
 	/**
 	 * Compare-and-set: applies a store update (`$set`, `$unset`, `$inc`, `$push`, `$pull`) to the first document
 	 * matching `query`, atomically with the match; returns it as stored afterwards, or null when none matched
@@ -77,6 +76,11 @@ export interface DocumentStore {
 	/** Replaces the first document matching `query` by `doc` (same `_id`), atomically with the match; false when none matched. */
 	replaceIf(query: Filter, doc: StoredDoc): Promise<boolean>;
 	ping(): Promise<boolean>;
+	/**
+	 * The same store with every statement under a request's deadline (REQUEST_DB_DEADLINE_MS: each statement fails as
+	 * an outage once it has waited that long).
+	 */
+	within?(deadlineMs: number): DocumentStore;
 }
 
 export interface WriteOptions {
@@ -84,7 +88,7 @@ export interface WriteOptions {
 	 * The write may be held back until the unit of work's next statement on the same database (PostgreSQL: the outbox
 	 * append, which then inserts the documents and their events in one statement, its own transaction), or until the
 	 * unit commits. Its errors (a duplicate key: 409) then surface there, not here: only for a caller that handles them
-	 * around both. Stores without transactions, and writes outside a unit, write at once as usual.
+	 * around both. Writes outside a unit write at once.
 	 */
 	hold?: boolean;
 }
@@ -93,14 +97,19 @@ export interface WriteOptions {
 export const REV = "_rev";
 
 /**
- * `ref` is unique per tenant (CONTRACTS.md "Tenants"): the engine keeps `tenant_ref` = `<first client>:<ref>` beside
+ * `ref` is unique per tenant (docs/contracts.md "Tenants"): the engine keeps `tenant_ref` = `<first client>:<ref>` beside
  * every `ref`, and both stores hold a unique sparse index on it (concurrent creates cannot race). Internal: never
  * returned, never settable.
  */
 export const TENANT_REF = "tenant_ref";
-/** Unique-index violations surface from both stores under different names; the engine maps them to 409. */
+
+/** The derived per-tenant key of a `ref` (see TENANT_REF): the tenant is the document's first client. */
+export function tenantRef(clients: unknown, ref: unknown): string | null {
+	if (ref === undefined || ref === null) return null;
+	return `${Array.isArray(clients) ? clients[0] : ""}:${String(ref)}`;
+}
+
+/** A unique-index violation (PostgreSQL's unique_violation); the engine maps it to 409. */
 export function isDuplicateKeyError(err: unknown): boolean {
-	const e = err as { errorType?: string; code?: number | string };
-	// PostgreSQL: unique_violation.
-	return e?.errorType === "uniqueViolated" || e?.code === 11000 || e?.code === "23505";
+	return (err as { code?: unknown })?.code === "23505";
 }

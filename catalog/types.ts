@@ -42,6 +42,11 @@ export interface SpecialDef {
 	method: "GET" | "POST" | "PUT" | "PATCH" | "DELETE";
 	/** Path below the collection, e.g. `send`, `:id/abort`. */
 	path: string;
+	/**
+	 * The Moleculer action's suffix (`<service>.<collection>.<name>`) when the path is not one: a path with a parameter
+	 * beyond `:id` (`:id/deliveries/:delivery/redeliver` -> `redeliver`).
+	 */
+	name?: string;
 	description: string;
 	/**
 	 * Built: the gateway routes it and the OpenAPI document describes it. A special without a handler yet stays
@@ -59,7 +64,8 @@ export interface SpecialDef {
 	/**
 	 * What the answer holds: one document of this collection (`data`), or of another (`data:<service>/<collection>`),
 	 * a page of this collection's documents (`items`: `{ items, total }`), such a page under `data` (`data-items`), or an object made of `answerFields`
-	 * (`data:object`, `items:object`).
+	 * (`data:object`, `items:object`), or a page of such objects newest first (`page:object`: `{ items, next }`, `next`
+	 * the `before` of the next page).
 	 */
 	answer?: string;
 	/** With `data`/`items`: fields each answered document carries beyond the collection's (`score`, `distance`); with `*:object`: the object's fields. */
@@ -70,9 +76,9 @@ export interface SpecialDef {
 	errors?: readonly number[];
 }
 
-/** Moleculer action suffix of a special: its path without the `:id/` prefix (`:id/abort` -> `abort`). */
+/** Moleculer action suffix of a special: its `name`, else its path without the `:id/` prefix (`:id/abort` -> `abort`). */
 export function specialName(s: SpecialDef): string {
-	return s.path.replace(/^:id\//, "");
+	return s.name ?? s.path.replace(/^:id\//, "");
 }
 
 export interface CollectionDef {

@@ -34,6 +34,10 @@ if [ ! -e secrets/vapid_private_key ]; then
 	rm -f "$pem"
 fi
 if [ ! -e .env ]; then
-	printf 'NATS_PASSWORD=%s\nREDIS_PASSWORD=%s\nMQTT_PASSWORD=%s\n' "$(openssl rand -hex 24)" "$(openssl rand -hex 24)" "$(openssl rand -hex 24)" > .env
+	printf 'NATS_PASSWORD=%s\nREDIS_PASSWORD=%s\nMQTT_PASSWORD=%s\nGRAFANA_PASSWORD=%s\n' "$(openssl rand -hex 24)" "$(openssl rand -hex 24)" "$(openssl rand -hex 24)" "$(openssl rand -hex 24)" > .env
 	echo ".env written"
+elif ! grep -q '^GRAFANA_PASSWORD=' .env; then
+	# An .env of an earlier version: the dashboards' password is added, the rest kept.
+	printf 'GRAFANA_PASSWORD=%s\n' "$(openssl rand -hex 24)" >> .env
+	echo ".env: GRAFANA_PASSWORD added"
 fi

@@ -16,7 +16,6 @@ import { configOf, type PlatformConfig } from "../runtime/config";
 import { auditEntry, type AuditedReq, type AuditRequest } from "../lib/audit";
 import { AUDIT_CHANNEL, channelsStreamFor } from "./channels.stream";
 import { sharedAuditSpool, type AuditBatch } from "./audit-spool";
-import { onPostgres } from "../mixins/stores";
 
 export interface ShipperOptions {
 	/** Coalescing delay after an idle period: the first entry waits this long for company. */
@@ -63,7 +62,11 @@ export class AuditShipper {
 			this.opts.warn(`audit buffer full (${this.opts.maxBuffered} entries, event stream unreachable): ${n} oldest entries dropped, ${this.dropped} so far`);
 		}
 		this.buf.push(entry);
-		if (!this.running && !this.timer) this.timer = setTimeout(this.scope.bind(() => this.kick()), this.opts.flushMs);
+		if (!this.running && !this.timer)
+			this.timer = setTimeout(
+				this.scope.bind(() => this.kick()),
+				this.opts.flushMs,
+			);
 	}
 
 	/** Entries not yet acknowledged by the stream. */
@@ -137,9 +140,6 @@ export function shipperOf(broker: ServiceBroker): AuditShipper | undefined {
 /** A gateway's shipper on its node's stream, registered for emitAudit; `stop` sends what is left and releases it. */
 export function startShipper(broker: ServiceBroker, warn: (msg: string) => void): { shipper: AuditShipper; stop(): Promise<void> } {
 	const cfg = configOf(broker);
-	// The embedded spool is a file of this process on NeDB: only a logger of this process reads it.
-	if (cfg.eventStream === "outbox" && !cfg.mongoUri && !onPostgres(cfg) && cfg.services && !cfg.services.includes("logger"))
-		warn("EVENT_STREAM=outbox on NeDB without the logger on this node: request audit entries stay in DATA_DIR/_audit_spool.db; run the logger here, share a PostgreSQL or MongoDB store, or use EVENT_STREAM=nats|redis");
 	const { sink, release } = auditSink(cfg);
 	const shipper = new AuditShipper(sink, { ...SHIPPER_DEFAULTS, warn });
 	attachShipper(broker, shipper);

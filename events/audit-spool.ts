@@ -1,7 +1,6 @@
 /**
  * The embedded path of request audit entries (EVENT_STREAM=outbox): batches of entries kept as documents
- * (`_audit_spool`) in the same store family as the outbox, i.e. next to it: a NeDB file in DATA_DIR, a PostgreSQL
- * table, or a MongoDB collection. Gateways append; the logger takes batches, stores their rows, then removes them.
+ * (`_audit_spool`) in the same database as the outbox, i.e. next to it. Gateways append; the logger takes batches, stores their rows, then removes them.
  * A logger killed between its insert and the removal takes the same batch again: its insert is idempotent by request
  * id. So, like the outbox, the spool reaches the logger only where the logger reads the same store location.
  */
@@ -15,9 +14,6 @@ export interface AuditBatch {
 	id: string;
 	entries: AuditRequest[];
 }
-
-/** Removed batches before the NeDB file is rewritten (only when they also outnumber the live ones). */
-const COMPACT_AFTER = 5000;
 
 export class AuditSpool extends EventEmitter {
 	private store: DocumentStore;
@@ -48,7 +44,14 @@ export class AuditSpool extends EventEmitter {
 		if (--this.users > 0) return;
 		const was = this.connecting;
 		this.connecting = undefined;
-		if (was && (await was.then(() => true, () => false))) await this.store.disconnect();
+		if (
+			was &&
+			(await was.then(
+				() => true,
+				() => false,
+			))
+		)
+			await this.store.disconnect();
 	}
 
 	/** Stores a batch; a batch stored already (a retry after a lost answer) counts as stored. */
@@ -72,11 +75,7 @@ export class AuditSpool extends EventEmitter {
 
 	async remove(ids: string[]): Promise<void> {
 		if (!ids.length) return;
-		this.garbage += await this.store.removeMany({ _id: { $in: ids } });
-		if (this.store.compact && this.garbage >= COMPACT_AFTER && this.garbage >= (await this.store.count({}))) {
-			await this.store.compact();
-			this.garbage = 0;
-		}
+		await this.store.removeMany({ _id: { $in: ids } });
 	}
 
 	count(): Promise<number> {

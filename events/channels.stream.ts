@@ -6,9 +6,11 @@
  *
  * Wiring. The channels middleware is added to the broker (moleculer.config.ts) only when EVENT_STREAM is not
  * `outbox`; this class wraps it, keeps its adapter (`broker.channelAdapter`) and registers consumer groups
- * dynamically with `adapter.subscribe(chan)`: the workers ask for their group at run time (worker base `started`),
- * not through a `channels:` schema property, and the adapter API accepts such late subscriptions once connected
- * (the middleware connects in its own `started` hook, after the services' ones, so earlier requests wait for it).
+ * dynamically: the workers ask for their group at run time (worker base `started`), not through a `channels:` schema
+ * property, once the adapter is connected (the middleware connects in its own `started` hook, after the services'
+ * ones, so earlier requests wait for it). Redis groups go through `adapter.subscribe(chan)`; NATS groups are pull
+ * consumers of this class (below) whose messages the adapter's own handler takes (acknowledgement, retries, dead
+ * letter), as with its push subscriptions.
  * The relay publishes with `adapter.publish`, which passes JetStream / XADD options through (`msgID`, `xaddMaxLen`).
  *
  * Contract: each consumer group (the worker's name) gets every event at least once, and the instances of a group
@@ -36,13 +38,22 @@
  *   still holds for a retry; here a stopping consumer is deleted only when it holds none.
  * - The NATS adapter reads a URL only from `nats.url` (not the string form), and gives up reconnecting after 10
  *   attempts by default: the servers are set explicitly, reconnecting forever.
+ * - The NATS adapter makes each group a push consumer whose instances share one deliver subject as a queue group.
+ *   The NATS server keeps a connection nobody told it is gone (a NAT or load balancer that forgot it), with its
+ *   subscriptions, until its own pings drop it (2 to 6 minutes by default), and went on handing that dead member its
+ *   share of the group's events, each lost until `ack_wait`: a group taking one event at a time all but stopped while
+ *   the node was connected again. Groups are pull consumers instead: each instance asks for events (requests that
+ *   expire after PULL_EXPIRES_MS, asked again at once), and an event answering a request of the lost connection goes to
+ *   the request's inbox, to which the client subscribed again on its new connection. A push group of an earlier
+ *   version becomes a pull group from its acknowledgement floor (the events acknowledged out of order beyond it come
+ *   once more).
  */
 import type { Middleware, ServiceBroker } from "moleculer";
 import { Middleware as ChannelsMiddleware } from "@moleculer/channels";
 import { nanos } from "nats";
 import type { PlatformConfig } from "../runtime/config";
 import { isDependencyOutage, isTransportError } from "../lib/errors";
-import { HEALTH_ACTION, pipelineHealth, trackProgress, withEntries, withTimeout, type Health, type Progress } from "../runtime/health";
+import { HEALTH_ACTION, HEALTH_TIMED_OUT, pipelineHealth, trackProgress, withEntries, withTimeout, type Health, type Progress } from "../runtime/health";
 import { isCacheUnavailable } from "../runtime/kv";
 import { NATS_LIVENESS } from "../runtime/transport-watch";
 import type { OutboxRecord } from "./outbox";
@@ -70,8 +81,7 @@ export function channelsStreamOptions(cfg: PlatformConfig): ChannelsStreamOption
 	if (kind !== "nats" && kind !== "redis") throw new Error(`no production event stream for EVENT_STREAM=${kind}`);
 	const url = cfg.streamUrl ?? (kind === "nats" ? cfg.transporter : cfg.redisUrl);
 	const ok = kind === "nats" ? /^nats:\/\//i.test(url ?? "") : /^rediss?:\/\//i.test(url ?? "");
-	if (!url || !ok)
-		throw new Error(`EVENT_STREAM=${kind} needs STREAM_URL or ${kind === "nats" ? "a nats:// TRANSPORTER" : "REDIS_URL"} (got ${url ?? "none"})`);
+	if (!url || !ok) throw new Error(`EVENT_STREAM=${kind} needs STREAM_URL or ${kind === "nats" ? "a nats:// TRANSPORTER" : "REDIS_URL"} (got ${url ?? "none"})`);
 	return {
 		kind,
 		url,
@@ -112,11 +122,15 @@ export function isOutage(err: unknown): boolean {
 
 /** Pause before the next in-place try of an event held by an outage: 0.25 s doubling to 5 s. */
 const outageDelay = (attempt: number) => Math.min(5000, 250 * 2 ** Math.min(attempt, 5));
-/** A node's health check answers within this (the gateway waits 2 s for it), what it knows by then. */
-const HEALTH_ANSWER_MS = 1700;
-const HEALTH_TIMED_OUT: Health = { status: "error", info: { health: { status: "down", message: "health check timed out" } } };
+/** A node's health check answers within this (the gateway waits SERVICE_HEALTH_MS for it), what it knows by then. */
+const HEALTH_ANSWER_MS = 700;
 /** How often the groups' lag is sampled (JetStream) and the pipeline gauges refreshed. */
 const MONITOR_MS = 2000;
+/**
+ * How long a NATS group's pull request waits for events before the server ends it (the client asks again at once);
+ * the server sends a heartbeat every half of it to an idle request, and nats.js asks anew after two missed ones.
+ */
+const PULL_EXPIRES_MS = 10_000;
 /** How long a stop waits for a group's handler in progress, or for the adapter's goodbye, before it goes on. */
 export const STOP_WAIT_MS = 5000;
 
@@ -200,7 +214,12 @@ export class ChannelsStream implements ChangeStream {
 				self.connected = false;
 				// A NATS connection already closed (lost) has nothing to drain: the adapter would only log an error.
 				if (self.kind === "nats" && self.adapter?.connection?.isClosed?.()) self.adapter.connected = false;
-				else if ((await withTimeout(inner.stopped().then(() => true), STOP_WAIT_MS)) === undefined) {
+				else if (
+					(await withTimeout(
+						inner.stopped().then(() => true),
+						STOP_WAIT_MS,
+					)) === undefined
+				) {
 					// The server does not answer the drain (a silent connection): close without it.
 					self.logger?.warn(`event stream: no answer to the disconnect within ${STOP_WAIT_MS} ms; closing the connection`);
 					if (self.kind === "nats") await self.adapter?.connection?.close?.().catch(() => undefined);
@@ -210,7 +229,7 @@ export class ChannelsStream implements ChangeStream {
 			},
 			// Every local health check (domains, workers) also reports this node's stalled pipeline stages: the relay,
 			// the consumer groups (a stage that moves adds nothing). It answers within HEALTH_ANSWER_MS, also when a
-			// dependency's check hangs, so that the gateway (which waits 2 s) still learns the stages' reasons.
+			// dependency's check hangs, so that the gateway (which waits SERVICE_HEALTH_MS) still learns the stages' reasons.
 			localAction(next: (ctx: unknown) => Promise<Health>, action: { name?: string }) {
 				if (!String(action?.name ?? "").endsWith(`.${HEALTH_ACTION}`)) return next;
 				return async (ctx: unknown) => {
@@ -232,7 +251,6 @@ export class ChannelsStream implements ChangeStream {
 					nats: {
 						connectionOptions: natsConnection(o.url),
 						streamConfig: this.streamLimits(),
-						consumerOptions: { config: { deliver_policy: "all", ack_policy: "explicit", ack_wait: nanos(o.ackWaitMs), max_ack_pending: o.maxInFlight } },
 					},
 				},
 			};
@@ -301,8 +319,7 @@ export class ChannelsStream implements ChangeStream {
 
 	/** A consumer group on another channel of the stream (the audit entries), with the same contract as `consume`. */
 	async consumeChannel<T>(channel: string, group: string, handler: MessageHandler<T>, opts: ConsumeOptions = {}): Promise<Consumer> {
-		if (!this.broker || !this.adapter)
-			throw new Error(`EVENT_STREAM=${this.kind}: the stream is not attached to a broker (the channels middleware of moleculer.config.ts)`);
+		if (!this.broker || !this.adapter) throw new Error(`EVENT_STREAM=${this.kind}: the stream is not attached to a broker (the channels middleware of moleculer.config.ts)`);
 		const sub: Subscription = {
 			channel,
 			group,
@@ -376,7 +393,6 @@ export class ChannelsStream implements ChangeStream {
 
 	private async subscribeOnce(sub: Subscription): Promise<void> {
 		const a = this.adapter;
-		if (this.kind === "nats") await this.alignGroup(sub);
 		// A fresh channel object and id per attempt: a failed attempt leaves its id registered in the adapter.
 		const chan: any = {
 			id: a.addPrefixTopic(`${this.broker!.nodeID}.${sub.group}.${++this.counter}`),
@@ -387,38 +403,73 @@ export class ChannelsStream implements ChangeStream {
 			maxInFlight: sub.maxInFlight,
 			maxRetries: this.opts.maxRetries,
 			deadLettering: { enabled: this.opts.deadLetter, queueName: `${sub.channel}.failed` },
-			nats: {
-				streamConfig: this.streamLimits(),
-				consumerOptions: { config: { deliver_policy: "all", ack_policy: "explicit", ack_wait: nanos(this.opts.ackWaitMs), max_ack_pending: sub.maxInFlight } },
-			},
 			redis: { startID: "0", minIdleTime: this.opts.ackWaitMs, claimInterval: 1000 },
 		};
 		chan.handler = this.broker!.middlewares.wrapHandler("localChannel", this.handlerOf(sub) as any, chan);
 		sub.chan = chan;
-		await a.subscribe(chan);
+		if (this.kind === "nats") await this.pull(sub, chan);
+		else await a.subscribe(chan);
 	}
 
 	/**
-	 * An existing NATS group keeps the settings it was created with (the client only attaches to it): bring the ack
-	 * wait and in-flight limit to the configured ones. Its start policy cannot change: a group created with
-	 * `deliver_policy: new` by something else is reported.
+	 * A NATS group's events for `chan`: its dead-letter stream and pull consumer made sure of, then the events asked for
+	 * (at most `maxInFlight` at a time) and each handed to the adapter's handler. nats.js asks again after a reconnect
+	 * and after missed heartbeats.
 	 */
-	private async alignGroup(sub: Subscription): Promise<void> {
+	private async pull(sub: Subscription, chan: any): Promise<void> {
+		const a = this.adapter;
+		await this.ensureStream(`${sub.channel}.failed`);
+		chan.deadLettering.queueName = a.addPrefixTopic(chan.deadLettering.queueName);
+		const durable = await this.ensureGroup(sub);
+		const consumer = await a.client.consumers.get(this.streamNameOf(sub.channel), durable);
+		a.initChannelActiveMessages(chan.id);
+		const handle = a.createConsumerHandler(chan);
+		chan.messages = await consumer.consume({
+			max_messages: sub.maxInFlight,
+			expires: PULL_EXPIRES_MS,
+			// The adapter's handler acknowledges, retries or dead-letters; an acknowledgement on a closed connection throws.
+			callback: (msg: unknown) => void handle(null, msg).catch((err: Error) => this.logger?.warn(`event stream: group ${sub.group} could not settle an event (${err.message})`)),
+		});
+		// A connection closed for good (a stop, a crash test) ends the requests: their heartbeat checks would go on.
+		void a.connection.closed().then(() => chan.messages?.close());
+	}
+
+	/**
+	 * The group's durable pull consumer, with the configured ack wait and in-flight limit (an existing group is
+	 * brought to them); its name. A push group of an earlier version is replaced by a pull group that starts after its
+	 * acknowledgement floor. A group's start policy cannot change: one created with `deliver_policy: new` by something
+	 * else is reported.
+	 */
+	private async ensureGroup(sub: Subscription): Promise<string> {
 		const jsm = this.adapter.manager;
 		const durable = sub.group.split(".").join("_");
 		const stream = this.streamNameOf(sub.channel);
-		let info: any;
-		try {
-			info = await jsm.consumers.info(stream, durable);
-		} catch (err) {
-			if (/not found|404/i.test(String((err as any)?.code ?? "") + (err as Error).message)) return;
-			throw err;
-		}
 		const want = { ack_wait: nanos(this.opts.ackWaitMs), max_ack_pending: sub.maxInFlight };
-		if (info.config.ack_wait !== want.ack_wait || info.config.max_ack_pending !== want.max_ack_pending)
-			await jsm.consumers.update(stream, durable, want);
-		if (info.config.deliver_policy !== "all")
-			this.logger?.warn(`event stream: group ${sub.group} was created with deliver_policy ${info.config.deliver_policy}, not all`);
+		const config = { durable_name: durable, filter_subject: this.subjectOf(sub.channel), deliver_policy: "all", ack_policy: "explicit", ...want };
+		const info = async () =>
+			jsm.consumers.info(stream, durable).catch((err: any) => {
+				if (/not found|404/i.test(String(err?.code ?? "") + err?.message)) return undefined;
+				throw err;
+			});
+		let group = await info();
+		if (group?.config.deliver_subject) {
+			const floor = Number(group.ack_floor?.stream_seq ?? 0);
+			await jsm.consumers.delete(stream, durable);
+			this.logger?.warn(`event stream: group ${sub.group} was a push consumer; it is a pull consumer from stream sequence ${floor + 1} on`);
+			group = undefined;
+			if (floor) Object.assign(config, { deliver_policy: "by_start_sequence", opt_start_seq: floor + 1 });
+		}
+		if (!group) {
+			// Another instance may create it at the same moment: whichever came first is the group.
+			await jsm.consumers.add(stream, config).catch(async (err: Error) => {
+				if (!(group = await info()) || group.config.deliver_subject) throw err;
+			});
+			if (!group) return durable;
+		}
+		if (group.config.ack_wait !== want.ack_wait || group.config.max_ack_pending !== want.max_ack_pending) await jsm.consumers.update(stream, durable, want);
+		if (["new", "last", "last_per_subject"].includes(group.config.deliver_policy))
+			this.logger?.warn(`event stream: group ${sub.group} was created with deliver_policy ${group.config.deliver_policy}, not all`);
+		return durable;
 	}
 
 	private watchGroups(): void {
@@ -478,13 +529,16 @@ export class ChannelsStream implements ChangeStream {
 		return async (rec: any, raw: any) => {
 			let beat: NodeJS.Timeout | undefined;
 			if (this.kind === "nats" && typeof raw?.working === "function") {
-				beat = setInterval(() => {
-					try {
-						raw.working();
-					} catch {
-						clearInterval(beat);
-					}
-				}, Math.max(200, Math.floor(this.opts.ackWaitMs / 3)));
+				beat = setInterval(
+					() => {
+						try {
+							raw.working();
+						} catch {
+							clearInterval(beat);
+						}
+					},
+					Math.max(200, Math.floor(this.opts.ackWaitMs / 3)),
+				);
 			}
 			sub.inFlight++;
 			try {
@@ -534,16 +588,23 @@ export class ChannelsStream implements ChangeStream {
 					return false;
 				},
 			);
-			if ((await withTimeout(unsubscribed, STOP_WAIT_MS)) === undefined) this.logger?.warn(`event stream: group ${sub.group} still busy after ${STOP_WAIT_MS} ms; stopping without it`);
+			if ((await withTimeout(unsubscribed, STOP_WAIT_MS)) === undefined)
+				this.logger?.warn(`event stream: group ${sub.group} still busy after ${STOP_WAIT_MS} ms; stopping without it`);
 		}
 	}
 
 	private async unsubscribe(chan: any): Promise<void> {
-		if (this.kind === "nats") return this.adapter.unsubscribe(chan);
-		// Redis: the adapter's unsubscribe without its unconditional XGROUP DELCONSUMER (see the header).
 		const a = this.adapter;
 		if (chan.unsubscribing) return;
 		chan.unsubscribing = true;
+		if (this.kind === "nats") {
+			// No more requests; the handlers in progress finish (and acknowledge), events arriving now come again later.
+			await chan.messages?.close();
+			while (a.getNumberOfChannelActiveMessages(chan.id) > 0) await new Promise((r) => setTimeout(r, 100));
+			if (a.activeMessages.has(chan.id)) a.stopChannelActiveMessages(chan.id);
+			return;
+		}
+		// Redis: the adapter's unsubscribe without its unconditional XGROUP DELCONSUMER (see the header).
 		a.clients.get(chan.id)?.disconnect();
 		await new Promise((r) => setTimeout(r, 100));
 		while (a.getNumberOfChannelActiveMessages(chan.id) > 0) await new Promise((r) => setTimeout(r, 100));

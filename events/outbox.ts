@@ -1,16 +1,13 @@
 /**
  * The durable outbox of change events: every write appends here, in the same store family as the documents, so
  * events survive a restart and consumers read them from a position (`seq`). The workers' stream reads from it.
- * On PostgreSQL (DOCUMENT_STORE=postgres) the events commit in the same transaction as the documents, and
- * positions follow commit order (mixins/stores/pg.outbox.ts); elsewhere a write and its events are two appends.
+ * The events commit in the same transaction as the documents, and positions follow commit order
+ * (mixins/stores/pg.outbox.ts).
  */
 import { EventEmitter } from "events";
-import type { PlatformConfig } from "../runtime/config";
 import type { ChangeEvent } from "../lib/change-event";
-import { objectId } from "../lib/crypto";
-import { createStore, locationOf, onPostgres, type DocumentStore, type StoreConfig } from "../mixins/stores";
+import { locationOf, type DocumentStore, type StoreConfig } from "../mixins/stores";
 import { PgOutbox } from "../mixins/stores/pg.outbox";
-import { OutboxTail } from "./outbox-tail";
 
 /** Who caused a change: for audit and per-client routing, never part of the webhook payload itself. */
 export interface ChangeActor {
@@ -45,12 +42,8 @@ export interface OutboxRecord {
 export const READ_LINGER_MS = 10;
 
 export class Outbox extends EventEmitter {
-	private store: DocumentStore;
-	/** Set on PostgreSQL: the transactional outbox, which every method below uses instead of `store`. */
-	private readonly pg?: PgOutbox;
-	private seq = 0;
-	/** NeDB (one writing process): the newest records in memory, where the consumer groups read them. */
-	private tail?: OutboxTail;
+	/** The transactional outbox table (mixins/stores/pg.outbox.ts). */
+	private readonly pg: PgOutbox;
 	private connecting?: Promise<void>;
 	private users = 0;
 	private lingering?: NodeJS.Timeout;
@@ -60,29 +53,22 @@ export class Outbox extends EventEmitter {
 	constructor(cfg: StoreConfig & { namespace?: string }) {
 		super();
 		this.ns = cfg.namespace;
-		if (onPostgres(cfg)) this.pg = new PgOutbox(cfg);
-		this.store = createStore(cfg, "_outbox", ["seq"]);
+		this.pg = new PgOutbox(cfg);
 	}
 
-	/** Whether a write and its events commit together (PostgreSQL). */
+	/** Whether a write and its events commit together: always (one transaction on PostgreSQL). */
 	get transactional(): boolean {
-		return !!this.pg;
+		return true;
 	}
 
-	/** The newest position: a reader starting from it misses nothing appended later (on PostgreSQL, in commit order). */
-	async head(): Promise<number> {
-		return this.pg ? this.pg.head() : this.seq;
+	/** The newest position: a reader starting from it misses nothing appended later (in commit order). */
+	head(): Promise<number> {
+		return this.pg.head();
 	}
 
 	connect(): Promise<void> {
 		this.users++;
-		this.connecting ??= (async () => {
-			if (this.pg) return this.pg.connect();
-			await this.store.connect();
-			const [last] = await this.store.find({ query: {}, sort: { seq: -1 }, limit: 1 });
-			this.seq = Math.max(Number(last?.seq ?? 0), Date.now() * 1000);
-			if (this.store.kind === "nedb") this.tail = new OutboxTail(this.seq);
-		})();
+		this.connecting ??= this.pg.connect();
 		return this.connecting;
 	}
 
@@ -90,33 +76,18 @@ export class Outbox extends EventEmitter {
 		if (--this.users > 0) return;
 		await this.connecting;
 		this.connecting = undefined;
-		this.tail = undefined;
 		if (this.lingering) clearTimeout(this.lingering);
 		this.lingering = undefined;
-		if (this.pg) await this.pg.disconnect();
-		else await this.store.disconnect();
+		await this.pg.disconnect();
 	}
 
-	/**
-	 * Positions are microsecond-scaled timestamps, strictly increasing within a process, so nodes that share one
-	 * production store interleave in time order.
-	 */
+	/** Positions follow commit order on the shared database, so nodes interleave in the order their writes committed. */
 	async append(records: Omit<OutboxRecord, "seq">[]): Promise<OutboxRecord[]> {
 		if (!records.length) return [];
 		const ns = this.ns;
-		if (this.pg) {
-			const stamped = ns ? records.map((r) => ({ ...r, ns })) : records;
-			const seqs = await this.pg.append(stamped);
-			const out = stamped.map((r, i) => ({ ...r, seq: seqs[i] }) as OutboxRecord);
-			this.appended(out);
-			return out;
-		}
-		const stored = records.map((r) => ({ _id: objectId(), ...r, ...(ns ? { ns } : {}), seq: (this.seq = Math.max(this.seq + 1, Date.now() * 1000)) }));
-		const saved = await this.store.insertMany(stored);
-		const out = stored.map(({ _id, ...r }) => r as OutboxRecord);
-		// Copies: the caller keeps its objects (the document's arrays), the readers must not see them change. NeDB
-		// (the only store with a tail) answers an insert with fresh copies of what it stored: those, not one more clone.
-		this.tail?.add(saved.map(({ _id, ...r }) => r as unknown as OutboxRecord));
+		const stamped = ns ? records.map((r) => ({ ...r, ns })) : records;
+		const seqs = await this.pg.append(stamped);
+		const out = stamped.map((r, i) => ({ ...r, seq: seqs[i] }) as OutboxRecord);
 		this.appended(out);
 		return out;
 	}
@@ -132,57 +103,32 @@ export class Outbox extends EventEmitter {
 	}
 
 	async readFrom(after: number, limit = 100): Promise<OutboxRecord[]> {
-		if (this.pg) return (await this.pg.readFrom<Omit<OutboxRecord, "seq">>(after, limit)).map(({ seq, rec }) => ({ ...rec, seq }) as OutboxRecord);
-		const recent = this.tail?.readFrom(after, limit);
-		if (recent) return recent;
-		// Behind the tail: from the seq index, the next `limit` records only (not every later one, sorted).
-		const docs = this.store.firstAfter?.("seq", after, limit) ?? (await this.store.find({ query: { seq: { $gt: after } }, sort: { seq: 1 }, limit }));
-		return docs.map(({ _id, ...r }) => r as unknown as OutboxRecord);
+		return (await this.pg.readFrom<Omit<OutboxRecord, "seq">>(after, limit)).map(({ seq, rec }) => ({ ...rec, seq }) as OutboxRecord);
 	}
 
-	/** Removed records not yet given back to the disk (NeDB appends a deletion line per removed record). */
-	private garbage = 0;
 	/** The last pass asked for: the next one starts after it. */
 	private pruning: Promise<unknown> = Promise.resolve();
 
 	/**
 	 * Removes the records every consumer has passed (seq <= `passedAll`) and those older than `retentionHours`
-	 * whoever still lags (CONTRACTS.md: "The outbox keeps an event until every consumer group has passed it, then at
-	 * most STREAM_RETENTION_HOURS"). The file is compacted once the removed records outnumber the live ones, so the
-	 * disk (and what a restart loads) stays within about twice the backlog, at an amortised cost. Returns how many
-	 * were removed. One pass at a time: a call made during a pass runs its own, with its own bounds, after it (the
-	 * relay's and the consumer groups' pruners may share one outbox; before, such a call was answered with the pass
-	 * under way, whose bounds were another caller's).
+	 * whoever still lags (docs/contracts.md "Limits the platform keeps": "The outbox keeps an event until every consumer group has passed it, then at
+	 * most STREAM_RETENTION_HOURS"), passed records only after `graceMs` (the readers that are not consumer groups,
+	 * each node's search index, tail the outbox). Returns how many were removed. One pass at a time: a call made during
+	 * a pass runs its own, with its own bounds, after it (the relay's and the consumer groups' pruners may share one
+	 * outbox).
 	 */
 	prune(passedAll: number, retentionHours: number, graceMs = PRUNE_GRACE_MS): Promise<number> {
-		const pass = this.pruning.then(() => this.prunePass(passedAll, retentionHours, graceMs));
+		const pass = this.pruning.then(() => this.pg.prune(passedAll, retentionHours, graceMs));
 		this.pruning = pass.catch(() => undefined);
 		return pass;
 	}
 
-	private async prunePass(passedAll: number, retentionHours: number, graceMs: number): Promise<number> {
-		if (this.pg) return this.pg.prune(passedAll, retentionHours, graceMs);
-		const cutoff = (Date.now() - retentionHours * 3_600_000) * 1000;
-		// Passed records stay a short while for the readers that are not consumer groups (each node's search index
-		// tails the outbox): one that stalls less than the grace misses nothing.
-		const graced = Math.min(passedAll, (Date.now() - graceMs) * 1000);
-		const upTo = Math.max(graced, cutoff);
-		const removed = upTo > 0 ? await this.store.removeMany({ seq: { $lte: upTo } }) : 0;
-		if (upTo > 0) this.tail?.drop(upTo);
-		this.garbage += removed;
-		if (this.garbage > 0 && this.store.compact && this.garbage >= (await this.store.count({}))) {
-			await this.store.compact();
-			this.garbage = 0;
-		}
-		return removed;
-	}
-
 	count(): Promise<number> {
-		return this.pg ? this.pg.count() : this.store.count({});
+		return this.pg.count();
 	}
 
 	ping(): Promise<boolean> {
-		return this.pg ? this.pg.ping() : this.store.ping();
+		return this.pg.ping();
 	}
 }
 
@@ -217,7 +163,12 @@ export function positionDoc(seq: number, ns: string | undefined): { seq: number;
  * database) counts only while its consumer renews it within `ttlMs`; one without a heartbeat yet gets one now, so it
  * stops counting a TTL later unless renewed.
  */
-export async function passedByLive(store: DocumentStore, ns: string | undefined, ttlMs: number, nsOf: (p: StoredPosition) => string | undefined = (p) => (typeof p.ns === "string" ? p.ns : undefined)): Promise<number> {
+export async function passedByLive(
+	store: DocumentStore,
+	ns: string | undefined,
+	ttlMs: number,
+	nsOf: (p: StoredPosition) => string | undefined = (p) => (typeof p.ns === "string" ? p.ns : undefined),
+): Promise<number> {
 	const now = Date.now();
 	let min = Infinity;
 	for (const p of (await store.find({ query: {} })) as StoredPosition[]) {
@@ -234,11 +185,11 @@ export async function passedByLive(store: DocumentStore, ns: string | undefined,
 const shared = new Map<string, Outbox>();
 
 /**
- * One outbox per data location, namespace and process, shared by every domain service the process hosts (a store
- * several deployments may share, PostgreSQL or MongoDB, gets one per namespace: each stamps its own on its records).
+ * One outbox per data location, namespace and process, shared by every domain service the process hosts (a database
+ * several deployments may share gets one per namespace: each stamps its own on its records).
  */
 export function sharedOutbox(cfg: StoreConfig & { namespace?: string }): Outbox {
-	const key = cfg.mongoUri || onPostgres(cfg) ? `${locationOf(cfg)}#${cfg.namespace ?? ""}` : locationOf(cfg);
+	const key = `${locationOf(cfg)}#${cfg.namespace ?? ""}`;
 	let o = shared.get(key);
 	if (!o) shared.set(key, (o = new Outbox(cfg)));
 	return o;

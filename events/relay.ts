@@ -7,14 +7,13 @@
  *   same store family as the outbox (`_relay_offsets`, keyed by channel), saved after each batch; after a restart or
  *   a take-over it continues from there. A crash between a publish and the save republishes that batch: JetStream
  *   drops such repeats within its duplicate window (message id = seq and document id), Redis does not.
- * - One publisher per outbox: nodes that share one production store (MONGO_URI) share one outbox, so the relays
+ * - One publisher per outbox: nodes that share one database (DATABASE_URL) share one outbox, so the relays
  *   take a lock in the platform cache (runtime/kv setIfAbsent, TTL 15 s, renewed every 5 s; REDIS_URL for nodes in
  *   several processes) and only its holder publishes. A holder that dies is replaced when the lock expires; the
  *   renewal is a read-then-write (the cache has no compare-and-set), so for a moment two relays may both publish:
  *   repeats, never gaps. Nodes with their own embedded outbox (DATA_DIR) lock their own location.
- * - Late records: seq values are timestamps taken before the insert, so with several writers on one store a record
- *   can become visible after a later one was already published. The relay publishes a record only once it is
- *   RELAY_SETTLE_MS old (default 1 s with MongoDB; 0 with NeDB, whose single process inserts in seq order).
+ * - Order: positions follow commit order (mixins/stores/pg.outbox.ts), so a record never becomes visible after a later
+ *   one was published; RELAY_SETTLE_MS (default 0) still holds a record back until it is that old.
  * - Namespaces: the relay publishes only the records its own NAMESPACE wrote (`ns`), so a node started with another
  *   NAMESPACE on the same database republishes nothing of this deployment's into its own stream. Its position carries
  *   a heartbeat (`at`, renewed with the lock); the pruner ignores another namespace's position not renewed within
@@ -23,12 +22,11 @@
  *   de-duplicate nothing; handlers are idempotent (or key on `seq`).
  */
 import { createHash, randomBytes } from "crypto";
-import os from "os";
 import type { ServiceSchema } from "moleculer";
 import { configOf, type PlatformConfig } from "../runtime/config";
 import { sharedKeyValue, type KeyValue } from "../runtime/kv";
 import { DEFAULT_POSITION_TTL_MS, heartbeatEvery, OutboxPruner, passedByLive, positionDoc, sharedOutbox, type Outbox, type OutboxRecord, type StoredPosition } from "./outbox";
-import { createStore, locationOf, onPostgres, type DocumentStore } from "../mixins/stores";
+import { createStore, locationOf, type DocumentStore } from "../mixins/stores";
 import { channelsStreamFor, STOP_WAIT_MS, type ChannelsStream } from "./channels.stream";
 import { Progress, trackProgress, withTimeout } from "../runtime/health";
 
@@ -109,13 +107,13 @@ export class Relay {
 		this.outbox = sharedOutbox(cfg);
 		this.offsets = acquireOffsets(cfg);
 		this.kv = sharedKeyValue(cfg.redisUrl, cfg.redisPrefix);
-		// Nodes sharing one store (MongoDB, PostgreSQL) share one outbox, so one lock.
-		const location = cfg.mongoUri || onPostgres(cfg) ? locationOf(cfg) : `${os.hostname()}:${cfg.dataDir}`;
+		// Nodes sharing one database share one outbox, so one lock.
+		const location = locationOf(cfg);
 		const where = createHash("sha256").update(location).digest("hex").slice(0, 16);
 		this.lockKey = `relay:${cfg.namespace}:${stream.opts.channel}:${where}`;
 		this.positionId = `relay:${cfg.namespace}.${stream.opts.channel}`;
 		this.token = `${nodeID}:${randomBytes(6).toString("hex")}`;
-		this.settleMs = cfg.relaySettleMs ?? (cfg.mongoUri ? 1000 : 0);
+		this.settleMs = cfg.relaySettleMs ?? 0;
 		const ttlMs = cfg.streamPositionTtlMs ?? DEFAULT_POSITION_TTL_MS;
 		this.heartbeatMs = heartbeatEvery(ttlMs);
 		// Positions saved before they named their namespace: it is in their id, `relay:<namespace>.<channel>`.
@@ -140,7 +138,13 @@ export class Relay {
 		this.progress.close();
 		// A loop (or a prune) waiting on a dependency that hangs ends by the dependency's own timeouts; the stop does not
 		// wait for them past STOP_WAIT_MS (whatever it had published is published; its position is saved at the next run).
-		if ((await withTimeout(Promise.resolve(this.loop).then(() => true), STOP_WAIT_MS)) === undefined) this.logger.warn(`relay: still waiting on a dependency after ${STOP_WAIT_MS} ms; stopping without it`);
+		if (
+			(await withTimeout(
+				Promise.resolve(this.loop).then(() => true),
+				STOP_WAIT_MS,
+			)) === undefined
+		)
+			this.logger.warn(`relay: still waiting on a dependency after ${STOP_WAIT_MS} ms; stopping without it`);
 		await withTimeout(this.pruner.stop(), STOP_WAIT_MS);
 		if (this.leader) {
 			this.leader = false;
@@ -210,7 +214,9 @@ export class Relay {
 		if (rec.ns === undefined || rec.ns === this.cfg.namespace) return true;
 		if (!this.foreign.has(rec.ns)) {
 			this.foreign.add(rec.ns);
-			this.logger.warn(`relay: the outbox holds events of namespace ${rec.ns} (nodes of another deployment write to this database); only namespace ${this.cfg.namespace}'s are published to ${this.stream.subject}`);
+			this.logger.warn(
+				`relay: the outbox holds events of namespace ${rec.ns} (nodes of another deployment write to this database); only namespace ${this.cfg.namespace}'s are published to ${this.stream.subject}`,
+			);
 		}
 		return false;
 	}

@@ -31,6 +31,8 @@ export interface AuditRequest {
 	cid?: string;
 	session?: string;
 	ip?: string;
+	/** The answer was a kept one, replayed under its Idempotency-Key (nothing ran). */
+	replayed?: true;
 }
 
 /** What moleculer-web leaves on the request. */
@@ -44,6 +46,8 @@ export interface AuditedReq {
 	$alias?: { action?: string };
 	$params?: { params?: { id?: unknown } };
 	$startedAt?: bigint;
+	/** Set by the gateway when it replays a kept answer (services/api/idempotency.ts). */
+	$replayed?: boolean;
 }
 
 /** Routes that are not audited: health probes, metrics scrapes and the API docs would drown the log. */
@@ -78,5 +82,6 @@ export function auditEntry(req: AuditedReq, status: number, data?: unknown, ipOf
 		cid: t?.cid,
 		session: t?.session,
 		ip: meta?.ip ?? ipOf?.(),
+		...(req.$replayed ? { replayed: true as const } : {}),
 	};
 }

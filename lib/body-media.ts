@@ -7,8 +7,8 @@ import { ApiError } from "./errors";
 
 export type BodyMedia = "json" | "json-or-form";
 
-const JSON_TYPE = /^application\/json\s*(;|$)/i;
-const FORM_TYPE = /^application\/x-www-form-urlencoded\s*(;|$)/i;
+export const JSON_TYPE = /^application\/json\s*(;|$)/i;
+export const FORM_TYPE = /^application\/x-www-form-urlencoded\s*(;|$)/i;
 const BODY_METHODS = new Set(["POST", "PUT", "PATCH"]);
 
 interface ReqLike {
@@ -16,7 +16,8 @@ interface ReqLike {
 	headers: Record<string, string | string[] | undefined>;
 }
 
-function carriesBody(req: ReqLike): boolean {
+/** Whether the request comes with a body (chunked, or a length above zero). */
+export function carriesBody(req: ReqLike): boolean {
 	if (req.headers["transfer-encoding"] !== undefined) return true;
 	const n = Number(req.headers["content-length"]);
 	return Number.isFinite(n) && n > 0;

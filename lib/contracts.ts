@@ -39,6 +39,82 @@ export const CQRS_CONFIG_ACTION = "context.configs.cqrs";
 /** context: enables or disables a registration, `{ id, active, reason? }` (the dispatcher, on 410 or exhausted retries). */
 export const CQRS_ACTIVE_ACTION = "context.configs.cqrsActive";
 
+// --- the gateway's operator routes: webhook deliveries (dispatcher) and the audit trail (logger) ---------------
+
+/** A page of a listing newest first: `next` is the `before` of the next (older) page, null at the end. */
+export interface Page<T> {
+	items: T[];
+	next: string | null;
+}
+
+/**
+ * A webhook delivery as the public route shows it (GET /context/configs/:id/deliveries): never its payload (the
+ * change event: a document), its URL (it may hold a token in its query) or its lease.
+ */
+export interface DeliveryView {
+	id: string;
+	topic: string;
+	op: string;
+	document_id: string;
+	status: "pending" | "delivered" | "failed" | "disabled";
+	attempts: number;
+	next_at: string;
+	last_status: number | null;
+	last_error: string | null;
+	created_at: string;
+	delivered_at: string | null;
+}
+
+/**
+ * dispatcher: the deliveries of one config of one client, newest first,
+ * `{ config_id, client_id, status?, before?, limit }` -> Page<DeliveryView>.
+ */
+export const CONFIG_DELIVERIES_ACTION = "dispatcher.configDeliveries";
+/**
+ * dispatcher: re-queues a failed or disabled delivery, `{ id, client_id?, config_id? }` (given: the delivery must be
+ * theirs, else 404 as for none) -> `{ requeued, deliveries }`; 409 for a delivery in another status.
+ */
+export const REPLAY_ACTION = "dispatcher.replay";
+
+/** An audit entry as the public route shows it (GET /general/activities/audit): never its session id. */
+export interface AuditView {
+	id: string;
+	at: string;
+	kind: "request" | "change";
+	method: string | null;
+	path: string | null;
+	action: string | null;
+	service: string | null;
+	collection: string | null;
+	document_id: string | null;
+	op: string | null;
+	status: number | null;
+	duration_ms: number | null;
+	uid: string | null;
+	aid: string | null;
+	cid: string | null;
+	ip: string | null;
+	replayed: boolean | null;
+}
+
+/** The audit trail's filters (every one optional, ANDed); `cid` set: that client's entries only. */
+export interface AuditFilter {
+	cid?: string;
+	from?: string;
+	to?: string;
+	kind?: "request" | "change";
+	/** A path prefix (`/content/notes`). */
+	path?: string;
+	action?: string;
+	uid?: string;
+	status?: number;
+	before?: string;
+	limit: number;
+}
+
+/** logger: a page of the audit trail, newest first, AuditFilter -> Page<AuditView>. */
+export const AUDIT_ENTRIES_ACTION = "logger.entries";
+
 // --- essential: sagas (the watcher) ------------------------------------------------------------------------------
 
 /** essential: settles the sagas past their deadline, `{ limit }`. */

@@ -41,6 +41,23 @@ export class ApiError extends Errors.MoleculerError {
 export const badRequest = (message: string) => new ApiError(400, message);
 export const unauthorized = (message = "authorization token is required") => new ApiError(401, message);
 export const forbidden = (message = "access denied") => new ApiError(403, message);
+/**
+ * A refused bearer (401). A missing, malformed or expired token answers the interface's one message, which clients
+ * match; what was wrong goes in `WWW-Authenticate` (RFC 6750 §3): `Bearer` alone for a missing token, else
+ * `error="invalid_token"` with `description` (plain words, no quote). The gateway sends the header (wwwAuthenticateOf).
+ */
+export function bearerRefused(description?: string, message = "authorization token is required"): ApiError {
+	const err = new ApiError(401, message);
+	err.data = { wwwAuthenticate: description ? `Bearer error="invalid_token", error_description="${description}"` : "Bearer" };
+	return err;
+}
+
+/** The `WWW-Authenticate` value a 401 of bearerRefused carries, else undefined. */
+export function wwwAuthenticateOf(err: unknown): string | undefined {
+	const e = err as { code?: unknown; data?: { wwwAuthenticate?: unknown } };
+	return e?.code === 401 && typeof e.data?.wwwAuthenticate === "string" ? e.data.wwwAuthenticate : undefined;
+}
+
 export const notFound = (message = "document not found") => new ApiError(404, message);
 export const conflict = (message: string) => new ApiError(409, message);
 
@@ -74,10 +91,10 @@ export function isTransportError(err: unknown): boolean {
  * body whose message reveals nothing of the internals; 4xx and 5xx codes set on purpose are kept.
  */
 export function toErrorBody(err: unknown): ErrorBody {
-	const e = err as { code?: unknown; message?: unknown; type?: unknown; name?: unknown; status?: unknown };
+	const e = err as { code?: unknown; message?: unknown; type?: unknown; name?: unknown; status?: unknown; limit?: unknown };
 	let status = typeof e?.code === "number" ? e.code : typeof e?.status === "number" ? e.status : 500;
 	if (status < 400 || status > 599) status = 500;
-	let message = typeof e?.message === "string" && e.message ? e.message : STATUS_NAMES[status] ?? "Error";
+	let message = typeof e?.message === "string" && e.message ? e.message : (STATUS_NAMES[status] ?? "Error");
 	// The body parser's failures, with messages that do not depend on the Node version.
 	if (e?.type === "entity.parse.failed") {
 		status = 400;
@@ -85,7 +102,7 @@ export function toErrorBody(err: unknown): ErrorBody {
 	}
 	if (e?.type === "entity.too.large") {
 		status = 413;
-		message = "body must not be larger than 1 MB";
+		message = bodyTooLarge(typeof e.limit === "number" ? e.limit : 1024 * 1024);
 	}
 	if (e?.type === "encoding.unsupported" || e?.type === "charset.unsupported") {
 		status = 415;
@@ -143,3 +160,13 @@ export function retryAfterOf(err: unknown, statusCode: number, heartbeatTimeoutM
 	if (heartbeatTimeoutMs !== undefined && isTransportError(err)) return Math.max(1, Math.ceil(heartbeatTimeoutMs / 1000));
 	return DEFAULT_RETRY_AFTER_S;
 }
+
+/** A size as the limits' messages name it: binary units, as the limits are counted (1048576 bytes: `1 MiB`). */
+export function sizeText(bytes: number): string {
+	if (bytes % (1024 * 1024) === 0) return `${bytes / (1024 * 1024)} MiB`;
+	if (bytes % 1024 === 0) return `${bytes / 1024} KiB`;
+	return `${bytes} bytes`;
+}
+
+/** The 413 of a body over its parser's limit, naming the limit (docs/api.md, "Limits"). */
+export const bodyTooLarge = (bytes: number): string => `body must not be larger than ${sizeText(bytes)}`;

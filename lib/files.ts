@@ -62,7 +62,10 @@ export function contentType(mimetype: string): string {
 export function contentDisposition(name: string, mimetype: string): string {
 	const type = INLINE.has(mimetype) ? "inline" : "attachment";
 	const clean = name.replace(/[\u0000-\u001f\u007f]/g, "").trim() || "file";
-	const ascii = clean.replace(/[^\x20-\x7e]/g, "_").replace(/["\\]/g, "_").replace(/[%]/g, "_");
+	const ascii = clean
+		.replace(/[^\x20-\x7e]/g, "_")
+		.replace(/["\\]/g, "_")
+		.replace(/[%]/g, "_");
 	const encoded = encodeURIComponent(clean).replace(/['()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
 	return `${type}; filename="${ascii}"; filename*=UTF-8''${encoded}`;
 }

@@ -45,7 +45,16 @@ function zone(tz: string): Intl.DateTimeFormat | null {
 	let f = zones.get(tz);
 	if (f === undefined) {
 		try {
-			f = new Intl.DateTimeFormat("en-US", { timeZone: tz, hourCycle: "h23", year: "numeric", month: "numeric", day: "numeric", hour: "numeric", minute: "numeric", second: "numeric" });
+			f = new Intl.DateTimeFormat("en-US", {
+				timeZone: tz,
+				hourCycle: "h23",
+				year: "numeric",
+				month: "numeric",
+				day: "numeric",
+				hour: "numeric",
+				minute: "numeric",
+				second: "numeric",
+			});
 		} catch {
 			return null;
 		}
@@ -230,7 +239,7 @@ function windowOpen(c: CompiledCron, durationMs: number, now: number, fmt: Intl.
 			continue;
 		}
 		if (c.dayFires(d, dim, weekdayOf(day))) {
-			for (let t = latestTime(c, limit); t >= 0; ) {
+			for (let t = latestTime(c, limit); t >= 0;) {
 				const fire = instantOf(fmt, day * DAY_MS + t * 1000, off);
 				if (fire <= now) return fire > lower;
 				// Still ahead (around a change of offset): look as far back as it is ahead, in one step.

@@ -50,7 +50,7 @@ function validateSubject(subject: unknown, domains: Set<string>, who?: GrantAuth
 		return;
 	}
 	const at = subject.lastIndexOf("@");
-	// Every grant subject carries a registered domain (CONTRACTS.md): a bare group name could never match a token.
+	// Every grant subject carries a registered domain (docs/contracts.md "Tokens and sessions"): a bare group name could never match a token.
 	if (at < 0) throw badRequest(`subject: '${subject}' needs a domain suffix (<name>@domain, @role@domain or <group>@domain)`);
 	const local = subject.slice(0, at);
 	const domain = subject.slice(at + 1);
@@ -63,7 +63,7 @@ function validateSubject(subject: unknown, domains: Set<string>, who?: GrantAuth
 	throw notRegistered(domain);
 }
 
-/** A username (CONTRACTS.md "Tenants"): never a 24-hex id, so it can never pose as a user, app or client id. */
+/** A username (docs/contracts.md "Tenants"): never a 24-hex id, so it can never pose as a user, app or client id. */
 export const USERNAME_RE = /^[a-z0-9][a-z0-9._-]{2,63}$/;
 
 /** Why `username` is not a valid username, or null. */
@@ -85,6 +85,26 @@ export function userSubjectProblem(entry: unknown, where: string): string | null
 	if (entry.startsWith("@")) return ROLE_RE.test(entry.slice(1)) ? null : `${where}: '${entry}' is not a role name (@name)`;
 	if (isGroupName(entry)) return null;
 	return `${where}: must be a role (@name) or ${GROUP_RULE}`;
+}
+
+/** What of a user its tokens' subjects come from (identity.users.byId answers it). */
+export interface SubjectSource {
+	id: string;
+	username?: string;
+	subjects?: string[];
+}
+
+/**
+ * A user's subjects in `domain`: its roles and groups suffixed with the domain, `<uid>@domain`, `<username>@domain`;
+ * and its groups (the entries without a leading `@`, for the `group` zone). Only well-formed entries count (stored
+ * before validation existed, an entry could hold spaces or an id and pose as another principal). A token is minted
+ * with them (services/auth/token-grants.ts) and decided with those of them its user still holds
+ * (middlewares/authenticate.ts).
+ */
+export function userTokenSubjects(user: SubjectSource, domain: string): { subjects: string[]; groups: string[] } {
+	const own = (user.subjects ?? []).filter((s, i) => userSubjectProblem(s, `subjects[${i}]`) === null);
+	const named = user.username && usernameProblem(user.username) === null ? [`${user.username}@${domain}`] : [];
+	return { subjects: [...own.map((s) => `${s}@${domain}`), `${user.id}@${domain}`, ...named], groups: own.filter((s) => !s.startsWith("@")) };
 }
 
 /** NIST SP 800-63B §5.1.1.2: a memorized secret chosen by its user has at least 8 characters. */
@@ -137,7 +157,7 @@ function objectProblem(object: string): void {
 
 /**
  * Who writes a grant: a principal of client `cid` may name its client's domains; the operator (a root-client token)
- * any registered domain (CONTRACTS.md "Tenants"). Only shapes the message; the caller passes the matching domains.
+ * any registered domain (docs/contracts.md "Tenants"). Only shapes the message; the caller passes the matching domains.
  */
 export interface GrantAuthor {
 	cid?: string;
@@ -154,10 +174,8 @@ export function validateGrant(body: unknown, registeredDomains: string[], who?: 
 	const domains = new Set((registeredDomains ?? []).filter((d) => typeof d === "string").map((d) => d.toLowerCase()));
 	validateSubject(b.subject, domains, who);
 
-	if (typeof b.action !== "string" || !ACTION_RE.test(b.action))
-		throw badRequest("action: must be a lowercase action name (letter, then up to 31 of a-z 0-9 _ -)");
-	if (typeof b.object !== "string" || !OBJECT_RE.test(b.object))
-		throw badRequest("object: must be 'service:collection' or 'service:*' (lowercase)");
+	if (typeof b.action !== "string" || !ACTION_RE.test(b.action)) throw badRequest("action: must be a lowercase action name (letter, then up to 31 of a-z 0-9 _ -)");
+	if (typeof b.object !== "string" || !OBJECT_RE.test(b.object)) throw badRequest("object: must be 'service:collection' or 'service:*' (lowercase)");
 	objectProblem(b.object);
 
 	const fields = optionalList(b, "field");
@@ -179,15 +197,14 @@ export function validateGrant(body: unknown, registeredDomains: string[], who?: 
 		} catch {
 			throw badRequest(`filter[${i}]: is not valid JSON`);
 		}
-		if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed))
-			throw badRequest(`filter[${i}]: must be a JSON object`);
+		if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw badRequest(`filter[${i}]: must be a JSON object`);
 		let query: Record<string, unknown>;
 		try {
 			query = parseQuery(parsed);
 		} catch (e) {
 			throw badRequest(`filter[${i}]: ${(e as Error).message}`);
 		}
-		// Write-only and internal fields are never queried, not even by a grant (CONTRACTS).
+		// Write-only and internal fields are never queried, not even by a grant (docs/contracts.md "Fields that are never queried").
 		const bad = referencedFields(query).find((f) => grantCollections(b.object as string).some((c) => neverQueried(c, f)));
 		if (bad !== undefined) throw badRequest(`filter[${i}]: query field ${bad} is not allowed`);
 	});
@@ -200,12 +217,10 @@ export function validateGrant(body: unknown, registeredDomains: string[], who?: 
 	const times = optionalList(b, "time");
 	if (times && times.length > MAX_TIME_WINDOWS) throw badRequest(`time: at most ${MAX_TIME_WINDOWS} windows per grant (got ${times.length})`);
 	times?.forEach((t, i) => {
-		if (typeof t !== "object" || t === null || Array.isArray(t))
-			throw badRequest(`time[${i}]: must be an object { cron_exp, duration }`);
+		if (typeof t !== "object" || t === null || Array.isArray(t)) throw badRequest(`time[${i}]: must be an object { cron_exp, duration }`);
 		const w = t as Record<string, unknown>;
 		validateCron(w.cron_exp, `time[${i}].cron_exp`);
-		if (typeof w.duration !== "number" || !Number.isSafeInteger(w.duration) || w.duration <= 0)
-			throw badRequest(`time[${i}].duration: must be an integer number of seconds > 0`);
+		if (typeof w.duration !== "number" || !Number.isSafeInteger(w.duration) || w.duration <= 0) throw badRequest(`time[${i}].duration: must be an integer number of seconds > 0`);
 	});
 }
 

@@ -1,5 +1,5 @@
 /**
- * The grant engine (spec: Authorization > grant check and grant constraints; CONTRACTS: Subjects, Queries).
+ * The grant engine (spec: Authorization > grant check and grant constraints; docs/contracts.md "Tokens and sessions", "Queries and responses").
  * Pure: no broker, no I/O. The authority middleware builds a `GrantIndex` from the stored grants plus the
  * RBAC expansion of `context/configs`, and asks it for decisions.
  *
@@ -79,7 +79,7 @@ export interface Decision {
 // ---------------------------------------------------------------------------------------------------------
 
 /**
- * The condition that no document satisfies, on NeDB and MongoDB alike: `id` both exists and does not
+ * The condition that no document satisfies: `id` both exists and does not
  * exist. Used when every filter entry of the applicable grants referenced a missing token claim.
  */
 export function matchNothing(): Record<string, unknown> {
@@ -154,7 +154,7 @@ function substitute(v: unknown, token: Record<string, unknown> | undefined): unk
 interface CompiledFilter {
 	/**
 	 * The entry in the form user queries reach the store in (query-safety's `parseQuery`: `$regex` compiled, `$eq`
-	 * and `$options` folded, which NeDB needs); with token variables, the raw JSON, normalised after substitution.
+	 * and `$options` folded); with token variables, the raw JSON, normalised after substitution.
 	 * Undefined when the stored text is not a valid JSON query (matches nothing).
 	 */
 	value: Record<string, unknown> | undefined;

@@ -73,7 +73,12 @@ export function parseBridgePreamble(line: string, password: string): string | nu
 export function preAuthKey(address: string | undefined): string {
 	const ip = normalizeIp(address ?? "");
 	const groups = isIP(ip) === 6 ? expandIpv6(ip) : undefined;
-	return groups ? `${groups.slice(0, 4).map((g) => g.toString(16)).join(":")}::/64` : ip;
+	return groups
+		? `${groups
+				.slice(0, 4)
+				.map((g) => g.toString(16))
+				.join(":")}::/64`
+		: ip;
 }
 
 /** Counts the connections not yet authenticated, in all and per address (preAuthKey), against MQTT_PREAUTH's caps. */
@@ -189,9 +194,7 @@ export function authorizeSubscribe(c: SubscribeCheck): AclDecision {
 	const serviceEnded = service === "#";
 	const collectionEnded = serviceEnded || collection === "#";
 	if (!serviceEnded && collection === undefined) return deny("a subscription names a service and a collection");
-	const candidates: CollectionRef[] = COLLECTIONS.filter(
-		(r) => levelMatches(service, r.domain.name, serviceEnded) && levelMatches(collection, r.collection.name, collectionEnded),
-	);
+	const candidates: CollectionRef[] = COLLECTIONS.filter((r) => levelMatches(service, r.domain.name, serviceEnded) && levelMatches(collection, r.collection.name, collectionEnded));
 	if (!candidates.length) return deny("no such collection");
 	for (const r of candidates) {
 		const why = readableWhole(c, r.domain.name, r.collection.name);

@@ -31,8 +31,7 @@ export function tokenRequestFromForm(form: unknown): Record<string, unknown> {
 	// `curl -d '{"grant_type": ...}'` without a Content-Type: a JSON text read as a form is one key, the whole body
 	// (password included), which must never come back in an error.
 	const keys = Object.keys(form);
-	if (keys.length === 1 && /^\s*[[{]/.test(keys[0]))
-		throw bad("the body is JSON but its Content-Type is application/x-www-form-urlencoded: send Content-Type: application/json");
+	if (keys.length === 1 && /^\s*[[{]/.test(keys[0])) throw bad("the body is JSON but its Content-Type is application/x-www-form-urlencoded: send Content-Type: application/json");
 	const out: Record<string, unknown> = {};
 	for (const [k, v] of Object.entries(form as Record<string, string | string[]>)) {
 		if (ARRAY_FIELDS.includes(k)) {

@@ -54,7 +54,11 @@ export function openApiServiceDocument(service: string): object | null {
 	const tags = (full.tags as Array<{ name: string }>).filter((t) => t.name === service || t.name.startsWith(`${service}/`));
 	const doc = {
 		openapi: full.openapi,
-		info: { ...full.info, title: `${full.info.title}: ${service}`, description: `${full.info.description ?? ""}\n\nThis document covers the \`${service}\` service; the whole API is at /api-json.` },
+		info: {
+			...full.info,
+			title: `${full.info.title}: ${service}`,
+			description: `${full.info.description ?? ""}\n\nThis document covers the \`${service}\` service; the whole API is at /api-json.`,
+		},
 		servers: full.servers,
 		tags,
 		paths,

@@ -3,7 +3,7 @@
  * (`allRoutes()`) and from the catalog, so the document cannot describe an endpoint or a field that the
  * platform does not have, nor miss one that it has.
  */
-import { PLATFORM_FIELDS, SETTABLE_FIELDS, type CollectionDef, type DomainDef, type FieldDef, type FieldFormat, type FieldType } from "../catalog";
+import { DOMAINS, PLATFORM_FIELDS, SETTABLE_FIELDS, type CollectionDef, type DomainDef, type FieldDef, type FieldFormat, type FieldType } from "../catalog";
 import { GRANT_TYPES } from "../catalog/domains/domain";
 import { STATUS_NAMES } from "./errors";
 import { allRoutes, type RouteDef } from "./routes";
@@ -25,7 +25,12 @@ export const OPENAPI_MAX_BULK = 1000;
 
 const ref = (kind: "schemas" | "parameters" | "responses", name: string): Schema => ({ $ref: `#/components/${kind}/${name}` });
 const json = (schema: Schema) => ({ "application/json": { schema } });
-const pascal = (s: string) => s.split(/[^A-Za-z0-9]+/).filter(Boolean).map((p) => p[0].toUpperCase() + p.slice(1)).join("");
+const pascal = (s: string) =>
+	s
+		.split(/[^A-Za-z0-9]+/)
+		.filter(Boolean)
+		.map((p) => p[0].toUpperCase() + p.slice(1))
+		.join("");
 
 /** `<Domain><Collection>`, e.g. `EssentialSagaStages`: unique because `service/collection` is. */
 export function schemaName(d: DomainDef, c: CollectionDef): string {
@@ -146,23 +151,99 @@ const REVEALED_ON_CREATE: Record<string, Record<string, string>> = {
 	"domain/clients": { secret: "client_secret; returned only in the creation response, and only when the platform generated it" },
 };
 
+/** What the platform writes in its helper fields (mixins/collection.mixin.ts: `randomHelper(12)`, `String(Date.now())`). */
+const PLATFORM_PATTERNS: Record<string, string> = { rand: "^[A-Za-z0-9_-]{16}$", timestamp: "^[0-9]{1,16}$" };
+
 function docSchema(d: DomainDef, c: CollectionDef, refs: Map<string, string>, reveal: Record<string, string> = {}): Schema {
 	const properties: Record<string, Schema> = {};
-	for (const [k, def] of Object.entries(PLATFORM_FIELDS))
+	for (const [k, def] of Object.entries(PLATFORM_FIELDS)) {
 		properties[k] = fieldSchema(def, refs, { mode: "doc", readOnly: true, nullable: NULLABLE_PLATFORM.has(k) });
+		if (PLATFORM_PATTERNS[k]) properties[k].pattern = PLATFORM_PATTERNS[k];
+	}
 	for (const [k, def] of Object.entries(SETTABLE_FIELDS)) properties[k] = fieldSchema(def, refs, { mode: "doc", nullable: true });
 	for (const [k, def] of Object.entries(c.fields))
 		if (!def.internal || k in reveal) properties[k] = fieldSchema(def, refs, { mode: "doc", nullable: !def.required, reveal: reveal[k], readOnly: def.readOnly });
-	// Only `id` is always in an answer: a projection or a grant's field allowlist may leave out any other field.
-	const required = ["id"];
+	// Only `id` is in every answer: a projection, a populate `select` or a grant's field list may leave out any other
+	// field. What an answer that nothing narrowed always holds is the `<Name>Full` schema's list (fullSchema).
 	return {
 		type: "object",
 		description:
-			`${c.description} (${d.name}/${c.name}). A \`projection\` or a grant's field allowlist returns a subset of these fields; ` +
-			"`id` is always present. Write-only fields are never returned.",
-		required,
+			`${c.description} (${d.name}/${c.name}): a document as any read returns it. A \`projection\`, a populate \`select\` or a grant's field list ` +
+			`returns a subset of these fields, so only \`id\` is certain; an answer that nothing narrowed is a \`${schemaName(d, c)}Full\`. Write-only fields are never returned.`,
+		required: ["id"],
 		properties,
 	};
+}
+
+/**
+ * The documents of a collection as one caller reads them (the MCP `collections` tool): the fields of `fields` (null:
+ * every field) and `id`, nothing write-only, relations as their plain ids, no examples. A grant's dotted entry
+ * (`props.color`) shows its top-level field. Self-contained: no `$ref` into the OpenAPI document.
+ */
+export function documentSchema(d: DomainDef, c: CollectionDef, fields: readonly string[] | null): Schema {
+	const all = docSchema(d, c, new Map()).properties as Record<string, Schema>;
+	const shown = fields === null ? null : new Set(fields.map((f) => f.split(".")[0]));
+	const properties: Record<string, Schema> = {};
+	for (const [k, s] of Object.entries(all)) {
+		if (s.writeOnly || (k !== "id" && shown && !shown.has(k))) continue;
+		const { examples: _examples, ...rest } = s;
+		properties[k] = rest;
+	}
+	return { type: "object", description: `${c.description} (${d.name}/${c.name})`, required: ["id"], properties };
+}
+
+/**
+ * The platform fields every stored document holds from its creation on (the engine's create, `platformDoc`): an
+ * answer that no projection and no field list narrowed carries each of them (`deleted_at` null while live; `shares`,
+ * `groups`, `version` null once a patch cleared them). `deleted_by`, `restored_*` appear only with their change.
+ */
+export const ALWAYS_RETURNED = [
+	"id",
+	"owner",
+	"clients",
+	"created_at",
+	"created_by",
+	"created_in",
+	"updated_at",
+	"updated_by",
+	"updated_in",
+	"deleted_at",
+	"shares",
+	"groups",
+	"version",
+	"rand",
+	"timestamp",
+] as const;
+
+/** The fields an un-narrowed answer of the collection always holds: the platform's, and the collection's required ones that are returned. */
+export function fullyReturned(c: CollectionDef): string[] {
+	return [
+		...ALWAYS_RETURNED,
+		...Object.entries(c.fields)
+			.filter(([, f]) => f.required && !f.internal && !f.writeOnly)
+			.map(([k]) => k),
+	];
+}
+
+/**
+ * `<Name>Full`: the document as a read returns it when nothing narrows the caller's view (no `projection`, no
+ * populate `select`, a grant without a field list), every field it always holds required. Narrowed answers are
+ * `<Name>` (only `id` required): a field a grant can hide cannot be required of every answer (docs/api.md, "Fields
+ * of an answer").
+ */
+function fullSchema(d: DomainDef, c: CollectionDef): Schema {
+	return {
+		description:
+			`A ${d.name}/${c.name} document read in full: what every answer carries when no \`projection\`, populate \`select\` or grant field list narrows it. ` +
+			`A narrowed answer is a \`${schemaName(d, c)}\` (only \`id\` certain).`,
+		allOf: [ref("schemas", schemaName(d, c))],
+		required: fullyReturned(c),
+	};
+}
+
+/** An answer's document: in full, or narrowed by a projection or a grant's field list (`id` and what the view keeps). */
+function viewOf(name: string, narrowed = name): Schema {
+	return { anyOf: [ref("schemas", `${name}Full`), ref("schemas", narrowed)] };
 }
 
 /** Rules a collection's hooks enforce on a written field beyond its catalog entry (services/identity.service.ts). */
@@ -190,7 +271,9 @@ function createSchema(d: DomainDef, c: CollectionDef, refs: Map<string, string>)
 		additionalProperties: false,
 		properties: bodyProperties(d, c, false, refs),
 	};
-	const required = Object.entries(c.fields).filter(([, f]) => f.required).map(([k]) => k);
+	const required = Object.entries(c.fields)
+		.filter(([, f]) => f.required)
+		.map(([k]) => k);
 	if (required.length) s.required = required;
 	// Collection rules ("one of username, email or phone") become anyOf-of-required, so validators enforce them too.
 	const rules = (c.rules ?? []).map((r) => ({ anyOf: r.anyOf.map((f) => ({ required: [f] })), description: r.message }));
@@ -229,12 +312,14 @@ const SPEC_SCHEMAS: Record<string, Schema> = {
 	},
 	TokenRequest: {
 		type: "object",
-		description: "Body of POST /auth/token.",
-		required: ["grant_type", "client_id"],
+		description:
+			"JSON body of POST /auth/token. The client's credentials (`client_id`, `client_secret`) come in the body or in `Authorization: Basic` (security scheme `clientBasic`), not both; " +
+			"without either the answer is 400 `client_id is required`.",
+		required: ["grant_type"],
 		properties: {
 			grant_type: { type: "string", enum: [...GRANT_TYPES, "client_credentials"], description: "`client_credentials` (RFC 6749 §4.4) is an alias of `client_credential`" },
-			client_id: str("Required on every grant"),
-			client_secret: str("Required for `client_credential`"),
+			client_id: str("Required on every grant: here, or as the user name of `Authorization: Basic`"),
+			client_secret: str("Required for `client_credential`: here, or as the password of `Authorization: Basic` (not both)"),
 			app_id: str("Id of an app of the client (domain/apps): the token carries `aid` and the app's scopes"),
 			username: str("Username, email or phone (password grant)"),
 			password: str("Password or one-time code (password grant)"),
@@ -257,7 +342,6 @@ const SPEC_SCHEMAS: Record<string, Schema> = {
 		allOf: [
 			{ if: { properties: { grant_type: { const: "password" } }, required: ["grant_type"] }, then: { required: ["username", "password"] } },
 			{ if: { properties: { grant_type: { const: "refresh_token" } }, required: ["grant_type"] }, then: { required: ["refresh_token"] } },
-			{ if: { properties: { grant_type: { enum: ["client_credential", "client_credentials"] } }, required: ["grant_type"] }, then: { required: ["client_secret"] } },
 			{ if: { properties: { grant_type: { const: "authorization_code" } }, required: ["grant_type"] }, then: { required: ["code"] } },
 		],
 	},
@@ -335,6 +419,30 @@ const SPEC_SCHEMAS: Record<string, Schema> = {
 			ip: str("IP for location-based grants"),
 		},
 	},
+	LoginBlock: {
+		type: "object",
+		description: "A failed-login counter that reached its limit and blocks (429) until `until`.",
+		required: ["id", "counter", "client", "ip", "failures", "limit", "until"],
+		properties: {
+			id: { type: "string", description: "The block's id in DELETE /auth/login-blocks/{id}", example: "acct:65f1c0a2b3c4d5e6f7a8b9c1:user.65f1c0a2b3c4d5e6f7a8b9c0:203.0.113.7" },
+			counter: {
+				type: "string",
+				enum: ["account", "ip"],
+				description: "`account`: one account's failures from `ip` (limit 10); `ip`: every failure through the client from `ip` (limit 100)",
+			},
+			client: { type: ["string", "null"], description: "The client (tenant) the failures went through; null for client_ids that name no client" },
+			account: {
+				type: "string",
+				enum: ["user", "login", "secret", "code"],
+				description: "What was guessed: a user's password (`user`; `login`: a login naming no user), the client's secret, its authorization codes",
+			},
+			user: { type: "string", description: "The user whose password was guessed (account `user`)" },
+			ip: { type: "string", description: "The address the failed logins came from", example: "203.0.113.7" },
+			failures: { type: "integer", minimum: 1, description: "Failed logins counted in the window", example: 10 },
+			limit: { type: "integer", minimum: 1, description: "The count that blocks: 10 for an account, 100 for every account of the client", example: 10 },
+			until: { type: "string", format: "date-time", description: "When the block ends by itself" },
+		},
+	},
 	CanResponse: {
 		type: "object",
 		required: ["granted"],
@@ -347,16 +455,17 @@ const SPEC_SCHEMAS: Record<string, Schema> = {
 	},
 	ApiToken: {
 		type: "object",
-		description:
-			"Plaintext of the `x-api-key` header. The header value is its JSON, AES-256-GCM encrypted: " +
-			"`base64url(iv) + \".\" + base64url(ciphertext ‖ tag)`.",
+		description: "Plaintext of the `x-api-key` header. The header value is its JSON, AES-256-GCM encrypted: " + '`base64url(iv) + "." + base64url(ciphertext ‖ tag)`.',
 		required: ["cid", "client_id", "expiration_date"],
 		properties: {
 			cid: str("Must equal the token's `cid`"),
 			client_id: str("Must equal the token's `client_id`"),
 			whitelist: strList("CIDR ranges or single IPs; empty or absent means no restriction"),
 			expiration_date: {
-				anyOf: [{ type: "string", format: "date-time" }, { type: "integer", description: "Unix milliseconds" }],
+				anyOf: [
+					{ type: "string", format: "date-time" },
+					{ type: "integer", description: "Unix milliseconds" },
+				],
 				description: "Must be in the future",
 			},
 		},
@@ -407,6 +516,31 @@ const SPEC_SCHEMAS: Record<string, Schema> = {
 	},
 };
 
+/**
+ * The token request as a form (RFC 6749, lib/oauth-form.ts): every value a string; `scope` (or `scopes`),
+ * `subjects` and `coworkers` space-delimited words, or the key repeated; `strict` `true` or `false`. Derived from
+ * TokenRequest so the two name the same fields.
+ */
+SPEC_SCHEMAS.TokenForm = (() => {
+	const json = SPEC_SCHEMAS.TokenRequest as { properties: Record<string, Schema>; required: string[] };
+	const properties: Record<string, Schema> = {};
+	for (const [k, p] of Object.entries(json.properties)) {
+		const description = p.description as string | undefined;
+		if (p.type === "array")
+			properties[k] = { anyOf: [{ type: "string" }, { type: "array", items: { type: "string" } }], description: `${description ?? k}; space-delimited words, or the key repeated` };
+		else if (p.type === "boolean") properties[k] = { type: "string", enum: ["true", "false"], description };
+		else properties[k] = { type: "string", ...(p.enum ? { enum: p.enum } : {}), description };
+	}
+	properties.scope = { type: "string", description: "Space-delimited scopes (RFC 6749 §3.3), as `scopes`; give one of the two" };
+	return {
+		type: "object",
+		description:
+			"Form body of POST /auth/token (`application/x-www-form-urlencoded`), as OAuth 2.0 clients send it. The client's credentials in the form or in `Authorization: Basic`, not both. Any other key given twice answers 400 (RFC 6749 §3.2).",
+		required: json.required,
+		properties,
+	};
+})();
+
 // ---------------------------------------------------------------------------------------------------------------
 // Parameters and responses
 
@@ -421,11 +555,20 @@ const PARAMETERS: Record<string, Schema> = {
 		description: "Document id (24-hex object id); on GET with `ref=true`, the document's `ref`",
 		schema: { type: "string" },
 	},
-	query: qp("query", "Filter as a JSON object string in document-store query notation (operators such as `$regex`, `$gte`, `$in`, `$or`); `{}` matches all. `$where`, `$function`, `$expr` and JavaScript answer 400."),
+	query: qp(
+		"query",
+		"Filter as a JSON object string in document-store query notation (operators such as `$regex`, `$gte`, `$in`, `$or`); `{}` matches all. `$where`, `$function`, `$expr` and JavaScript answer 400.",
+	),
 	pagination: qp("pagination", "JSON object string `{ limit: number, skip: number, sort: { <field>: 1 or -1 } }`; `limit` default 10, at most 100; `skip` ≥ 0."),
 	projection: qp("projection", "JSON object string `{ <field>: 1 }` including only the listed fields (`{ <field>: 0 }` excludes them)."),
-	populate: qp("populate", "Expands relation fields: a JSON array of `{ path, select?, match? }` or a comma-separated list of paths. Only fields the collection declares as relations can be populated; paths without a read grant are dropped."),
-	zone: qp("zone", "Comma-separated list from `own`, `share`, `group`, `client`; default `own,share`. Zones combine by OR; an unknown zone answers 400. May also be sent as header `x-zone`."),
+	populate: qp(
+		"populate",
+		"Expands relation fields: a JSON array of `{ path, select?, match? }` or a comma-separated list of paths. Only fields the collection declares as relations can be populated; paths without a read grant are dropped.",
+	),
+	zone: qp(
+		"zone",
+		"Comma-separated list from `own`, `share`, `group`, `client`; default `own,share`. Zones combine by OR; an unknown zone answers 400. May also be sent as header `x-zone`.",
+	),
 	ref: qp("ref", "`true`: the path value is the document's `ref` instead of its id.", { type: "string", enum: ["true", "false"] }),
 	live: qp(
 		"live",
@@ -433,6 +576,7 @@ const PARAMETERS: Record<string, Schema> = {
 		{ type: "string", enum: ["true", "false"] },
 	),
 	last_event_id: qp("last_event_id", "With `live=true`: the position to resume after, like the `Last-Event-ID` header."),
+	lastEventId: qp("lastEventId", "What EventSource polyfills add on a reconnect: the same as the `Last-Event-ID` header, which wins when both come."),
 	token: qp("token", "Alternative carrier of the bearer token (instead of `Authorization: Bearer <token>`; the `authorization` cookie works too)."),
 	xZone: hp("x-zone", "Same as the `zone` query parameter (the query parameter wins)."),
 	xExcludeSoftDelete: hp("x-exclude-soft-delete-query", "When present (any value), soft-deleted documents are not filtered out."),
@@ -444,7 +588,10 @@ const PARAMETERS: Record<string, Schema> = {
 	xCanWithPolicies: hp("x-can-with-policies", "When present, the response includes the matching policies."),
 	xCanWithIdPolicies: hp("x-can-with-id-policies", "When present, the response includes id-level policies."),
 	shareKey: qp("key", "A share key of the file (POST /special/files/{id}/share)."),
-	ifMatch: hp("If-Match", "Writes only if the document is still as read: `*`, or its `ETag` (a list of tags: any of them). Another tag, or a weak one, answers 412 `precondition failed` and changes nothing; checked atomically with the write."),
+	ifMatch: hp(
+		"If-Match",
+		"Writes only if the document is still as read: `*`, or its `ETag` (a list of tags: any of them). Another tag, or a weak one, answers 412 `precondition failed` and changes nothing; checked atomically with the write.",
+	),
 	ifNoneMatch: hp("If-None-Match", "The document's `ETag` as last read (a list, `W/` forms or `*` too): 304, no body, while it is still the tag."),
 	idempotencyKey: hp(
 		"Idempotency-Key",
@@ -453,21 +600,66 @@ const PARAMETERS: Record<string, Schema> = {
 	range: hp("range", "One byte range, `bytes=<start>-<end>`, `bytes=<start>-` or `bytes=-<suffix>`: 206 with `Content-Range`; several ranges are ignored (200)."),
 };
 
-const ERROR_RESPONSES: Record<number, { name: string; description: string; example: string }> = {
+const ERROR_RESPONSES: Record<number, { name: string; description: string; example: string; retryAfter?: boolean }> = {
 	400: { name: "BadRequest", description: "Invalid body, query or parameter; the message names the field", example: "title is required" },
-	401: { name: "Unauthorized", description: "Missing (`authorization token is required`), malformed or forged (`invalid token`), not yet valid (`token not yet valid`: issued ahead of the clock beyond `TOKEN_LEEWAY_SECONDS`), expired or revoked token", example: "authorization token is required" },
+	401: {
+		name: "Unauthorized",
+		description:
+			"Missing, malformed, forged or expired token (`authorization token is required`, the reason in `WWW-Authenticate`), not yet valid (`token not yet valid`: issued ahead of the clock beyond `TOKEN_LEEWAY_SECONDS`), revoked session (`session is revoked`)",
+		example: "authorization token is required",
+	},
 	403: { name: "Forbidden", description: "Scope, grant, strict api-key, location or time check failed", example: "access denied" },
 	404: { name: "NotFound", description: "No such document, or one the caller may not see", example: "document not found" },
 	405: { name: "MethodNotAllowed", description: "The collection is written only by the platform", example: "touch/push-histories is written by the platform only" },
-	409: { name: "Conflict", description: "`ref` already exists in the collection, a saga is not in flight (`saga <id> is not in flight`), a state change the saga or document does not allow, or `insufficient balance`, or a repeat while the request under its `Idempotency-Key` still runs (`a request with this idempotency key is in progress`: retry later)", example: "ref already exists" },
-	412: { name: "PreconditionFailed", description: "`If-Match` names no current tag of the document (someone changed it since it was read): nothing changed", example: "precondition failed" },
-	413: { name: "PayloadTooLarge", description: "Request body too large", example: "request entity too large" },
-	415: { name: "UnsupportedMediaType", description: "The body is not of the type the operation takes: `application/json` (an upload: multipart/form-data). A body without any Content-Type answers 400", example: "this endpoint reads a JSON body: send Content-Type: application/json, not application/x-www-form-urlencoded" },
+	409: {
+		name: "Conflict",
+		description:
+			"`ref` already exists in the collection, a saga is not in flight (`saga <id> is not in flight`), a state change the saga or document does not allow, or `insufficient balance`, a wallet that holds money or takes part in a pending transaction (its delete or destroy), or a repeat while the request under its `Idempotency-Key` still runs (`a request with this idempotency key is in progress`: retry later)",
+		example: "ref already exists",
+	},
+	412: {
+		name: "PreconditionFailed",
+		description: "`If-Match` names no current tag of the document (someone changed it since it was read): nothing changed",
+		example: "precondition failed",
+	},
+	413: { name: "PayloadTooLarge", description: "Request body over its limit: 1 MiB of JSON (64 KiB of a token form)", example: "body must not be larger than 1 MiB" },
+	415: {
+		name: "UnsupportedMediaType",
+		description: "The body is not of the type the operation takes: `application/json` (an upload: multipart/form-data). A body without any Content-Type answers 400",
+		example: "this endpoint reads a JSON body: send Content-Type: application/json, not application/x-www-form-urlencoded",
+	},
 	416: { name: "RangeNotSatisfiable", description: "The range starts past the end of the content (`Content-Range: bytes */<size>`)", example: "range not satisfiable" },
-	422: { name: "UnprocessableEntity", description: "The `Idempotency-Key` was used for another request (another method, path, query or body) within 24 hours", example: "idempotency key was used for another request" },
-	429: { name: "TooManyRequests", description: "Too many failed logins from this IP; wait 15 minutes", example: "too many failed login attempts from this IP" },
+	422: {
+		name: "UnprocessableEntity",
+		description: "The `Idempotency-Key` was used for another request (another method, path, query or body) within 24 hours",
+		example: "idempotency key was used for another request",
+	},
+	429: {
+		name: "TooManyRequests",
+		description:
+			"Over a limit: the request rate (`RATE_LIMIT`, per principal or IP: `too many requests`), failed logins of an account or through a client from one IP (at most 15 minutes), " +
+			"TOTP checks of a session, open cursors of a principal (`too many open cursors`). Wait `Retry-After` seconds where it is sent",
+		example: "too many requests",
+		retryAfter: true,
+	},
 	502: { name: "BadGateway", description: "Query enforcement reached without the authentication or grant layer", example: "Bad Gateway" },
+	503: {
+		name: "ServiceUnavailable",
+		description:
+			"A service the request needs has no node, or its node went away during a call that may have written, or a store or cache it needs is away or slower than the request's deadline: retry after `Retry-After` seconds (a write with its `Idempotency-Key`)",
+		example: "service unavailable",
+		retryAfter: true,
+	},
+	504: {
+		name: "GatewayTimeout",
+		description: "A service did not answer in time: retry after `Retry-After` seconds (a write with its `Idempotency-Key`)",
+		example: "request timed out",
+		retryAfter: true,
+	},
 };
+
+/** Statuses every operation that reaches a service can answer: the rate limit, a service or store away, a timeout. */
+const SERVICE_ERRORS = [429, 503, 504];
 
 function responsesComponent(): Record<string, Schema> {
 	const out: Record<string, Schema> = {};
@@ -475,6 +667,7 @@ function responsesComponent(): Record<string, Schema> {
 		const statusCode = Number(code);
 		out[r.name] = {
 			description: r.description,
+			...(r.retryAfter ? { headers: { "Retry-After": { description: "Seconds to wait before a retry", schema: { type: "integer", minimum: 0 } } } } : {}),
 			content: { "application/json": { schema: ref("schemas", "Error"), example: { statusCode, message: r.example, error: STATUS_NAMES[statusCode] } } },
 		};
 	}
@@ -499,7 +692,9 @@ const CURSOR_FRAMES =
 	"An EventSource reconnects whenever a stream ends: close it on `event: end`.";
 
 const ok = (description: string, schema: Schema) => ({ "200": { description, content: json(schema) } });
-const ETAG_HEADER = { ETag: { description: "The document's entity tag (changes with every change of the document): send it in `If-Match` or `If-None-Match`", schema: { type: "string" } } };
+const ETAG_HEADER = {
+	ETag: { description: "The document's entity tag (changes with every change of the document): send it in `If-Match` or `If-None-Match`", schema: { type: "string" } },
+};
 /** An answer carrying the document's `ETag` (by-id reads and writes). */
 const tagged = (description: string, schema: Schema) => ({ "200": { description, headers: ETAG_HEADER, content: json(schema) } });
 
@@ -519,8 +714,8 @@ interface OpParts {
 
 function collectionOp(r: RouteDef, d: DomainDef, c: CollectionDef): OpParts {
 	const name = schemaName(d, c);
-	const doc = ref("schemas", name);
-	const created = REVEALED_ON_CREATE[`${d.name}/${c.name}`] ? ref("schemas", `${name}Created`) : doc;
+	const doc = viewOf(name);
+	const created = REVEALED_ON_CREATE[`${d.name}/${c.name}`] ? viewOf(name, `${name}Created`) : doc;
 	const body = (schema: Schema, description: string): Schema => ({ required: true, description, content: json(schema) });
 	const readParams = ["query", "pagination", "projection", "populate", "zone", "xZone", "xExcludeSoftDelete"];
 	const base = [400, 401, 403, 502];
@@ -532,14 +727,17 @@ function collectionOp(r: RouteDef, d: DomainDef, c: CollectionDef): OpParts {
 			return { parameters: [...readParams, "xSagaSession"], responses: ok("A page of documents and the total of matches", envelope.items(doc)), errors: base };
 		case "cursor":
 			return {
-				parameters: [...readParams, "live", "last_event_id"],
+				parameters: [...readParams, "live", "last_event_id", "lastEventId"],
 				responses: { "200": { description: CURSOR_FRAMES, content: { "text/event-stream": { schema: { type: "string", description: CURSOR_FRAMES } } } } },
 				errors: base,
 			};
 		case "get":
 			return {
 				parameters: ["id", "ref", "projection", "populate", "zone", "xZone", "xExcludeSoftDelete", "xSagaSession", "ifNoneMatch"],
-				responses: { ...tagged("The document (with `populate`, a weak `ETag`)", envelope.data(doc)), "304": { description: "`If-None-Match` names the current tag: not modified, no body", headers: ETAG_HEADER } },
+				responses: {
+					...tagged("The document (with `populate`, a weak `ETag`)", envelope.data(doc)),
+					"304": { description: "`If-None-Match` names the current tag: not modified, no body", headers: ETAG_HEADER },
+				},
 				errors: [...base, 404],
 			};
 		case "create":
@@ -608,7 +806,10 @@ const AUTH_OPS: Record<string, () => OpParts> = {
 		const binary = { "*/*": { schema: { type: "string", format: "binary" } } };
 		const headers = {
 			ETag: { description: "The content's SHA-256 (quoted hex)", schema: { type: "string" } },
-			"Content-Disposition": { description: "`inline` for images, PDF, plain text, audio and video, else `attachment`; `filename` and RFC 5987 `filename*`", schema: { type: "string" } },
+			"Content-Disposition": {
+				description: "`inline` for images, PDF, plain text, audio and video, else `attachment`; `filename` and RFC 5987 `filename*`",
+				schema: { type: "string" },
+			},
 			"Accept-Ranges": { schema: { type: "string", enum: ["bytes"] } },
 		};
 		return {
@@ -626,26 +827,53 @@ const AUTH_OPS: Record<string, () => OpParts> = {
 	"auth.token": () => ({
 		// Public, and a client may authenticate itself with HTTP Basic instead of `client_secret` (RFC 6749 §2.3.1).
 		security: [{}, { clientBasic: [] }],
-		description: "Grant types: `password` (username, password, client_id), `refresh_token` (refresh_token, client_id; the refresh token is single-use), `client_credential` (client_id, client_secret; no refresh token), `authorization_code` (code, client_id).",
+		description:
+			"Grant types: `password` (username, password, client_id), `refresh_token` (refresh_token, client_id; the refresh token is single-use), `client_credential` (client_id, client_secret; no refresh token), `authorization_code` (code, client_id).",
 		requestBody: {
 			required: true,
-			description: "JSON, or `application/x-www-form-urlencoded` as OAuth 2.0 clients send it (RFC 6749): `scope` space-delimited, client credentials also in `Authorization: Basic`.",
-			content: { ...json(ref("schemas", "TokenRequest")), "application/x-www-form-urlencoded": { schema: ref("schemas", "TokenRequest") } },
+			description:
+				"JSON, or `application/x-www-form-urlencoded` as OAuth 2.0 clients send it (RFC 6749): `scope` space-delimited, client credentials also in `Authorization: Basic`.",
+			content: { ...json(ref("schemas", "TokenRequest")), "application/x-www-form-urlencoded": { schema: ref("schemas", "TokenForm") } },
 		},
 		responses: ok("Issued tokens", envelope.data(ref("schemas", "TokenResponse"))),
 		errors: [400, 401, 413, 429],
 		errorOverrides: {
 			401: {
-				description: "Wrong credentials, or an unknown, expired or already used refresh token",
+				description:
+					"Wrong credentials (`username or password is invalid`; a wrong client secret: `client secret is invalid for client <client_id>`), or an unknown or expired refresh token. " +
+					"A refresh token presented a second time revokes its whole session: every token of it answers 401.",
 				content: { "application/json": { schema: ref("schemas", "Error"), example: { statusCode: 401, message: "username or password is invalid", error: STATUS_NAMES[401] } } },
 			},
 		},
 	}),
 	"auth.verify": () => ({ responses: ok("Claims of the bearer token (JWT or APT)", envelope.data(ref("schemas", "TokenClaims"))), errors: [401, 403] }),
 	"auth.logout": () => ({
-		description: "Deletes the session and blacklists it: every JWT or APT of the session then answers 401. Repeating it answers OK.",
+		description:
+			"Deletes the session and blacklists it: every JWT or APT of the session then answers 401, on every gateway. Repeating it answers OK. " +
+			"`GET` and `POST` do the same; `POST` takes no body (400 `POST /auth/logout takes no body: ...` otherwise).",
 		responses: ok("Session ended", envelope.result(["OK"])),
 		errors: [401, 403],
+	}),
+	"auth.loginBlocks": () => ({
+		description:
+			"The failed-login blocks in force, newest first (at most 1000; `total` counts them all). The operator (a root-client token) sees every tenant's blocks; " +
+			"anyone else (a tenant admin: a `manage` grant on `identity:users`) those counted on its own client only.",
+		inlineParameters: ["client", "user", "ip"].map((name) => ({
+			name,
+			in: "query",
+			required: false,
+			description: `Only the blocks of this ${name} (exact)`,
+			schema: { type: "string", maxLength: 100 },
+		})),
+		responses: ok("Blocks in force", envelope.items(ref("schemas", "LoginBlock"))),
+		errors: [400, 401, 403],
+	}),
+	"auth.loginUnblock": () => ({
+		description:
+			"Lifts a failed-login block: its counter starts again from nothing. The operator lifts any block, anyone else those of its own client; another tenant's block, or none, answers 404.",
+		inlineParameters: [{ name: "id", in: "path", required: true, description: "The block's `id` from GET /auth/login-blocks", schema: { type: "string" } }],
+		responses: ok("Lifted", envelope.result(["OK"])),
+		errors: [400, 401, 403, 404],
 	}),
 	"auth.check": () => ({
 		requestBody: { required: true, content: json(ref("schemas", "TotpCheck")) },
@@ -675,15 +903,31 @@ function specialOp(r: RouteDef): OpParts {
 	else if (target) {
 		const [svc, col] = target.split("/");
 		const other = d.name === svc ? d.collections.find((x) => x.name === col) : undefined;
-		item = ref("schemas", other ? schemaName(d, other) : pascal(`${svc} ${col}`));
-	} else if (kind) item = ref("schemas", schemaName(d, c));
+		item = viewOf(other ? schemaName(d, other) : pascal(`${svc} ${col}`));
+	} else if (kind) item = viewOf(schemaName(d, c));
 	if (item && target !== "object" && s.answerFields) item = { allOf: [item, objectOf(s.answerFields)] };
-	const answer: Schema = !item ? {} : kind === "items" ? envelope.items(item) : kind === "data-items" ? envelope.data(envelope.items(item)) : envelope.data(item);
+	// `page`: newest first, a page at a time; `next` is the `before` of the next page, null at the end.
+	const page = (s: Schema): Schema => ({
+		type: "object",
+		required: ["items", "next"],
+		properties: { items: { type: "array", items: s }, next: { type: ["string", "null"], description: "The `before` of the next page (null: no more)" } },
+	});
+	const answer: Schema = !item
+		? {}
+		: kind === "items"
+			? envelope.items(item)
+			: kind === "page"
+				? page(item)
+				: kind === "data-items"
+					? envelope.data(envelope.items(item))
+					: envelope.data(item);
 	let requestBody: Schema | undefined;
 	if (s.body) {
 		const properties: Record<string, Schema> = {};
 		for (const [k, def] of Object.entries(s.body)) properties[k] = fieldSchema(def, new Map(), { mode: "write" });
-		const required = Object.entries(s.body).filter(([, f]) => f.required).map(([k]) => k);
+		const required = Object.entries(s.body)
+			.filter(([, f]) => f.required)
+			.map(([k]) => k);
 		requestBody = { required: true, content: json({ type: "object", additionalProperties: false, properties, ...(required.length ? { required } : {}) }) };
 	}
 	const inline = Object.entries(s.query ?? {}).map(([name, def]) => ({
@@ -701,7 +945,13 @@ function specialOp(r: RouteDef): OpParts {
 	return {
 		description: `Special action \`${s.action}\`.`,
 		// A special addressed by id honours If-Match on its document.
-		parameters: [...(r.path.includes("/:id") ? ["id", "ifMatch"] : []), ...(s.listParams ? ["query", ...(s.method === "GET" ? ["pagination"] : []), "zone", "xZone"] : [])],
+		// By id, the caller's view of the document (its zone) counts, as for GET (middlewares/authority.ts callerView).
+		parameters: [
+			...new Set([
+				...(r.path.includes("/:id") ? ["id", "ifMatch", "zone", "xZone"] : []),
+				...(s.listParams ? ["query", ...(s.method === "GET" ? ["pagination"] : []), "zone", "xZone"] : []),
+			]),
+		],
 		inlineParameters: inline,
 		requestBody,
 		responses: ok(s.description, answer),
@@ -726,21 +976,24 @@ function tagOf(r: RouteDef): string {
 const KEYED_METHODS = new Set(["POST", "PATCH", "PUT", "DELETE"]);
 
 function operation(r: RouteDef): Schema {
-	const parts = r.special && r.domain && r.collection
-		? specialOp(r)
-		: r.op && r.domain && r.collection ? collectionOp(r, r.domain, r.collection) : (AUTH_OPS[r.action]?.() ?? genericOp(r));
+	const parts =
+		r.special && r.domain && r.collection ? specialOp(r) : r.op && r.domain && r.collection ? collectionOp(r, r.domain, r.collection) : (AUTH_OPS[r.action]?.() ?? genericOp(r));
 	const description = [
 		parts.description,
 		r.public ? "Public: no token needed." : r.scope ? `Needs scope \`${r.scope}\` and a matching grant.` : "Needs a valid bearer token.",
 		r.collection?.platformWritten && (r.op === "create" || r.op === "bulkCreate" || r.op === "patch" || r.op === "bulkPatch")
 			? "This collection is written only by the platform: the request answers 405."
 			: undefined,
-	].filter(Boolean).join(" ");
+	]
+		.filter(Boolean)
+		.join(" ");
 
 	const pathParams = [...r.path.matchAll(/:([A-Za-z_]\w*)/g)].map((m) => m[1]);
 	const names = [...(parts.parameters ?? [])];
 	// A path parameter the operation does not name already (a future special route) still has to be declared.
-	const extra = pathParams.filter((p) => !names.includes(p)).map((p) => ({ name: p, in: "path", required: true, schema: { type: "string" } }));
+	const extra = pathParams
+		.filter((p) => !names.includes(p) && !parts.inlineParameters?.some((x) => x.name === p))
+		.map((p) => ({ name: p, in: "path", required: true, schema: { type: "string" } }));
 	if (!r.public) names.push("token", "xApiKey");
 	// Authenticated writes take an Idempotency-Key (services/api/idempotency.ts), uploads included (fingerprinted by their parts).
 	const keyed = !r.public && KEYED_METHODS.has(r.method);
@@ -748,14 +1001,20 @@ function operation(r: RouteDef): Schema {
 
 	const responses: Record<string, Schema> = { ...parts.responses };
 	// A JSON body sent as another type answers 415 (lib/body-media.ts).
-	const errors = [...parts.errors, ...((parts.requestBody?.content as Schema | undefined)?.["application/json"] ? [415] : []), ...(keyed ? [400, 409, 422] : [])];
+	// Every route of the table is served through a service call behind the rate limit (services/api.service.ts).
+	const errors = [
+		...parts.errors,
+		...((parts.requestBody?.content as Schema | undefined)?.["application/json"] ? [415] : []),
+		...(keyed ? [400, 409, 422] : []),
+		...SERVICE_ERRORS,
+	];
 	for (const code of [...new Set(errors)].sort((a, b) => a - b)) responses[String(code)] = parts.errorOverrides?.[code] ?? ref("responses", ERROR_RESPONSES[code].name);
 
 	const op: Schema = {
 		tags: [tagOf(r)],
 		summary: r.summary,
 		description,
-		operationId: r.action.replace(/\./g, "_"),
+		operationId: r.operationId ?? r.action.replace(/\./g, "_"),
 	};
 	const params = [...names.map((n) => ref("parameters", n)), ...(parts.inlineParameters ?? []), ...extra];
 	if (params.length) op.parameters = params;
@@ -763,6 +1022,16 @@ function operation(r: RouteDef): Schema {
 	op.responses = responses;
 	if (r.public) op.security = parts.security ?? [];
 	return op;
+}
+
+/**
+ * The query parameters the route's operation takes, by name: the ones this document describes, which the gateway
+ * accepts (any other answers 400, services/api.service.ts).
+ */
+export function queryParameterNames(r: RouteDef): string[] {
+	const params = (operation(r).parameters ?? []) as Schema[];
+	const resolved = params.map((p) => (typeof p.$ref === "string" ? PARAMETERS[p.$ref.split("/").pop()!] : p));
+	return [...new Set(resolved.filter((p) => p?.in === "query").map((p) => p.name as string))];
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -777,7 +1046,15 @@ const HEALTH_SCHEMA: Schema = {
 		info: {
 			type: "object",
 			description: "One entry per dependency (`document store`, `relational store`, ...), per service (`service:<name>`) and worker",
-			additionalProperties: { type: "object", required: ["status"], properties: { status: { type: "string", enum: ["up", "down"] }, kind: { type: "string", description: "What serves it, where the deployment chooses (`document store`: `postgres`, `nedb` or `mongo`)" }, message: { type: "string" } } },
+			additionalProperties: {
+				type: "object",
+				required: ["status"],
+				properties: {
+					status: { type: "string", enum: ["up", "down"] },
+					kind: { type: "string", description: "What serves it, where the deployment chooses (`document store`: `postgres`)" },
+					message: { type: "string" },
+				},
+			},
 		},
 	},
 };
@@ -798,9 +1075,49 @@ const OPS_PATHS: Record<string, Record<string, Schema>> = {
 		get: {
 			tags: ["ops"],
 			summary: "Prometheus metrics of this node (text exposition format 0.0.4)",
+			description: "Public unless the deployment sets `METRICS_TOKEN`: then only `Authorization: Bearer <METRICS_TOKEN>` reads them (401 otherwise).",
 			operationId: "ops_metrics",
+			// Open by default; with METRICS_TOKEN, its bearer (runtime/ops-server.ts metricsAuthorized).
+			security: [{}, { metricsToken: [] }],
+			responses: {
+				"200": { description: "Metrics", content: { "text/plain": { schema: { type: "string" } } } },
+				"401": {
+					description: "`METRICS_TOKEN` is set and the request does not carry it as its bearer (`WWW-Authenticate: Bearer`)",
+					headers: { "WWW-Authenticate": { description: "`Bearer`", schema: { type: "string" } } },
+					content: { "application/json": { schema: ref("schemas", "Error"), example: { statusCode: 401, message: "metrics token is required", error: STATUS_NAMES[401] } } },
+				},
+			},
+		},
+	},
+	"/api-json": {
+		get: {
+			tags: ["ops"],
+			summary: "This OpenAPI document: the whole API",
+			operationId: "ops_api_json",
 			security: [],
-			responses: { "200": { description: "Metrics", content: { "text/plain": { schema: { type: "string" } } } } },
+			responses: { "200": { description: "The OpenAPI 3.1 document of every service", content: json({ type: "object", description: "An OpenAPI 3.1 document" }) } },
+		},
+	},
+	"/api-json/{service}": {
+		get: {
+			tags: ["ops"],
+			summary: "The OpenAPI document of one service",
+			description: "The paths under `/<service>` and the components they use; the interactive page (`/api`) loads these.",
+			operationId: "ops_api_json_service",
+			security: [],
+			parameters: [{ name: "service", in: "path", required: true, description: "A service's name", schema: { type: "string", enum: DOMAINS.map((d) => d.name) } }],
+			responses: {
+				"200": { description: "The OpenAPI 3.1 document of the service", content: json({ type: "object", description: "An OpenAPI 3.1 document" }) },
+				"404": {
+					description: "No service of that name (the message lists them)",
+					content: {
+						"application/json": {
+							schema: ref("schemas", "Error"),
+							example: { statusCode: 404, message: "no API document for 'nope' (services: auth, ...; the whole API: /api-json)", error: STATUS_NAMES[404] },
+						},
+					},
+				},
+			},
 		},
 	},
 };
@@ -816,6 +1133,7 @@ function build(): Schema {
 	for (const [path, { d, c }] of collections) {
 		const name = schemaName(d, c);
 		schemas[name] = docSchema(d, c, refs);
+		schemas[`${name}Full`] = fullSchema(d, c);
 		schemas[`${name}Create`] = createSchema(d, c, refs);
 		schemas[`${name}Patch`] = patchSchema(d, c, refs);
 		const reveal = REVEALED_ON_CREATE[path];
@@ -832,7 +1150,7 @@ function build(): Schema {
 			tags.push({ name: tag, description: r.collection ? r.collection.description : "Tokens: issue, verify, logout, TOTP check, grant evaluation" });
 	}
 	Object.assign(paths, OPS_PATHS);
-	tags.push({ name: "ops", description: "Health and metrics (no token)" });
+	tags.push({ name: "ops", description: "Health, metrics and this document (no token; metrics with `METRICS_TOKEN` when it is set)" });
 
 	return {
 		openapi: "3.1.0",
@@ -871,7 +1189,13 @@ function build(): Schema {
 				tokenQuery: { type: "apiKey", in: "query", name: "token", description: "The bearer token as `?token=<token>` (JWT or APT)" },
 				tokenCookie: { type: "apiKey", in: "cookie", name: "authorization", description: "The bearer token in the `authorization` cookie (JWT or APT)" },
 				// POST /auth/token only: `Authorization: Basic base64(client_id:client_secret)` (RFC 6749 §2.3.1).
-				clientBasic: { type: "http", scheme: "basic", description: "Client authentication on POST /auth/token: `client_id:client_secret` (each form-urlencoded), in place of `client_secret` in the body" },
+				// GET /metrics when the deployment sets METRICS_TOKEN.
+				metricsToken: { type: "http", scheme: "bearer", description: "`METRICS_TOKEN`, on GET /metrics when the deployment sets it" },
+				clientBasic: {
+					type: "http",
+					scheme: "basic",
+					description: "Client authentication on POST /auth/token: `client_id:client_secret` (each form-urlencoded), in place of `client_secret` in the body",
+				},
 			},
 		},
 		security: [{ bearer: [] }, { tokenQuery: [] }, { tokenCookie: [] }],

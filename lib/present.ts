@@ -8,7 +8,17 @@ const writeOnlyCache = new WeakMap<CollectionDef, string[]>();
 export function writeOnlyFields(col: CollectionDef): string[] {
 	let w = writeOnlyCache.get(col);
 	// Plus the engine's own keys (the per-tenant `ref` key, the revision), which no catalog declares.
-	if (!w) writeOnlyCache.set(col, (w = [...Object.entries(col.fields).filter(([, f]) => f.writeOnly || f.internal).map(([k]) => k), TENANT_REF, REV]));
+	if (!w)
+		writeOnlyCache.set(
+			col,
+			(w = [
+				...Object.entries(col.fields)
+					.filter(([, f]) => f.writeOnly || f.internal)
+					.map(([k]) => k),
+				TENANT_REF,
+				REV,
+			]),
+		);
 	return w;
 }
 

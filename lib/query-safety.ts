@@ -1,8 +1,8 @@
 /**
  * Parsing and validation of the untrusted list/count/cursor query parameters before they reach
- * NeDB (@seald-io/nedb) or MongoDB. Only the operator subset both stores understand passes; the
+ * the document store. Only the operator subset of the query language (lib/query.ts) passes; the
  * output is a fresh object tree that never carries a forbidden key, and `$regex` strings are
- * compiled to linear-time RegExps (lib/safe-regex.ts; NeDB only matches RegExp objects). Every failure is a 400.
+ * compiled to linear-time RegExps (lib/safe-regex.ts). Every failure is a 400.
  */
 import { TENANT_REF } from "../catalog/store";
 import type { CollectionDef } from "../catalog/types";
@@ -10,22 +10,45 @@ import { badRequest } from "./errors";
 import { compileSafe, RegexBudget } from "./safe-regex";
 
 export type Filter = Record<string, unknown>;
-export interface PopulateSpec { path: string; select?: string[]; match?: Filter }
-export interface Pagination { limit: number; skip: number; sort?: Record<string, 1 | -1> }
+export interface PopulateSpec {
+	path: string;
+	select?: string[];
+	match?: Filter;
+}
+export interface Pagination {
+	limit: number;
+	skip: number;
+	sort?: Record<string, 1 | -1>;
+}
 
-export const MAX_DEPTH = 8, MAX_IN = 500, MAX_REGEX = 256;
+export const MAX_DEPTH = 8,
+	MAX_IN = 500,
+	MAX_REGEX = 256;
 /**
  * Conditions one filter may hold in all (every field condition and operator, at any depth of $or, $and, $not and
  * $elemMatch), and values of all its $in/$nin lists together: each is evaluated on every candidate document, so a
  * filter's cost is about their number times the documents it reads (an $or of 200 comparisons over 60 000 notes cost
  * 12 s of matching).
  */
-export const MAX_CONDITIONS = 100, MAX_IN_TOTAL = 1000;
-const MAX_LOGICAL = 50, MAX_LIMIT = 100, DEFAULT_LIMIT = 10, MAX_SKIP = 1_000_000, MAX_SORT = 5, MAX_FIELDS = 100, MAX_POPULATE = 10;
+export const MAX_CONDITIONS = 100,
+	MAX_IN_TOTAL = 1000;
+/**
+ * Documents one read of a request (a list, a count, a page of a cursor) may match one by one in the gateway's process,
+ * where the store cannot evaluate the filter itself (PostgreSQL: FindOptions.examine); beyond, 400. A count or a
+ * list's total reads every candidate: 30 000 of them cost 6 s of the process's time.
+ */
+export const MAX_EXAMINED = 10_000;
+const MAX_LOGICAL = 50,
+	MAX_LIMIT = 100,
+	DEFAULT_LIMIT = 10,
+	MAX_SKIP = 1_000_000,
+	MAX_SORT = 5,
+	MAX_FIELDS = 100,
+	MAX_POPULATE = 10;
 
 const FIELD = /^[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*$/;
 const FORBIDDEN = new Set(["__proto__", "constructor", "prototype"]);
-// Server-side code execution on Mongo (and unknown to NeDB): refused by name so the client knows why.
+// Server-side code execution in MongoDB's notation: refused by name so the client knows why.
 const BANNED = new Set(["$where", "$function", "$expr", "$accumulator"]);
 const COMPARISON = new Set(["$eq", "$lt", "$lte", "$gt", "$gte", "$ne"]);
 const KNOWN = new Set([...COMPARISON, "$in", "$nin", "$regex", "$options", "$exists", "$size", "$elemMatch", "$or", "$and", "$not"]);
@@ -33,20 +56,22 @@ const ZONES = new Set(["own", "share", "group", "client"]);
 type Obj = Record<string, unknown>;
 
 // moleculer-web may hand over qs-built objects, which can have a null prototype.
-const isPlainObject = (v: unknown): v is Obj =>
-	typeof v === "object" && v !== null && [Object.prototype, null].includes(Object.getPrototypeOf(v));
-const isPrimitive = (v: unknown): boolean =>
-	v === null || typeof v === "string" || typeof v === "boolean" || (typeof v === "number" && Number.isFinite(v));
+const isPlainObject = (v: unknown): v is Obj => typeof v === "object" && v !== null && [Object.prototype, null].includes(Object.getPrototypeOf(v));
+const isPrimitive = (v: unknown): boolean => v === null || typeof v === "string" || typeof v === "boolean" || (typeof v === "number" && Number.isFinite(v));
 const has = (o: Obj, k: string) => Object.prototype.hasOwnProperty.call(o, k);
 // An object of operators applied to one value, as opposed to a (sub-)query naming fields.
-const isOperatorExpr = (o: Obj): boolean =>
-	Object.keys(o).length > 0 && Object.keys(o).every((k) => k.startsWith("$") && k !== "$or" && k !== "$and");
+const isOperatorExpr = (o: Obj): boolean => Object.keys(o).length > 0 && Object.keys(o).every((k) => k.startsWith("$") && k !== "$or" && k !== "$and");
 
 export function parseJsonParam(name: string, raw: unknown): unknown {
 	// `?query=` is what clients send for "no value"; treating it as absent beats a 400.
 	if (raw === undefined || (typeof raw === "string" && raw.trim() === "")) return undefined;
 	if (isPlainObject(raw) || Array.isArray(raw)) return raw;
-	if (typeof raw === "string") try { return JSON.parse(raw); } catch { /* same message as a non-string */ }
+	if (typeof raw === "string")
+		try {
+			return JSON.parse(raw);
+		} catch {
+			/* same message as a non-string */
+		}
 	throw badRequest(`${name} must be valid JSON`);
 }
 
@@ -59,7 +84,7 @@ export function checkField(name: string): string {
 
 function checkDepth(name: string, v: unknown, depth: number): void {
 	if (typeof v !== "object" || v === null) return;
-	if (depth > MAX_DEPTH) throw badRequest(`${name} is too deeply nested`);
+	if (depth > MAX_DEPTH) throw badRequest(`${name} is too deeply nested (at most ${MAX_DEPTH} levels)`);
 	for (const child of Object.values(v)) checkDepth(name, child, depth + 1);
 }
 
@@ -112,7 +137,7 @@ function subQuery(q: Obj, where = ""): Filter {
 			if (val.length > MAX_LOGICAL) throw badRequest(`${key} accepts at most ${MAX_LOGICAL} entries`);
 			out[key] = val.map((x) => subQuery(x, where));
 		} else if (key === "$not") {
-			// The negated sub-query is NeDB's form; Mongo only knows the field-level $not handled below.
+			// A negated sub-query (the platform's form; MongoDB's notation has the field-level $not handled below too).
 			if (!isPlainObject(val)) throw badRequest("$not must be an object");
 			out[key] = subQuery(val, where);
 		} else throw badRequest(`operator ${key} must be applied to a field`);
@@ -170,7 +195,7 @@ function operators(expr: Obj, underField: boolean, where: string): unknown {
 		} else if (op === "$or" || op === "$and") throw badRequest(`operator ${op} must be used at query level`);
 	}
 	if (has(expr, "$options") && !has(expr, "$regex")) throw badRequest("$options requires $regex");
-	// NeDB knows neither $options nor $eq: flags go into the RegExp, $eq becomes a value or a one-element $in.
+	// One form per meaning: flags go into the RegExp, $eq becomes a value or a one-element $in.
 	if (has(expr, "$regex")) out.$regex = compileRegex("$regex", expr.$regex, expr.$options, where);
 	delete out.$options;
 	if (has(out, "$eq")) {
@@ -188,7 +213,7 @@ function operators(expr: Obj, underField: boolean, where: string): unknown {
  */
 function compileRegex(op: string, src: unknown, options: unknown, where: string): RegExp {
 	if (typeof src !== "string") throw badRequest(`${op} must be a string`);
-	if (src.length > MAX_REGEX) throw badRequest(`${op} is too long`);
+	if (src.length > MAX_REGEX) throw badRequest(`${op} is too long (at most ${MAX_REGEX} characters)`);
 	// JS has no `x` (extended) flag; silently dropping it would change what the pattern means.
 	const flags = options === undefined ? "" : options;
 	if (typeof flags !== "string" || !/^[ims]*$/.test(flags)) throw badRequest("$options may only contain i, m and s");
@@ -196,7 +221,7 @@ function compileRegex(op: string, src: unknown, options: unknown, where: string)
 }
 
 /**
- * CONTRACTS "Fields that are never queried": a write-only or internal field of the collection, at any depth of the
+ * docs/contracts.md "Fields that are never queried": a write-only or internal field of the collection, at any depth of the
  * path (`password.x`), or any name starting with `_` (store keys such as `_id`: callers name documents by `id`).
  */
 export function neverQueried(col: CollectionDef, path: string): boolean {
@@ -303,8 +328,7 @@ function populateSpec(e: unknown): PopulateSpec {
 	const spec: PopulateSpec = { path: checkField(e.path) };
 	if (e.select !== undefined) {
 		const sel = typeof e.select === "string" ? e.select.split(/[\s,]+/).filter(Boolean) : e.select;
-		if (!Array.isArray(sel) || !sel.every((f) => typeof f === "string"))
-			throw badRequest("populate.select must be an array or a space/comma-separated list of field names");
+		if (!Array.isArray(sel) || !sel.every((f) => typeof f === "string")) throw badRequest("populate.select must be an array or a space/comma-separated list of field names");
 		if (sel.length > MAX_FIELDS) throw badRequest(`populate.select accepts at most ${MAX_FIELDS} fields`);
 		if (sel.length > 0) spec.select = [...new Set(sel.map(checkField))];
 	}
@@ -319,7 +343,10 @@ export function parseZones(raw: unknown): string[] {
 	const list: unknown = raw === undefined ? [] : typeof raw === "string" ? [raw] : raw;
 	if (!Array.isArray(list) || !list.every((z) => typeof z === "string")) throw badRequest("zones must be a comma-separated string");
 	const zones: string[] = [];
-	for (const zone of list.flatMap((z: string) => z.split(",")).map((z) => z.trim()).filter(Boolean)) {
+	for (const zone of list
+		.flatMap((z: string) => z.split(","))
+		.map((z) => z.trim())
+		.filter(Boolean)) {
 		if (!ZONES.has(zone)) throw badRequest(`unknown zone ${zone}`);
 		if (!zones.includes(zone)) zones.push(zone);
 	}

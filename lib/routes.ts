@@ -27,6 +27,8 @@ export interface RouteDef {
 	upload?: boolean;
 	/** The public file download, served by the gateway from the special domain's stream (services/api/files.ts). */
 	download?: boolean;
+	/** The OpenAPI operationId when the action's own (`auth.logout` → `auth_logout`) names another route already. */
+	operationId?: string;
 }
 
 /** Order matters: fixed segments (`count`, `cursor`, `bulk`) before `:id`. */
@@ -49,8 +51,17 @@ export const AUTH_ROUTES: RouteDef[] = [
 	{ method: "POST", path: "/auth/token", action: "auth.token", public: true, summary: "Issue tokens (password, refresh_token, client_credential, authorization_code)" },
 	{ method: "GET", path: "/auth/verify", action: "auth.verify", summary: "Claims of the bearer token" },
 	{ method: "GET", path: "/auth/logout", action: "auth.logout", summary: "End the token's session" },
+	{ method: "POST", path: "/auth/logout", action: "auth.logout", operationId: "auth_logout_post", summary: "End the token's session (as GET)" },
 	{ method: "POST", path: "/auth/check", action: "auth.check", summary: "Check a TOTP code" },
 	{ method: "POST", path: "/auth/can", action: "auth.can", summary: "Evaluate grants for an action on an object" },
+	{
+		method: "GET",
+		path: "/auth/login-blocks",
+		action: "auth.loginBlocks",
+		scope: "manage:identity:users",
+		summary: "Failed-login blocks in force (operator: all; tenant admin: its own)",
+	},
+	{ method: "DELETE", path: "/auth/login-blocks/:id", action: "auth.loginUnblock", scope: "manage:identity:users", summary: "Lift a failed-login block" },
 ];
 
 /**
@@ -77,17 +88,20 @@ export function specialRoutes(d: DomainDef, c: CollectionDef): RouteDef[] {
 
 export function collectionRoutes(d: DomainDef, c: CollectionDef): RouteDef[] {
 	const base = `/${d.name}/${c.name}`;
-	return [...specialRoutes(d, c), ...PATTERN.map((p) => ({
-		method: p.method,
-		path: base + p.suffix,
-		action: `${d.name}.${c.name}.${p.op}`,
-		scope: `${STANDARD_OPS[p.op]}:${d.name}:${c.name}`,
-		op: p.op,
-		domain: d,
-		collection: c,
-		summary: p.summary,
-		stream: p.op === "cursor",
-	}))];
+	return [
+		...specialRoutes(d, c),
+		...PATTERN.map((p) => ({
+			method: p.method,
+			path: base + p.suffix,
+			action: `${d.name}.${c.name}.${p.op}`,
+			scope: `${STANDARD_OPS[p.op]}:${d.name}:${c.name}`,
+			op: p.op,
+			domain: d,
+			collection: c,
+			summary: p.summary,
+			stream: p.op === "cursor",
+		})),
+	];
 }
 
 /** Public routes of collections (no scope: the handler decides, and answers 404 for anything it refuses). */
@@ -95,7 +109,16 @@ export function publicCollectionRoutes(): RouteDef[] {
 	const d = DOMAINS.find((x) => x.name === "special")!;
 	const c = d.collections.find((x) => x.name === "files")!;
 	return [
-		{ method: "GET", path: "/special/files/:id/download", action: "special.files.download", public: true, download: true, domain: d, collection: c, summary: "Download a file's content (share key or bearer)" },
+		{
+			method: "GET",
+			path: "/special/files/:id/download",
+			action: "special.files.download",
+			public: true,
+			download: true,
+			domain: d,
+			collection: c,
+			summary: "Download a file's content (share key or bearer)",
+		},
 	];
 }
 

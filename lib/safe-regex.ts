@@ -5,7 +5,7 @@
  * caller or a grant supplies is compiled with re2js (a pure-JS port of RE2, linear in the input) and matched by it;
  * syntax RE2 cannot match in linear time (backreferences, lookaround) is refused with 400 at parse time.
  *
- * `SafeRegExp` is a real RegExp (NeDB's `$regex` requires `util.types.isRegExp`, MongoDB's driver serialises source
+ * `SafeRegExp` is a real RegExp (lib/query.ts tests `instanceof RegExp`; the SQL translation reads source
  * and flags) whose `test`/`exec` delegate to the compiled RE2 program. Linear is not free: the NFA fallback costs about
  * (input length × program size), so each parsed query carries a work budget shared by all its patterns; a query that
  * would exceed it answers 400 instead of holding the process.
@@ -38,7 +38,12 @@ export class SafeRegExp extends RegExp {
 		super(source, flags);
 		// RE2 reads the pattern as MongoDB's PCRE does (`\A`, `\z`, `\Q..\E`); the one JS spelling translated is `\uXXXX`.
 		// (re2js' translateRegExp is not used: it turns the backreference `\k<n>` into a literal `k<n>`.)
-		this.re2 = re2 ?? RE2JS.compile(source.replace(/(?<!\\)((?:\\\\)*)\\u([0-9a-fA-F]{4})/g, "$1\\x{$2}"), [...flags].reduce((n, f) => n | (FLAG_BITS[f] ?? 0), 0));
+		this.re2 =
+			re2 ??
+			RE2JS.compile(
+				source.replace(/(?<!\\)((?:\\\\)*)\\u([0-9a-fA-F]{4})/g, "$1\\x{$2}"),
+				[...flags].reduce((n, f) => n | (FLAG_BITS[f] ?? 0), 0),
+			);
 		this.cost = Math.max(1, this.re2.programSize());
 		this.budget = budget;
 	}

@@ -1,5 +1,5 @@
 /**
- * Relevance-ranked text search (CONTRACTS.md "Other special actions", docs/search.md): one in-memory MiniSearch index
+ * Relevance-ranked text search (docs/contracts.md "Other special actions", docs/search.md): one in-memory MiniSearch index
  * per searchable collection and node. The index finds the matching documents; it never decides what a caller sees. The
  * search action checks the matches against the document store through the caller's view (plan.filter), so zones, grant
  * rows, soft delete and tenants are applied by the store, then ranks the visible ones with the statistics of those

@@ -12,7 +12,8 @@ export const APT_DEFAULT_TTL_MS = 90 * 24 * 3600 * 1000;
 /** How far in the future a token's `iat`/`nbf` may lie (TOKEN_LEEWAY_SECONDS): the clocks of two nodes differ a little. */
 export const DEFAULT_LEEWAY_SEC = 60;
 
-export type TokenCheck = { claims: TokenClaims & { jti?: string } } | { claims?: undefined; notYetValid: boolean };
+/** A refusal says whether the token is only too early (`notYetValid`) or only too late (`expired`: its signature holds). */
+export type TokenCheck = { claims: TokenClaims & { jti?: string } } | { claims?: undefined; notYetValid: boolean; expired?: boolean };
 
 export class JwtKeys {
 	private readonly key: KeyObject;
@@ -38,8 +39,9 @@ export class JwtKeys {
 		let c: unknown;
 		try {
 			c = jwt.verify(token, this.key, { algorithms: ["HS256"], ignoreNotBefore: true });
-		} catch {
-			return { notYetValid: false };
+		} catch (err) {
+			// jsonwebtoken checks the signature before `exp`: TokenExpiredError is a token of ours past its time.
+			return { notYetValid: false, expired: (err as { name?: unknown })?.name === "TokenExpiredError" };
 		}
 		if (typeof c !== "object" || c === null) return { notYetValid: false };
 		const claims = c as TokenClaims & { jti?: string; nbf?: unknown };
@@ -49,7 +51,7 @@ export class JwtKeys {
 	}
 }
 
-/** The claims of the spec's table (GET /auth/verify) plus `iat` and `exp` (CONTRACTS.md). */
+/** The claims of the spec's table (GET /auth/verify) plus `iat` and `exp` (docs/contracts.md "Tokens and sessions"). */
 const PUBLIC_CLAIMS = ["type", "strict", "cid", "aid", "uid", "scope", "domain", "subject", "tz", "lang", "session", "client_id", "coworker", "iat", "exp"] as const;
 
 /** Claims as GET /auth/verify shows them (spec table plus iat/exp), whatever extra the token carries (jti, groups, ...). */

@@ -43,11 +43,7 @@ export function totp(secretHex: string, timeMs: number, period = 30): string {
  * compared in constant time and without early exit. Anything malformed, including out-of-range
  * options, is simply "not valid": this never throws.
  */
-export function checkTotp(
-	secretHex: string,
-	code: string,
-	opts: { period?: number; window?: number; now?: number } = {},
-): boolean {
+export function checkTotp(secretHex: string, code: string, opts: { period?: number; window?: number; now?: number } = {}): boolean {
 	const { period = 30, window = 1, now = Date.now() } = opts;
 	if (typeof secretHex !== "string" || !HEX.test(secretHex)) return false;
 	if (typeof code !== "string" || !CODE.test(code)) return false;

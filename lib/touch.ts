@@ -114,8 +114,7 @@ export function openSmsCredentials(aes: Aes, value: unknown, provider: string): 
 export function fillTemplate(text: string, params: Record<string, unknown>): string {
 	return text.replace(/\{\{\s*([A-Za-z0-9_.-]+)\s*\}\}/g, (_m, name: string) => {
 		const v = Object.prototype.hasOwnProperty.call(params, name) ? params[name] : undefined;
-		if (v === undefined || v === null || (typeof v !== "string" && typeof v !== "number" && typeof v !== "boolean"))
-			throw badRequest(`params.${name} is required by the template`);
+		if (v === undefined || v === null || (typeof v !== "string" && typeof v !== "number" && typeof v !== "boolean")) throw badRequest(`params.${name} is required by the template`);
 		return String(v);
 	});
 }

@@ -76,7 +76,10 @@ function checkType(name: string, type: FieldType, v: unknown): void {
 		(type === "object" && isPlainObject(v)) ||
 		(type === "array" && Array.isArray(v)) ||
 		(type === "date" && (typeof v === "string" || typeof v === "number") && !Number.isNaN(new Date(v as string).getTime()));
-	if (!ok) throw badRequest(`${name} must be ${type === "integer" || type === "array" || type === "object" ? "an" : "a"} ${type === "date" ? "date (ISO 8601 or Unix milliseconds)" : type}`);
+	if (!ok)
+		throw badRequest(
+			`${name} must be ${type === "integer" || type === "array" || type === "object" ? "an" : "a"} ${type === "date" ? "date (ISO 8601 or Unix milliseconds)" : type}`,
+		);
 }
 
 function checkScalar(name: string, def: Pick<FieldDef, "format" | "enum" | "maxLength" | "minimum">, v: unknown): void {
@@ -100,7 +103,7 @@ export function checkNesting(name: string, v: unknown, depth = 0): void {
 
 /**
  * Keys of free-form objects (props, config values, grant times...), at any depth: none that could reach
- * Object.prototype, and none a document store refuses (NeDB and MongoDB: no `.`, no leading `$`; BSON: no NUL).
+ * Object.prototype, and none a stored document may not have (no `.`, no leading `$`: lib/query.ts checkKeys; no NUL).
  */
 export function checkKeys(name: string, v: unknown, depth = 0): void {
 	if (depth > MAX_NESTING) throw tooDeep(name);
@@ -163,7 +166,8 @@ export function validateBody(col: CollectionDef, body: unknown, mode: WriteMode,
 		out[key] = validateValue(name, def, v);
 	}
 	if (mode === "create") {
-		for (const [key, def] of Object.entries(col.fields)) if (def.required && !def.internal && !def.readOnly && out[key] === undefined) throw badRequest(`${prefix}${key} is required`);
+		for (const [key, def] of Object.entries(col.fields))
+			if (def.required && !def.internal && !def.readOnly && out[key] === undefined) throw badRequest(`${prefix}${key} is required`);
 		checkRules(col, out);
 	} else if (Object.keys(out).length === 0) throw badRequest(`${prefix || "body"} must change at least one field`);
 	return out;

@@ -1,6 +1,6 @@
 /**
  * Zones and the `groups` reduction of query enforcement (spec: Authorization > Query enforcement, Zones;
- * CONTRACTS: Queries). Pure functions producing document-store conditions valid on NeDB and MongoDB.
+ * docs/contracts.md "Queries and responses"). Pure functions producing conditions of the query language (lib/query.ts).
  */
 import { badRequest } from "./errors";
 import { parseZones } from "./query-safety";
@@ -24,7 +24,7 @@ export function zoneFilter(zones: string[], token: TokenClaims): Record<string, 
 			case "share":
 				return { shares: identity };
 			case "group":
-				// `clients.0` is the first array element on NeDB and MongoDB alike (a missing or empty `clients` matches nothing).
+				// `clients.0` is the first array element (a missing or empty `clients` matches nothing).
 				// A token without a client has no tenant: nothing matches.
 				if (typeof token.cid !== "string" || !token.cid) return { groups: { $in: [] } };
 				return { groups: { $in: Array.isArray(token.groups) ? [...token.groups] : [] }, "clients.0": token.cid };
@@ -37,8 +37,7 @@ export function zoneFilter(zones: string[], token: TokenClaims): Record<string, 
 	return conds.length === 1 ? conds[0] : { $or: conds };
 }
 
-const isPlainObject = (v: unknown): v is Record<string, unknown> =>
-	typeof v === "object" && v !== null && !Array.isArray(v);
+const isPlainObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
 
 const NOTHING = (): Record<string, unknown> => ({ $in: [] });
 
@@ -102,8 +101,7 @@ export function reduceGroupsInQuery(filter: Record<string, unknown>, memberships
 	const out: Record<string, unknown> = {};
 	for (const [k, v] of Object.entries(filter)) {
 		if (isGroupsKey(k)) out[k] = reduceGroups(v, memberships);
-		else if (LOGICAL.has(k) && Array.isArray(v))
-			out[k] = v.map((c) => (isPlainObject(c) ? reduceGroupsInQuery(c, memberships) : c));
+		else if (LOGICAL.has(k) && Array.isArray(v)) out[k] = v.map((c) => (isPlainObject(c) ? reduceGroupsInQuery(c, memberships) : c));
 		else if (k === "$not" && isPlainObject(v)) out[k] = reduceGroupsInQuery(v, memberships);
 		else out[k] = v;
 	}

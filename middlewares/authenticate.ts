@@ -5,16 +5,19 @@
  * The cache (blacklist) is not the record of a revocation: the session in identity/sessions is. When the cache has
  * no blacklist entry, the session's durable state is asked (`identity.sessions.live`) once per session per node per
  * 30 s, so a revocation holds whatever the cache loses (a restart of the embedded cache, Redis restarted empty).
+ * A user's token is decided with what its user holds now: the token's subjects and groups narrowed to the user's
+ * current roles and groups, refused when the user is gone or INACTIVE (the user read once per user per node per 30 s,
+ * and again at once on USER_CHANGED).
  */
 import type { IncomingMessage } from "http";
 import type { ServiceBroker } from "moleculer";
 import { Aes, decryptEnvelope, sha256Hex } from "../lib/crypto";
 import { IpAllowList, normalizeIp } from "../lib/cidr";
-import { ApiError, forbidden, unauthorized } from "../lib/errors";
+import { bearerRefused, forbidden } from "../lib/errors";
 import { isCacheUnavailable, type KeyValue } from "../runtime/kv";
 import { DEFAULT_LEEWAY_SEC, type JwtKeys } from "../lib/tokens";
-import { configOf } from "../runtime/config";
 import type { TokenClaims } from "../lib/types";
+import { userTokenSubjects, type SubjectSource } from "../lib/grant-validation";
 
 export const aptKey = (suffix: string) => `auth:apt:${suffix}`;
 export const blacklistKey = (session: string) => `auth:blacklist:${session}`;
@@ -33,6 +36,21 @@ export async function blacklistSession(kv: KeyValue, session: string): Promise<v
 /** Broadcast to every node when a session (logout, APT deletion, expiry) or an APT is revoked. */
 export const SESSION_REVOKED = "auth.session.revoked";
 export const APT_REVOKED = "auth.apt.revoked";
+/**
+ * Broadcast when a user's roles or groups, its username, its state or its existence change, `{ ids }` (the identity
+ * service as it writes; the watcher again from the change stream): every node reads those users again.
+ */
+export const USER_CHANGED = "identity.user.changed";
+/** identity: a live user, `{ id }` -> `{ id, username, subjects, status }` or null. */
+const USER_ACTION = "identity.users.byId";
+
+/** Whether a change of a user (`op` and its images) concerns the tokens it holds (USER_CHANGED). */
+export function userStateChanged(op: string, before: Record<string, unknown> | null | undefined, after: Record<string, unknown> | null | undefined): boolean {
+	if (op === "c") return false;
+	if (op !== "u" || !before || !after) return true;
+	return before.status !== after.status || before.username !== after.username || JSON.stringify(before.subjects ?? []) !== JSON.stringify(after.subjects ?? []);
+}
+
 /** The gateway action that applies a revocation on its node (services/api.service.ts). */
 export const REVOKE_ACTION = "api.revoke";
 /** How long a revocation waits for each gateway's acknowledgement. */
@@ -51,7 +69,10 @@ export async function announceRevocation(broker: ServiceBroker, what: { sessions
 	if (!sessions.length && !hashes.length) return;
 	for (const session of sessions) broker.broadcast(SESSION_REVOKED, { session });
 	for (const hash of hashes) broker.broadcast(APT_REVOKED, { hash });
-	const endpoints = ((broker.registry as unknown as { getActionEndpoints(a: string): { endpoints: Array<{ id: string; isAvailable: boolean }> } | undefined }).getActionEndpoints(REVOKE_ACTION)?.endpoints ?? []).filter((e) => e.isAvailable);
+	const endpoints = (
+		(broker.registry as unknown as { getActionEndpoints(a: string): { endpoints: Array<{ id: string; isAvailable: boolean }> } | undefined }).getActionEndpoints(REVOKE_ACTION)
+			?.endpoints ?? []
+	).filter((e) => e.isAvailable);
 	await Promise.allSettled(endpoints.map((e) => broker.call(REVOKE_ACTION, { sessions, hashes }, { nodeID: e.id, timeout: REVOCATION_ACK_MS, retries: 0 })));
 }
 
@@ -78,6 +99,13 @@ export interface AptRecord {
 	expires_at: number;
 }
 
+/** A user as its tokens are decided now: null when gone or INACTIVE; what it holds per domain, worked out once. */
+interface UserNow {
+	at: number;
+	user: SubjectSource | null;
+	held: Map<string, { subjects: Set<string>; groups: Set<string> }>;
+}
+
 export interface Authenticated {
 	token: TokenClaims;
 	kind: "jwt" | "apt";
@@ -95,22 +123,12 @@ function bounded<K, V>(m: Map<K, V>): Map<K, V> {
 }
 
 /**
- * A bearer that is there but is no token (not a JWT of ours, a forged or altered one, an APT of the wrong form):
- * `invalid token`. A missing bearer keeps the spec's `authorization token is required`, and so does an expired JWT
- * (spec, Errors), which its client renews.
+ * A bearer that is missing, is no token of the platform (not a JWT of ours, forged or altered, an APT of the wrong
+ * form) or has expired answers the interface's one message, `authorization token is required`; which of them it was is
+ * in `WWW-Authenticate` (lib/errors.ts bearerRefused), so a copy-paste mistake stays findable.
  */
-const INVALID_TOKEN = "invalid token";
+const NOT_OURS = "not a token of this platform";
 const APT_SUFFIX = /^[A-Za-z0-9_-]{16,200}$/;
-
-/** Whether a JWT that failed verification carries an `exp` in the past (read without trusting it: only the message depends on it). */
-function jwtExpired(token: string, now: number): boolean {
-	try {
-		const exp = JSON.parse(Buffer.from(token.split(".")[1] ?? "", "base64url").toString("utf8"))?.exp;
-		return typeof exp === "number" && exp * 1000 <= now;
-	} catch {
-		return false;
-	}
-}
 
 export function bearerOf(req: ReqLike): string | undefined {
 	const h = req.headers.authorization;
@@ -161,12 +179,16 @@ export class Authenticator {
 	private pending = new Map<string, Promise<boolean>>();
 	/** TOKEN_LEEWAY_SECONDS: how far ahead of this node's clock a token's `iat`/`nbf` may be. */
 	private readonly leewaySec: number;
+	/** Users as read (at most LOCAL_TTL_MS ago, dropped on USER_CHANGED), reads under way, and a count of changes heard. */
+	private users = new Map<string, UserNow>();
+	private usersLoading = new Map<string, Promise<UserNow>>();
+	private usersChanged = 0;
+	/** Each token's claims as its user is now, per reading of that user: an unchanged user's request allocates nothing. */
+	private narrowed = new WeakMap<TokenClaims, { now: UserNow; token: TokenClaims }>();
 
-	constructor(
-		private readonly deps: { jwt: JwtKeys; aes: Aes; kv: KeyValue; broker: ServiceBroker; trustProxy: boolean },
-	) {
+	constructor(private readonly deps: { jwt: JwtKeys; aes: Aes; kv: KeyValue; broker: ServiceBroker; trustProxy: boolean; leewaySec?: number }) {
 		this.graceEnds = deps.broker.transit ? Date.now() + DISCOVERY_GRACE_MS : 0;
-		this.leewaySec = configOf(deps.broker).tokenLeewaySec ?? DEFAULT_LEEWAY_SEC;
+		this.leewaySec = deps.leewaySec ?? DEFAULT_LEEWAY_SEC;
 	}
 
 	/** Broadcast handlers: a revoked session or APT stops working on this node at once. */
@@ -183,17 +205,27 @@ export class Authenticator {
 		for (const [k, a] of this.aptCache) if (a.hash === hash) this.aptCache.delete(k);
 	}
 
+	/** USER_CHANGED: those users are read again by their next request (a read under way is not kept). */
+	userChanged(ids: unknown): void {
+		this.usersChanged++;
+		for (const id of Array.isArray(ids) ? ids : []) {
+			if (typeof id !== "string") continue;
+			this.users.delete(id);
+			this.usersLoading.delete(id);
+		}
+	}
+
 	async authenticate(req: ReqLike, opts: { allowRevoked?: boolean } = {}): Promise<Authenticated> {
 		const bearer = bearerOf(req);
-		if (!bearer) throw unauthorized();
+		if (!bearer) throw bearerRefused();
 		const now = Date.now();
 		let token: TokenClaims;
 		let kind: "jwt" | "apt";
 		if (bearer.startsWith("APT-")) {
 			kind = "apt";
-			if (!APT_SUFFIX.test(bearer.slice(4))) throw unauthorized(INVALID_TOKEN);
+			if (!APT_SUFFIX.test(bearer.slice(4))) throw bearerRefused(NOT_OURS);
 			const rec = await this.resolveApt(bearer.slice(4), now);
-			if (!rec || rec.expires_at <= now) throw unauthorized();
+			if (!rec || rec.expires_at <= now) throw bearerRefused("the API token is deleted or expired");
 			token = rec.claims;
 		} else {
 			kind = "jwt";
@@ -202,15 +234,70 @@ export class Authenticator {
 			else {
 				// Not yet valid: its issuer's clock runs ahead of this node's beyond the leeway (docs/production.md).
 				const v = this.deps.jwt.check(bearer, this.leewaySec);
-				if (!v.claims) throw unauthorized(v.notYetValid ? "token not yet valid" : jwtExpired(bearer, now) ? undefined : INVALID_TOKEN);
+				if (!v.claims) throw v.notYetValid ? bearerRefused("the token is not yet valid", "token not yet valid") : bearerRefused(v.expired ? "the token has expired" : NOT_OURS);
 				token = v.claims;
 				bounded(this.jwtCache).set(bearer, token);
 			}
 		}
-		if (!opts.allowRevoked && token.session && (await this.isRevoked(token.session, now))) throw new ApiError(401, "session is revoked");
+		if (!opts.allowRevoked && token.session && (await this.isRevoked(token.session, now))) throw bearerRefused("the session is revoked", "session is revoked");
 		if (token.strict) this.checkApiKey(req, token, now);
-		if (token.type !== "access") throw unauthorized("refresh tokens cannot call APIs");
+		if (token.type !== "access") throw bearerRefused("a refresh token cannot call APIs", "refresh tokens cannot call APIs");
+		if (token.uid && !opts.allowRevoked) {
+			const user = this.userNow(token.uid, now);
+			token = this.asUserIsNow(token, user instanceof Promise ? await user : user);
+		}
 		return { token, kind };
+	}
+
+	/**
+	 * The token as its user is now: its subjects and groups that the user still holds (never one the token does not
+	 * carry: a role added later comes with the next refresh), its app's subject kept; a user gone or INACTIVE refuses
+	 * it. The same claims object while nothing was taken away.
+	 */
+	private asUserIsNow(token: TokenClaims, state: UserNow): TokenClaims {
+		if (!state.user) throw bearerRefused("the session is revoked", "session is revoked");
+		const memo = this.narrowed.get(token);
+		if (memo?.now === state) return memo.token;
+		let held = state.held.get(token.domain);
+		if (!held) {
+			const h = userTokenSubjects(state.user, token.domain);
+			state.held.set(token.domain, (held = { subjects: new Set(h.subjects), groups: new Set(h.groups) }));
+		}
+		const app = token.aid ? `${token.aid}@${token.domain}` : undefined;
+		const subject = (token.subject ?? "")
+			.split(" ")
+			.filter((s) => s && (held!.subjects.has(s) || s === app))
+			.join(" ");
+		const groups = (token.groups ?? []).filter((g) => held!.groups.has(g));
+		let out = token;
+		if (subject !== token.subject || groups.length !== (token.groups?.length ?? 0)) {
+			out = { ...token, subject };
+			if (groups.length) out.groups = groups;
+			else delete out.groups;
+		}
+		this.narrowed.set(token, { now: state, token: out });
+		return out;
+	}
+
+	/** The user now: kept LOCAL_TTL_MS (not during the discovery grace, nor when a change was heard while reading). */
+	private userNow(uid: string, now: number): Promise<UserNow> | UserNow {
+		const known = this.users.get(uid);
+		if (known && now - known.at < LOCAL_TTL_MS) return known;
+		let p = this.usersLoading.get(uid);
+		if (!p) {
+			const heard = this.usersChanged;
+			const loading = (this.deps.broker.call(USER_ACTION, { id: uid }) as Promise<(SubjectSource & { status?: string }) | null>)
+				.then((u): UserNow => {
+					const state = { at: now, user: u && u.status !== "INACTIVE" ? u : null, held: new Map() };
+					if (heard === this.usersChanged && now >= this.graceEnds) bounded(this.users).set(uid, state);
+					return state;
+				})
+				.finally(() => {
+					if (this.usersLoading.get(uid) === loading) this.usersLoading.delete(uid);
+				});
+			this.usersLoading.set(uid, (p = loading));
+		}
+		return p;
 	}
 
 	private async resolveApt(suffix: string, now: number): Promise<AptRecord | null> {

@@ -9,17 +9,7 @@ import { findCollection, PLATFORM_FIELDS, SETTABLE_FIELDS, type CollectionDef } 
 import { ApiError, forbidden, notFound, unauthorized } from "../lib/errors";
 import { fieldsAllowed, type Decision, type GrantIndex } from "../lib/grants";
 import type { AccessPlan } from "../lib/plan";
-import {
-	parsePagination,
-	parsePopulate,
-	parseProjection,
-	parseQuery,
-	parseZones,
-	neverQueried,
-	referencedFields,
-	type Filter,
-	type PopulateSpec,
-} from "../lib/query-safety";
+import { parsePagination, parsePopulate, parseProjection, parseQuery, parseZones, neverQueried, referencedFields, type Filter, type PopulateSpec } from "../lib/query-safety";
 import { hasParsedScope, parseScopes, type ParsedScopes } from "../lib/scopes";
 import type { TokenClaims } from "../lib/types";
 import { reduceGroupsInQuery, zoneFilter } from "../lib/zones";
@@ -74,8 +64,8 @@ function refuseNeverQueried(col: CollectionDef, referenced: string[], what: stri
 }
 
 /**
- * AND of conditions, flattened into one object where keys do not collide: NeDB picks an index only from top-level
- * equality keys (the last such key wins), so the most selective condition (id/ref) goes last and stays top-level.
+ * AND of conditions, flattened into one object where keys do not collide (the SQL translation reads the owner zone
+ * from top-level conditions, pg.query.ts ownerSplit), the most selective condition (id/ref) last and top-level.
  * Colliding keys keep their meaning inside `$and`.
  */
 export function and(parts: Array<Filter | null | undefined>): Filter {
@@ -96,14 +86,7 @@ export function and(parts: Array<Filter | null | undefined>): Filter {
 }
 
 /** Layer 3: query enforcement. Returns the plan; every referenced field must be readable. */
-export function enforce(
-	ctx: Ctx,
-	index: GrantIndex,
-	col: CollectionDef,
-	meta: CollectionActionMeta,
-	decision: Decision,
-	token: TokenClaims,
-): AccessPlan {
+export function enforce(ctx: Ctx, index: GrantIndex, col: CollectionDef, meta: CollectionActionMeta, decision: Decision, token: TokenClaims): AccessPlan {
 	const q = (ctx.params.query ?? {}) as Record<string, unknown>;
 	const headers = ctx.meta.headers ?? {};
 	const allowed = decision.fields;
@@ -132,7 +115,11 @@ export function enforce(
 	if (projection) refuseHidden(Object.keys(projection), allowed, "projection field");
 	if (populate.length) {
 		for (const p of populate) if (!col.fields[p.path]?.relation) throw new ApiError(400, `${p.path} cannot be populated`);
-		refuseHidden(populate.map((p) => p.path), allowed, "populate path");
+		refuseHidden(
+			populate.map((p) => p.path),
+			allowed,
+			"populate path",
+		);
 		// Paths whose target the caller holds no read grant for are dropped silently; the nested call re-checks all.
 		populate = populate.filter((p) => {
 			const [svc, target] = col.fields[p.path].relation!.split("/");
@@ -203,9 +190,34 @@ export async function callerView(ctx: Ctx, service: string, collection: string, 
 	const meta = { service, collection, op: id !== undefined ? "get" : "count", level: action } as unknown as CollectionActionMeta;
 	// By id, of the request's query only its zone counts (`?zone=`, as for GET; the header `x-zone` is in ctx.meta).
 	const zone = (ctx.params.query as Record<string, unknown> | undefined)?.zone;
-	const view = { params: { params: id !== undefined ? { id } : {}, query: id !== undefined ? (zone !== undefined ? { zone } : {}) : ctx.params.query }, meta: ctx.meta } as unknown as Ctx;
+	const view = {
+		params: { params: id !== undefined ? { id } : {}, query: id !== undefined ? (zone !== undefined ? { zone } : {}) : ctx.params.query },
+		meta: ctx.meta,
+	} as unknown as Ctx;
 	return enforce(view, index, ref.collection, meta, decision, token);
 }
+
+/**
+ * `ctx.meta[DECIDE_ONLY]`: the call asks for the authority decision only (the gateway's replay of an Idempotency-Key,
+ * services/api/idempotency.ts). The action decides exactly as for the request (scope, grant, query enforcement), then
+ * answers `Decided` instead of running its handler. Taken off the call's meta before anything else, so no call the
+ * decision makes (the grant snapshot) carries it.
+ */
+export const DECIDE_ONLY = "$decideOnly";
+
+/** What an action asked for its decision only answers: the plan's response fields (null: every field). */
+export interface Decided {
+	decided: true;
+	fields: string[] | null;
+}
+
+function takeDecideOnly(ctx: Ctx): boolean {
+	const only = ctx.meta[DECIDE_ONLY] === true;
+	if (only) delete ctx.meta[DECIDE_ONLY];
+	return only;
+}
+
+const decided = (plan: AccessPlan): Decided => ({ decided: true, fields: plan.fields ?? null });
 
 export const AuthorityMiddleware = {
 	name: "Authority",
@@ -213,8 +225,9 @@ export const AuthorityMiddleware = {
 		const sp = action.special;
 		if (sp)
 			return async function specialAuthority(ctx: Ctx) {
+				const only = takeDecideOnly(ctx);
 				ctx.locals.plan = await callerView(ctx, sp.service, sp.collection, sp.action, sp.byId ? (ctx.params.params?.id ?? "") : undefined);
-				return handler(ctx);
+				return only ? decided(ctx.locals.plan) : handler(ctx);
 			};
 		const meta = action.collection;
 		if (!meta) return handler;
@@ -222,6 +235,7 @@ export const AuthorityMiddleware = {
 		if (!ref) return handler;
 		const object = `${meta.service}:${meta.collection}`;
 		return async function authority(ctx: Ctx) {
+			const only = takeDecideOnly(ctx);
 			const token = ctx.meta.token;
 			// Reached without the gateway's authentication: the layers cannot apply.
 			if (!token) throw new ApiError(502, "authorization layers were not applied");
@@ -230,7 +244,7 @@ export const AuthorityMiddleware = {
 			const index = grantCache.loaded() ?? (await grantCache.get(ctx));
 			const decision = checkGrant(index, token, meta.level, object, ctx.meta.ip);
 			ctx.locals.plan = enforce(ctx, index, ref.collection, meta, decision, token);
-			return handler(ctx);
+			return only ? decided(ctx.locals.plan) : handler(ctx);
 		};
 	},
 } as unknown as Middleware;

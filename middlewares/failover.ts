@@ -5,7 +5,10 @@
  * - a call that never ran (no node yet, transporter down, refused by a stopping node) waits for a node for up to
  *   FAILOVER_WAIT_MS, whatever the action: running it later runs it once;
  * - a call cut off by its node's disconnection or timed out may have run: sent again only for idempotent actions
- *   (reads), at most twice, to a node not tried yet when there is one. A create that may have committed is never repeated; its caller gets the 503/504.
+ *   (reads), at most twice, to a node not tried yet when there is one. A create that may have committed is never repeated; its caller gets the 503/504;
+ * - a call given an endpoint that is no longer registered (moleculer-web chooses it before authenticating the request;
+ *   its node may have stopped and gone meanwhile) goes through the balancer instead: sent to a node that has left,
+ *   nobody would answer or refuse it, and the caller would wait out requestTimeout.
  */
 import type { ServiceBroker } from "moleculer";
 import { isIdempotent, maybeRan, neverRan } from "../runtime/failover";
@@ -39,6 +42,12 @@ function another(broker: ServiceBroker, action: string, tried: Set<string>): Tar
 	return left.length ? left[Math.floor(Math.random() * left.length)] : action;
 }
 
+/** `target` itself while its node still serves the action; else the action's name, for the balancer to choose. */
+function current(broker: ServiceBroker, target: Target, action: string | undefined): Target {
+	if (typeof target === "string" || !action) return target;
+	return endpoints(broker, action).some((e) => e === target && e.isAvailable) ? target : action;
+}
+
 /** A stream is consumed by the first attempt: it cannot be sent twice. */
 const replayable = (params: unknown) => !(params && typeof (params as { pipe?: unknown }).pipe === "function");
 
@@ -54,14 +63,15 @@ export function FailoverMiddleware(waitMs: number) {
 				const action = typeof target === "string" ? target : target?.action?.name;
 				// One process (no transporter): no other node to go to, none to wait for. A call aimed at one node
 				// (opts.nodeID) is about that node; `retries: 0` opts out.
-				if (!broker.transit || !action || opts.nodeID || opts.retries === 0 || !replayable(params)) return next(target, params, opts);
+				if (!broker.transit) return next(target, params, opts);
+				if (!action || opts.nodeID || opts.retries === 0 || !replayable(params)) return next(current(broker, target, action), params, opts);
 				const start = Date.now();
 				let reruns = 0;
 				// The broker's promise carries the callee's context (its meta goes back to the caller): the last attempt's.
 				let inner: CallPromise | undefined;
 				const tried = new Set<string>();
 				const p = (async () => {
-					for (let attempt = 1, to = target; ; attempt++) {
+					for (let attempt = 1, to = current(broker, target, action); ; attempt++) {
 						try {
 							return await (inner = next(to, params, { ...opts }));
 						} catch (err) {

@@ -5,7 +5,7 @@
  */
 import { AUTHORITY_CHANGED } from "../lib/contracts";
 import { createHash } from "crypto";
-import type { Context, ServiceSchema } from "moleculer";
+import type { Context, Service, ServiceBroker, ServiceSchema } from "moleculer";
 import { DEFAULT_VERSION, STANDARD_OPS, type CollectionDef, type DomainDef, type StandardOp } from "../catalog";
 import { changeEvent, type ChangeEvent, type ChangeOp } from "../lib/change-event";
 import { configOf } from "../runtime/config";
@@ -13,17 +13,17 @@ import { objectId, randomHelper } from "../lib/crypto";
 import { ApiError, badRequest, conflict, forbidden, notFound } from "../lib/errors";
 import { requirePlan, type AccessPlan } from "../lib/plan";
 import { present } from "../lib/present";
-import { identityOf, type RequestMeta, type TokenClaims, type Doc } from "../lib/types";
+import { identityOf, servesRequest, type RequestMeta, type TokenClaims, type Doc } from "../lib/types";
 import { checkRules, isPlainObject, validateBody } from "../lib/validate";
 import { sharedOutbox, type ChangeActor, type Outbox } from "../events/outbox";
-import { createStore, isDuplicateKeyError, pageOf, TENANT_REF, type DocumentStore, type Keyset, type StoredDoc } from "./stores";
-import { matchesFilter } from "./stores/nedb.store";
-import { referencedFields } from "../lib/query-safety";
+import { createStore, isDuplicateKeyError, pageOf, TENANT_REF, tenantRef, type DocumentStore, type Keyset, type StoredDoc } from "./stores";
+import { matchesFilter } from "../lib/query";
+import { MAX_EXAMINED, referencedFields } from "../lib/query-safety";
 import { authorityChanged } from "./authority-hook";
-import { healthBody, HEALTH_ACTION } from "../runtime/health";
+import { checkHealth, HEALTH_ACTION } from "../runtime/health";
 import { sharedKeyValue } from "../runtime/kv";
 import { opsPortMixin } from "./ops-port.mixin";
-import { fenceChanges, IdempotencyStoreRef } from "./idempotency-record";
+import { fenceChanges, IdempotencyStoreRef, markShownOnce } from "./idempotency-record";
 import { settle, stagedAction, stagingStore, type Image, type SettleReason } from "./saga-staging";
 import { specialName } from "../catalog";
 import { matches, noneMatchHits, parseIfMatch, pinned, preconditionFailed, revisioned, tagOf, unpinned, weakTagOf } from "./stores/revision";
@@ -42,6 +42,15 @@ export interface CollectionParams {
 
 export type Ctx = Context<CollectionParams, RequestMeta>;
 
+/**
+ * The context of a write the platform makes itself (the root seed, a new user's wallet): no caller, no token, so its
+ * change events are recorded like any other write's (webhooks, MQTT, stats) without a principal in them.
+ */
+export function platformContext(service: { broker: ServiceBroker }): Ctx {
+	const b = service.broker;
+	return { meta: {}, service, call: b.call.bind(b), broadcast: b.broadcast.bind(b), emit: b.emit.bind(b) } as unknown as Ctx;
+}
+
 /** Behaviour of one collection beyond the pattern (hashing, generated values, side effects). */
 export interface CollectionHooks {
 	/** May change the document before insert; fields it returns are added to the create response only (once). */
@@ -50,6 +59,11 @@ export interface CollectionHooks {
 	afterWrite?(ctx: Ctx, op: ChangeOp, before: StoredDoc | null, after: StoredDoc | null): Promise<void> | void;
 	/** May refuse a restore (throw) of the deleted document about to be restored. */
 	beforeRestore?(ctx: Ctx, before: StoredDoc): Promise<void> | void;
+	/**
+	 * May refuse (throw) the soft delete (`remove`) or destroy of `before`. The removal is then conditional on the
+	 * revision the hook saw: a write in between (a balance move too) makes the hook see the document again.
+	 */
+	beforeRemove?(ctx: Ctx, before: StoredDoc, op: "remove" | "destroy"): Promise<void> | void;
 	/** Removes secrets nested in free-form fields from the `before`/`after` of change events (CQRS webhook credentials). */
 	redact?(doc: Doc): Doc;
 	/**
@@ -78,6 +92,12 @@ export interface CollectionActionMeta {
 }
 
 export type Change = { op: ChangeOp; before: StoredDoc | null; after: StoredDoc | null };
+
+/** A domain service's `this` as the engine makes it: its methods for the domain's own hooks and internal actions. */
+export type EngineService = Service & {
+	collectionStore(name: string): DocumentStore;
+	recordChanges(ctx: Ctx, name: string, changes: Change[]): Promise<void>;
+};
 
 /** Internal action of every collection, `{collection}.purge` (never routed): see `purge` below. */
 export const PURGE_ACTION = "purge";
@@ -137,12 +157,6 @@ function touches(filter: Record<string, unknown>, set: Record<string, unknown>):
 	return Object.keys(set).some((k) => tops.has(k) || tops.has(k === "_id" ? "id" : k));
 }
 
-/** The derived per-tenant key of a `ref` (see TENANT_REF): the tenant is the document's first client. */
-function tenantRef(clients: unknown, ref: unknown): string | null {
-	if (ref === undefined || ref === null) return null;
-	return `${Array.isArray(clients) ? clients[0] : ""}:${String(ref)}`;
-}
-
 /** Keeps a new document's `tenant_ref` in step with its `ref` (right before insert: hooks may have changed either). */
 function keyRef(doc: StoredDoc): StoredDoc {
 	const k = tenantRef(doc.clients, doc.ref);
@@ -155,14 +169,18 @@ function keyRef(doc: StoredDoc): StoredDoc {
 export const USERS_OUTSIDE_TENANT = "identity.users.outsideTenant";
 
 /**
- * `shares` names users of the caller's tenant only (CONTRACTS.md "Tenants"): the tenant of the caller's user, the
+ * `shares` names users of the caller's tenant only (docs/contracts.md "Tenants"): the tenant of the caller's user, the
  * client of its token and the coworkers the token acts for (where the document lands), or those clients themselves.
  * One call for every id of the request, none when no `shares` is given.
  */
 export async function assertShares(ctx: Ctx, token: TokenClaims, lists: unknown[]): Promise<void> {
 	const ids = [...new Set(lists.flatMap((l) => (Array.isArray(l) ? l : [])).map(String))];
 	if (!ids.length) return;
-	const { outside } = await ctx.call<{ outside: string[] }, { tenants: string[]; uid?: string; ids: string[] }>(USERS_OUTSIDE_TENANT, { tenants: clientsOf(token), uid: token.uid, ids });
+	const { outside } = await ctx.call<{ outside: string[] }, { tenants: string[]; uid?: string; ids: string[] }>(USERS_OUTSIDE_TENANT, {
+		tenants: clientsOf(token),
+		uid: token.uid,
+		ids,
+	});
 	if (outside.length) throw badRequest(`shares: ${outside[0]} is not a user of this tenant`);
 }
 
@@ -174,13 +192,18 @@ function clientsOf(token: TokenClaims): string[] {
 /** The gateway's own call (an HTTP request): its conditional headers and answer headers are this action's. */
 const routed = (ctx: Pick<Ctx, "caller">) => ctx.caller === "api";
 
+/** `store` under the request's deadline (REQUEST_DB_DEADLINE_MS) when `ctx` serves a client's request. */
+function forRequest(ctx: Ctx, store: DocumentStore): DocumentStore {
+	return servesRequest(ctx.meta) ? (store.within?.(configOf(ctx.broker).requestDbDeadlineMs) ?? store) : store;
+}
+
 /** Sets an answer header of a routed call (kept with the others, e.g. a saga's). */
 function answerHeader(ctx: Ctx, name: string, value: string): void {
 	if (routed(ctx)) ctx.meta.$responseHeaders = { ...(ctx.meta.$responseHeaders as Record<string, string> | undefined), [name]: value };
 }
 
 /**
- * Runs a write of the document `doc` of a by-id route under the request's `If-Match` (CONTRACTS.md "Retries and
+ * Runs a write of the document `doc` of a by-id route under the request's `If-Match` (docs/contracts.md "Retries and
  * concurrent writers"): 412 `precondition failed` when the document's tag is not one listed, and the write's first
  * store write to the document conditional on the revision compared (mixins/stores/revision.ts), so a writer in
  * between answers 412 too and nothing changes. Without the header (or from a call that is not the request's), the
@@ -207,8 +230,10 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 
 	function engine(col: CollectionDef) {
 		const h = hooks[col.name] ?? {};
-		// A write carrying x-saga-session goes through the staging store (mixins/saga-staging.ts).
-		const store = (ctx: Ctx) => stagingStore(ctx as any, state(ctx.service).stores.get(col.name)!);
+		// A write carrying x-saga-session goes through the staging store (mixins/saga-staging.ts). A call that serves a
+		// client's request reads and writes under the request's deadline (reads run without a unit, which carries it for
+		// writes: mixins/stores/unit.middleware.ts).
+		const store = (ctx: Ctx) => stagingStore(ctx as any, forRequest(ctx, state(ctx.service).stores.get(col.name)!));
 		/** The collection's own (revisioned) store, which `If-Match` pins a document of. */
 		const own = (ctx: Ctx) => state(ctx.service).stores.get(col.name)!;
 		/** A write of `before` under the request's If-Match; the answer carries the document's new tag. */
@@ -218,6 +243,27 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 			answerHeader(ctx, "ETag", tagOf(after));
 			return after;
 		};
+
+		/**
+		 * The soft delete or destroy `write` of the document `before`, after `beforeRemove` accepted it: pinned to the
+		 * revision the hook saw, so a document changed since (money moved in) is never removed on an outdated answer. A
+		 * writer in between makes the hook look at the document again, at most 3 times (then 409); with the caller's own
+		 * `If-Match`, its 412 stands.
+		 */
+		async function removal<T>(ctx: Ctx, plan: AccessPlan, op: "remove" | "destroy", before: StoredDoc, write: (doc: StoredDoc) => Promise<T>): Promise<{ doc: StoredDoc; res: T }> {
+			if (!h.beforeRemove) return { doc: before, res: await write(before) };
+			const callerPinned = routed(ctx) && ctx.meta.headers?.["if-match"] !== undefined;
+			for (let doc = before, tries = 1; ; tries++) {
+				await h.beforeRemove(ctx, doc, op);
+				try {
+					return { doc, res: await pinned(own(ctx), doc, () => write(doc)) };
+				} catch (err) {
+					if ((err as ApiError).code !== 412 || callerPinned) throw err;
+					if (tries === 3) throw conflict(`document ${doc._id} kept changing while it was being removed; try again`);
+				}
+				doc = await target(ctx, plan);
+			}
+		}
 
 		function out(doc: StoredDoc, plan: AccessPlan): Doc {
 			const d = present(col, doc, plan.fields);
@@ -239,7 +285,12 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 		/** The change events of `changes`, appended to the outbox (on PostgreSQL: committed with the unit's writes). */
 		async function append(ctx: Ctx, changes: Change[], svc: unknown = ctx.service) {
 			// A keyed request's record is marked committed in the same unit of work (mixins/idempotency-record.ts).
-			await fenceChanges(ctx, state(svc).idempotency, `${domain.name}/${col.name}`, changes.map((c) => (c.after ?? c.before)!._id));
+			await fenceChanges(
+				ctx,
+				state(svc).idempotency,
+				`${domain.name}/${col.name}`,
+				changes.map((c) => (c.after ?? c.before)!._id),
+			);
 			const ts = Date.now();
 			await state(svc).outbox.append(
 				changes.map(({ op, before, after }) => {
@@ -341,24 +392,42 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 			return docs;
 		}
 
-		const findOptions = (plan: AccessPlan, skip: number, limit: number) => ({ query: plan.filter, sort: plan.sort ?? { _id: 1 }, skip, limit, projection: plan.projection });
+		const findOptions = (plan: AccessPlan, skip: number, limit: number) => ({
+			query: plan.filter,
+			sort: plan.sort ?? { _id: 1 },
+			skip,
+			limit,
+			projection: plan.projection,
+			examine: MAX_EXAMINED,
+		});
 
 		async function read(ctx: Ctx, plan: AccessPlan, skip: number, limit: number): Promise<Doc[]> {
 			const docs = await store(ctx).find(findOptions(plan, skip, limit));
-			return populate(ctx, plan, docs.map((d) => out(d, plan)));
+			return populate(
+				ctx,
+				plan,
+				docs.map((d) => out(d, plan)),
+			);
 		}
 
 		recorders.set(col.name, record);
 		const handlers: Record<StandardOp, (ctx: Ctx) => Promise<unknown>> = {
 			async count(ctx) {
 				const plan = requirePlan(ctx.locals);
-				return { total: await store(ctx).count(plan.filter) };
+				return { total: await store(ctx).count(plan.filter, { examine: MAX_EXAMINED }) };
 			},
 			async list(ctx) {
 				const plan = requirePlan(ctx.locals);
 				// Page and total from one evaluation of the filter where the store can (the total counts every match anyway).
 				const { docs, total } = await pageOf(store(ctx), findOptions(plan, plan.skip, plan.limit));
-				return { items: await populate(ctx, plan, docs.map((d) => out(d, plan))), total };
+				return {
+					items: await populate(
+						ctx,
+						plan,
+						docs.map((d) => out(d, plan)),
+					),
+					total,
+				};
 			},
 			async cursor(ctx) {
 				const plan = requirePlan(ctx.locals);
@@ -374,7 +443,13 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 				const after = page.offset > 0 && held?.mark === mark && held.offset === page.offset ? held.after : undefined;
 				const { docs, next } = await s.findAfter({ ...findOptions(plan, after ? 0 : plan.skip + page.offset, size), after });
 				meta.cursorKeyset = next && { mark, offset: page.offset + docs.length, after: next };
-				return { items: await populate(ctx, plan, docs.map((d) => out(d, plan))) };
+				return {
+					items: await populate(
+						ctx,
+						plan,
+						docs.map((d) => out(d, plan)),
+					),
+				};
 			},
 			async get(ctx) {
 				const plan = requirePlan(ctx.locals);
@@ -383,7 +458,12 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 				// The document's tag; with `populate`, a weak one that also covers the populated values. If-None-Match naming
 				// it: 304, no body (decided here, not by moleculer-web's `fresh`, which ignores it beside `Cache-Control:
 				// no-cache`, as fetch clients send it with every conditional request).
-				const tag = plan.populate.length ? weakTagOf(stored, plan.populate.map((p) => doc[p.path])) : tagOf(stored);
+				const tag = plan.populate.length
+					? weakTagOf(
+							stored,
+							plan.populate.map((p) => doc[p.path]),
+						)
+					: tagOf(stored);
 				answerHeader(ctx, "ETag", tag);
 				if (routed(ctx) && noneMatchHits(ctx.meta.headers?.["if-none-match"], tag)) {
 					ctx.meta.$statusCode = 304;
@@ -398,6 +478,7 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 				inGrant(plan, [doc]);
 				await assertShares(ctx, plan.token, [doc.shares]);
 				await create(ctx, [doc]);
+				if (Object.keys(extra).length) markShownOnce(ctx);
 				return { data: { ...out(doc, plan), ...extra } };
 			},
 			async bulkCreate(ctx) {
@@ -412,9 +493,20 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 				for (let i = 0; i < body.items.length; i++) built.push(await build(ctx, plan, body.items[i], `items[${i}].`));
 				const refs = built.map((b) => b.doc.ref).filter((r) => r !== undefined);
 				if (new Set(refs).size !== refs.length) throw conflict("ref already exists");
-				inGrant(plan, built.map((b) => b.doc));
-				await assertShares(ctx, plan.token, built.map((b) => b.doc.shares));
-				await create(ctx, built.map((b) => b.doc));
+				inGrant(
+					plan,
+					built.map((b) => b.doc),
+				);
+				await assertShares(
+					ctx,
+					plan.token,
+					built.map((b) => b.doc.shares),
+				);
+				await create(
+					ctx,
+					built.map((b) => b.doc),
+				);
+				if (built.some((b) => Object.keys(b.extra).length)) markShownOnce(ctx);
 				return { items: built.map((b) => ({ ...out(b.doc, plan), ...b.extra })), total: built.length };
 			},
 			async patch(ctx) {
@@ -444,9 +536,12 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 				await assertShares(ctx, plan.token, [set.shares]);
 				// All or nothing: every document the patch would move out of the grant rows is found before any write.
 				if (plan.writeFilter && touches(plan.writeFilter, set))
-					for (let last = ""; ; ) {
+					for (let last = ""; ;) {
 						const batch = await store(ctx).find({ query: last ? { $and: [plan.filter, { _id: { $gt: last } }] } : plan.filter, sort: { _id: 1 }, limit: BATCH });
-						inGrant(plan, batch.map((b) => ({ ...b, ...set })));
+						inGrant(
+							plan,
+							batch.map((b) => ({ ...b, ...set })),
+						);
 						if (batch.length < BATCH) break;
 						last = batch[batch.length - 1]._id;
 					}
@@ -458,8 +553,14 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 					const batch = await store(ctx).find({ query, sort: { _id: 1 }, limit: BATCH });
 					if (!batch.length) break;
 					for (const b of batch) checkRules(col, { ...b, ...set });
-					await store(ctx).setMany(batch.map((b) => b._id), set);
-					await record(ctx, batch.map((before) => ({ op: "u" as const, before, after: { ...before, ...set } })));
+					await store(ctx).setMany(
+						batch.map((b) => b._id),
+						set,
+					);
+					await record(
+						ctx,
+						batch.map((before) => ({ op: "u" as const, before, after: { ...before, ...set } })),
+					);
 					total += batch.length;
 					last = batch[batch.length - 1]._id;
 					if (batch.length < BATCH) break;
@@ -468,8 +569,9 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 			},
 			async remove(ctx) {
 				const plan = requirePlan(ctx.locals);
-				const before = await target(ctx, plan);
-				const after = await guarded(ctx, before, () => store(ctx).setOne(before._id, stamp("deleted", plan.token, new Date().toISOString())));
+				const { doc: before, res: after } = await removal(ctx, plan, "remove", await target(ctx, plan), (doc) =>
+					guarded(ctx, doc, () => store(ctx).setOne(doc._id, stamp("deleted", plan.token, new Date().toISOString()))),
+				);
 				await record(ctx, [{ op: "d", before, after: null }]);
 				return { data: out(after, plan) };
 			},
@@ -486,8 +588,9 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 			},
 			async destroy(ctx) {
 				const plan = requirePlan(ctx.locals);
-				const before = await target(ctx, plan);
-				if (!(await ifMatch(ctx, own(ctx), before, () => store(ctx).removeMany({ id: before._id })))) throw notFound();
+				const { doc: before } = await removal(ctx, plan, "destroy", await target(ctx, plan), async (doc) => {
+					if (!(await ifMatch(ctx, own(ctx), doc, () => store(ctx).removeMany({ id: doc._id })))) throw notFound();
+				});
 				await record(ctx, [{ op: "d", before, after: null }]);
 				return { data: out(before, plan) };
 			},
@@ -568,14 +671,17 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 
 	actions[HEALTH_ACTION] = {
 		visibility: "public",
-		async handler(this: any) {
+		handler(this: any) {
 			const { stores, outbox } = state(this);
-			const pings = await Promise.all([...stores.values()].map((s) => s.ping().catch(() => false)));
-			return healthBody({
-				"document store": stores.size > 0 && pings.every(Boolean),
-				"event stream": await outbox.ping().catch(() => false),
-				cache: await sharedKeyValue(configOf(this.broker).redisUrl, configOf(this.broker).redisPrefix).ping(),
-			}, { "document store": [...stores.values()][0]?.kind });
+			const cfg = configOf(this.broker);
+			return checkHealth(
+				{
+					"document store": async () => stores.size > 0 && (await Promise.all([...stores.values()].map((s) => s.ping().catch(() => false)))).every(Boolean),
+					"event stream": () => outbox.ping(),
+					cache: () => sharedKeyValue(cfg.redisUrl, cfg.redisPrefix).ping(),
+				},
+				{ "document store": [...stores.values()][0]?.kind },
+			);
 		},
 	};
 
@@ -610,12 +716,14 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 			this.$engine = st;
 			await st.outbox.connect();
 			for (const col of domain.collections) {
-				const raw = createStore(cfg, `${domain.name}/${col.name}`, Object.keys(col.fields).filter((f) => col.fields[f].relation));
+				const raw = createStore(
+					cfg,
+					`${domain.name}/${col.name}`,
+					Object.keys(col.fields).filter((f) => col.fields[f].relation),
+				);
 				await raw.connect();
 				// Every write through it stores a new revision (the document's ETag, mixins/stores/revision.ts).
-				const s = revisioned(raw);
-				await keyLegacyRefs(s);
-				st.stores.set(col.name, s);
+				st.stores.set(col.name, revisioned(raw));
 			}
 		},
 		async stopped(this: any) {
@@ -627,21 +735,6 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 			await st.outbox.disconnect();
 		},
 	};
-}
-
-/**
- * Documents stored before `ref` became unique per tenant carry a `ref` without its `tenant_ref`: each gets its key once
- * (their refs were unique platform-wide, so no two of them collide).
- */
-async function keyLegacyRefs(store: DocumentStore): Promise<void> {
-	let last = "";
-	for (;;) {
-		const legacy = { ref: { $exists: true }, [TENANT_REF]: { $exists: false } };
-		const batch = await store.find({ query: last ? { ...legacy, _id: { $gt: last } } : legacy, sort: { _id: 1 }, limit: BATCH });
-		for (const d of batch) if (typeof d.ref === "string") await store.setOne(d._id, { [TENANT_REF]: tenantRef(d.clients, d.ref) });
-		if (batch.length < BATCH) return;
-		last = batch[batch.length - 1]._id;
-	}
 }
 
 /** Where a cursor stopped: the keyset after its last document, for the page at `offset` of the same read (`mark`). */

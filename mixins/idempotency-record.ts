@@ -1,20 +1,19 @@
 /**
- * Idempotency-Key records (CONTRACTS.md "Retries and concurrent writers"), shared by the gateway that claims a key and
+ * Idempotency-Key records (docs/contracts.md "Retries and concurrent writers"), shared by the gateway that claims a key and
  * keeps its answer (services/api/idempotency.ts), the domains whose writes mark it committed (`fenceWrite`, called by
  * the collection engine right before a write's change events are appended) and the cleaner.
  *
  * One record per principal and key, in the document store (`_idempotency`), so every gateway and domain node sees
  * it and it outlives restarts:
- * `{ _id: hash(principal, key), fp, pre?, action, state: running | committed | done, attempt, lease, at, ref?, status?,
- * body? | digest?, headers? }`.
+ * `{ _id: hash(principal, key), fp, pre?, action, state: running | committed | done, attempt, lease, node, inst, at, by?,
+ * ref?, status?, body? | digest?, headers?, once? }`.
  *
  * `attempt` is a fencing token: the gateway that runs the request draws it and passes it to the domain in
  * `ctx.meta.idempotency`. The domain's write moves the record from `running` to `committed` only under that attempt;
  * another attempt (a retry that took over after the first one's gateway answered 5xx or its lease ran out) refuses
  * the write with 409. On PostgreSQL that update runs in the write's own transaction (the unit of work, before the
  * outbox append commits it), with a row lock: of two attempts exactly one commits, and a node that dies after its
- * commit leaves a committed record, which a retry turns into an answer. Stores without transactions (NeDB, MongoDB)
- * run the same update right after the write: a crash between the two (microseconds) can let a retry write again.
+ * commit leaves a committed record, which a retry turns into an answer.
  */
 import { conflict } from "../lib/errors";
 import { createStore, locationOf, type DocumentStore, type StoreConfig } from "./stores";
@@ -24,6 +23,17 @@ export const IDEMPOTENCY_STORE = "_idempotency";
 export const IDEMPOTENCY_TTL_MS = 24 * 3_600_000;
 export const IN_PROGRESS = "a request with this idempotency key is in progress";
 export const KEY_REUSED = "idempotency key was used for another request";
+/**
+ * `ctx.meta[SHOWN_ONCE]`: the answer holds a value shown only once (a client's secret, an APT, a share key). Set by
+ * the action that returns it; it travels back to the gateway with the call's meta, which replays such a kept answer
+ * only to the session that made the request (services/api/idempotency.ts).
+ */
+export const SHOWN_ONCE = "$shownOnce";
+
+/** Marks the call's answer as holding a value shown once (see SHOWN_ONCE). */
+export function markShownOnce(ctx: { meta: Record<string, unknown> }): void {
+	ctx.meta[SHOWN_ONCE] = true;
+}
 
 export type IdemState = "running" | "committed" | "done";
 
@@ -47,10 +57,18 @@ export interface IdemRecord {
 	action: string;
 	state: IdemState;
 	attempt: string;
-	/** Epoch ms until which a `running` (or `committed`, answer not yet kept) record belongs to its gateway. */
+	/**
+	 * Epoch ms until which a `running` (or `committed`, answer not yet kept) record belongs to its gateway: a heartbeat
+	 * timeout ahead, renewed while the request runs.
+	 */
 	lease: number;
+	/** The gateway holding the lease: its node id and its broker's instance id (a restarted node is another instance). */
+	node?: string;
+	inst?: string;
 	/** Epoch ms of the first claim: the 24 hours count from here. */
 	at: number;
+	/** A digest of the session whose token runs (ran) the request. */
+	by?: string;
 	/**
 	 * The documents the routed collection wrote first: `{ ids }` (create: the new document; bulk create: all; an
 	 * upload: the first file, then all of them once its answer is kept).
@@ -62,13 +80,14 @@ export interface IdemRecord {
 	digest?: string;
 	/** Response headers of the answer that a replay repeats (JSON text). */
 	headers?: string;
+	/** The kept answer holds a value shown once (SHOWN_ONCE): replayed as kept only to the session `by`. */
+	once?: boolean;
 }
 
 const stores = new Map<string, { store: DocumentStore; ready: Promise<void>; users: number }>();
 
 /**
- * A service's use of the `_idempotency` store of its data location: one store per location and process (NeDB: one
- * handle per file), connected on first use, disconnected when its last user releases it (a restarted platform reads
+ * A service's use of the `_idempotency` store of its data location: one store per location and process, connected on first use, disconnected when its last user releases it (a restarted platform reads
  * the records again from the store).
  */
 export class IdempotencyStoreRef {
@@ -99,7 +118,14 @@ export class IdempotencyStoreRef {
 	async release(): Promise<void> {
 		const opened = this.opened;
 		this.opened = undefined;
-		if (!opened || !(await opened.then(() => true, () => false))) return;
+		if (
+			!opened ||
+			!(await opened.then(
+				() => true,
+				() => false,
+			))
+		)
+			return;
 		const key = locationOf(this.cfg);
 		const s = stores.get(key);
 		if (!s || --s.users > 0) return;

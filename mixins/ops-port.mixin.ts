@@ -46,6 +46,7 @@ export function opsPortMixin(specPort: number): Partial<ServiceSchema> {
 				throw new Error(
 					`${this.name}: cannot serve /status and /metrics on ${cfg.host}:${port} (${e.code ?? e.message}); ` +
 						`free the port, shift it with OPS_PORT_OFFSET, or set SERVICE_PORTS=0`,
+					{ cause: err },
 				);
 			}
 			this.logger.info(`${this.name}: /status and /metrics on http://${cfg.host}:${port}`);

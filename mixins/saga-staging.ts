@@ -88,7 +88,15 @@ const sameStamp = (a: Stamp, b: Stamp) => a.updated_at === b.updated_at && a.del
  */
 const canonical = (doc: StoredDoc) => {
 	const { [REV]: _rev, ...content } = doc;
-	return JSON.stringify(content, (_k, v) => (isPlainObject(v) ? Object.fromEntries(Object.keys(v).sort().map((k) => [k, v[k]])) : v));
+	return JSON.stringify(content, (_k, v) =>
+		isPlainObject(v)
+			? Object.fromEntries(
+					Object.keys(v)
+						.sort()
+						.map((k) => [k, v[k]]),
+				)
+			: v,
+	);
 };
 const digestOf = (doc: StoredDoc) => sha256Hex(canonical(doc));
 
@@ -132,7 +140,10 @@ type CallCtx = { call: (action: string, params?: unknown) => Promise<any>; local
 
 async function writeAhead(ctx: CallCtx, stage: StageState, images: Image[]): Promise<void> {
 	if (!stage.id) {
-		const r = (await ctx.call("essential.saga-stages.begin", { saga: stage.saga, bucket: stage.bucket, action: stage.action, req: stage.req, images })) as { stage: string; lease: string };
+		const r = (await ctx.call("essential.saga-stages.begin", { saga: stage.saga, bucket: stage.bucket, action: stage.action, req: stage.req, images })) as {
+			stage: string;
+			lease: string;
+		};
 		stage.id = r.stage;
 		stage.lease = r.lease;
 	} else if (images.length) await ctx.call("essential.saga-stages.append", { stage: stage.id, lease: stage.lease, images });
@@ -152,7 +163,7 @@ export function stagingStore(ctx: CallCtx, base: DocumentStore): DocumentStore {
 		disconnect: () => base.disconnect(),
 		find: (o) => base.find(o),
 		findOne: (q) => base.findOne(q),
-		count: (q) => base.count(q),
+		count: (q, o) => base.count(q, o),
 		findPage: (o) => pageOf(base, o),
 		ping: () => base.ping(),
 		updateIf: (q, u) => base.updateIf(q, u),
@@ -269,9 +280,14 @@ export async function settle(d: SettleDeps, images: Image[], reason: SettleReaso
 /**
  * Balance moves are undone all or nothing: credits first (a credit the payee already spent cannot be taken back,
  * and then the credits already taken back are given again and the debits stay: the whole stage is a conflict), then
- * debits (giving money back always fits). So compensation never creates or destroys money.
+ * debits (giving money back always fits). A move on a document that no longer exists (destroyed since) is neither
+ * undone nor counted as undone: the whole stage is a conflict before anything moves, so the ledger never moves past
+ * a destroyed wallet, and the undo of that destroy brings back the very balance the ledger holds for it. So
+ * compensation never creates or destroys money.
  */
 async function settleMoves(d: SettleDeps, images: Image[], incs: Array<Extract<Image, { kind: "inc" }>>): Promise<Outcome[]> {
+	const stands = () => images.map((i) => (i.kind === "inc" ? "conflict" : "already"));
+	for (const id of new Set(incs.map((i) => i.id))) if (!(await d.store.findOne({ id }))) return stands();
 	const credits = incs.filter((i) => i.by > 0);
 	const debits = incs.filter((i) => i.by <= 0);
 	const outcome = new Map<Image, Outcome>();
@@ -285,7 +301,7 @@ async function settleMoves(d: SettleDeps, images: Image[], incs: Array<Extract<I
 				const after = await d.store.updateIf({ id: r.id }, { $inc: { [r.field]: r.by }, $push: { saga_ops: r.op } });
 				if (after) await d.record([{ op: "u", before: { ...after, [r.field]: (after[r.field] as number) - r.by }, after }]);
 			}
-			return images.map((i) => (i.kind === "inc" ? "conflict" : "already"));
+			return stands();
 		}
 	}
 	for (const x of debits) outcome.set(x, await settleOne(d, x, "abort"));
@@ -342,13 +358,14 @@ async function settleOne(d: SettleDeps, img: Image, reason: SettleReason, confli
 			return "undone";
 		}
 		case "inc": {
-			// Undone once: the tag goes with the reverse move. A credit already spent cannot be taken back (conflict).
+			// Undone once: the tag goes with the reverse move. A credit already spent cannot be taken back, nor a move on a
+			// document that is gone (conflict); without its tag, the move is undone already.
 			const cond: Record<string, unknown> = { id: img.id, saga_ops: img.op };
 			if (img.by > 0) cond[img.field] = { $gte: img.by };
 			const after = await store.updateIf(cond, { $inc: { [img.field]: -img.by }, $pull: { saga_ops: img.op } });
 			if (!after) {
-				const cur = await store.findOne({ id: img.id, saga_ops: img.op });
-				return cur ? "conflict" : "already";
+				const cur = await store.findOne({ id: img.id });
+				return !cur || ((cur.saga_ops as string[] | undefined) ?? []).includes(img.op) ? "conflict" : "already";
 			}
 			await d.record([{ op: "u", before: { ...after, [img.field]: (after[img.field] as number) + img.by }, after }]);
 			return "undone";

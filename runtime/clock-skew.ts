@@ -30,7 +30,13 @@ interface Pong {
 /** Starts measuring once the broker has started; stops with it. Needs metrics and a transporter (else: nothing to do). */
 export function watchClockSkew(broker: ServiceBroker): void {
 	if (!broker.isMetricsEnabled()) return;
-	const gauge = broker.metrics.register({ type: "gauge", name: CLOCK_SKEW, labelNames: ["peer"], unit: "seconds", description: "How far a peer's clock is ahead of this node's (negative: behind)" } as any) as unknown as Series | null;
+	const gauge = broker.metrics.register({
+		type: "gauge",
+		name: CLOCK_SKEW,
+		labelNames: ["peer"],
+		unit: "seconds",
+		description: "How far a peer's clock is ahead of this node's (negative: behind)",
+	} as any) as unknown as Series | null;
 	let timer: NodeJS.Timeout | undefined;
 	const warned = new Set<string>();
 	const record = (pong: Pong | null) => {

@@ -2,10 +2,11 @@
 import { randomBytes } from "crypto";
 import { accessSync, chmodSync, closeSync, constants, existsSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeSync } from "fs";
 import path from "path";
-import { nedbDocumentStores } from "./nedb-data";
 
 /** DATABASE_POOL_SIZE's default. */
 export const DEFAULT_DATABASE_POOL_SIZE = 20;
+/** REQUEST_DB_DEADLINE_MS's default: a request's statement, from asking for a connection to its answer. */
+export const DEFAULT_REQUEST_DB_DEADLINE_MS = 5000;
 
 export interface PlatformConfig {
 	port: number;
@@ -19,18 +20,6 @@ export interface PlatformConfig {
 	transporter?: string;
 	/** Services this node runs; undefined = all (one-process default). */
 	services?: string[];
-	mongoUri?: string;
-	/**
-	 * DOCUMENT_STORE: `postgres` (default: JSONB documents, transactional outbox, at DATABASE_URL or the embedded
-	 * PostgreSQL under DATA_DIR) or `nedb` (files under DATA_DIR, one process). Unset on a DATA_DIR that holds NeDB
-	 * document files (an earlier default's): `nedb`, with `nedbDataDir` set. MONGO_URI, when set, still selects MongoDB.
-	 */
-	documentStore?: "nedb" | "postgres";
-	/**
-	 * True when DOCUMENT_STORE is unset and DATA_DIR holds NeDB document files, so the node starts on NeDB: platform.ts
-	 * logs how to migrate (`npm run migrate-store`, docs/production.md "From NeDB to PostgreSQL").
-	 */
-	nedbDataDir?: boolean;
 	redisUrl?: string;
 	databaseUrl?: string;
 	/**
@@ -39,13 +28,23 @@ export interface PlatformConfig {
 	 * the server, must stay under the server's `max_connections` (100 by default).
 	 */
 	databasePoolSize: number;
+	/**
+	 * REQUEST_DB_DEADLINE_MS: each PostgreSQL statement made for a client's request (its wait for a pooled connection
+	 * and its answer together) fails after this, with 503 and Retry-After, and its connection is given up; default
+	 * 5000. The workers' statements keep the server's longer limits (runtime/relational.ts, PG_TIMEOUTS).
+	 */
+	requestDbDeadlineMs: number;
 	mqttUrl?: string;
 	/** MQTT_TOPIC_ROOT: first level(s) of every MQTT topic the publisher writes (docs/mqtt.md); default `platform`. */
 	mqttTopicRoot: string;
 	/** MQTT_PORT: port of the embedded broker (no MQTT_URL); 0 = a free port, shared through `preserver.brokerUrl`. */
 	mqttPort: number;
 	trustProxy: boolean;
+	/** CORS_ORIGINS: the exact origins whose pages may call the API (services/api/cors.ts); none by default. */
+	corsOrigins: string[];
 	logLevel: string;
+	/** LOG_FORMAT: `text` (default, one readable line an entry) or `json` (one JSON object a line, for log shippers). */
+	logFormat: "text" | "json";
 	nodeId?: string;
 	/** HEARTBEAT_INTERVAL_MS / HEARTBEAT_TIMEOUT_MS: a node silent this long is dropped by its peers (docs/production.md, "Failover"). */
 	heartbeatIntervalMs: number;
@@ -83,7 +82,7 @@ export interface PlatformConfig {
 	streamMaxInFlight?: number;
 	/** STREAM_MAX_RETRIES: deliveries of an event before it moves to the dead-letter stream; default 10. */
 	streamMaxRetries?: number;
-	/** RELAY_SETTLE_MS: the relay publishes an outbox record once it is this old; default 0 (NeDB), 1000 (MongoDB). */
+	/** RELAY_SETTLE_MS: the relay publishes an outbox record once it is this old; default 0 (positions follow commit order). */
 	relaySettleMs?: number;
 	/** CLEANER_CRON: when the cleaner runs (node-cron syntax; default every 10 minutes). */
 	cleanerCron: string;
@@ -189,9 +188,46 @@ function cursorIdle(v: string | undefined): number {
  * /run/secrets): the secrets, and the VAPID public key that goes with its private one. Not the root client's secret
  * and password: auth prints the generated ones unless they are in the environment.
  */
-const FILE_SETTINGS = new Set(["JWT_SECRET", "AES_SECRET", "DATABASE_URL", "METRICS_TOKEN", "MONGO_URI", "REDIS_URL", "TRANSPORTER", "STREAM_URL", "MQTT_URL", "SMTP_URL", "VAPID_PUBLIC_KEY", "VAPID_PRIVATE_KEY", "S3_SECRET_KEY", "SMS_KAVENEGAR_KEY", "SMS_TWILIO_KEY"]);
+const FILE_SETTINGS = new Set([
+	"JWT_SECRET",
+	"AES_SECRET",
+	"DATABASE_URL",
+	"METRICS_TOKEN",
+	"MONGO_URI",
+	"REDIS_URL",
+	"TRANSPORTER",
+	"STREAM_URL",
+	"MQTT_URL",
+	"SMTP_URL",
+	"VAPID_PUBLIC_KEY",
+	"VAPID_PRIVATE_KEY",
+	"S3_SECRET_KEY",
+	"SMS_KAVENEGAR_KEY",
+	"SMS_TWILIO_KEY",
+]);
 
 /** A setting, unset when empty; from `<NAME>_FILE` (trailing newlines dropped) for FILE_SETTINGS, never from both. */
+const ORIGIN = /^https?:\/\/[^/?#\s]+$/i;
+
+/** CORS_ORIGINS: comma-separated exact origins, each `http(s)://host[:port]` without a path, in the form browsers send. */
+export function corsOrigins(v: string | undefined): string[] {
+	if (!v || !v.trim()) return [];
+	return v
+		.split(",")
+		.map((o) => o.trim())
+		.filter(Boolean)
+		.map((o) => {
+			if (!ORIGIN.test(o)) throw new StartupError(`CORS_ORIGINS takes exact origins such as https://app.example.com or http://localhost:5173, got ${o}`);
+			// Scheme and host in lower case, a default port dropped: as a browser's Origin header has them.
+			return new URL(o).origin;
+		});
+}
+
+function logFormat(v: string | undefined): "text" | "json" {
+	if (v === undefined || v === "text" || v === "json") return v ?? "text";
+	throw new StartupError(`LOG_FORMAT must be text or json, got ${v}`);
+}
+
 function env(k: string): string | undefined {
 	const file = FILE_SETTINGS.has(k) ? process.env[`${k}_FILE`] : undefined;
 	let v = process.env[k];
@@ -264,15 +300,22 @@ function topicRoot(v: string | undefined): string {
 }
 
 /**
- * DOCUMENT_STORE for `dataDir`: the setting when given; unset, PostgreSQL, except on a DATA_DIR holding NeDB document
- * files (runtime/nedb-data.ts), which keeps starting on NeDB until they are migrated.
+ * Documents live in PostgreSQL only (docs/decisions.md, "One document store"). DOCUMENT_STORE may still say `postgres`
+ * (deployments set it while it chose); a setting that asks for a store that is not offered any more answers a
+ * StartupError saying what to do instead, rather than starting on something else.
  */
-export function documentStoreFor(dataDir: string): Pick<PlatformConfig, "documentStore" | "nedbDataDir"> {
+export function checkDocumentStore(): void {
 	const v = env("DOCUMENT_STORE");
-	if (v === undefined) return nedbDocumentStores(dataDir).length ? { documentStore: "nedb", nedbDataDir: true } : { documentStore: "postgres", nedbDataDir: false };
-	const k = v.toLowerCase();
-	if (k !== "nedb" && k !== "postgres") throw new Error(`DOCUMENT_STORE must be nedb or postgres, got ${v}`);
-	return { documentStore: k, nedbDataDir: false };
+	if (v !== undefined && v.toLowerCase() !== "postgres")
+		throw new StartupError(
+			v.toLowerCase() === "nedb"
+				? "DOCUMENT_STORE=nedb: the NeDB store is not offered any more; documents live in PostgreSQL (DATABASE_URL, else embedded under DATA_DIR). Unset DOCUMENT_STORE; a DATA_DIR of NeDB files moves with `npm run migrate-store`"
+				: `DOCUMENT_STORE must be postgres (or unset), got ${v}`,
+		);
+	if (env("MONGO_URI") !== undefined)
+		throw new StartupError(
+			"MONGO_URI is set: the MongoDB store is not offered any more; documents live in PostgreSQL (DATABASE_URL, else embedded under DATA_DIR). Unset MONGO_URI",
+		);
 }
 
 function eventStream(v: string | undefined): PlatformConfig["eventStream"] {
@@ -319,7 +362,7 @@ function mqttPort(v: string | undefined): number {
 	return n;
 }
 
-/** The root user's username has the form of every username (CONTRACTS.md "Tenants"). */
+/** The root user's username has the form of every username (docs/contracts.md "Tenants"). */
 function rootUsername(v: string | undefined): string {
 	const u = v ?? "root";
 	if (!/^[a-z0-9][a-z0-9._-]{2,63}$/.test(u) || /^[0-9a-f]{24}$/.test(u))
@@ -341,35 +384,45 @@ function smsProviders(): PlatformConfig["smsProviders"] {
 
 /** TOUCH_EMAIL_SENDERS: comma-separated addresses or domains, lower-cased; anything else refuses to start. */
 function emailSenders(v: string | undefined): string[] {
-	const list = (v ?? "").split(",").map((x) => x.trim().toLowerCase()).filter(Boolean);
+	const list = (v ?? "")
+		.split(",")
+		.map((x) => x.trim().toLowerCase())
+		.filter(Boolean);
 	for (const x of list) if (!/^([^@\s,<>]+@)?[a-z0-9-]+(\.[a-z0-9-]+)*$/.test(x)) throw new Error(`TOUCH_EMAIL_SENDERS must be comma-separated addresses or domains, got ${x}`);
 	return list;
 }
 
 export function readConfig(): PlatformConfig {
+	checkDocumentStore();
 	const services = env("SERVICES");
 	const dataDir = path.resolve(env("DATA_DIR") ?? "./data");
 	return {
 		port: Number(env("PORT") ?? 3010),
 		host: env("HOST") ?? "127.0.0.1",
 		dataDir,
-		...documentStoreFor(dataDir),
 		rootDomain: env("PLATFORM_ROOT_DOMAIN") ?? "root.local",
 		rootClientId: env("PLATFORM_ROOT_CLIENT_ID"),
 		rootClientSecret: env("PLATFORM_ROOT_CLIENT_SECRET"),
 		rootUsername: rootUsername(env("PLATFORM_ROOT_USERNAME")),
 		rootPassword: env("PLATFORM_ROOT_PASSWORD"),
 		transporter: env("TRANSPORTER"),
-		services: services ? services.split(",").map((s) => s.trim()).filter(Boolean) : undefined,
-		mongoUri: env("MONGO_URI"),
+		services: services
+			? services
+					.split(",")
+					.map((s) => s.trim())
+					.filter(Boolean)
+			: undefined,
 		redisUrl: env("REDIS_URL"),
 		databaseUrl: env("DATABASE_URL"),
 		databasePoolSize: atLeast("DATABASE_POOL_SIZE", DEFAULT_DATABASE_POOL_SIZE, 1),
+		requestDbDeadlineMs: millis("REQUEST_DB_DEADLINE_MS", DEFAULT_REQUEST_DB_DEADLINE_MS, 100),
 		mqttUrl: env("MQTT_URL"),
 		mqttTopicRoot: topicRoot(env("MQTT_TOPIC_ROOT")),
 		mqttPort: mqttPort(env("MQTT_PORT")),
 		trustProxy: ["1", "true", "yes"].includes((env("TRUST_PROXY") ?? "").toLowerCase()),
+		corsOrigins: corsOrigins(env("CORS_ORIGINS")),
 		logLevel: env("LOG_LEVEL") ?? "info",
+		logFormat: logFormat(env("LOG_FORMAT")),
 		nodeId: env("NODE_ID"),
 		...heartbeats(),
 		requestTimeoutMs: millis("REQUEST_TIMEOUT_MS", 30_000, 100),
@@ -430,25 +483,36 @@ export function ensureDir(dir: string): string {
 
 /**
  * A directory of DATA_DIR: its owner's only (0700), created so or narrowed when it exists. One exception
- * (`keepSearch`, for DATA_DIR itself): as root the embedded PostgreSQL runs as its own system user, which must traverse
- * DATA_DIR to reach its data directory, so an existing search bit for others (`o+x`, never read) is kept (runtime/relational.ts
- * adds it when needed); whatever opens a store directly in DATA_DIR must keep it too.
+ * (`keepSearch`, for what may be DATA_DIR itself): as root the embedded PostgreSQL runs as its own system user, which
+ * must pass through DATA_DIR to its data directory; runtime/relational.ts gives DATA_DIR that user's group with search
+ * only (0710), and this keeps it while the group is the one of DATA_DIR/postgres (never for others: no `o` bit stays).
  */
 export function ensurePrivateDir(dir: string, keepSearch = false): string {
 	if (!existsSync(dir)) mkdirSync(dir, { recursive: true, mode: 0o700 });
 	try {
-		const mode = statSync(dir).mode & 0o777;
-		const keep = keepSearch && typeof process.getuid === "function" && process.getuid() === 0 ? mode & 0o001 : 0;
-		if (mode !== (0o700 | keep)) chmodSync(dir, 0o700 | keep);
+		const st = statSync(dir);
+		const want = keepSearch && groupIsEmbeddedServers(dir, st.gid) ? 0o710 : 0o700;
+		if ((st.mode & 0o777) !== want) chmodSync(dir, want);
 	} catch {
 		/* not ours to change (another owner): left as is */
 	}
 	return dir;
 }
 
+/** Running as root, `gid` (not root's) is the group of `dir`/postgres, the embedded PostgreSQL's data directory. */
+function groupIsEmbeddedServers(dir: string, gid: number): boolean {
+	if (gid === 0 || typeof process.getuid !== "function" || process.getuid() !== 0) return false;
+	try {
+		return statSync(path.join(dir, "postgres")).gid === gid;
+	} catch {
+		return false;
+	}
+}
+
 /**
- * DATA_DIR made its owner's only at start, also when an earlier version left it readable: the directory (above),
- * every file 0600 and every sub-directory 0700, except the embedded PostgreSQL's data directory (initdb's own 0700).
+ * DATA_DIR made its owner's only at start, also when an earlier version left it readable or searchable by others: the
+ * directory (above), every file 0600 and every sub-directory 0700, except the embedded PostgreSQL's data directory
+ * (initdb's own 0700).
  */
 export function privateDataDir(dir: string): void {
 	writableDataDir(dir);
@@ -470,7 +534,14 @@ export function privateDataDir(dir: string): void {
 }
 
 /** A setting this node cannot start with: start.ts prints its message alone (what to change), without a stack trace. */
-export class StartupError extends Error {}
+/** A start refused for a reason the operator fixes (a setting, a busy port): its message is all there is to say, no stack. */
+export class StartupError extends Error {
+	constructor(message: string) {
+		super(message);
+		this.name = "StartupError";
+		this.stack = `StartupError: ${message}`;
+	}
+}
 
 /**
  * DATA_DIR created (0700) or found, and writable by this user; otherwise a StartupError saying what to do. The case
@@ -535,18 +606,27 @@ export function loadKeys(cfg: PlatformConfig): Keys {
 		jwtSecret: env("JWT_SECRET") ?? stored.jwtSecret ?? randomBytes(32).toString("base64url"),
 		aesSecret: env("AES_SECRET") ?? stored.aesSecret ?? randomBytes(32).toString("base64url"),
 	};
-	if (stored.jwtSecret !== keys.jwtSecret && !env("JWT_SECRET") || stored.aesSecret !== keys.aesSecret && !env("AES_SECRET"))
+	if ((stored.jwtSecret !== keys.jwtSecret && !env("JWT_SECRET")) || (stored.aesSecret !== keys.aesSecret && !env("AES_SECRET")))
 		writePrivateJson(file, { jwtSecret: env("JWT_SECRET") ? stored.jwtSecret : keys.jwtSecret, aesSecret: env("AES_SECRET") ? stored.aesSecret : keys.aesSecret });
 	return keys;
 }
 
 const byBroker = new WeakMap<object, PlatformConfig>();
 
-/** The configuration a node was started with (tests start several in one process, each with its own). */
+/**
+ * Binds the configuration a node was built with to its broker (platform.ts nodeOptions does, when the broker is
+ * created); tests start several nodes in one process, each with its own.
+ */
 export function bindConfig(broker: object, cfg: PlatformConfig): void {
 	byBroker.set(broker, cfg);
 }
 
+/**
+ * The configuration bound to `broker`. Never read again from the environment here: a node built outside the
+ * composition root would otherwise run with settings nobody gave it.
+ */
 export function configOf(broker: object): PlatformConfig {
-	return byBroker.get(broker) ?? readConfig();
+	const cfg = byBroker.get(broker);
+	if (!cfg) throw new Error("this broker has no platform configuration: build its options with nodeOptions(cfg) (platform.ts)");
+	return cfg;
 }

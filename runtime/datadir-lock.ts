@@ -1,7 +1,6 @@
 /**
- * A DATA_DIR with an embedded store (NeDB files, the embedded PostgreSQL) belongs to one platform process: a second
- * one would compact the NeDB files under the first (which goes on appending to unlinked files) and stop the first's
- * PostgreSQL as an orphan, and acknowledged writes would be lost. The process that holds the directory listens on a
+ * A DATA_DIR with an embedded store (the embedded PostgreSQL) belongs to one platform process: a second one would stop
+ * the first's PostgreSQL as an orphan, and acknowledged writes would be lost. The process that holds the directory listens on a
  * Unix domain socket; binding is exclusive while it lives and the kernel takes it back when it dies (no pid file to
  * trust), so a crash never leaves the directory held.
  *
@@ -32,7 +31,10 @@ export const RECORD_FILE = "platform.lock";
 
 /** The refusal; start.ts and the runner print its message alone. */
 export class DataDirInUse extends StartupError {
-	constructor(readonly dataDir: string, readonly pid: number | undefined) {
+	constructor(
+		readonly dataDir: string,
+		readonly pid: number | undefined,
+	) {
 		super(`DATA_DIR ${dataDir} is in use by pid ${pid ?? "unknown"}`);
 	}
 }
@@ -56,9 +58,9 @@ export type ConsoleHandler = (conn: net.Socket, rest: Buffer) => void;
 /** The console's request, and the holder's acceptance, after the pid line. */
 const CONSOLE_HELLO = `${JSON.stringify({ console: true })}\n`;
 
-/** Whether a node keeps a store of its own in DATA_DIR: NeDB documents, or the embedded PostgreSQL (no DATABASE_URL). */
-export function keepsStoreIn(cfg: Pick<PlatformConfig, "databaseUrl" | "mongoUri" | "documentStore">): boolean {
-	return !cfg.databaseUrl || (!cfg.mongoUri && cfg.documentStore !== "postgres");
+/** Whether a node keeps a store of its own in DATA_DIR: the embedded PostgreSQL (no DATABASE_URL). */
+export function keepsStoreIn(cfg: Pick<PlatformConfig, "databaseUrl">): boolean {
+	return !cfg.databaseUrl;
 }
 
 /** Longest socket path (sun_path less its terminating NUL). */
@@ -213,7 +215,7 @@ const close = (server: net.Server) => new Promise<void>((resolve) => server.clos
  * store there (keepsStoreIn). A DATA_DIR that is missing is created (0700), one this user may not write is refused
  * (runtime/config.ts says how): neither can be held by anyone.
  */
-export async function lockDataDir(cfg: Pick<PlatformConfig, "dataDir" | "databaseUrl" | "mongoUri" | "documentStore">): Promise<DataDirLock | undefined> {
+export async function lockDataDir(cfg: Pick<PlatformConfig, "dataDir" | "databaseUrl">): Promise<DataDirLock | undefined> {
 	if (!keepsStoreIn(cfg)) return undefined;
 	const dataDir = cfg.dataDir;
 	try {
@@ -321,7 +323,7 @@ export interface ConsoleLink {
  * acceptance): `undefined` when no process listens there (none runs on DATA_DIR, or the node keeps no store there),
  * `{ refused }` with the holder's reason (still starting, or a version that serves no console).
  */
-export async function attachConsole(cfg: Pick<PlatformConfig, "dataDir" | "databaseUrl" | "mongoUri" | "documentStore">): Promise<ConsoleLink | { refused: string } | undefined> {
+export async function attachConsole(cfg: Pick<PlatformConfig, "dataDir" | "databaseUrl">): Promise<ConsoleLink | { refused: string } | undefined> {
 	if (!keepsStoreIn(cfg)) return undefined;
 	let real: string;
 	try {

@@ -54,7 +54,9 @@ function apiIndex(services: readonly string[]): string {
 			for (const [method, op] of Object.entries(item)) {
 				if (!op || typeof op !== "object" || !op.operationId) continue;
 				const href = `?urls.primaryName=${encodeURIComponent(svc)}#/${encodeURIComponent(op.tags?.[0] ?? svc)}/${encodeURIComponent(op.operationId)}`;
-				ops.push(`<li><a href="${escapeAttr(href)}"><span class="m m-${method}">${method.toUpperCase()}</span> <code>${escapeHtml(p)}</code></a> ${escapeHtml(op.summary ?? "")}</li>`);
+				ops.push(
+					`<li><a href="${escapeAttr(href)}"><span class="m m-${method}">${method.toUpperCase()}</span> <code>${escapeHtml(p)}</code></a> ${escapeHtml(op.summary ?? "")}</li>`,
+				);
 			}
 		}
 		return `<details><summary><b>${escapeHtml(svc)}</b> ${escapeHtml(described.get(svc) ?? "")} <small>(${ops.length})</small></summary><ul>${ops.join("")}</ul></details>`;
@@ -198,8 +200,8 @@ export function docsAsset(name: string): { body: Buffer; type: string; etag: str
 			name === "init.js"
 				? { body: Buffer.from(INIT_JS, "utf8"), type: "application/javascript; charset=utf-8", etag: "" }
 				: name === "docs.css"
-				? { body: Buffer.from(DOCS_CSS, "utf8"), type: FILES[name], etag: "" }
-				: { body: readFileSync(join(dirname(require.resolve("swagger-ui-dist/package.json")), name)), type: FILES[name], etag: "" };
+					? { body: Buffer.from(DOCS_CSS, "utf8"), type: FILES[name], etag: "" }
+					: { body: readFileSync(join(dirname(require.resolve("swagger-ui-dist/package.json")), name)), type: FILES[name], etag: "" };
 		asset.etag = `"${createHash("sha256").update(asset.body).digest("base64url").slice(0, 27)}"`;
 		cache.set(name, asset);
 	}

@@ -6,12 +6,25 @@
  *   the requests its previous instance had taken: that process is gone, they would wait for REQUEST_TIMEOUT_MS.
  * - a node announces its services as soon as its broker has started, not after Moleculer's 1 s debounce of service
  *   changes: until the others know them, they neither call it nor send it broadcasts (a cache reset it would miss).
- * Dropping a node rejects its pending requests (RequestRejectedError), which the failover middleware sends again
+ * - a node that says goodbye (DISCONNECT, a clean stop) answered or refused every request it had accepted before
+ *   saying it, unless one ran past the tracking's shutdown timeout: a request to it still waiting then, sent less than
+ *   that timeout before, never ran there (it came after the node had left: nobody would answer it). It fails as
+ *   refused by a stopping node, which the failover middleware sends to another node whatever the action.
+ * Dropping a node rejects its other pending requests (RequestRejectedError), which the failover middleware sends again
  * to another node when they are idempotent.
  */
-import { Discoverers } from "moleculer";
+import { Discoverers, Errors } from "moleculer";
 
 const CHECK_MS = 250;
+
+/** An entry of Moleculer's `transit.pendingRequests`; `startHrTime` is set by its Timeout middleware as it sends. */
+interface PendingRequest {
+	nodeID?: string;
+	action?: { name?: string };
+	ctx?: { startHrTime?: [number, number] };
+	stream?: boolean;
+	reject(err: Error): void;
+}
 
 export class FailoverDiscoverer extends Discoverers.Local {
 	private seen = new Map<string, number>();
@@ -56,6 +69,28 @@ export class FailoverDiscoverer extends Discoverers.Local {
 			(this.transit as any)?.removePendingRequestByNodeID(nodeID);
 		}
 		return super.processRemoteNodeInfo(nodeID, payload);
+	}
+
+	remoteNodeDisconnected(nodeID: string, isUnexpected: boolean): unknown {
+		if (!isUnexpected) this.refuseUnreached(nodeID);
+		return super.remoteNodeDisconnected(nodeID, isUnexpected);
+	}
+
+	/** The requests to `nodeID` sent within the shutdown timeout, failed as refused by that (stopping) node. */
+	private refuseUnreached(nodeID: string): void {
+		const pending = (this.transit as any)?.pendingRequests as Map<string, PendingRequest> | undefined;
+		const withinMs = Number(this.self.broker.options.tracking?.shutdownTimeout ?? 0);
+		if (!pending || !withinMs) return;
+		for (const [id, req] of pending) {
+			const sent = req.ctx?.startHrTime;
+			if (req.nodeID !== nodeID || req.stream || !sent) continue;
+			const [s, ns] = process.hrtime(sent);
+			if (s * 1000 + ns / 1e6 >= withinMs) continue;
+			pending.delete(id);
+			const err = new Errors.ServiceNotAvailableError({ action: req.action?.name, nodeID });
+			(err as { nodeID?: string }).nodeID = nodeID;
+			req.reject(err);
+		}
 	}
 
 	checkRemoteNodes(): void {

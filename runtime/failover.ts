@@ -12,8 +12,8 @@ import { alive } from "./pids";
 /**
  * The same id across restarts, so peers recognise a restarted node at once (its INFO carries a new instance) instead
  * of keeping a dead `<hostname>-<pid>` registered until its heartbeats are missed. Two nodes of one host differ by
- * what they run and where they keep data (two replicas never share a DATA_DIR: NeDB files and the embedded PostgreSQL
- * belong to one process; replicas on one host also differ in PORT or OPS_PORT_OFFSET). Should two nodes still share an
+ * what they run and where they keep data (two replicas never share a DATA_DIR: the embedded PostgreSQL belongs to one
+ * process; replicas on one host also differ in PORT or OPS_PORT_OFFSET). Should two nodes still share an
  * id, Moleculer stops the one that sees the other's INFO ("nodeID conflict"): loud, never two nodes on one request subject.
  */
 export function stableNodeId(cfg: Pick<PlatformConfig, "services" | "dataDir" | "port" | "opsPortOffset">, hostname = os.hostname()): string {
@@ -22,7 +22,6 @@ export function stableNodeId(cfg: Pick<PlatformConfig, "services" | "dataDir" | 
 	const key = JSON.stringify([services, cfg.dataDir, gateway ? cfg.port : null, cfg.opsPortOffset]);
 	return `${hostname}-${createHash("sha256").update(key).digest("hex").slice(0, 8)}`;
 }
-
 
 /**
  * The stable id, claimed in DATA_DIR (`node-<id>.pid`): a second live process of this host with the very same

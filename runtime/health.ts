@@ -3,6 +3,11 @@
  * Dependencies are what this deployment actually uses; each domain service and worker reports its own and the
  * gateway's /status merges them (one entry per dependency, plus one per service and worker), and adds the gateway
  * process's own `event loop` entry: always `up` (a node that answers is alive), with its delay over the last minute.
+ *
+ * /status answers within a second whatever hangs: each dependency check has CHECK_MS (then it is `down`, `no answer
+ * within 500 ms`), a service's checks run at once, and the gateway waits SERVICE_HEALTH_MS for each service (all at
+ * once). A service that does not answer in time is `down` with the reason, and so are the dependencies it reported
+ * last that no service reported now: a store that hangs every service's check is still named.
  */
 import type { ServiceBroker } from "moleculer";
 import { DOMAINS } from "../catalog";
@@ -10,8 +15,8 @@ import { configOf } from "./config";
 import { eventLoopDelay, type LoopDelay } from "./metrics";
 
 /**
- * `kind`: which implementation serves the dependency, where the deployment chooses one (`document store`: `postgres`,
- * `nedb` or `mongo`), so an operator reads from /status what a node runs on.
+ * `kind`: which implementation serves the dependency (`document store`: `postgres`), so an operator reads from /status
+ * what a node runs on.
  */
 export type DependencyStatus = { status: "up" | "down"; kind?: string; message?: string; delay_ms?: LoopDelay };
 
@@ -25,11 +30,37 @@ export interface Health {
 /** The action every domain service and worker exposes (internal, not routed). */
 export const HEALTH_ACTION = "health";
 
+/** How long one dependency check may take: then it is `down`, `no answer within 500 ms`. */
+export const CHECK_MS = 500;
+/** How long the gateway waits for the health of each service (they are asked at once). */
+export const SERVICE_HEALTH_MS = 800;
+
 /** `kinds`: the implementation of a dependency, added to its entry (`{ "document store": "postgres" }`). */
 export function healthBody(checks: Record<string, boolean>, kinds: Record<string, string | undefined> = {}): Health {
 	const info: Record<string, DependencyStatus> = {};
 	for (const [k, up] of Object.entries(checks)) info[k] = kinds[k] ? { status: up ? "up" : "down", kind: kinds[k] } : { status: up ? "up" : "down" };
 	return { status: Object.values(checks).every(Boolean) ? "ok" : "error", info };
+}
+
+/**
+ * Runs every check at once, each within `ms`: one that answers false is `down`, one that has not answered by then is
+ * `down` with `no answer within <ms> ms` (it is not waited for). `kinds` as for healthBody.
+ */
+export async function checkHealth(checks: Record<string, () => Promise<boolean>>, kinds: Record<string, string | undefined> = {}, ms = CHECK_MS): Promise<Health> {
+	const answers = await Promise.all(
+		Object.values(checks).map((check) =>
+			withTimeout(
+				check().catch(() => false),
+				ms,
+			),
+		),
+	);
+	const info: Record<string, DependencyStatus> = {};
+	Object.keys(checks).forEach((k, i) => {
+		const up = answers[i];
+		info[k] = { status: up ? "up" : "down", ...(kinds[k] ? { kind: kinds[k] } : {}), ...(up === undefined ? { message: `no answer within ${ms} ms` } : {}) };
+	});
+	return { status: answers.every(Boolean) ? "ok" : "error", info };
 }
 
 /** `p`, or undefined once `ms` went by (a health check, or a stop, does not wait on a dependency that hangs). */
@@ -60,20 +91,58 @@ export function actionAvailable(broker: ServiceBroker, action: string): boolean 
 	return !!eps && eps.hasAvailable();
 }
 
+/**
+ * What a node's health check answers when its checks did not finish in time (events/channels.stream.ts): its stalled
+ * pipeline stages are added to it. Its dependencies are then named from the service's last full answer.
+ */
+export const HEALTH_TIMED_OUT: Health = { status: "error", info: { health: { status: "down", message: "health check timed out" } } };
+
+/** Per broker (the gateway's), each service's last full answer: its dependencies are named down when it stops answering. */
+const lastAnswers = new WeakMap<object, Map<string, Record<string, DependencyStatus>>>();
+
+/** Why a service has no answer: no node runs it (it then reports on nothing). */
+const NO_NODE = "no node offers it";
+
+/** A service's answer: its health, or why there is none. */
+async function serviceHealth(broker: ServiceBroker, name: string): Promise<Health | string> {
+	if (!actionAvailable(broker, `${name}.${HEALTH_ACTION}`)) return NO_NODE;
+	try {
+		return (await withTimeout(broker.call(`${name}.${HEALTH_ACTION}`) as Promise<Health>, SERVICE_HEALTH_MS)) ?? `no answer within ${SERVICE_HEALTH_MS} ms`;
+	} catch (err) {
+		return `health check failed: ${String((err as Error)?.message ?? err).slice(0, 200)}`;
+	}
+}
+
 export async function collectHealth(broker: ServiceBroker): Promise<Health> {
 	const info: Record<string, DependencyStatus> = {};
+	const known = lastAnswers.get(broker) ?? new Map<string, Record<string, DependencyStatus>>();
+	lastAnswers.set(broker, known);
+	/** The dependencies of services that did not answer in full, with the reason: where no answer named them. */
+	const unanswered: Record<string, DependencyStatus> = {};
+	const unknownNow = (name: string, have: Record<string, DependencyStatus>, why: string) => {
+		for (const [dep, s] of Object.entries(known.get(name) ?? {}))
+			if (!have[dep]) unanswered[dep] = { status: "down", ...(s.kind ? { kind: s.kind } : {}), message: `${name}: ${why}` };
+	};
 	await Promise.all(
 		reportedServices(broker).map(async (name) => {
-			let h: Health | undefined;
-			try {
-				if (actionAvailable(broker, `${name}.${HEALTH_ACTION}`)) h = await withTimeout(broker.call(`${name}.${HEALTH_ACTION}`) as Promise<Health>, 2000);
-			} catch {
-				h = undefined;
+			const h = await serviceHealth(broker, name);
+			if (typeof h === "string") {
+				info[`service:${name}`] = { status: "down", message: h };
+				// A service that does not answer may hang on a dependency; one that runs nowhere reports on none.
+				if (h !== NO_NODE) unknownNow(name, {}, h);
+				return;
 			}
-			info[`service:${name}`] = { status: h?.status === "ok" ? "up" : "down" };
-			for (const [dep, s] of Object.entries(h?.info ?? {})) if (!info[dep] || s.status === "down") info[dep] = s;
+			const timedOut = h.info?.health?.message === HEALTH_TIMED_OUT.info.health.message;
+			if (timedOut) unknownNow(name, h.info, HEALTH_TIMED_OUT.info.health.message!);
+			else known.set(name, h.info ?? {});
+			const down = Object.entries(h.info ?? {})
+				.filter(([, s]) => s.status === "down")
+				.map(([dep]) => dep);
+			info[`service:${name}`] = h.status === "ok" ? { status: "up" } : { status: "down", message: down.length ? `down: ${down.join(", ")}` : "reports an error" };
+			for (const [dep, s] of Object.entries(h.info ?? {})) if (!info[dep] || s.status === "down") info[dep] = s;
 		}),
 	);
+	for (const [dep, s] of Object.entries(unanswered)) info[dep] ??= s;
 	// This node's own stalled pipeline stages (the embedded stream's groups in process; remote ones come in their health).
 	for (const [k, s] of Object.entries(pipelineHealth(broker, configOf(broker)))) info[k] = s;
 	info[EVENT_LOOP] = { status: "up", delay_ms: eventLoopDelay() };
@@ -167,8 +236,18 @@ export function pipelineHealth(broker: ServiceBroker, owner: object): Record<str
 	const metrics = broker.isMetricsEnabled() ? broker.metrics : undefined;
 	if (metrics && !gauges.has(broker)) {
 		gauges.add(broker);
-		metrics.register({ type: "gauge", name: PIPELINE_STALLED, labelNames: ["stage"], description: "1 while a stage of the event pipeline has not moved for its stall time while it should" } as never);
-		metrics.register({ type: "gauge", name: PIPELINE_LAG, labelNames: ["stage"], description: "Events waiting for a stage of the event pipeline (JetStream consumer groups)" } as never);
+		metrics.register({
+			type: "gauge",
+			name: PIPELINE_STALLED,
+			labelNames: ["stage"],
+			description: "1 while a stage of the event pipeline has not moved for its stall time while it should",
+		} as never);
+		metrics.register({
+			type: "gauge",
+			name: PIPELINE_LAG,
+			labelNames: ["stage"],
+			description: "Events waiting for a stage of the event pipeline (JetStream consumer groups)",
+		} as never);
 	}
 	const now = Date.now();
 	for (const p of stages.get(owner) ?? []) {

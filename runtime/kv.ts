@@ -67,6 +67,8 @@ const PING_TIMEOUT_MS = 1000;
  */
 export const PERSISTED_PREFIXES = ["auth:fail:"];
 const PERSIST_DEBOUNCE_MS = 200;
+/** The most keys one `keys` call answers. */
+const KEYS_MAX = 10_000;
 const persisted = (key: string) => PERSISTED_PREFIXES.some((p) => key.startsWith(p));
 
 export interface KeyValue {
@@ -86,6 +88,11 @@ export interface KeyValue {
 	 * script, Redis's clock), so every node shares one bucket.
 	 */
 	rateTake(key: string, rate: number, burst: number): Promise<number>;
+	/**
+	 * The live keys that start with `prefix` and end with `suffix`, at most `max` of them, in no order. A scan of the
+	 * whole store (SCAN on Redis, never KEYS): for operators' listings, not for request paths.
+	 */
+	keys(prefix: string, suffix?: string, max?: number): Promise<string[]>;
 	ping(): Promise<boolean>;
 	close(): Promise<void>;
 }
@@ -183,6 +190,14 @@ export class MemoryKeyValue implements KeyValue {
 	async rateTake(key: string, rate: number, burst: number) {
 		return gcra(this, key, rate, burst, Date.now() * 1000);
 	}
+	async keys(prefix: string, suffix = "", max = KEYS_MAX) {
+		const out: string[] = [];
+		for (const k of this.map.keys()) {
+			if (out.length >= max) break;
+			if (k.startsWith(prefix) && k.endsWith(suffix) && this.live(k)) out.push(k);
+		}
+		return out;
+	}
 	/** The bucket's theoretical arrival time (µs), kept as a value with a TTL like any other entry. */
 	tat(key: string): number | undefined {
 		const v = this.live(key)?.v;
@@ -266,12 +281,33 @@ export class RedisKeyValue implements KeyValue {
 	async rateTake(key: string, rate: number, burst: number) {
 		return Number(await this.eval(RATE_SCRIPT, [key], [String(1e6 / rate), String(burst)]));
 	}
+	async keys(prefix: string, suffix = "", max = KEYS_MAX) {
+		// SCAN's pattern is not prefixed by ioredis (nor are the keys it answers): REDIS_PREFIX is added and removed here.
+		const own = this.client.options.keyPrefix ?? "";
+		const glob = (v: string) => v.replace(/[*?[\]\\]/g, "\\$&");
+		const out = new Set<string>();
+		let cursor = "0";
+		try {
+			do {
+				const [next, found] = await this.client.scan(cursor, "MATCH", `${glob(own + prefix)}*${glob(suffix)}`, "COUNT", 1000);
+				cursor = next;
+				for (const k of found) if (out.size < max) out.add(k.slice(own.length));
+			} while (cursor !== "0" && out.size < max);
+		} catch (err) {
+			unavailable(err);
+		}
+		return [...out];
+	}
 	/** A Lua script on `keys` (prefixed like every key), with the same outage mapping as the other calls. */
 	eval(script: string, keys: string[], args: Array<string | number>): Promise<unknown> {
 		return this.client.eval(script, keys.length, ...keys, ...args).catch(unavailable);
 	}
-	/** False also when Redis has not answered within PING_TIMEOUT_MS (a health check answers within 2 s in all). */
+	/**
+	 * False at once while the client is between connections (it knows Redis is away: a check must not wait on the
+	 * reconnect), and when Redis has not answered within PING_TIMEOUT_MS.
+	 */
 	async ping() {
+		if (["reconnecting", "close", "end"].includes(this.client.status)) return false;
 		try {
 			return (await withTimeout(this.client.ping(), PING_TIMEOUT_MS)) === "PONG";
 		} catch {

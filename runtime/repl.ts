@@ -6,6 +6,8 @@
  *   as <username|user id|client id> [--client <client id>]   act as this user (of that tenant) or client
  *   whoami                                                    who the calls run as
  *   unas                                                      back to no principal
+ *   login-blocks [--client <id>] [--user <id>] [--ip <ip>]    the failed-login blocks in force, every tenant's
+ *   login-unblock <id>                                        lift one
  *   call content.notes.list '{"query": {"pagination": {"limit": 5}}}'
  *   call content.notes.create '{"body": {"title": "from the console"}}'
  *
@@ -23,9 +25,10 @@
  *    command to finish there, its output dropped. `exit` (or Ctrl-D, Ctrl-C) detaches;
  *  - else it starts the platform with its REPL (start.ts).
  *
- * The wire, one JSON object a line after the lock's greeting: the console sends `{"line"}` (a command) or
- * `{"complete"}` (a line to complete); the platform answers `{"out"}` (output), `{"done"}` (ready for the next),
- * `{"completions", "line"}`, `{"bye"}` (detached).
+ * The wire, one JSON object a line after the lock's greeting: the console sends `{"line"}` (a command),
+ * `{"complete"}` (a line to complete) or `{"exec"}` (a scripted command); the platform answers `{"out"}` (output),
+ * `{"done"}` (ready for the next), `{"completions", "line"}`, `{"outcome"}` (a scripted command's ExecOutcome, its
+ * output inside), `{"bye"}` (detached).
  */
 import { AsyncLocalStorage } from "async_hooks";
 import { createRequire } from "module";
@@ -50,6 +53,36 @@ const current = new WeakMap<ServiceBroker, Principal>();
 interface ConsoleSession {
 	principal?: Principal;
 	write(text: string): void;
+	/** The command in progress failed (a call rejected, `as` refused, a line commander could not parse): its message. */
+	failure?: string;
+	/** What the command's last call answered (the result a script reads). */
+	result?: unknown;
+}
+
+/** Marks the command in progress of the current console session as failed (a script's `--exec` then exits non-zero). */
+function failed(message: string): void {
+	const s = sessions.getStore();
+	if (s) s.failure ??= message;
+}
+
+/** What the command in progress answers (the `result` of `--exec`), when it makes its calls itself. */
+function answered(value: unknown): void {
+	const s = sessions.getStore();
+	if (s) s.result = value;
+}
+
+/** Runs a command's own call: its answer is the command's result; a failure is printed and fails the command. */
+async function own<T>(call: () => Promise<T>, print: (value: T) => void): Promise<void> {
+	try {
+		const value = await call();
+		answered(value);
+		print(value);
+	} catch (err) {
+		const e = err as Error;
+		const why = e.name === "ServiceNotFoundError" ? "no node of the auth service answers" : e.message;
+		failed(why);
+		console.log(`>> ${why}`);
+	}
 }
 
 /** The console session a command runs for (none: the terminal's REPL, or the platform's own work). */
@@ -98,8 +131,7 @@ export async function principalClaims(broker: ServiceBroker, who: string, client
 	let users = await identity.collectionStore("users").find({ query });
 	if (clientId) users = users.filter((u) => Array.isArray(u.clients) && u.clients[0] === clientId);
 	if (users.length === 0) throw new Error(`no user or client '${who}'${clientId ? ` in the tenant of client ${clientId}` : ""}`);
-	if (users.length > 1)
-		throw new Error(`'${who}' is a user of several tenants (clients ${users.map((u) => u.clients?.[0]).join(", ")}): add --client <client id>`);
+	if (users.length > 1) throw new Error(`'${who}' is a user of several tenants (clients ${users.map((u) => u.clients?.[0]).join(", ")}): add --client <client id>`);
 	const u = users[0];
 	if (u.status === "INACTIVE") throw new Error(`user ${u._id ?? u.id} is INACTIVE: it cannot log in`);
 	const c = await client(String(clientId ?? u.clients?.[0]));
@@ -163,7 +195,7 @@ export function ReplPrincipalMiddleware(broker: ServiceBroker): Middleware {
 		},
 		call(next: (action: string, params?: unknown, opts?: any) => Promise<unknown>) {
 			const send = outside(next);
-			return function (action: string, params?: unknown, opts?: any) {
+			const run = function (action: string, params?: unknown, opts?: any) {
 				if (!opts?.meta?.$repl || opts.meta.token) return send(action, params, opts);
 				const who = principalOf(broker);
 				if (!who) {
@@ -173,6 +205,18 @@ export function ReplPrincipalMiddleware(broker: ServiceBroker): Middleware {
 					return Promise.reject(err);
 				}
 				return send(action, params, { ...opts, meta: { ...opts.meta, token: who.claims, tokenKind: "jwt", ip: "127.0.0.1", headers: {} } });
+			};
+			return function (action: string, params?: unknown, opts?: any) {
+				const session = opts?.meta?.$repl ? sessions.getStore() : undefined;
+				if (!session) return run(action, params, opts);
+				// A console's own call: its outcome is the command's (the answer, or the failure `--exec` reports).
+				return run(action, params, opts).then(
+					(value) => ((session.result = value), value),
+					(err: Error) => {
+						session.failure ??= err?.message ?? String(err);
+						throw err;
+					},
+				);
 			};
 		},
 		emit: outside,
@@ -195,7 +239,9 @@ export function replCommands(): ReplCommand[] {
 					console.log(`>> Calls now run as ${p.label}; scopes: ${p.claims.scope || "(none)"}; subjects: ${p.claims.subject}`);
 				} catch (err) {
 					const e = err as Error;
-					console.log(`>> ${e.name === "ServiceNotFoundError" ? "no node of the identity service answers: `as` needs one" : e.message}`);
+					const why = e.name === "ServiceNotFoundError" ? "no node of the identity service answers: `as` needs one" : e.message;
+					failed(why);
+					console.log(`>> ${why}`);
 				}
 			},
 		},
@@ -215,7 +261,45 @@ export function replCommands(): ReplCommand[] {
 				console.log(">> Calls run as nobody again");
 			},
 		},
+		// The console is the operator's: it sees and lifts every tenant's blocks, whoever it acts as.
+		{
+			command: "login-blocks",
+			description: 'List the failed-login blocks in force, every tenant\'s (docs/security.md, "Failed logins")',
+			options: [
+				{ option: "-c, --client <client>", description: "only those of this client (id)" },
+				{ option: "-u, --user <user>", description: "only those of this user (id)" },
+				{ option: "-i, --ip <ip>", description: "only those of this IP" },
+			],
+			action(broker: ServiceBroker, args: { options: Record<string, string | undefined> }) {
+				const filter = Object.fromEntries(Object.entries(args.options ?? {}).filter(([, v]) => v !== undefined));
+				return own(
+					() => broker.call("auth.loginBlocks.all", filter) as Promise<{ items: LoginBlockLine[]; total: number }>,
+					(r) => {
+						console.log(`>> ${r.total} login block${r.total === 1 ? "" : "s"} in force${r.total > r.items.length ? ` (the newest ${r.items.length} shown)` : ""}`);
+						for (const b of r.items) console.log(`   ${b.id}  ${b.failures}/${b.limit} failures, until ${b.until}`);
+					},
+				);
+			},
+		},
+		{
+			command: "login-unblock <id>",
+			description: "Lift a failed-login block (its id as login-blocks lists it)",
+			action(broker: ServiceBroker, args: { id: string }) {
+				return own(
+					() => broker.call("auth.loginBlocks.lift", { id: String(args.id) }),
+					() => console.log(`>> Lifted ${args.id}: its failures are forgotten`),
+				);
+			},
+		},
 	];
+}
+
+/** What `login-blocks` prints of a block (services/auth/login-limits.ts LoginBlock). */
+interface LoginBlockLine {
+	id: string;
+	failures: number;
+	limit: number;
+	until: string;
 }
 
 interface ReplCommand {
@@ -299,8 +383,53 @@ async function evaluate(program: Program, line: string): Promise<void> {
 	} catch (err) {
 		// Commander's own (unknown command, missing argument, help shown) are printed already.
 		const e = err as { code?: string; message?: string };
+		if (e?.code !== "commander.helpDisplayed" && e?.code !== "commander.help") failed(String(e?.message ?? e));
 		if (!String(e?.code).startsWith("commander.")) console.error(`>> ${e?.message ?? e}`);
 	}
+}
+
+/** What one scripted command (`--exec`) answers: JSON, one object a command. */
+export interface ExecOutcome {
+	command: string;
+	ok: boolean;
+	/** The last call's answer, when the command made one. */
+	result?: unknown;
+	error?: string;
+	/** What the command printed, without colours. */
+	output: string;
+}
+
+const ANSI = /\x1b\[[0-9;]*m/g;
+
+/** Runs one command line in `session` and reports its outcome (the session keeps its principal for the next). */
+async function execute(program: Program, session: ConsoleSession & { printed: string }, line: string): Promise<ExecOutcome> {
+	session.failure = undefined;
+	session.result = undefined;
+	session.printed = "";
+	await sessions.run(session, () => evaluate(program, line));
+	// Set by the command's calls (TypeScript cannot see them through the call above).
+	const failure = session.failure as string | undefined;
+	const outcome: ExecOutcome = { command: line, ok: failure === undefined, output: session.printed.replace(ANSI, "") };
+	if (session.result !== undefined) outcome.result = session.result;
+	if (failure !== undefined) outcome.error = failure.replace(ANSI, "");
+	return outcome;
+}
+
+/**
+ * Scripted commands in this process (a console node of the deployment, `TRANSPORTER` set): each line in turn, one
+ * principal for all of them, stopping at the first that fails.
+ */
+export async function execHere(broker: ServiceBroker, lines: string[]): Promise<ExecOutcome[]> {
+	captureOutput();
+	const session = { printed: "", write: (out: string) => void (session.printed += out) } as ConsoleSession & { printed: string };
+	const program = consoleProgram(broker, () => undefined);
+	const out: ExecOutcome[] = [];
+	for (const line of lines) {
+		const o = await execute(program, session, line);
+		out.push(o);
+		if (!o.ok) break;
+	}
+	return out;
 }
 
 /** Calls `onMessage` with each JSON line `conn` sends (after `rest`), `onClose` once it is gone; a bad line is skipped. */
@@ -342,7 +471,9 @@ export function consoleSessions(broker: ServiceBroker): ConsoleHandler {
 	captureOutput();
 	return (conn, rest) => {
 		const send = sendOn(conn);
-		const session: ConsoleSession = { write: (out) => send({ out }) };
+		// While a scripted command (`exec`) runs, what it prints is kept for its answer instead of streamed.
+		let scripted = false;
+		const session = { printed: "", write: (out: string) => (scripted ? void (session.printed += out) : send({ out })) } as ConsoleSession & { printed: string };
 		const program = consoleProgram(broker, () => {
 			send({ bye: true });
 			conn.end();
@@ -357,6 +488,14 @@ export function consoleSessions(broker: ServiceBroker): ConsoleHandler {
 						if (conn.destroyed) return;
 						if (typeof msg.complete === "string") {
 							return send({ completions: autocompleteHandler(msg.complete, broker, program)[0], line: msg.complete });
+						}
+						if (typeof msg.exec === "string") {
+							scripted = true;
+							try {
+								return send({ outcome: await execute(program, session, msg.exec) });
+							} finally {
+								scripted = false;
+							}
 						}
 						if (typeof msg.line !== "string") return;
 						await sessions.run(session, () => evaluate(program, msg.line as string));
@@ -377,7 +516,7 @@ export function consoleSessions(broker: ServiceBroker): ConsoleHandler {
  * DATA_DIR. Resolves with the exit status once detached; `undefined` when no platform holds DATA_DIR (then the caller
  * starts one with its REPL).
  */
-export async function attachToDataDir(cfg: Pick<PlatformConfig, "dataDir" | "databaseUrl" | "mongoUri" | "documentStore">): Promise<number | undefined> {
+export async function attachToDataDir(cfg: Pick<PlatformConfig, "dataDir" | "databaseUrl">): Promise<number | undefined> {
 	const link = await attachConsole(cfg);
 	if (!link) return undefined;
 	if ("refused" in link) {
@@ -385,6 +524,67 @@ export async function attachToDataDir(cfg: Pick<PlatformConfig, "dataDir" | "dat
 		return 1;
 	}
 	return terminal(link, `>> Attached to the platform on DATA_DIR ${cfg.dataDir} (pid ${link.pid ?? "unknown"}): its commands, as \`help\` lists; \`exit\` or Ctrl-D detaches`);
+}
+
+/**
+ * `npm run repl -- --exec '<command>' [--exec '<command>' ...]`: the commands run in turn, as one console, in the
+ * platform on DATA_DIR (or, with TRANSPORTER, in a console node of the deployment: the caller runs execHere). Each
+ * prints one JSON line (ExecOutcome); the first that fails ends the run. Resolves with the exit status: 0 when every
+ * command succeeded, 1 when one failed, 2 when no platform holds DATA_DIR or it refused the console.
+ */
+export async function execOnDataDir(cfg: Pick<PlatformConfig, "dataDir" | "databaseUrl">, lines: string[]): Promise<number> {
+	// A script may run right after `npm start`: a platform still starting is waited for (EXEC_START_WAIT_MS).
+	let link = await attachConsole(cfg);
+	for (const end = Date.now() + EXEC_START_WAIT_MS; link && "refused" in link && /still starting/.test(link.refused) && Date.now() < end;) {
+		await new Promise((r) => setTimeout(r, 250));
+		link = await attachConsole(cfg);
+	}
+	if (!link || "refused" in link) {
+		console.error(link ? link.refused : `no platform runs on DATA_DIR ${cfg.dataDir}: start it (npm start), then run the commands again`);
+		return 2;
+	}
+	const { conn } = link;
+	const send = sendOn(conn);
+	return new Promise((resolve) => {
+		let next = 0;
+		let status: number | undefined;
+		const finish = (code: number) => {
+			if (status !== undefined) return;
+			status = code;
+			conn.end();
+			resolve(code);
+		};
+		const ask = () => (next < lines.length ? send({ exec: lines[next++] }) : finish(0));
+		jsonLines(
+			conn,
+			link.rest,
+			(msg) => {
+				const o = msg.outcome as ExecOutcome | undefined;
+				if (!o) return;
+				process.stdout.write(`${JSON.stringify(o)}\n`);
+				if (o.ok) ask();
+				else finish(1);
+			},
+			() => {
+				if (status === undefined) console.error(">> The platform closed the console (it stopped?)");
+				finish(1);
+			},
+		);
+		ask();
+	});
+}
+
+/** How long `--exec` waits for a platform that is still starting on DATA_DIR. */
+const EXEC_START_WAIT_MS = 60_000;
+
+/** The `--exec` commands of argv, in order (`--exec <command>` or `--exec=<command>`). */
+export function execArgs(argv: string[]): string[] {
+	const out: string[] = [];
+	for (let i = 0; i < argv.length; i++) {
+		if (argv[i] === "--exec" && i + 1 < argv.length) out.push(argv[++i]);
+		else if (argv[i].startsWith("--exec=")) out.push(argv[i].slice("--exec=".length));
+	}
+	return out;
 }
 
 /** Reads commands from this terminal, sends them to the platform, prints what comes back. */

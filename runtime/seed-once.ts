@@ -1,6 +1,6 @@
 /**
  * A one-time job across every node sharing a document store (the first-start seed): a claim document with a fixed
- * id, inserted first. The store's unique `_id` decides who inserted it, on PostgreSQL, MongoDB and NeDB alike, with
+ * id, inserted first. The store's unique `_id` decides who inserted it, with
  * or without Redis (a cache lease would not do: the embedded cache is per process). The holder keeps the claim
  * alive with a heartbeat; a claim whose heartbeat stopped (its node died mid-job) is taken over, so a crash never
  * leaves the job undone for good. Once done, the claim records who did it and stays.

@@ -1,18 +1,19 @@
 /**
- * auth: tokens (POST /auth/token), verify, logout, TOTP check, /auth/can, personal tokens (apts) and grants.
- * Seeds the root client, user and grants on the first start (CONTRACTS.md), printing generated values once.
+ * auth: tokens (POST /auth/token), verify, logout, TOTP check, /auth/can, failed-login blocks, personal tokens (apts) and grants.
+ * Seeds the root client, user and grants on the first start (docs/contracts.md "Start-up and the first credentials"), printing generated values once.
  */
 import { AUTHORITY_CHANGED } from "../lib/contracts";
 import path from "path";
-import type { Context, ServiceSchema } from "moleculer";
+import type { Context } from "moleculer";
 import { auth } from "../catalog/domains/auth";
 import { DOMAINS } from "../catalog";
-import { collectionMixin, platformDoc, type Ctx } from "../mixins/collection.mixin";
+import { collectionMixin, platformContext, platformDoc, type Ctx, type EngineService } from "../mixins/collection.mixin";
+import { asSchema, type ServiceOf } from "../lib/service";
 import { createStore, type StoredDoc } from "../mixins/stores";
 import { runOnce, type Holding } from "../runtime/seed-once";
 import { Aes, decryptEnvelope, objectId, randomToken, sha256Hex } from "../lib/crypto";
-import { configOf, loadKeys, readJson, writePrivateJson } from "../runtime/config";
-import { ApiError, badRequest, forbidden } from "../lib/errors";
+import { configOf, loadKeys, readJson, writePrivateJson, type PlatformConfig } from "../runtime/config";
+import { ApiError, badRequest, forbidden, notFound } from "../lib/errors";
 import { expandRbac, validateGrant, type Grant } from "../lib/grants";
 import { sharedKeyValue, type KeyValue } from "../runtime/kv";
 import { checkTotp, TOTP_FAIL_LIMIT, TOTP_FAIL_WINDOW_MS, TOTP_IP_FAIL_LIMIT, TOTP_LIMITS, TOTP_USER_FAIL_LIMIT } from "../lib/totp";
@@ -20,29 +21,32 @@ import { APT_DEFAULT_TTL_MS, JwtKeys, publicClaims } from "../lib/tokens";
 import type { TokenClaims } from "../lib/types";
 import { isPlainObject } from "../lib/validate";
 import { grantCache } from "../middlewares/grant-cache";
-import { subjectsOf } from "../middlewares/authority";
+import { checkGrant, checkScope, subjectsOf } from "../middlewares/authority";
 import { hasParsedScope, parseScopes, scopeSatisfies } from "../lib/scopes";
-import { announceRevocation, aptKey, blacklistSession, ignoreCacheOutage, type AptRecord } from "../middlewares/authenticate";
+import { aptKey, ignoreCacheOutage, type AptRecord } from "../middlewares/authenticate";
+import { endSession } from "./auth/end-session";
 import { parseTokenRequest, TokenIssuer } from "./auth/token-grants";
 import { FailureCounter, type FailureLimit } from "./auth/failure-limits";
+import { LoginLimits, parseBlockId, type BlockFilter } from "./auth/login-limits";
 import { callerClient, type ClientInfo } from "./domain.service";
 import type { GrantAuthor } from "../lib/grant-validation";
 
 export { SESSION_REVOKED, APT_REVOKED } from "../middlewares/authenticate";
-/** The longest an APT may live (CONTRACTS.md, "Tenants"). */
+/** The longest an APT may live (docs/contracts.md, "Tenants"). */
 export const APT_MAX_TTL_MS = 365 * 24 * 3600 * 1000;
 
-interface AuthThis {
+type AuthThis = EngineService & {
+	cfg: PlatformConfig;
 	kv: KeyValue;
 	totpFailures: FailureCounter;
+	loginLimits: LoginLimits;
 	aes: Aes;
 	jwt: JwtKeys;
 	issuer: TokenIssuer;
-	collectionStore(name: string): any;
-	recordChanges(ctx: Ctx, name: string, changes: unknown[]): Promise<void>;
-	broker: any;
-	logger: any;
-}
+	can(ctx: Ctx): Promise<unknown>;
+	seedRoot(): Promise<void>;
+	seedRootNow(file: string, h: Holding): Promise<void>;
+};
 
 /** Caches the APT record (encrypted) under `auth:apt:<suffix>` until it expires. */
 async function cacheApt(self: AuthThis, suffix: string, rec: AptRecord) {
@@ -56,7 +60,7 @@ function aptRecord(doc: StoredDoc): AptRecord {
 
 /**
  * The domains whose subjects the caller may grant: its client's; every registered domain for the operator (a token of
- * the seeded root client), which manages every tenant (CONTRACTS.md "Tenants").
+ * the seeded root client), which manages every tenant (docs/contracts.md "Tenants").
  */
 async function callerDomains(ctx: Ctx): Promise<{ domains: string[]; who: GrantAuthor }> {
 	const client = await callerClient(ctx);
@@ -64,7 +68,7 @@ async function callerDomains(ctx: Ctx): Promise<{ domains: string[]; who: GrantA
 	return { domains: client?.domains ?? [], who: { cid: ctx.meta.token?.cid } };
 }
 
-const AuthService: ServiceSchema = {
+const AuthService: ServiceOf<AuthThis> = {
 	name: "auth",
 	dependencies: ["domain", "identity", "context"],
 	mixins: [
@@ -91,13 +95,27 @@ const AuthService: ServiceSchema = {
 					const coworkers = [...new Set((doc.coworkers as string[] | undefined) ?? [])].filter((c) => registered.includes(c));
 					const suffix = randomToken(32);
 					const session = (await ctx.call("identity.sessions.open", {
-						uid: t.uid, aid: t.aid, cid: t.cid, domain: t.domain, ip: ctx.meta.ip,
-						agent: `apt:${String(doc.name).slice(0, 200)}`, expiration: new Date(expires).toISOString(),
+						uid: t.uid,
+						aid: t.aid,
+						cid: t.cid,
+						domain: t.domain,
+						ip: ctx.meta.ip,
+						agent: `apt:${String(doc.name).slice(0, 200)}`,
+						expiration: new Date(expires).toISOString(),
 					})) as { id: string };
 					const claims: TokenClaims = {
-						type: "access", strict, cid: t.cid, ...(t.aid ? { aid: t.aid } : {}), ...(t.uid ? { uid: t.uid } : {}),
-						scope: scopes.join(" "), domain: t.domain, subject: subjects.join(" "), tz: t.tz ?? "UTC", lang: t.lang ?? "en",
-						session: session.id, client_id: t.client_id,
+						type: "access",
+						strict,
+						cid: t.cid,
+						...(t.aid ? { aid: t.aid } : {}),
+						...(t.uid ? { uid: t.uid } : {}),
+						scope: scopes.join(" "),
+						domain: t.domain,
+						subject: subjects.join(" "),
+						tz: t.tz ?? "UTC",
+						lang: t.lang ?? "en",
+						session: session.id,
+						client_id: t.client_id,
 						...(t.coworker || coworkers.length ? { coworker: [...new Set([...(t.coworker?.split(" ") ?? []), ...coworkers])].join(" ") } : {}),
 						...(t.groups?.length ? { groups: t.groups } : {}),
 						// Same claims as a JWT (GET /auth/verify): issued now, valid until expires_at.
@@ -120,12 +138,7 @@ const AuthService: ServiceSchema = {
 				async afterWrite(ctx: Ctx, op, before) {
 					// Soft delete or destroy revokes at once on every node: the session is closed (durably), blacklisted in
 					// the cache, and the cached record dropped.
-					if (op === "d" && before) {
-						const self = ctx.service as unknown as AuthThis;
-						await ctx.call("identity.sessions.close", { id: before.session });
-						await blacklistSession(self.kv, before.session as string);
-						await announceRevocation(ctx.broker, { sessions: [before.session as string], hashes: [before.token as string] });
-					}
+					if (op === "d" && before) await endSession(ctx, (ctx.service as unknown as AuthThis).kv, before.session as string, [before.token as string]);
 				},
 			},
 			grants: {
@@ -146,46 +159,47 @@ const AuthService: ServiceSchema = {
 		}),
 	],
 
-	created(this: any) {
+	created(this: AuthThis) {
 		const cfg = configOf(this.broker);
 		const keys = loadKeys(cfg);
 		this.cfg = cfg;
 		this.kv = sharedKeyValue(cfg.redisUrl, cfg.redisPrefix);
 		this.aes = new Aes(keys.aesSecret);
 		this.jwt = new JwtKeys(keys.jwtSecret);
-		this.issuer = new TokenIssuer({ jwt: this.jwt, kv: this.kv });
+		this.loginLimits = new LoginLimits(this.kv, keys.aesSecret);
+		this.issuer = new TokenIssuer({ jwt: this.jwt, kv: this.kv, limits: this.loginLimits });
 		this.totpFailures = new FailureCounter(this.kv, TOTP_FAIL_WINDOW_MS);
 	},
 
-	async started(this: any) {
+	async started(this: AuthThis) {
 		await this.seedRoot();
 	},
 
 	actions: {
 		token: {
-			async handler(this: any, ctx: Ctx) {
+			async handler(this: AuthThis, ctx: Ctx) {
 				const body = ctx.params.body;
 				const r = parseTokenRequest(body);
 				return this.issuer.handle(ctx, r, ctx.meta.ip ?? "unknown");
 			},
 		},
 		verify: {
-			handler(this: any, ctx: Ctx) {
+			handler(this: AuthThis, ctx: Ctx) {
 				return { data: publicClaims(requireToken(ctx)) };
 			},
 		},
 		logout: {
-			async handler(this: any, ctx: Ctx) {
+			async handler(this: AuthThis, ctx: Ctx) {
 				const t = requireToken(ctx);
-				// The durable close first: it is the revocation; the blacklist entry is its shortcut (skipped without the cache).
-				await ctx.call("identity.sessions.close", { id: t.session });
-				await blacklistSession(this.kv, t.session);
-				await announceRevocation(ctx.broker, { sessions: [t.session] });
+				// GET and POST: the bearer names the session; a body naming something else would not be what ends.
+				const body = ctx.params.body;
+				if (body !== undefined && (!isPlainObject(body) || Object.keys(body).length)) throw badRequest("POST /auth/logout takes no body: it ends the session of the bearer token");
+				await endSession(ctx, this.kv, t.session);
 				return { result: "OK" };
 			},
 		},
 		check: {
-			async handler(this: any, ctx: Ctx) {
+			async handler(this: AuthThis, ctx: Ctx) {
 				const t = requireToken(ctx);
 				const b = ctx.params.body;
 				if (!isPlainObject(b)) throw badRequest("body must be a JSON object");
@@ -194,8 +208,10 @@ const AuthService: ServiceSchema = {
 				if (typeof b.token !== "string" || !b.token) throw badRequest("token is required");
 				const period = b.period ?? 30;
 				const window = b.window ?? 1;
-				if (!Number.isInteger(period) || (period as number) < 1 || (period as number) > TOTP_LIMITS.maxPeriod) throw badRequest(`period must be an integer from 1 to ${TOTP_LIMITS.maxPeriod}`);
-				if (!Number.isInteger(window) || (window as number) < 0 || (window as number) > TOTP_LIMITS.maxWindow) throw badRequest(`window must be an integer from 0 to ${TOTP_LIMITS.maxWindow}`);
+				if (!Number.isInteger(period) || (period as number) < 1 || (period as number) > TOTP_LIMITS.maxPeriod)
+					throw badRequest(`period must be an integer from 1 to ${TOTP_LIMITS.maxPeriod}`);
+				if (!Number.isInteger(window) || (window as number) < 0 || (window as number) > TOTP_LIMITS.maxWindow)
+					throw badRequest(`window must be an integer from 0 to ${TOTP_LIMITS.maxWindow}`);
 				// Guessing bounds (docs/security.md, "TOTP checks"): NOK answers per session, per user (across its sessions)
 				// and per IP within 15 minutes, counted in the shared cache (so on every gateway); then 429 with Retry-After
 				// until 15 minutes pass without a counted failure.
@@ -210,8 +226,40 @@ const AuthService: ServiceSchema = {
 			},
 		},
 		can: {
-			async handler(this: any, ctx: Ctx) {
+			async handler(this: AuthThis, ctx: Ctx) {
 				return this.can(ctx);
+			},
+		},
+		/** GET /auth/login-blocks: the failed-login blocks in force that the caller may lift (docs/security.md). */
+		loginBlocks: {
+			async handler(this: AuthThis, ctx: Ctx) {
+				const tenant = await blockAuthority(ctx);
+				return this.loginLimits.list(tenant, blockFilter(ctx.params.query));
+			},
+		},
+		/** DELETE /auth/login-blocks/:id: lifts one; another tenant's, or none, answers 404. */
+		loginUnblock: {
+			async handler(this: AuthThis, ctx: Ctx) {
+				const tenant = await blockAuthority(ctx);
+				const id = blockId(ctx.params.params?.id);
+				if (!(await this.loginLimits.lift(id, tenant))) throw notFound(`login block ${id} not found`);
+				return { result: "OK" };
+			},
+		},
+		/** Every block in force (the operators' console, runtime/repl.ts: the console is the operator's). Internal. */
+		"loginBlocks.all": {
+			visibility: "public",
+			async handler(this: AuthThis, ctx: Context<Record<string, unknown>>) {
+				return this.loginLimits.list(undefined, blockFilter(ctx.params));
+			},
+		},
+		/** Lifts any block (the operators' console). Internal. */
+		"loginBlocks.lift": {
+			visibility: "public",
+			async handler(this: AuthThis, ctx: Context<{ id: unknown }>) {
+				const id = blockId(ctx.params.id);
+				if (!(await this.loginLimits.lift(id))) throw notFound(`login block ${id} not found`);
+				return { result: "OK" };
 			},
 		},
 		/**
@@ -221,7 +269,7 @@ const AuthService: ServiceSchema = {
 		"apts.revocation": {
 			visibility: "public",
 			params: { id: "string" },
-			async handler(this: any, ctx: Context<{ id: string }>) {
+			async handler(this: AuthThis, ctx: Context<{ id: string }>) {
 				const doc: StoredDoc | null = await this.collectionStore("apts").findOne({ id: ctx.params.id });
 				return doc ? { session: doc.session as string, hash: doc.token as string, live: doc.deleted_at === null } : null;
 			},
@@ -229,7 +277,7 @@ const AuthService: ServiceSchema = {
 		/** Cache-miss path of APT authentication: the stored (hashed) APT, re-cached. */
 		"apts.resolve": {
 			visibility: "public",
-			async handler(this: any, ctx: Context<{ suffix: string }>) {
+			async handler(this: AuthThis, ctx: Context<{ suffix: string }>) {
 				const suffix = ctx.params.suffix;
 				const doc: StoredDoc | null = await this.collectionStore("apts").findOne({ token: sha256Hex(suffix), deleted_at: null });
 				if (!doc || (doc.expires_at as number) <= Date.now()) return null;
@@ -241,7 +289,7 @@ const AuthService: ServiceSchema = {
 		/** Every live grant plus the RBAC expansion (roles of a domain only from the client that registers it). */
 		"grants.snapshot": {
 			visibility: "public",
-			async handler(this: any, ctx: Context) {
+			async handler(this: AuthThis, ctx: Context) {
 				const docs: StoredDoc[] = await this.collectionStore("grants").find({ query: { deleted_at: null } });
 				const grants: Grant[] = docs.map((d) => ({ ...pickGrant(d), id: d._id }));
 				const rbac = (await ctx.call("context.configs.rbac")) as Array<{ eid: string; value: unknown }>;
@@ -257,7 +305,7 @@ const AuthService: ServiceSchema = {
 
 	methods: {
 		/** POST /auth/can (spec: Authorization). */
-		async can(this: any, ctx: Ctx) {
+		async can(this: AuthThis, ctx: Ctx) {
 			const t = requireToken(ctx);
 			const b = ctx.params.body;
 			if (!isPlainObject(b)) throw badRequest("body must be a JSON object");
@@ -294,13 +342,27 @@ const AuthService: ServiceSchema = {
 				}
 				subjects = b.subjects as string[];
 			}
-			const d = index.decide({ subjects, action: b.action, object: b.object, strictObj: b.strict === "obj", ip: (b.ip as string) ?? ctx.meta.ip, tz: (b.tz as string) ?? t.tz, token: t });
+			const d = index.decide({
+				subjects,
+				action: b.action,
+				object: b.object,
+				strictObj: b.strict === "obj",
+				ip: (b.ip as string) ?? ctx.meta.ip,
+				tz: (b.tz as string) ?? t.tz,
+				token: t,
+			});
 			const data: Record<string, unknown> = { granted: d.granted };
 			const headers = ctx.meta.headers ?? {};
 			if (headers["x-can-with-policies"] !== undefined) data.policies = d.policies.map(policyOf);
 			if (headers["x-can-with-id-policies"] !== undefined) {
 				const idForms = new Set([t.uid, t.aid, t.cid].filter(Boolean).map((x) => `${x}@${t.domain}`));
-				data.policies = [...((data.policies as unknown[]) ?? []), ...index.forSubjects(subjects).filter((g) => idForms.has(g.subject) && !d.policies.includes(g)).map(policyOf)];
+				data.policies = [
+					...((data.policies as unknown[]) ?? []),
+					...index
+						.forSubjects(subjects)
+						.filter((g) => idForms.has(g.subject) && !d.policies.includes(g))
+						.map(policyOf),
+				];
 			}
 			if (d.granted && Array.isArray(b.fields) && d.fields !== null) {
 				const denied = (b.fields as string[]).filter((f) => f !== "id" && !d.fields!.some((a) => a === f || f.startsWith(`${a}.`)));
@@ -314,10 +376,10 @@ const AuthService: ServiceSchema = {
 		},
 
 		/**
-		 * CONTRACTS.md "Start-up and the first credentials": once, on an empty store, by exactly one of the auth
+		 * docs/contracts.md "Start-up and the first credentials": once, on an empty store, by exactly one of the auth
 		 * replicas sharing it (runtime/seed-once.ts). Only the node that seeds knows the generated values and writes them.
 		 */
-		async seedRoot(this: any) {
+		async seedRoot(this: AuthThis) {
 			const file = path.join(this.cfg.dataDir, "bootstrap.json");
 			if (readJson<Record<string, string>>(file)) return;
 			const claims = createStore(this.cfg, "_seed");
@@ -328,13 +390,15 @@ const AuthService: ServiceSchema = {
 				const seeded = async () => (await this.collectionStore("grants").count({})) > 0;
 				const r = await runOnce(claims, "root", { holder: this.broker.nodeID }, seeded, (h: Holding) => this.seedRootNow(file, h));
 				if (!r.ran)
-					this.logger.info(`Platform already seeded by ${r.by}: the root credentials are in that node's DATA_DIR/bootstrap.json (or the PLATFORM_ROOT_* settings); this node writes none.`);
+					this.logger.info(
+						`Platform already seeded by ${r.by}: the root credentials are in that node's DATA_DIR/bootstrap.json (or the PLATFORM_ROOT_* settings); this node writes none.`,
+					);
 			} finally {
 				await claims.disconnect();
 			}
 		},
 
-		async seedRootNow(this: any, file: string, h: Holding) {
+		async seedRootNow(this: AuthThis, file: string, h: Holding) {
 			const cfg = this.cfg;
 			const values = {
 				client_id: cfg.rootClientId ?? objectId(),
@@ -346,7 +410,10 @@ const AuthService: ServiceSchema = {
 			};
 			if (!/^[0-9a-f]{24}$/.test(values.client_id)) throw new Error("PLATFORM_ROOT_CLIENT_ID must be a 24-hex id");
 			// A fixed PLATFORM_ROOT_CLIENT_ID is reused (its seed is idempotent); a generated id and the user id are not.
-			const left = [["client", h.previous?.client_id !== values.client_id && h.previous?.client_id], ["user", h.previous?.user_id]].filter(([, id]) => id);
+			const left = [
+				["client", h.previous?.client_id !== values.client_id && h.previous?.client_id],
+				["user", h.previous?.user_id],
+			].filter(([, id]) => id);
 			if (h.previous)
 				this.logger.warn(
 					`Took over the root seed of ${String(h.previous.holder)}, which stopped mid-seed` +
@@ -354,7 +421,7 @@ const AuthService: ServiceSchema = {
 				);
 			// Ids only (never the secrets): what a takeover would need to find a half-done seed.
 			await h.note({ client_id: values.client_id, user_id: values.user_id });
-			const ctx = { meta: {}, service: this, call: this.broker.call.bind(this.broker), broadcast: this.broker.broadcast.bind(this.broker), emit: this.broker.emit.bind(this.broker) } as any;
+			const ctx = platformContext(this);
 			await this.broker.call("domain.clients.seedRoot", { id: values.client_id, secret: values.client_secret, domain: values.domain, uid: values.user_id });
 			await this.broker.call("identity.users.seedRoot", { id: values.user_id, username: values.username, password: values.password, cid: values.client_id });
 			// The root user may do everything, through the ordinary grant check: manage every service, every special action.
@@ -366,15 +433,29 @@ const AuthService: ServiceSchema = {
 				.filter((s) => !seen.has(`${s.action} ${s.object}`) && seen.add(`${s.action} ${s.object}`))
 				.map((s) => platformDoc({ subject, ...s }, { owner: values.user_id, cid: values.client_id }));
 			await this.collectionStore("grants").insertMany(docs);
-			await this.recordChanges(ctx, "grants", docs.map((after: StoredDoc) => ({ op: "c", before: null, after })));
+			await this.recordChanges(
+				ctx,
+				"grants",
+				docs.map((after: StoredDoc) => ({ op: "c" as const, before: null, after })),
+			);
 			writePrivateJson(file, values);
 			this.broker.broadcast(AUTHORITY_CHANGED, {});
 			const generated = (k: string, envName: string) => (process.env[envName] ? "(from environment)" : (values as Record<string, string>)[k]);
-			// Printed once, on the first start only; afterwards read DATA_DIR/bootstrap.json.
+			// Printed once, on the first start only; afterwards read DATA_DIR/bootstrap.json. With LOG_FORMAT=json, as one
+			// JSON line like every other (a shipper reading the output must not meet a block of text).
+			const shown = {
+				client_id: values.client_id,
+				client_secret: generated("client_secret", "PLATFORM_ROOT_CLIENT_SECRET"),
+				domain: values.domain,
+				username: values.username,
+				password: generated("password", "PLATFORM_ROOT_PASSWORD"),
+			};
 			process.stdout.write(
-				`\nPlatform seeded. Root credentials (also in ${file}, mode 0600):\n` +
-					`  client_id:     ${values.client_id}\n  client_secret: ${generated("client_secret", "PLATFORM_ROOT_CLIENT_SECRET")}\n` +
-					`  domain:        ${values.domain}\n  username:      ${values.username}\n  password:      ${generated("password", "PLATFORM_ROOT_PASSWORD")}\n\n`,
+				configOf(this.broker).logFormat === "json"
+					? `${JSON.stringify({ ts: Date.now(), level: "info", msg: `Platform seeded. Root credentials (also in ${file}, mode 0600)`, mod: "auth", ...shown })}\n`
+					: `\nPlatform seeded. Root credentials (also in ${file}, mode 0600):\n` +
+							`  client_id:     ${shown.client_id}\n  client_secret: ${shown.client_secret}\n` +
+							`  domain:        ${shown.domain}\n  username:      ${shown.username}\n  password:      ${shown.password}\n\n`,
 			);
 		},
 	},
@@ -387,6 +468,41 @@ function totpLimits(t: TokenClaims, ip: string): FailureLimit[] {
 		{ key: `auth:totp-fail:user:${t.uid ?? t.aid ?? t.cid}`, limit: TOTP_USER_FAIL_LIMIT, message: "too many failed TOTP checks for this user" },
 		{ key: `auth:totp-fail:ip:${ip}`, limit: TOTP_IP_FAIL_LIMIT, message: "too many failed TOTP checks from this IP" },
 	];
+}
+
+/**
+ * Who sees and lifts failed-login blocks: a token holding scope `manage:identity:users` and a `manage` grant on
+ * `identity:users` (who administers users). The operator (a root-client token) sees every tenant's blocks; anyone
+ * else only those counted on its own client. Returns the tenant the caller is held to (undefined: all).
+ */
+async function blockAuthority(ctx: Ctx): Promise<string | undefined> {
+	const t = requireToken(ctx);
+	checkScope(t, "manage", "identity", "users");
+	checkGrant(await grantCache.get(ctx), t, "manage", "identity:users", ctx.meta.ip);
+	return (await callerClient(ctx))?.operator ? undefined : t.cid;
+}
+
+const BLOCK_FILTERS = ["client", "user", "ip"] as const;
+
+/** The listing's optional filters (`client`, `user`, `ip`: exact values); anything else answers 400. */
+function blockFilter(query: unknown): BlockFilter {
+	const q = isPlainObject(query) ? query : {};
+	for (const k of Object.keys(q))
+		if (!(BLOCK_FILTERS as readonly string[]).includes(k)) throw badRequest(`${k.slice(0, 64)} is not a filter of login blocks (${BLOCK_FILTERS.join(", ")})`);
+	const out: BlockFilter = {};
+	for (const k of BLOCK_FILTERS) {
+		const v = q[k];
+		if (v === undefined) continue;
+		if (typeof v !== "string" || !v || v.length > 100) throw badRequest(`${k} must be a string of 1 to 100 characters`);
+		out[k] = v;
+	}
+	return out;
+}
+
+/** A block id as the listing gives it; 400 for anything else. */
+function blockId(v: unknown): string {
+	if (typeof v !== "string" || !parseBlockId(v)) throw badRequest("id is not a login block id: take one from GET /auth/login-blocks");
+	return v;
 }
 
 /** The domain of a grant subject (`<local>@<domain>`, `@role@<domain>`), lower-cased; "" without one. */
@@ -403,7 +519,7 @@ function requireToken(ctx: Ctx): TokenClaims {
 
 function pickGrant(d: Record<string, unknown>): Grant {
 	const g: Grant = { subject: d.subject as string, action: d.action as string, object: d.object as string };
-	for (const k of ["field", "filter", "location", "time"] as const) if (d[k] !== undefined && d[k] !== null) (g as any)[k] = d[k];
+	for (const k of ["field", "filter", "location", "time"] as const) if (d[k] !== undefined && d[k] !== null) Object.assign(g, { [k]: d[k] });
 	return g;
 }
 
@@ -411,4 +527,4 @@ function policyOf(g: Grant) {
 	return { subject: g.subject, action: g.action, object: g.object, field: g.field ?? null, filter: g.filter ?? null, ...(g.location ? { location: g.location } : {}) };
 }
 
-export default AuthService;
+export default asSchema(AuthService);

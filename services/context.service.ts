@@ -14,6 +14,7 @@ import { badRequest, forbidden } from "../lib/errors";
 import { callerClient, type ClientInfo } from "./domain.service";
 import { redactSmsValue, sealSmsValue } from "../lib/touch";
 import { validateRbac } from "../lib/grant-validation";
+import { deliveries, redeliver } from "./context/deliveries";
 
 const isRbac = (d: StoredDoc | null) => d?.key === "RBAC";
 const isCqrs = (d: StoredDoc | null) => d?.key === "CQRS";
@@ -53,7 +54,7 @@ function holdsCredentials(d: StoredDoc | Record<string, unknown>): boolean {
 const NOT_CALLERS = "eid must be the caller's client";
 
 /**
- * The client a config's `eid` names, checked against the caller (CONTRACTS.md "Tenants"): the caller's own client; any
+ * The client a config's `eid` names, checked against the caller (docs/contracts.md "Tenants"): the caller's own client; any
  * live client for a token of the root client (the operator manages every tenant), 400 when it names none; 403 for
  * another client's id otherwise (whether it exists or not).
  */
@@ -184,6 +185,7 @@ const ContextService: ServiceSchema = {
 					const { secret: _s, authorization: _a, ...value } = doc.value;
 					return { ...doc, value };
 				},
+				specials: { deliveries, redeliver },
 				async afterWrite(ctx, op, before, after) {
 					if (isRbac(before) || isRbac(after)) ctx.broadcast(AUTHORITY_CHANGED, {});
 					if (isCqrs(before) || isCqrs(after)) {
@@ -208,7 +210,10 @@ const ContextService: ServiceSchema = {
 			visibility: "public",
 			params: { eid: "string" },
 			async handler(this: any, ctx: Context<{ eid: string }>) {
-				const docs: StoredDoc[] = await this.collectionStore("configs").find({ query: { key: { $in: ["SMS", "SMS_TEMPLATE"] }, eid: ctx.params.eid, deleted_at: null }, sort: { updated_at: -1 } });
+				const docs: StoredDoc[] = await this.collectionStore("configs").find({
+					query: { key: { $in: ["SMS", "SMS_TEMPLATE"] }, eid: ctx.params.eid, deleted_at: null },
+					sort: { updated_at: -1 },
+				});
 				return docs.map((d) => ({ key: d.key, value: d.value }));
 			},
 		},

@@ -17,7 +17,7 @@ import { scopeSatisfies } from "../lib/scopes";
 const claimedInRequest = new WeakMap<object, Set<string>>();
 
 /**
- * A domain name belongs to one client only (CONTRACTS.md "Tenants"): 409 when another live client holds one of
+ * A domain name belongs to one client only (docs/contracts.md "Tenants"): 409 when another live client holds one of
  * `domains`. Names are compared (and stored) lowercase.
  */
 async function assertDomainsFree(ctx: Ctx, domains: unknown, selfId?: string): Promise<string[] | undefined> {
@@ -52,7 +52,7 @@ export interface ClientInfo {
 	access_token_ttl?: number;
 	refresh_token_ttl?: number;
 	status: string;
-	/** The seeded root client: the operator's tenant, which may manage every tenant (CONTRACTS.md, "Tenants"). */
+	/** The seeded root client: the operator's tenant, which may manage every tenant (docs/contracts.md, "Tenants"). */
 	operator: boolean;
 }
 
@@ -153,7 +153,16 @@ const DomainService: ServiceSchema = {
 				const store = this.collectionStore("clients");
 				if (await store.findOne({ id })) return { created: false };
 				const doc = platformDoc(
-					{ name: "root", secret: await hashSecret(secret), scopes: ["whole"], domains: [rootDomain], grant_types: [...GRANT_TYPES], coworkers: [], status: "ACTIVE", operator: true },
+					{
+						name: "root",
+						secret: await hashSecret(secret),
+						scopes: ["whole"],
+						domains: [rootDomain],
+						grant_types: [...GRANT_TYPES],
+						coworkers: [],
+						status: "ACTIVE",
+						operator: true,
+					},
 					{ owner: uid, cid: id },
 				);
 				doc._id = id;

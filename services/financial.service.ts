@@ -6,7 +6,7 @@
  */
 import type { ServiceSchema } from "moleculer";
 import { financial } from "../catalog/domains/financial";
-import { collectionMixin, platformDoc, type Ctx } from "../mixins/collection.mixin";
+import { collectionMixin, platformContext, platformDoc } from "../mixins/collection.mixin";
 import type { OutboxRecord } from "../events/outbox";
 import { isDuplicateKeyError, type StoredDoc } from "../mixins/stores";
 import { configOf } from "../runtime/config";
@@ -45,7 +45,7 @@ const FinancialService: ServiceSchema = {
 				throw err;
 			}
 			// A platform-made write: change event like any other (webhooks, MQTT, stats), with no caller token.
-			const ctx = { meta: {}, service: this, call: this.broker.call.bind(this.broker), broadcast: this.broker.broadcast.bind(this.broker), emit: this.broker.emit.bind(this.broker) } as unknown as Ctx;
+			const ctx = platformContext(this);
 			await this.recordChanges(ctx, "wallets", [{ op: "c", before: null, after: doc }]);
 			this.logger.debug(`wallet ${doc._id} created for user ${user}`);
 			return doc;

@@ -12,7 +12,7 @@ import { rehashIfWeak } from "../runtime/rehash";
 import { badRequest, conflict } from "../lib/errors";
 import { configOf } from "../runtime/config";
 import { sharedKeyValue, type KeyValue } from "../runtime/kv";
-import { announceRevocation, blacklistSession } from "../middlewares/authenticate";
+import { announceRevocation, blacklistSession, USER_CHANGED, userStateChanged } from "../middlewares/authenticate";
 import { passwordProblem, usernameProblem, userSubjectProblem } from "../lib/grant-validation";
 
 export const USER_CREATED = "identity.user.created";
@@ -32,6 +32,23 @@ export function normalPhone(v: string): string {
 }
 
 /**
+ * The live user `login` (username, email or phone) names among the users of `tenants`: of the first tenant listed
+ * before the others, a username before an email before a phone. Null when none.
+ */
+async function loginUser(svc: any, login: string, tenants: unknown): Promise<StoredDoc | null> {
+	const allowed = Array.isArray(tenants) ? tenants.filter((t) => typeof t === "string") : [];
+	if (!allowed.length) return null;
+	const found: StoredDoc[] = await svc.collectionStore("users").find({
+		query: { [TENANT]: { $in: allowed }, deleted_at: null, $or: [{ username: login }, { email: normalEmail(login) }, { phone: normalPhone(login) }] },
+		limit: 50,
+	});
+	const rank = (u: StoredDoc) =>
+		allowed.indexOf((u.clients as string[])[0]) * 3 +
+		LOGIN_FIELDS.findIndex((f) => (f === "username" ? u.username === login : f === "email" ? u.email === normalEmail(login) : u.phone === normalPhone(login)));
+	return found.sort((a, b) => rank(a) - rank(b))[0] ?? null;
+}
+
+/**
  * Username form, password length, subjects entries (roles, and group names as every document's `groups` takes them:
  * lib/validate.ts), and the stored (normalised) email and phone; 400 naming the field.
  */
@@ -48,7 +65,7 @@ function checkUserFields(doc: Record<string, unknown>): void {
 }
 
 /**
- * Username, email and phone are unique together inside one tenant (CONTRACTS.md "Tenants"): no user of the tenant has
+ * Username, email and phone are unique together inside one tenant (docs/contracts.md "Tenants"): no user of the tenant has
  * any of the values in any of the three fields. Per tenant, so a 409 never reveals another tenant's users.
  */
 async function assertUniqueLogin(svc: any, tenant: unknown, doc: Record<string, unknown>, selfId?: string) {
@@ -76,8 +93,15 @@ async function closeSessions(svc: any, ctx: Ctx, match: { uid?: string; cid?: st
 	for (;;) {
 		const batch: StoredDoc[] = await store.find({ query: { ...match, deleted_at: null }, sort: { _id: 1 }, limit: CLOSE_BATCH });
 		if (!batch.length) break;
-		await store.setMany(batch.map((b) => b._id), stamp);
-		await svc.recordChanges(ctx, "sessions", batch.map((before) => ({ op: "d", before, after: null })));
+		await store.setMany(
+			batch.map((b) => b._id),
+			stamp,
+		);
+		await svc.recordChanges(
+			ctx,
+			"sessions",
+			batch.map((before) => ({ op: "d", before, after: null })),
+		);
 		for (const b of batch) await blacklistSession(svc.kv as KeyValue, b._id);
 		await announceRevocation(ctx.broker, { sessions: batch.map((b) => b._id) });
 		closed += batch.length;
@@ -96,7 +120,7 @@ const IdentityService: ServiceSchema = {
 		collectionMixin(identity, {
 			users: {
 				async beforeCreate(this: void, ctx: Ctx, doc: StoredDoc) {
-					const svc = (ctx.service as any);
+					const svc = ctx.service as any;
 					checkUserFields(doc);
 					await assertUniqueLogin(svc, (doc.clients as string[])[0], doc);
 					doc.status ??= "ACTIVE";
@@ -115,6 +139,8 @@ const IdentityService: ServiceSchema = {
 					// Deactivated, deleted (soft or destroy) or given a new password: every session and APT of the user ends now.
 					const revoke = op === "d" || (op === "u" && !!after && (after.status === "INACTIVE" || after.password !== before?.password));
 					if (revoke && before) await closeSessions(ctx.service, ctx, { uid: before._id });
+					// A role or group taken away stops counting in the user's tokens on every node (middlewares/authenticate.ts).
+					if (before && userStateChanged(op, before, after)) ctx.broadcast(USER_CHANGED, { ids: [before._id] });
 				},
 			},
 			sessions: {
@@ -141,21 +167,25 @@ const IdentityService: ServiceSchema = {
 			async handler(this: any, ctx: Ctx & { params: { login: string; password: string; tenants: string[] } }) {
 				const { login, password, tenants } = ctx.params as unknown as { login: string; password: string; tenants: string[] };
 				if (typeof login !== "string" || typeof password !== "string") return null;
-				const allowed = Array.isArray(tenants) ? tenants.filter((t) => typeof t === "string") : [];
-				let user: StoredDoc | null = null;
-				if (allowed.length) {
-					const found: StoredDoc[] = await this.collectionStore("users").find({
-						query: { [TENANT]: { $in: allowed }, deleted_at: null, $or: [{ username: login }, { email: normalEmail(login) }, { phone: normalPhone(login) }] },
-						limit: 50,
-					});
-					const rank = (u: StoredDoc) => allowed.indexOf((u.clients as string[])[0]) * 3 + LOGIN_FIELDS.findIndex((f) => f === "username" ? u.username === login : f === "email" ? u.email === normalEmail(login) : u.phone === normalPhone(login));
-					user = found.sort((a, b) => rank(a) - rank(b))[0] ?? null;
-				}
+				const user = await loginUser(this, login, tenants);
 				// Hash anyway when unknown, so timing does not tell which logins exist.
 				const ok = await verifySecret(password, (user?.password as string) ?? (await this.dummyHash));
 				if (!user || !ok || user.status === "INACTIVE") return null;
 				await rehashIfWeak(this.collectionStore("users"), user._id, "password", password, user.password as string);
 				return publicUser(user);
+			},
+		},
+		/**
+		 * The user a password login of `login` through `tenants` would check (any status), without checking a password:
+		 * the account its failures are counted on (services/auth/login-limits.ts). Null when none.
+		 */
+		"users.loginAccount": {
+			visibility: "public",
+			async handler(this: any, ctx: Ctx & { params: { login: string; tenants: string[] } }) {
+				const { login, tenants } = ctx.params as unknown as { login: string; tenants: string[] };
+				if (typeof login !== "string") return null;
+				const user = await loginUser(this, login, tenants);
+				return user ? { id: user._id } : null;
 			},
 		},
 		/**

@@ -36,7 +36,7 @@ const TouchService: ServiceSchema = {
 					queue.beforeCreate(ctx, doc);
 				},
 				async beforePatch(ctx, set, before) {
-					const tenant = before ? (before.clients as string[])[0] : (ctx.locals?.plan as any)?.token?.cid ?? ctx.meta.token?.cid;
+					const tenant = before ? (before.clients as string[])[0] : ((ctx.locals?.plan as any)?.token?.cid ?? ctx.meta.token?.cid);
 					await checkSender(ctx as any, tenant, set.from);
 					await checkAttachments(ctx, set.attachments);
 					queue.beforePatch(ctx, set, before);

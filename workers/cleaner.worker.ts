@@ -72,9 +72,9 @@ export default workerService(
 	{
 		name: "cleaner",
 		port: WORKER_PORTS.cleaner,
-		async checks(this: any) {
+		checks(this: any) {
 			const cfg = configOf(this.broker);
-			return { cache: await sharedKeyValue(cfg.redisUrl, cfg.redisPrefix).ping() };
+			return { cache: () => sharedKeyValue(cfg.redisUrl, cfg.redisPrefix).ping() };
 		},
 	},
 	{
@@ -175,12 +175,9 @@ export default workerService(
 				try {
 					const cols = await tableColumns(db, "deliveries");
 					if (["id", "status", "delivered_at", "updated_at"].every((c) => cols.has(c)))
-						deliveries = await deleteChunked(
-							db,
-							"deliveries",
-							"(status = 'delivered' and delivered_at < $1) or (status in ('failed', 'disabled') and updated_at < $1)",
-							[cutoff(cfg.deliveryRetentionDays)],
-						);
+						deliveries = await deleteChunked(db, "deliveries", "(status = 'delivered' and delivered_at < $1) or (status in ('failed', 'disabled') and updated_at < $1)", [
+							cutoff(cfg.deliveryRetentionDays),
+						]);
 				} catch (err) {
 					errors.push(`deliveries: ${(err as Error)?.message ?? err}`);
 				}
@@ -253,7 +250,14 @@ export default workerService(
 			await this.keyRecords?.release();
 			const opening = this.opening;
 			this.opening = undefined;
-			if (opening && (await opening.then(() => true, () => false))) await releaseRelational(configOf(this.broker));
+			if (
+				opening &&
+				(await opening.then(
+					() => true,
+					() => false,
+				))
+			)
+				await releaseRelational(configOf(this.broker));
 		},
 	},
 );

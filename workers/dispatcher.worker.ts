@@ -12,13 +12,20 @@
  * the config is disabled; the last failed attempt fails the delivery and disables the config; a webhook host that
  * resolves to a non-public address is refused (no request) unless WEBHOOK_ALLOW_PRIVATE=1. Per client, the events of
  * one document are delivered in order (only the oldest pending delivery of a (client, document) is eligible); events
- * of different documents go in parallel. Pending deliveries survive restarts; several dispatchers share the queue.
+ * of different documents go in parallel. Fair across configs: each config's deliveries are a queue of their own, a claim
+ * takes from every queue in turn, a config has at most PER_CONFIG deliveries in flight per dispatcher, and a config
+ * whose webhook failed BREAKER_AFTER times in a row is held back alone (its circuit breaker: workers/dispatcher/fairness.ts),
+ * so one tenant's failing or slow webhook does not delay another's. Attempts, failures, delivery lag and breakers are
+ * metrics per config (workers/dispatcher/metrics.ts). Pending deliveries survive restarts; several dispatchers share the
+ * queue.
  *
  * Operator actions (REPL, `npm run repl`): `call dispatcher.deliveries --status failed`, `call dispatcher.delivery
  * --id 12`, `call dispatcher.replay --id 12` (or `--client_id <cid>` for all failed/disabled deliveries of a client).
+ * A tenant reaches its own config's deliveries through the gateway (GET /context/configs/:id/deliveries and its
+ * redeliver, services/context/deliveries.ts): `configDeliveries` and `replay` scoped to the config and client.
  * docs/webhooks.md has the receiver's side.
  */
-import { CQRS_ACTIVE_ACTION, CQRS_CHANGED, CQRS_CONFIG_ACTION, type CqrsConfig } from "../lib/contracts";
+import { CQRS_ACTIVE_ACTION, CQRS_CHANGED, CQRS_CONFIG_ACTION, type CqrsConfig, type DeliveryView, type Page } from "../lib/contracts";
 import { Errors, type Context } from "moleculer";
 import { isIP } from "net";
 import { AddressRefused, resolveTarget, type ResolvedTarget } from "../runtime/address-guard";
@@ -28,6 +35,8 @@ import type { OutboxRecord } from "../events/outbox";
 import { Poster, type PostResult } from "./dispatcher/post";
 import { webhookHeaders, webhookId } from "./dispatcher/signature";
 import { DeliveryStore, MIGRATIONS, type AttemptRecord, type ClaimedDelivery, type DeliveryRow, type NewDelivery } from "./dispatcher/store";
+import { ConfigShares, type BreakerChange } from "./dispatcher/fairness";
+import { WebhookMetrics, type FailureReason } from "./dispatcher/metrics";
 import type { Consumer } from "../events/stream";
 import { workerService } from "./worker";
 import { nap } from "../runtime/nap";
@@ -37,8 +46,19 @@ export const DISPATCHER_PORT = 4010;
 /** Deliveries in flight at once per dispatcher (different documents or clients). */
 const CONCURRENCY = 64;
 /**
- * The queue is asked for more work once this many slots are free, not after every finished
- * delivery: one claim takes a batch, instead of one claim query per delivery.
+ * Deliveries of one config in flight at once per dispatcher: a config with a backlog (or a slow webhook) leaves the
+ * other slots to the other configs.
+ */
+export const PER_CONFIG = 16;
+/** Failed attempts in a row after which a config's circuit breaker opens (workers/dispatcher/fairness.ts). */
+export const BREAKER_AFTER = 5;
+/** The longest an open breaker holds a config back before a probe (also at most the retry schedule's longest delay). */
+const BREAKER_MAX_MS = 300_000;
+/**
+ * Finished deliveries ask the queue for more in batches, not one claim query per delivery: once half of their config's
+ * bound is free, or, while every slot was taken (a claim left due rows behind), once this many slots are free. New
+ * deliveries (and the poll) ask at once, whatever is free: a config with nothing in flight gets its first slot without
+ * waiting for a batch.
  */
 const CLAIM_AT = 16;
 /** Change events the dispatcher takes from the stream at once (their deliveries queued in one statement). */
@@ -85,6 +105,10 @@ interface State {
 	/** When each failing config was last logged. */
 	failingLogged: Map<string, number>;
 	literals: Map<string, ResolvedTarget>;
+	/** Resolutions under way, by URL: the attempts that start meanwhile share one DNS lookup. */
+	resolving: Map<string, Promise<ResolvedTarget>>;
+	shares: ConfigShares;
+	metrics?: WebhookMetrics;
 	inflight: Map<string, AbortController>;
 	running: Set<Promise<void>>;
 	poster: Poster;
@@ -95,6 +119,8 @@ interface State {
 	loop?: Promise<void>;
 	wakeUp?: () => void;
 	woken: boolean;
+	/** The last claim took as many rows as there were free slots: more may be due. */
+	starved: boolean;
 	consumer?: Consumer;
 }
 
@@ -107,6 +133,7 @@ type Svc = State & {
 	forget(eid: string): void;
 	existedAt(config: CqrsConfig, rec: OutboxRecord): Promise<boolean>;
 	logFailing(config: CqrsConfig, row: ClaimedDelivery, attempt: AttemptRecord, attempts: number, delay: number | undefined): void;
+	breakerChanged(configId: string, clientId: string, change: BreakerChange | "closed"): void;
 	wake(): void;
 	disable(config: CqrsConfig, reason: string): Promise<void>;
 	deliver(row: ClaimedDelivery, store: DeliveryStore, signal: AbortSignal): Promise<void>;
@@ -154,6 +181,7 @@ async function rowsOf(this: Svc, rec: OutboxRecord, births: Array<{ configId: st
 		rows.push({
 			event_id: eventId,
 			seq: rec.seq,
+			ts_ms: ev.ts_ms,
 			client_id: client,
 			config_id: config.id,
 			url: webhookOf(config),
@@ -177,8 +205,8 @@ export default workerService(
 		port: DISPATCHER_PORT,
 		onChanges,
 		maxBatch: BATCH,
-		async checks(this: Svc) {
-			return { "relational store": this.db ? await this.db.ping() : false };
+		checks(this: Svc) {
+			return { "relational store": async () => !!this.db && (await this.db.ping()) };
 		},
 	},
 	{
@@ -192,22 +220,26 @@ export default workerService(
 		},
 		actions: {
 			/**
-			 * Re-queues a failed or disabled delivery (`id`), or every failed/disabled delivery of a client (`client_id`),
-			 * with a fresh retry schedule; the client's CQRS config is re-enabled first if it was disabled. Internal: an
-			 * operator action (REPL), not routed by the gateway.
+			 * Re-queues a failed or disabled delivery (`id`), or every failed/disabled delivery of a client (`client_id`
+			 * alone), with a fresh retry schedule; the client's CQRS config is re-enabled first if it was disabled. With
+			 * `id`, a `client_id` or `config_id` given too must be the delivery's, else it answers 404 as for no delivery
+			 * (the gateway's redeliver route: a tenant replays its own config's deliveries only). Internal: the REPL and
+			 * that route (REPLAY_ACTION).
 			 */
 			replay: {
 				visibility: "public",
-				params: { id: { type: "any", optional: true }, client_id: { type: "string", optional: true } },
-				async handler(this: Svc, ctx: Context<{ id?: string | number; client_id?: string }>) {
+				params: { id: { type: "any", optional: true }, client_id: { type: "string", optional: true }, config_id: { type: "string", optional: true } },
+				async handler(this: Svc, ctx: Context<{ id?: string | number; client_id?: string; config_id?: string }>) {
 					const store = await this.ready();
-					const { id, client_id } = ctx.params;
-					if ((id === undefined) === (client_id === undefined)) throw new Errors.MoleculerClientError("give either id or client_id", 400, "BAD_REQUEST");
+					const { id, client_id, config_id } = ctx.params;
+					if (id === undefined ? client_id === undefined || config_id !== undefined : false)
+						throw new Errors.MoleculerClientError("give either id or client_id", 400, "BAD_REQUEST");
 					let eids: string[];
 					if (id !== undefined) {
 						if (!/^\d{1,18}$/.test(String(id))) throw new Errors.MoleculerClientError("id must be a delivery id", 400, "BAD_REQUEST");
 						const row = await store.get(String(id));
-						if (!row) throw new Errors.MoleculerClientError(`no delivery ${id}`, 404, "NOT_FOUND");
+						if (!row || (client_id !== undefined && row.client_id !== client_id) || (config_id !== undefined && row.config_id !== config_id))
+							throw new Errors.MoleculerClientError(`no delivery ${id}`, 404, "NOT_FOUND");
 						if (row.status !== "failed" && row.status !== "disabled")
 							throw new Errors.MoleculerClientError(`delivery ${id} is ${row.status}: only a failed or disabled delivery can be replayed`, 409, "CONFLICT");
 						eids = [row.client_id];
@@ -224,8 +256,29 @@ export default workerService(
 						}
 					}
 					const rows = await store.requeue(id !== undefined ? { id: String(id) } : { client_id }, target ? { configId: target.id, url: webhookOf(target) } : undefined);
+					// Another replay (or the REPL's) took the row between the check and the requeue: it is pending now.
+					if (id !== undefined && !rows.length)
+						throw new Errors.MoleculerClientError(`delivery ${id} is pending: only a failed or disabled delivery can be replayed`, 409, "CONFLICT");
 					this.wake();
 					return { requeued: rows.length, deliveries: rows };
+				},
+			},
+			/** The deliveries of one config of one client, newest first (CONFIG_DELIVERIES_ACTION: the gateway's route). */
+			configDeliveries: {
+				visibility: "public",
+				params: {
+					config_id: "string",
+					client_id: "string",
+					status: { type: "enum", values: ["pending", "delivered", "failed", "disabled"], optional: true },
+					before: { type: "string", pattern: /^\d{1,18}$/, optional: true },
+					limit: { type: "number", integer: true, min: 1, max: 100 },
+				},
+				async handler(
+					this: Svc,
+					ctx: Context<{ config_id: string; client_id: string; status?: DeliveryRow["status"]; before?: string; limit: number }>,
+				): Promise<Page<DeliveryView>> {
+					const { config_id, client_id, ...opts } = ctx.params;
+					return (await this.ready()).page(config_id, client_id, opts);
 				},
 			},
 			/** Recorded deliveries, oldest event first: `status`, `client_id`, `document_id`, `limit` (≤ 1000). */
@@ -299,22 +352,43 @@ export default workerService(
 			},
 			/**
 			 * The checked target of a webhook URL (runtime/address-guard: every check). A host name is resolved on every
-			 * attempt; a URL whose host is an IP literal gives the same answer each time and is kept.
+			 * attempt, except that the attempts starting while one resolution of that URL is under way share its answer:
+			 * a config's deliveries in flight together cost one DNS lookup, not one each (lookups run on libuv's few
+			 * threads, which a failing resolver holds for seconds). A URL whose host is an IP literal gives the same answer
+			 * each time and is kept.
 			 */
-			async targetOf(this: Svc, webhook: unknown): Promise<ResolvedTarget> {
+			targetOf(this: Svc, webhook: unknown): Promise<ResolvedTarget> {
 				const allowPrivate = this.cfg.webhookAllowPrivate;
-				const key = typeof webhook === "string" ? `${allowPrivate ? "+" : "-"}${webhook}` : undefined;
-				const hit = key === undefined ? undefined : this.literals.get(key);
-				if (hit) return hit;
-				const target = await resolveTarget(webhook, allowPrivate);
-				if (key !== undefined && isIP(target.url.hostname.replace(/^\[(.*)\]$/, "$1"))) {
-					if (this.literals.size >= LITERAL_TARGETS) this.literals.clear();
-					this.literals.set(key, target);
-				}
-				return target;
+				if (typeof webhook !== "string") return resolveTarget(webhook, allowPrivate);
+				const key = `${allowPrivate ? "+" : "-"}${webhook}`;
+				const hit = this.literals.get(key);
+				if (hit) return Promise.resolve(hit);
+				let p = this.resolving.get(key);
+				if (p) return p;
+				p = resolveTarget(webhook, allowPrivate).then((target) => {
+					if (isIP(target.url.hostname.replace(/^\[(.*)\]$/, "$1"))) {
+						if (this.literals.size >= LITERAL_TARGETS) this.literals.clear();
+						this.literals.set(key, target);
+					}
+					return target;
+				});
+				this.resolving.set(key, p);
+				const done = () => void (this.resolving.get(key) === p && this.resolving.delete(key));
+				p.then(done, done);
+				return p;
 			},
+			/**
+			 * The client's config changed (or is about to be looked up afresh): dropped from the cache, and its circuit
+			 * breaker closed: a changed config (a new URL, re-enabled, replayed) is tried again at once, not after the
+			 * cooldown its former failures earned.
+			 */
 			forget(this: Svc, eid: string) {
+				const hit = this.cache.get(eid);
 				this.cache.delete(eid);
+				hit?.p.then(
+					(c) => c && this.shares.forget(c.id) && this.breakerChanged(c.id, eid, "closed"),
+					() => undefined,
+				);
 			},
 			/**
 			 * Whether `config` existed when `rec` was written: the position of the config's creation in the stream, once
@@ -336,14 +410,29 @@ export default workerService(
 				this.births.set(config.id, born);
 				return rec.seq >= born;
 			},
-			/** A failed attempt, at info level: from a webhook's first failure, once per config per FAILING_LOG_MS. */
+			/**
+			 * A failed attempt, at info level: from a webhook's first failure, once per config per FAILING_LOG_MS; the line
+			 * says when the config's circuit breaker holds its deliveries back.
+			 */
 			logFailing(this: Svc, config: CqrsConfig, row: ClaimedDelivery, attempt: AttemptRecord, attempts: number, delay: number | undefined) {
 				const now = Date.now();
 				if (now - (this.failingLogged.get(config.id) ?? 0) < FAILING_LOG_MS) return;
 				if (this.failingLogged.size >= REMEMBERED) this.failingLogged.clear();
 				this.failingLogged.set(config.id, now);
 				const next = delay === undefined ? "no attempt left" : `next attempt in ${Math.round(delay)} s`;
-				this.logger.info(`dispatcher: webhook of CQRS config ${config.id} (client ${config.eid}) is failing: ${attempt.error} (delivery ${row.id}, attempt ${attempts}; ${next})`);
+				const breaker = this.shares.isOpen(row.config_id ?? "") ? `; circuit breaker open after ${BREAKER_AFTER} failures in a row: the config's deliveries wait` : "";
+				this.logger.info(
+					`dispatcher: webhook of CQRS config ${config.id} (client ${config.eid}) is failing: ${attempt.error} (delivery ${row.id}, attempt ${attempts}; ${next}${breaker})`,
+				);
+			},
+			/**
+			 * A config's breaker opened or closed: its gauge, and a closing at info level (an opening shows in the failing
+			 * config's next log line: logFailing).
+			 */
+			breakerChanged(this: Svc, configId: string, clientId: string, change: BreakerChange | "closed") {
+				if (change === "reopened" || change === undefined) return;
+				this.metrics?.circuit(configId, clientId, change === "opened");
+				if (change === "closed") this.logger.info(`dispatcher: circuit breaker of CQRS config ${configId} (client ${clientId}) closed: its deliveries go again`);
 			},
 			wake(this: Svc) {
 				this.woken = true;
@@ -360,6 +449,7 @@ export default workerService(
 			},
 			async deliver(this: Svc, row: ClaimedDelivery, store: DeliveryStore, signal: AbortSignal) {
 				const schedule = this.cfg.webhookRetrySchedule;
+				const key = row.config_id ?? "";
 				let config: CqrsConfig | null;
 				try {
 					config = await this.configFor(row.client_id);
@@ -368,48 +458,52 @@ export default workerService(
 					await store.release(row.id, this.owner, 1);
 					return;
 				}
-				if (!config) {
-					await store.settle(row, this.owner, null, { status: "disabled", attempts: row.attempts, lastError: `config ${row.config_id} is gone: the client has no CQRS config any more` });
-					return;
-				}
+				/** Nothing goes to this config any more: its breaker, if open, no longer holds back its deliveries (they end the same way). */
+				const closeBreaker = () => {
+					if (this.shares.forget(key)) this.breakerChanged(key, row.client_id, "closed");
+				};
+				/** Ends the delivery without an attempt. */
+				const end = (state: { configId?: string; lastError: string }) => {
+					closeBreaker();
+					return store.settle(row, this.owner, null, { status: "disabled", attempts: row.attempts, ...state });
+				};
+				if (!config) return end({ lastError: `config ${row.config_id} is gone: the client has no CQRS config any more` });
 				// Retries stay on the config the delivery was made for: one the client no longer uses (disabled, deleted or
 				// replaced by a newer one) ends it, rather than sending it to another config (an operator may replay it).
-				if (row.config_id !== null && config.id !== row.config_id) {
-					await store.settle(row, this.owner, null, { status: "disabled", attempts: row.attempts, lastError: `config ${row.config_id} is no longer the client's webhook (disabled, deleted or replaced by config ${config.id})` });
-					return;
-				}
-				if (!config.active) {
-					await store.settle(row, this.owner, null, { status: "disabled", attempts: row.attempts, configId: config.id, lastError: `config ${config.id} is inactive${reasonOf(config)}` });
-					return;
-				}
+				if (row.config_id !== null && config.id !== row.config_id)
+					return end({ lastError: `config ${row.config_id} is no longer the client's webhook (disabled, deleted or replaced by config ${config.id})` });
+				if (!config.active) return end({ configId: config.id, lastError: `config ${config.id} is inactive${reasonOf(config)}` });
 				const url = webhookOf(config);
-				const failed = async (attempt: AttemptRecord) => {
+				const cfg = config;
+				/** An attempt that ends the config (refused address, 410, no attempt left): recorded, the config disabled. */
+				const final = async (attempt: AttemptRecord, status: "failed" | "disabled", lastError: string, reason: string) => {
+					closeBreaker();
+					await store.settle(row, this.owner, attempt, { status, attempts: row.attempts + 1, configId: cfg.id, lastError });
+					await this.disable(cfg, reason);
+				};
+				const failed = async (attempt: AttemptRecord, why: FailureReason) => {
+					this.metrics?.attempt(cfg.id, cfg.eid, why);
 					const attempts = row.attempts + 1;
 					const delay = retryDelay(schedule, attempts);
-					this.logFailing(config!, row, attempt, attempts, delay);
-					if (delay !== undefined) {
-						await store.settle(row, this.owner, attempt, { status: "pending", attempts, nextInSec: delay, configId: config!.id, lastError: attempt.error });
-						return;
+					if (delay !== undefined) this.breakerChanged(key, row.client_id, this.shares.failed(key, delay * 1000));
+					this.logFailing(cfg, row, attempt, attempts, delay);
+					if (delay === undefined) {
+						const error = `gave up after ${attempts} attempts: ${attempt.error}`;
+						return final(attempt, "failed", error, `delivery ${row.id} failed: ${error}`);
 					}
-					const error = `gave up after ${attempts} attempts: ${attempt.error}`;
-					await store.settle(row, this.owner, attempt, { status: "failed", attempts, configId: config!.id, lastError: error });
-					await this.disable(config!, `delivery ${row.id} failed: ${error}`);
+					await store.settle(row, this.owner, attempt, { status: "pending", attempts, nextInSec: delay, configId: cfg.id, lastError: attempt.error });
 				};
 				let target;
 				try {
 					target = await this.targetOf(config.value.webhook);
 				} catch (err) {
 					const message = errorText(err);
-					if (err instanceof AddressRefused) {
-						const error = `refused: ${message}`;
-						this.logger.warn(`dispatcher: delivery ${row.id} of config ${config.id}: ${err.detail}`);
-						await store.settle(row, this.owner, { url, status: null, error, durationMs: 0 }, { status: "failed", attempts: row.attempts + 1, configId: config.id, lastError: error });
-						await this.disable(config, `webhook ${error}`);
-						return;
-					}
 					// A DNS failure is an ordinary failed attempt.
-					await failed({ url, status: null, error: `resolve: ${message}`, durationMs: 0 });
-					return;
+					if (!(err instanceof AddressRefused)) return failed({ url, status: null, error: `resolve: ${message}`, durationMs: 0 }, "dns");
+					const error = `refused: ${message}`;
+					this.logger.warn(`dispatcher: delivery ${row.id} of config ${config.id}: ${err.detail}`);
+					this.metrics?.attempt(config.id, config.eid, "refused");
+					return final({ url, status: null, error, durationMs: 0 }, "failed", error, `webhook ${error}`);
 				}
 				// The body's bytes, encoded once: signed and sent as they are.
 				const body = Buffer.from(row.body);
@@ -421,11 +515,14 @@ export default workerService(
 				}
 				const attempt: AttemptRecord = { url, status: res.status, error: res.error ?? (isOk(res.status) ? null : `HTTP ${res.status}`), durationMs: res.durationMs };
 				if (isOk(res.status)) {
+					this.metrics?.attempt(config.id, config.eid);
+					if (row.ts_ms !== null) this.metrics?.delivered(config.id, config.eid, row.ts_ms);
+					if (this.shares.succeeded(key)) this.breakerChanged(key, row.client_id, "closed");
 					await store.settle(row, this.owner, attempt, { status: "delivered", attempts: row.attempts + 1, configId: config.id, lastError: null });
 				} else if (res.status === 410) {
-					await store.settle(row, this.owner, attempt, { status: "disabled", attempts: row.attempts + 1, configId: config.id, lastError: "webhook answered 410 Gone" });
-					await this.disable(config, `webhook answered 410 Gone (delivery ${row.id})`);
-				} else await failed(attempt);
+					this.metrics?.attempt(config.id, config.eid, "http");
+					await final(attempt, "disabled", "webhook answered 410 Gone", `webhook answered 410 Gone (delivery ${row.id})`);
+				} else await failed(attempt, res.status !== null ? "http" : /^timed out/.test(res.error ?? "") ? "timeout" : "network");
 			},
 			/** Claims due deliveries up to the concurrency bound and runs them; sleeps until woken or the next poll. */
 			async schedule(this: Svc) {
@@ -441,9 +538,9 @@ export default workerService(
 					const free = CONCURRENCY - this.inflight.size;
 					let claimed: ClaimedDelivery[] = [];
 					this.woken = false;
-					if (free >= CLAIM_AT) {
+					if (free > 0) {
 						try {
-							claimed = await store.claim(this.owner, free, LEASE_SEC);
+							claimed = await store.claim(this.owner, free, LEASE_SEC, PER_CONFIG, this.shares.shares());
 						} catch (err) {
 							if (this.stopping) break;
 							this.logger.warn(`dispatcher: claiming deliveries failed: ${errorText(err)}`);
@@ -459,17 +556,21 @@ export default workerService(
 					for (const row of claimed) {
 						const ac = new AbortController();
 						this.inflight.set(row.id, ac);
+						const key = row.config_id ?? "";
+						this.shares.started(key);
 						const run: Promise<void> = this.deliver(row, store, ac.signal)
 							.catch((err) => this.logger.error(`dispatcher: delivery ${row.id} could not be settled (${errorText(err)}); it is retried after its lease`))
 							.finally(() => {
 								this.inflight.delete(row.id);
+								const left = this.shares.finished(key);
 								this.running.delete(run);
-								// A finished delivery may unblock the next event of its document: the scheduler looks
-								// again once it may claim (CLAIM_AT free slots; below that it would not claim anyway).
-								if (CONCURRENCY - this.inflight.size >= CLAIM_AT) this.wake();
+								// A finished delivery frees a slot of its config and may unblock the next event of its
+								// document: the scheduler looks again for a batch (CLAIM_AT).
+								if (this.starved ? CONCURRENCY - this.inflight.size >= CLAIM_AT : left <= PER_CONFIG / 2) this.wake();
 							});
 						this.running.add(run);
 					}
+					this.starved = claimed.length === free;
 					if (this.stopping) break;
 					if (free > 0 && claimed.length === free) continue;
 					if (this.woken) continue;
@@ -484,11 +585,16 @@ export default workerService(
 			this.births = new Map();
 			this.failingLogged = new Map();
 			this.literals = new Map();
+			this.resolving = new Map();
+			// An open breaker holds a config back at most as long as the retry schedule's longest delay.
+			this.shares = new ConfigShares(PER_CONFIG, BREAKER_AFTER, () => Math.min(BREAKER_MAX_MS, 1000 * Math.max(0, ...this.cfg.webhookRetrySchedule)));
+			this.metrics = WebhookMetrics.of(this.broker);
 			this.inflight = new Map();
 			this.running = new Set();
 			this.poster = new Poster(REQUEST_TIMEOUT_MS);
 			this.stopping = false;
 			this.woken = false;
+			this.starved = false;
 		},
 		async started(this: any) {
 			try {
@@ -510,7 +616,14 @@ export default workerService(
 			await Promise.allSettled([...this.running]);
 			this.poster.close();
 			await this.readyP?.catch(() => undefined);
-			if (this.openP && (await this.openP.then(() => true, () => false))) await releaseRelational(this.cfg);
+			if (
+				this.openP &&
+				(await this.openP.then(
+					() => true,
+					() => false,
+				))
+			)
+				await releaseRelational(this.cfg);
 		},
 	},
 );

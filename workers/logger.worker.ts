@@ -8,6 +8,7 @@
  * spool) only once its rows are stored; a redelivered one is stored once (unique request id).
  */
 import { AUDIT_GROUP, type AuditRequest } from "../lib/audit";
+import type { AuditFilter } from "../lib/contracts";
 import { configOf } from "../runtime/config";
 import { migrate, openRelational, releaseRelational, type Relational } from "../runtime/relational";
 import type { OutboxRecord } from "../events/outbox";
@@ -15,7 +16,7 @@ import type { AuditBatch } from "../events/audit-spool";
 import { AUDIT_CHANNEL, channelsStreamFor } from "../events/channels.stream";
 import { WORKER_PORTS } from "./index";
 import { workerService } from "./worker";
-import { AuditWriter, MIGRATIONS, ROWS_PER_INSERT, type AuditRow } from "./logger/audit";
+import { auditPage, AuditWriter, MIGRATIONS, ROWS_PER_INSERT, type AuditRow } from "./logger/audit";
 import { SpoolReader } from "./logger/spool-reader";
 import { errorText } from "../runtime/pg-process";
 
@@ -69,9 +70,13 @@ export default workerService(
 		async onChanges(this: any, recs: OutboxRecord[]) {
 			await this.storeChanges(recs);
 		},
-		async checks(this: any) {
-			const db: Relational | undefined = this.relational;
-			return { "relational store": db ? await db.ping() : false };
+		checks(this: any) {
+			return {
+				"relational store": async () => {
+					const db: Relational | undefined = this.relational;
+					return !!db && (await db.ping());
+				},
+			};
 		},
 	},
 	{
@@ -79,6 +84,30 @@ export default workerService(
 			this.writer = new AuditWriter(() => this.openStore(), {
 				onError: (err: unknown) => this.logger.warn("audit write failed:", (err as Error)?.message ?? err),
 			});
+		},
+		actions: {
+			/**
+			 * A page of the audit trail, newest first (AUDIT_ENTRIES_ACTION: the gateway's GET /general/activities/audit,
+			 * which decides who may read what and checks the filters). Internal.
+			 */
+			entries: {
+				visibility: "public",
+				params: {
+					cid: { type: "string", optional: true },
+					from: { type: "string", optional: true },
+					to: { type: "string", optional: true },
+					kind: { type: "enum", values: ["request", "change"], optional: true },
+					path: { type: "string", max: 2000, optional: true },
+					action: { type: "string", max: 200, optional: true },
+					uid: { type: "string", max: 200, optional: true },
+					status: { type: "number", integer: true, optional: true },
+					before: { type: "string", pattern: /^\d{1,18}$/, optional: true },
+					limit: { type: "number", integer: true, min: 1, max: 100 },
+				},
+				async handler(this: any, ctx: { params: AuditFilter }) {
+					return auditPage(await this.openStore(), ctx.params);
+				},
+			},
 		},
 		methods: {
 			/** The relational store, opened and migrated once; a failure is retried on the next use. */
@@ -124,7 +153,14 @@ export default workerService(
 			await this.writer.close();
 			const opening = this.opening;
 			this.opening = undefined;
-			if (opening && (await opening.then(() => true, () => false))) await releaseRelational(configOf(this.broker));
+			if (
+				opening &&
+				(await opening.then(
+					() => true,
+					() => false,
+				))
+			)
+				await releaseRelational(configOf(this.broker));
 			this.relational = undefined;
 		},
 	},

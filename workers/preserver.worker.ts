@@ -11,12 +11,16 @@
  * gateway's Authenticator (signature, APT record, session blacklist; strict tokens cannot carry an x-api-key here,
  * so they are refused). Topics: lib/mqtt.ts. A revoked session or APT closes the embedded broker's connections
  * of that token at once; with an external broker its ACL answers turn to deny.
+ *
+ * The embedded broker also decides every message it delivers to a token holder (./preserver/forward.ts) with the
+ * holder's token and this node's grant index of the moment, and authenticates each holder's token again every
+ * MQTT_SWEEP_MS: a connection whose token stopped being valid (revoked, logged out, user deactivated, expired) is closed.
  */
 import { AUTHORITY_CHANGED } from "../lib/contracts";
 import net, { type AddressInfo } from "net";
 import type { IncomingMessage, ServerResponse } from "http";
-import type { Context } from "moleculer";
-import { Aedes, type Client as AedesClient } from "aedes";
+import type { Context, Service, ServiceBroker } from "moleculer";
+import { Aedes, type AuthenticateError, type Client as AedesClient } from "aedes";
 import { configOf, loadKeys, type PlatformConfig } from "../runtime/config";
 import { Aes, safeEqual, sha256Hex } from "../lib/crypto";
 import { sharedKeyValue, type KeyValue } from "../runtime/kv";
@@ -37,10 +41,12 @@ import {
 import { JwtKeys } from "../lib/tokens";
 import { identityOf, type TokenClaims } from "../lib/types";
 import { grantCache } from "../middlewares/grant-cache";
-import { createStore, isDuplicateKeyError, type DocumentStore } from "../mixins/stores";
-import { Authenticator } from "../middlewares/authenticate";
+import type { GrantIndex } from "../lib/grants";
+import { createStore, isDuplicateKeyError, locationOf, type DocumentStore } from "../mixins/stores";
+import { Authenticator, USER_CHANGED } from "../middlewares/authenticate";
 import { WORKER_PORTS } from "./index";
 import { workerService } from "./worker";
+import { ForwardViews } from "./preserver/forward";
 
 /** Who an MQTT connection is: the platform's publisher, or a token holder. */
 export interface MqttPrincipal {
@@ -72,6 +78,25 @@ const clientKey = (clientid: string) => `mqtt:client:${sha256Hex(clientid)}`;
 const PEER = Symbol("mqttPeer");
 /** The connection came through the gateway's MQTT-over-WebSocket bridge. */
 const BRIDGED = Symbol("mqttBridged");
+/** A token holder's password (the bearer it logged in with), authenticated again by each sweep; never stored elsewhere. */
+const BEARER = Symbol("mqttBearer");
+/** A token holder's views (./preserver/forward.ts), made at its first message. */
+const VIEWS = Symbol("mqttViews");
+/** A sweep's check of this token holder is under way. */
+const CHECKING = Symbol("mqttChecking");
+/** A connection as the preserver marks it (the symbols above). */
+type Marked = AedesClient & {
+	[PRINCIPAL]?: MqttPrincipal;
+	[PREAUTH]?: () => void;
+	[PEER]?: string;
+	[BRIDGED]?: boolean;
+	[BEARER]?: string;
+	[VIEWS]?: ForwardViews;
+	[CHECKING]?: boolean;
+};
+const marked = (client: AedesClient) => client as Marked;
+/** How often each token holder's token is authenticated again (a token no longer valid is disconnected within 2 s). */
+export const MQTT_SWEEP_MS = 1000;
 export { MQTT_MAX_PACKET };
 /** Open connections one identity may hold on the embedded broker. */
 export const MQTT_MAX_CONNECTIONS = 8;
@@ -79,16 +104,16 @@ export const MQTT_MAX_CONNECTIONS = 8;
 const MAX_OWNERS_CACHED = 10_000;
 
 /**
- * Who owns which MQTT client id: the identity that first used it. In the document store (NeDB under DATA_DIR by
- * default, MongoDB with MONGO_URI): durable across restarts, and, with a shared store, one answer for every
+ * Who owns which MQTT client id: the identity that first used it. In the document store (the embedded PostgreSQL
+ * under DATA_DIR, or DATABASE_URL): durable across restarts, and, with a shared database, one answer for every
  * preserver; the first claim wins atomically on the unique `_id`. Not in the cache: by default it is process memory
  * (lost at restart), and a Redis may run without persistence or evict keys, which would hand a session to the next
- * identity that asks. One store per location per process (several nodes of one process share a DATA_DIR in tests).
+ * identity that asks. One store per database per process (several nodes of one process share one in tests).
  */
 const ownerStores = new Map<string, { store: DocumentStore; ready: Promise<void>; users: number }>();
 
 function acquireOwners(cfg: PlatformConfig): { store: DocumentStore; ready: Promise<void> } {
-	const key = cfg.mongoUri ?? cfg.dataDir;
+	const key = locationOf(cfg);
 	let e = ownerStores.get(key);
 	if (!e) {
 		const store = createStore(cfg, "_mqtt_clients");
@@ -101,7 +126,7 @@ function acquireOwners(cfg: PlatformConfig): { store: DocumentStore; ready: Prom
 }
 
 async function releaseOwners(cfg: PlatformConfig): Promise<void> {
-	const key = cfg.mongoUri ?? cfg.dataDir;
+	const key = locationOf(cfg);
 	const e = ownerStores.get(key);
 	if (!e || --e.users > 0) return;
 	ownerStores.delete(key);
@@ -111,13 +136,21 @@ async function releaseOwners(cfg: PlatformConfig): Promise<void> {
 const AUTH_TOTAL = "preserver.mqtt.auth.total";
 const ACL_TOTAL = "preserver.mqtt.acl.total";
 const CLIENTS = "preserver.mqtt.clients";
+const FORWARD_TOTAL = "preserver.mqtt.forward.total";
 
-function registerMetrics(broker: any): void {
+function registerMetrics(broker: ServiceBroker): void {
 	if (!broker.isMetricsEnabled()) return;
 	const m = broker.metrics;
 	if (!m.hasMetric(AUTH_TOTAL)) m.register({ type: "counter", name: AUTH_TOTAL, labelNames: ["result"], description: "MQTT logins by result" });
 	if (!m.hasMetric(ACL_TOTAL)) m.register({ type: "counter", name: ACL_TOTAL, labelNames: ["action", "result"], description: "MQTT topic checks by action and result" });
 	if (!m.hasMetric(CLIENTS)) m.register({ type: "gauge", name: CLIENTS, description: "MQTT connections the preserver knows of" });
+	if (!m.hasMetric(FORWARD_TOTAL))
+		m.register({
+			type: "counter",
+			name: FORWARD_TOTAL,
+			labelNames: ["result"],
+			description: "Messages the embedded broker was about to deliver to token holders, by decision (whole, narrowed, withheld)",
+		});
 }
 
 function readBody(req: IncomingMessage): Promise<Record<string, unknown> | null> {
@@ -146,6 +179,15 @@ function readBody(req: IncomingMessage): Promise<Record<string, unknown> | null>
 	});
 }
 
+/** What limitPacketSize uses of mqtt-packet's parser (private to aedes: checked at start). */
+interface PacketParser {
+	_parseLength(): boolean;
+	parse(buf: Buffer): number;
+	packet: { length: number };
+	_list: { consume(n: number): void; length: number };
+	_emitError(err: Error): void;
+}
+
 /**
  * Closes a connection as soon as a packet's fixed header announces more than MQTT_MAX_PACKET (before the payload is
  * read, so nothing of it is buffered), unless the connection is the platform's own publisher (a change event may be
@@ -153,17 +195,17 @@ function readBody(req: IncomingMessage): Promise<Record<string, unknown> | null>
  * Hooks the parser aedes made for this connection; fails loudly at start if aedes ever changes it.
  */
 function limitPacketSize(client: AedesClient, socket: net.Socket): boolean {
-	const parser = (client as any)._parser;
+	const parser = (client as unknown as { _parser?: PacketParser })._parser;
 	if (!parser || typeof parser._parseLength !== "function") {
 		// Refuse rather than serve without the limit (an aedes upgrade moved the parser).
 		socket.destroy();
 		return false;
 	}
 	const parseLength = parser._parseLength;
-	const limit = () => ((client as any)[PRINCIPAL] ? MQTT_MAX_PACKET : MQTT_PREAUTH.maxBytes);
-	parser._parseLength = function (this: any) {
+	const limit = () => (marked(client)[PRINCIPAL] ? MQTT_MAX_PACKET : MQTT_PREAUTH.maxBytes);
+	parser._parseLength = function (this: PacketParser) {
 		const ok = parseLength.call(this);
-		if (ok && this.packet.length > limit() && !(client as any)[PRINCIPAL]?.publisher) {
+		if (ok && this.packet.length > limit() && !marked(client)[PRINCIPAL]?.publisher) {
 			socket.destroy();
 			this._list.consume(this._list.length);
 			this._emitError(new Error(`packet of ${this.packet.length} bytes is over ${limit()}`));
@@ -173,8 +215,8 @@ function limitPacketSize(client: AedesClient, socket: net.Socket): boolean {
 	};
 	let unauthenticated = 0;
 	const parse = parser.parse;
-	parser.parse = function (this: any, buf: Buffer) {
-		if (!(client as any)[PRINCIPAL] && (unauthenticated += buf.length) > MQTT_PREAUTH.maxBytes) {
+	parser.parse = function (this: PacketParser, buf: Buffer) {
+		if (!marked(client)[PRINCIPAL] && (unauthenticated += buf.length) > MQTT_PREAUTH.maxBytes) {
 			socket.destroy();
 			return 0;
 		}
@@ -221,13 +263,59 @@ function reply(res: ServerResponse, status: number, body: unknown): void {
 
 const str = (v: unknown): string | undefined => (typeof v === "string" && v.length <= 4096 ? v : undefined);
 
+type Hook = (b: Record<string, unknown>) => Promise<{ result: string; is_superuser?: boolean }>;
+
+/** The preserver's `this`: its state (set in `created`, `started` and `startEmbedded`) and its methods. */
+type Svc = Service & {
+	cfg: PlatformConfig;
+	kv: KeyValue;
+	authenticator: Authenticator;
+	publisherSecret: string;
+	bridgeSecret: string;
+	/** Known connections by client id. */
+	connections: Map<string, MqttConnection>;
+	/** Sessions revoked lately (their token holders are refused at once). */
+	revoked: Set<string>;
+	embeddedClients: Map<string, AedesClient>;
+	owners: Map<string, string>;
+	openByIdentity: Map<string, Set<AedesClient>>;
+	ownersHeld: boolean;
+	ownerStore?: DocumentStore;
+	grants?: GrantIndex;
+	aedes?: Aedes;
+	mqttServer?: net.Server;
+	embeddedUrl?: string;
+	holderAdmitted?: boolean;
+	sweepTimer?: NodeJS.Timeout;
+	login(username: unknown, password: unknown): Promise<MqttPrincipal | null>;
+	verifyLogin(username: unknown, password: unknown): Promise<MqttPrincipal | null>;
+	claimClientId(clientid: string, p: MqttPrincipal): Promise<boolean>;
+	stillValid(p: MqttPrincipal): Promise<boolean>;
+	aclCheck(p: MqttPrincipal, action: unknown, topic: unknown, ip?: string): Promise<AclDecision>;
+	currentGrants(): Promise<GrantIndex>;
+	forward(client: AedesClient, p: MqttPrincipal, packet: { topic: string; payload: Buffer }): Buffer | null;
+	sweep(): Promise<void[]>;
+	recheck(client: AedesClient): Promise<void>;
+	rememberRevoked(session: string): void;
+	recordConnected(c: MqttConnection): void;
+	recordDisconnected(clientid: string, reason?: string): void;
+	hookAuth: Hook;
+	hookAcl: Hook;
+	hookConnected: Hook;
+	hookDisconnected: Hook;
+	mayHaveSubscribers(url: string): boolean;
+	startEmbedded(): Promise<void>;
+	stopEmbedded(): Promise<void>;
+	closeEmbedded(match: (p: MqttPrincipal) => boolean): void;
+};
+
 export default workerService(
 	{
 		name: "preserver",
 		port: WORKER_PORTS.preserver,
-		async checks(this: any) {
-			const checks: Record<string, boolean> = { cache: await this.kv.ping().catch(() => false) };
-			if (!this.cfg.mqttUrl) checks["mqtt broker"] = !!this.mqttServer?.listening && !this.aedes?.closed;
+		checks(this: Svc) {
+			const checks: Record<string, () => Promise<boolean>> = { cache: () => this.kv.ping() };
+			if (!this.cfg.mqttUrl) checks["mqtt broker"] = async () => !!this.mqttServer?.listening && !this.aedes?.closed;
 			return checks;
 		},
 	},
@@ -236,42 +324,59 @@ export default workerService(
 			/** The embedded broker's address for the publisher; null when the platform uses MQTT_URL. */
 			brokerUrl: {
 				visibility: "public",
-				handler(this: any) {
+				handler(this: Svc) {
 					return this.embeddedUrl ? { url: this.embeddedUrl } : null;
 				},
 			},
 			/** MQTT connections this preserver knows of (embedded clients, and those the connect hooks reported). */
 			clients: {
 				visibility: "public",
-				handler(this: any): MqttConnection[] {
+				handler(this: Svc): MqttConnection[] {
 					return [...(this.connections as Map<string, MqttConnection>).values()];
 				},
 			},
 		},
 
 		events: {
-			"auth.session.revoked"(this: any, ctx: Context<{ session: string }>) {
+			"auth.session.revoked"(this: Svc, ctx: Context<{ session: string }>) {
 				const session = ctx.params.session;
 				this.authenticator.sessionRevoked(session);
 				this.rememberRevoked(session);
 				this.closeEmbedded((p: MqttPrincipal) => p.token?.session === session);
+				void this.sweep();
 			},
-			"auth.apt.revoked"(this: any, ctx: Context<{ hash: string }>) {
+			"auth.apt.revoked"(this: Svc, ctx: Context<{ hash: string }>) {
 				this.authenticator.aptRevoked(ctx.params.hash);
 				this.closeEmbedded((p: MqttPrincipal) => !!p.aptHash && p.aptHash === ctx.params.hash);
+				void this.sweep();
 			},
-			// This node's grant index reloads on next use (a preserver may run on a node without domain services).
-			[AUTHORITY_CHANGED]() {
+			// A user's roles, groups or state changed: its holders' next sweep reads the user again (their messages are then
+			// decided with the subjects it holds now), as a gateway's next request does.
+			[USER_CHANGED](this: Svc, ctx: Context<{ ids: string[] }>) {
+				this.authenticator.userChanged(ctx.params.ids);
+				void this.sweep();
+			},
+			// This node's grant index is dropped (a preserver may run on a node without domain services) and, while token
+			// holders are connected, loaded again at once: their next messages are decided with it.
+			[AUTHORITY_CHANGED](this: Svc) {
 				grantCache.invalidate();
+				if (this.openByIdentity.size) void this.currentGrants().catch(() => undefined);
 			},
 		},
 
-		created(this: any) {
+		created(this: Svc) {
 			const cfg: PlatformConfig = configOf(this.broker);
 			const keys = loadKeys(cfg);
 			this.cfg = cfg;
 			this.kv = sharedKeyValue(cfg.redisUrl, cfg.redisPrefix) as KeyValue;
-			this.authenticator = new Authenticator({ jwt: new JwtKeys(keys.jwtSecret), aes: new Aes(keys.aesSecret), kv: this.kv, broker: this.broker, trustProxy: false });
+			this.authenticator = new Authenticator({
+				jwt: new JwtKeys(keys.jwtSecret),
+				aes: new Aes(keys.aesSecret),
+				kv: this.kv,
+				broker: this.broker,
+				trustProxy: false,
+				leewaySec: cfg.tokenLeewaySec,
+			});
 			this.publisherSecret = publisherPassword(keys.jwtSecret);
 			this.bridgeSecret = bridgePassword(keys.jwtSecret);
 			this.connections = new Map<string, MqttConnection>();
@@ -282,7 +387,7 @@ export default workerService(
 			registerMetrics(this.broker);
 		},
 
-		async started(this: any) {
+		async started(this: Svc) {
 			const owners = acquireOwners(this.cfg);
 			this.ownersHeld = true;
 			await owners.ready;
@@ -290,7 +395,7 @@ export default workerService(
 			if (!this.cfg.mqttUrl) await this.startEmbedded();
 		},
 
-		async stopped(this: any) {
+		async stopped(this: Svc) {
 			await this.stopEmbedded();
 			if (this.ownersHeld) await releaseOwners(this.cfg);
 			this.ownersHeld = false;
@@ -299,13 +404,13 @@ export default workerService(
 
 		methods: {
 			/** Login check shared by the HTTP hook and the embedded broker. */
-			async login(this: any, username: unknown, password: unknown): Promise<MqttPrincipal | null> {
+			async login(this: Svc, username: unknown, password: unknown): Promise<MqttPrincipal | null> {
 				const result = await this.verifyLogin(username, password);
 				if (this.broker.isMetricsEnabled()) this.broker.metrics.increment(AUTH_TOTAL, { result: result ? "allow" : "deny" });
 				return result;
 			},
 
-			async verifyLogin(this: any, username: unknown, password: unknown): Promise<MqttPrincipal | null> {
+			async verifyLogin(this: Svc, username: unknown, password: unknown): Promise<MqttPrincipal | null> {
 				if (typeof username !== "string" || !username || typeof password !== "string" || !password || password.length > 8192) return null;
 				if (username === PUBLISHER_USERNAME) return safeEqual(password, this.publisherSecret) ? { username, publisher: true } : null;
 				try {
@@ -321,13 +426,13 @@ export default workerService(
 			 * May `p` use this client id? Yes when it owns it, or when nobody does yet (it becomes the owner). The owner
 			 * is the identity (the username: uid, aid or cid; `$publisher` for the platform's publisher).
 			 */
-			async claimClientId(this: any, clientid: string, p: MqttPrincipal): Promise<boolean> {
+			async claimClientId(this: Svc, clientid: string, p: MqttPrincipal): Promise<boolean> {
 				const identity = p.publisher ? PUBLISHER_USERNAME : p.identity;
 				if (!identity) return false;
 				const id = sha256Hex(`mqtt-client-id:${clientid}`);
 				let owner: string | undefined = this.owners.get(id);
 				if (!owner) {
-					const store: DocumentStore = this.ownerStore;
+					const store: DocumentStore = this.ownerStore!;
 					const found = await store.findOne({ _id: id });
 					if (found) owner = String(found.identity);
 					else {
@@ -347,7 +452,7 @@ export default workerService(
 			},
 
 			/** Still valid: not expired, session not revoked (this node's broadcasts, the shared blacklist, the session record). */
-			async stillValid(this: any, p: MqttPrincipal): Promise<boolean> {
+			async stillValid(this: Svc, p: MqttPrincipal): Promise<boolean> {
 				if (p.publisher) return true;
 				const t = p.token;
 				if (!t) return false;
@@ -356,14 +461,14 @@ export default workerService(
 				return true;
 			},
 
-			async aclCheck(this: any, p: MqttPrincipal, action: unknown, topic: unknown, ip?: string): Promise<AclDecision> {
+			async aclCheck(this: Svc, p: MqttPrincipal, action: unknown, topic: unknown, ip?: string): Promise<AclDecision> {
 				let d: AclDecision;
 				if (typeof topic !== "string" || (action !== "publish" && action !== "subscribe")) d = { allow: false, reason: "action must be publish or subscribe" };
 				else if (!(await this.stillValid(p))) d = { allow: false, reason: "the token is no longer valid" };
 				else if (action === "publish") d = authorizePublish(this.cfg.mqttTopicRoot, !!p.publisher, topic);
 				else if (p.publisher || !p.token) d = { allow: false, reason: "the publisher does not subscribe" };
 				else {
-					const grants = await grantCache.get(this.broker);
+					const grants = await this.currentGrants();
 					d = authorizeSubscribe({ root: this.cfg.mqttTopicRoot, token: p.token, filter: topic, grants, ip });
 				}
 				if (this.broker.isMetricsEnabled()) this.broker.metrics.increment(ACL_TOTAL, { action: String(action).slice(0, 16), result: d.allow ? "allow" : "deny" });
@@ -371,19 +476,77 @@ export default workerService(
 				return d;
 			},
 
-			rememberRevoked(this: any, session: string) {
+			/** This node's grant index now (loaded when it was dropped), kept as the one forwards fall back to (see forward). */
+			async currentGrants(this: Svc): Promise<GrantIndex> {
+				const index = await grantCache.get(this.broker);
+				this.grants = index;
+				return index;
+			},
+
+			/**
+			 * The message `packet` as token holder `client` may receive it now (./preserver/forward.ts), or null: not
+			 * delivered. Decided with the node's grant index when it is loaded, else with the last one this preserver
+			 * loaded: every message entering the broker waited for a current one (authorizePublish), so only a message
+			 * already on its way when a change arrives can be decided with the index of before the change, as a request
+			 * answered during the change is. No index at all: not delivered.
+			 */
+			forward(this: Svc, client: AedesClient, p: MqttPrincipal, packet: { topic: string; payload: Buffer }): Buffer | null {
+				const index: GrantIndex | undefined = grantCache.loaded() ?? this.grants;
+				let payload: Buffer | null = null;
+				if (index && p.token) {
+					const views: ForwardViews = (marked(client)[VIEWS] ??= new ForwardViews(this.cfg.mqttTopicRoot, marked(client)[PEER]));
+					try {
+						payload = views.payloadFor(p.token, index, packet.topic, packet.payload);
+					} catch (err) {
+						this.logger.warn(`mqtt message on ${packet.topic} withheld from ${p.username}: ${(err as Error).message}`);
+					}
+				}
+				if (this.broker.isMetricsEnabled()) this.broker.metrics.increment(FORWARD_TOTAL, { result: !payload ? "withheld" : payload === packet.payload ? "whole" : "narrowed" });
+				return payload;
+			},
+
+			/**
+			 * Each token holder of the embedded broker, authenticated again with the password it logged in with, as a
+			 * request would be (expiry, revocation, logout, a deactivated user's closed sessions): a refusal closes the
+			 * connection; an accepted token becomes the one its messages are decided with.
+			 */
+			sweep(this: Svc): Promise<void[]> {
+				const clients = [...(this.openByIdentity as Map<string, Set<AedesClient>>).values()].flatMap((set) => [...set]);
+				return Promise.all(clients.map((c) => this.recheck(c)));
+			},
+
+			/** One holder's check; skipped while its previous one is still under way (one slow answer holds no other). */
+			async recheck(this: Svc, client: AedesClient): Promise<void> {
+				const p: MqttPrincipal | undefined = marked(client)[PRINCIPAL];
+				if (!p || p.publisher || client.closed || marked(client)[CHECKING]) return;
+				marked(client)[CHECKING] = true;
+				try {
+					const { token } = await this.authenticator.authenticate({ headers: { authorization: `Bearer ${marked(client)[BEARER] ?? ""}` } });
+					p.token = token;
+				} catch (err) {
+					const code = (err as { code?: unknown })?.code;
+					// A refusal ends the connection; an outage (the identity service unreachable) is asked again next sweep.
+					if (code !== 401 && code !== 403) return;
+					this.logger.info(`mqtt client ${client.id} (${p.username}) disconnected: ${(err as Error).message}`);
+					client.close();
+				} finally {
+					marked(client)[CHECKING] = false;
+				}
+			},
+
+			rememberRevoked(this: Svc, session: string) {
 				if (this.revoked.size >= MAX_RECORDS) this.revoked.clear();
 				this.revoked.add(session);
 			},
 
-			recordConnected(this: any, c: MqttConnection) {
-				if (this.connections.size >= MAX_RECORDS) this.connections.delete(this.connections.keys().next().value);
+			recordConnected(this: Svc, c: MqttConnection) {
+				if (this.connections.size >= MAX_RECORDS) this.connections.delete(this.connections.keys().next().value!);
 				this.connections.set(c.clientid, c);
 				if (this.broker.isMetricsEnabled()) this.broker.metrics.set(CLIENTS, this.connections.size);
 				this.logger.info(`mqtt client ${c.clientid} connected (${c.username}, ${c.via}${c.peerhost ? `, ${c.peerhost}` : ""})`);
 			},
 
-			recordDisconnected(this: any, clientid: string, reason?: string) {
+			recordDisconnected(this: Svc, clientid: string, reason?: string) {
 				const c = this.connections.get(clientid);
 				this.connections.delete(clientid);
 				if (this.broker.isMetricsEnabled()) this.broker.metrics.set(CLIENTS, this.connections.size);
@@ -394,7 +557,7 @@ export default workerService(
 			// EMQX-style HTTP hooks (served on the ops port through the ops-port mixin's `opsRoute`)
 			// ---------------------------------------------------------------------------------------------------
 
-			async opsRoute(this: any, req: IncomingMessage, res: ServerResponse): Promise<boolean> {
+			async opsRoute(this: Svc, req: IncomingMessage, res: ServerResponse): Promise<boolean> {
 				const path = (req.url ?? "/").split("?")[0];
 				if (!["/mqtt/auth", "/mqtt/acl", "/mqtt/connected", "/mqtt/disconnected"].includes(path)) return false;
 				if (req.method !== "POST") {
@@ -413,7 +576,7 @@ export default workerService(
 			},
 
 			/** `{clientid, username, password}` → `{result: allow|deny, is_superuser: false}`; remembers the principal. */
-			async hookAuth(this: any, b: Record<string, unknown>) {
+			async hookAuth(this: Svc, b: Record<string, unknown>) {
 				const clientid = str(b.clientid);
 				const p: MqttPrincipal | null = clientid ? await this.login(b.username, b.password) : null;
 				if (!p) return { result: "deny", is_superuser: false };
@@ -427,7 +590,7 @@ export default workerService(
 			},
 
 			/** `{clientid, username, topic, action}` → `{result}`: the principal of that client's login, checked again. */
-			async hookAcl(this: any, b: Record<string, unknown>) {
+			async hookAcl(this: Svc, b: Record<string, unknown>) {
 				const clientid = str(b.clientid);
 				const username = str(b.username);
 				const raw = clientid ? await this.kv.get(clientKey(clientid)) : null;
@@ -437,14 +600,14 @@ export default workerService(
 				return { result: d.allow ? "allow" : "deny" };
 			},
 
-			async hookConnected(this: any, b: Record<string, unknown>) {
+			async hookConnected(this: Svc, b: Record<string, unknown>) {
 				const clientid = str(b.clientid);
 				if (!clientid) return { result: "ignored" };
 				this.recordConnected({ clientid, username: str(b.username) ?? "", via: "hooks", peerhost: str(b.peerhost), connected_at: new Date().toISOString() });
 				return { result: "ok" };
 			},
 
-			async hookDisconnected(this: any, b: Record<string, unknown>) {
+			async hookDisconnected(this: Svc, b: Record<string, unknown>) {
 				const clientid = str(b.clientid);
 				if (!clientid) return { result: "ignored" };
 				this.recordDisconnected(clientid, str(b.reason));
@@ -462,20 +625,23 @@ export default workerService(
 			 * persistence), so until then it holds no subscription at all, online or offline, and a message would go
 			 * nowhere. True for any other broker (MQTT_URL, another node's): that one cannot be known from here.
 			 */
-			mayHaveSubscribers(this: any, url: string): boolean {
+			mayHaveSubscribers(this: Svc, url: string): boolean {
 				return !this.embeddedUrl || url !== this.embeddedUrl || this.holderAdmitted !== false;
 			},
 
-			async startEmbedded(this: any) {
+			async startEmbedded(this: Svc) {
 				// A new broker starts with no session (memory persistence); set before it accepts anyone.
 				this.holderAdmitted = false;
 				const aedes = await Aedes.createBroker({ id: `preserver-${this.broker.nodeID}`, connectTimeout: MQTT_PREAUTH.connectTimeoutMs, drainTimeout: 30_000 });
-				const refuse = (done: (err: any, ok: boolean) => void, message: string) => done(Object.assign(new Error(message), { returnCode: 5 }), false);
+				const refuse = (done: (err: AuthenticateError | null, ok: boolean) => void, message: string) =>
+					done(Object.assign(new Error(message), { returnCode: 5 }) as AuthenticateError, false);
 				aedes.authenticate = (client, username, password, done) => {
 					/** The principal admitted, or why the connection is refused (CONNACK 5). */
 					const admit = async (): Promise<MqttPrincipal | string> => {
 						const p: MqttPrincipal | null = await this.login(username, password?.toString("utf8"));
 						if (!p) return "not authorized";
+						// Its queued messages (a session with `clean: false`) are decided as it connects: with a current index.
+						if (!p.publisher) await this.currentGrants();
 						// A client id belongs to the identity that first used it: another identity is refused before aedes
 						// would take over the owner's session (and drop its live connection).
 						if (!(await this.claimClientId(client.id, p))) return "client id belongs to another identity";
@@ -495,45 +661,59 @@ export default workerService(
 					admit().then(
 						(r) => {
 							if (typeof r === "string") return refuse(done, r);
-							(client as any)[PRINCIPAL] = r;
-							(client as any)[PREAUTH]?.();
+							marked(client)[PRINCIPAL] = r;
+							if (!r.publisher) marked(client)[BEARER] = password?.toString("utf8");
+							marked(client)[PREAUTH]?.();
 							done(null, true);
 						},
 						// A store that does not answer: "server unavailable", the client may retry.
-						() => done(Object.assign(new Error("server unavailable"), { returnCode: 3 }) as any, false),
+						() => done(Object.assign(new Error("server unavailable"), { returnCode: 3 }) as AuthenticateError, false),
 					);
 				};
 				aedes.authorizeSubscribe = (client, sub, done) => {
-					const p: MqttPrincipal | undefined = (client as any)?.[PRINCIPAL];
+					const p: MqttPrincipal | undefined = (client as Marked | null)?.[PRINCIPAL];
 					if (!p) return done(null, null);
-					this.aclCheck(p, "subscribe", sub.topic, (client as any)[PEER]).then(
+					this.aclCheck(p, "subscribe", sub.topic, marked(client)[PEER]).then(
 						(d: AclDecision) => done(null, d.allow ? sub : null),
 						() => done(null, null),
 					);
 				};
 				aedes.authorizePublish = (client, packet, done) => {
-					const p: MqttPrincipal | undefined = (client as any)?.[PRINCIPAL];
+					const p: MqttPrincipal | undefined = (client as Marked | null)?.[PRINCIPAL];
 					// `client` is null only for an orphaned will; wills of token holders are refused anyway.
 					if (!p) return done(new Error("publish denied"));
-					this.aclCheck(p, "publish", packet.topic).then(
-						(d: AclDecision) => done(d.allow ? null : new Error("publish denied")),
+					// A message enters the broker once this node's grant index is current: its deliveries are decided with it.
+					Promise.all([this.aclCheck(p, "publish", packet.topic), p.publisher ? this.currentGrants() : undefined]).then(
+						([d]: [AclDecision, unknown]) => done(d.allow ? null : new Error("publish denied")),
 						() => done(new Error("publish denied")),
 					);
 				};
 				aedes.authorizeForward = (client, packet) => {
-					const p: MqttPrincipal | undefined = (client as any)?.[PRINCIPAL];
+					const p: MqttPrincipal | undefined = (client as Marked | null)?.[PRINCIPAL];
 					const t = p?.token;
 					// Expired or revoked since it subscribed: nothing more is delivered, and the connection goes.
 					if (!p || p.publisher || !t || (t.exp && t.exp * 1000 <= Date.now()) || (t.session && this.revoked.has(t.session))) {
 						setImmediate(() => client.close());
 						return null;
 					}
+					// aedes types a payload as a string or bytes; what reaches a subscriber from the wire or the publisher is bytes.
+					const payload = this.forward(client, p, { topic: packet.topic, payload: Buffer.isBuffer(packet.payload) ? packet.payload : Buffer.from(packet.payload) });
+					if (!payload) return null;
+					// Changed in place: aedes gives each delivery a packet of its own (per subscription, per queued message),
+					// and its queue of a returning session writes that packet rather than the one returned here.
+					packet.payload = payload;
 					return packet;
 				};
 				aedes.on("clientReady", (client) => {
 					this.embeddedClients.set(client.id, client);
-					const p: MqttPrincipal | undefined = (client as any)[PRINCIPAL];
-					this.recordConnected({ clientid: client.id, username: p?.username ?? "", via: (client as any)[BRIDGED] ? "websocket" : "embedded", peerhost: (client as any)[PEER], connected_at: new Date().toISOString() });
+					const p: MqttPrincipal | undefined = marked(client)[PRINCIPAL];
+					this.recordConnected({
+						clientid: client.id,
+						username: p?.username ?? "",
+						via: marked(client)[BRIDGED] ? "websocket" : "embedded",
+						peerhost: marked(client)[PEER],
+						connected_at: new Date().toISOString(),
+					});
 				});
 				aedes.on("clientDisconnect", (client) => {
 					if (this.embeddedClients.get(client.id) === client) this.embeddedClients.delete(client.id);
@@ -543,17 +723,17 @@ export default workerService(
 				const preAuth = new PreAuthGate();
 				const serve = (socket: net.Socket, peer: string | undefined, release: () => void, bridged: boolean) => {
 					const client = aedes.handle(socket);
-					(client as any)[PREAUTH] = release;
-					(client as any)[PEER] = peer;
-					(client as any)[BRIDGED] = bridged;
+					marked(client)[PREAUTH] = release;
+					marked(client)[PEER] = peer;
+					marked(client)[BRIDGED] = bridged;
 					if (!limitPacketSize(client, socket)) this.logger.error("preserver: the aedes packet parser is not where expected; MQTT connection refused (packet size limit)");
 					// Counted per identity until the socket is gone, whatever ended it.
 					socket.once("close", () => {
-						const p: MqttPrincipal | undefined = (client as any)[PRINCIPAL];
+						const p: MqttPrincipal | undefined = marked(client)[PRINCIPAL];
 						const open: Set<AedesClient> | undefined = p?.identity ? this.openByIdentity.get(p.identity) : undefined;
 						if (!open) return;
 						open.delete(client);
-						if (!open.size) this.openByIdentity.delete(p!.identity);
+						if (!open.size) this.openByIdentity.delete(p!.identity!);
 					});
 				};
 				const server = net.createServer((socket) => {
@@ -592,17 +772,21 @@ export default workerService(
 				const host = ["0.0.0.0", "::", ""].includes(this.cfg.host) ? "127.0.0.1" : this.cfg.host;
 				this.aedes = aedes;
 				this.mqttServer = server;
+				this.sweepTimer = setInterval(() => void this.sweep(), MQTT_SWEEP_MS);
+				this.sweepTimer.unref();
 				this.embeddedUrl = `mqtt://${host.includes(":") ? `[${host}]` : host}:${port}`;
 				this.logger.info(`preserver: embedded MQTT broker on ${this.embeddedUrl}`);
 			},
 
-			async stopEmbedded(this: any) {
+			async stopEmbedded(this: Svc) {
 				const aedes = this.aedes as Aedes | undefined;
 				const server = this.mqttServer as net.Server | undefined;
 				this.aedes = undefined;
 				this.mqttServer = undefined;
 				this.embeddedUrl = undefined;
 				this.holderAdmitted = undefined;
+				clearInterval(this.sweepTimer);
+				this.sweepTimer = undefined;
 				if (aedes) await new Promise<void>((r) => aedes.close(() => r()));
 				if (server?.listening) await new Promise<void>((r) => server.close(() => r()));
 				this.embeddedClients.clear();
@@ -610,9 +794,9 @@ export default workerService(
 			},
 
 			/** Closes the embedded broker's connections whose principal matches (revocation). */
-			closeEmbedded(this: any, match: (p: MqttPrincipal) => boolean) {
+			closeEmbedded(this: Svc, match: (p: MqttPrincipal) => boolean) {
 				for (const client of (this.embeddedClients as Map<string, AedesClient>).values()) {
-					const p: MqttPrincipal | undefined = (client as any)[PRINCIPAL];
+					const p: MqttPrincipal | undefined = marked(client)[PRINCIPAL];
 					if (p && match(p)) client.close();
 				}
 			},

@@ -49,8 +49,8 @@ export default workerService(
 		async onChanges(this: any, recs: OutboxRecord[]) {
 			await this.publishChanges(recs);
 		},
-		async checks(this: any) {
-			return { "mqtt broker": !!(this.mqtt as MqttClient | undefined)?.connected, ...(await (this.delivery as Delivery).checks()) };
+		checks(this: any) {
+			return { "mqtt broker": async () => !!(this.mqtt as MqttClient | undefined)?.connected, ...(this.delivery as Delivery).checks() };
 		},
 	},
 	{

@@ -5,6 +5,8 @@
  *
  * - auth/grants, and context/configs with key RBAC → `authority.changed` (every node reloads its grant index);
  * - identity/sessions deleted → the session's blacklist key is (re)set and `auth.session.revoked` broadcast;
+ * - identity/users whose roles, groups, username or state changed → `identity.user.changed` `{ ids }` (every node reads
+ *   the user again before deciding its tokens);
  * - auth/apts deleted → the same for the APT's own session, plus `auth.apt.revoked` (still deleted only: an APT
  *   restored since is left alone);
  * - domain/clients changed → `domain.client.changed` `{ id, op }` (for caches of client records);
@@ -21,10 +23,11 @@ import { APT_REVOCATION_ACTION, AUTHORITY_CHANGED, CQRS_CHANGED, SAGAS_EXPIRE_AC
 import type { ServiceBroker } from "moleculer";
 import type { ChangeEvent } from "../lib/change-event";
 import { configOf } from "../runtime/config";
+import { actionAvailable } from "../runtime/health";
 import { sharedKeyValue, type KeyValue } from "../runtime/kv";
 import type { Doc } from "../lib/types";
 import type { OutboxRecord } from "../events/outbox";
-import { announceRevocation, blacklistSession } from "../middlewares/authenticate";
+import { announceRevocation, blacklistSession, USER_CHANGED, userStateChanged } from "../middlewares/authenticate";
 import { WORKER_PORTS } from "./index";
 import { workerService } from "./worker";
 
@@ -61,6 +64,9 @@ export async function watch(d: WatchDeps, rec: OutboxRecord): Promise<void> {
 		case "identity.sessions":
 			if (ev.op === "d") await revokeSession(d, ev.id);
 			return;
+		case "identity.users":
+			if (userStateChanged(ev.op, ev.before, ev.after)) d.broker.broadcast(USER_CHANGED, { ids: [ev.id] });
+			return;
 		case "auth.apts": {
 			if (ev.op !== "d") return;
 			const apt = (await d.broker.call(APT_REVOCATION_ACTION, { id: ev.id })) as { session?: string; hash?: string; live: boolean } | null;
@@ -91,8 +97,8 @@ export default workerService(
 		async onChange(this: any, rec: OutboxRecord) {
 			await watch(this.deps, rec);
 		},
-		async checks(this: any) {
-			return { cache: await this.deps.kv.ping() };
+		checks(this: any) {
+			return { cache: () => this.deps.kv.ping() };
 		},
 	},
 	{
@@ -128,6 +134,9 @@ export default workerService(
 			/** One expiry scan at a time per watcher; a failure (essential not up yet) waits for the next tick. */
 			scanSagas(this: any): Promise<unknown> {
 				if (this.stopping || this.sagaScan) return this.sagaScan;
+				// Not asked before some node offers it: Moleculer logs a warning for every call to an unknown action (a start
+				// where the watcher's first tick comes before the essential service registered).
+				if (!actionAvailable(this.broker, SAGAS_EXPIRE_ACTION)) return Promise.resolve();
 				this.sagaScan = this.broker
 					.call(SAGAS_EXPIRE_ACTION, { limit: 100 }, { meta: {} })
 					.catch((err: unknown) => this.logger.debug("saga expiry scan failed", err))

@@ -11,14 +11,20 @@ export const content: DomainDef = {
 			name: "posts",
 			description: "Posts",
 			fields: { title: { type: "string", required: true, maxLength: 1000 }, content: { type: "string" }, status: { type: "string", enum: ["DRAFT", "PUBLISHED"] } },
-			specials: [{
-					action: "search", method: "GET", path: "search", implemented: true,
-					description: "Search posts: the caller's view (zones, grant rows and fields, `query`), ranked by relevance of `q` to the text fields the caller may read (whole words; the last word also as a prefix), best first, each with its `score`",
+			specials: [
+				{
+					action: "search",
+					method: "GET",
+					path: "search",
+					implemented: true,
+					description:
+						"Search posts: the caller's view (zones, grant rows and fields, `query`), ranked by relevance of `q` to the text fields the caller may read (whole words; the last word also as a prefix), best first, each with its `score`",
 					query: { q: { type: "string", required: true, maxLength: 200, description: "The text to search for" } },
 					listParams: true,
 					answer: "items",
 					answerFields: { score: { type: "number", description: "Relevance (BM25); higher is better" } },
-				}],
+				},
+			],
 		},
 		{
 			name: "tickets",

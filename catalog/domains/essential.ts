@@ -1,15 +1,7 @@
 import type { DomainDef } from "../types";
 
 export const SAGA_STATES = ["AWAITING", "ABORTED", "COMMITTED"] as const;
-export const SAGA_STAGE_ACTIONS = [
-	"COUNT_DOCUMENTS",
-	"INSERT_MANY",
-	"FIND_ONE",
-	"FIND",
-	"FIND_ONE_AND_UPDATE",
-	"FIND_ONE_AND_DELETE",
-	"UPDATE_MANY",
-] as const;
+export const SAGA_STAGE_ACTIONS = ["COUNT_DOCUMENTS", "INSERT_MANY", "FIND_ONE", "FIND", "FIND_ONE_AND_UPDATE", "FIND_ONE_AND_DELETE", "UPDATE_MANY"] as const;
 
 export const essential: DomainDef = {
 	name: "essential",
@@ -34,13 +26,19 @@ export const essential: DomainDef = {
 			},
 			specials: [
 				{
-					action: "start", method: "POST", path: "start", implemented: true,
+					action: "start",
+					method: "POST",
+					path: "start",
+					implemented: true,
 					description: "Start a saga owned by the caller: `AWAITING` until commit, abort or expiry (`ttl` seconds, 5 to 900)",
 					body: { ttl: { type: "integer", required: true, minimum: 5, description: "Lifetime in seconds, 5 to 900" } },
 					answer: "data",
 				},
 				{
-					action: "start", method: "POST", path: "add", implemented: true,
+					action: "start",
+					method: "POST",
+					path: "add",
+					implemented: true,
 					description: "Record a stage of work done outside the platform (never undone by the platform; participants learn of an abort from the saga's change event)",
 					body: {
 						saga: { type: "string", required: true, format: "objectId" },
@@ -53,13 +51,19 @@ export const essential: DomainDef = {
 					errors: [404, 409],
 				},
 				{
-					action: "abort", method: "GET", path: ":id/abort", implemented: true,
+					action: "abort",
+					method: "GET",
+					path: ":id/abort",
+					implemented: true,
 					description: "Compensate every stage, newest first, then `ABORTED` with `aborted_at`; repeating it answers the same; a committed saga answers 409",
 					answer: "data",
 					errors: [404, 409],
 				},
 				{
-					action: "commit", method: "GET", path: ":id/commit", implemented: true,
+					action: "commit",
+					method: "GET",
+					path: ":id/commit",
+					implemented: true,
 					description: "Make the staged writes final: `COMMITTED` with `committed_at`; repeating it answers the same; an aborted saga answers 409",
 					answer: "data",
 					errors: [404, 409],

@@ -38,12 +38,19 @@ export const financial: DomainDef = {
 			},
 			specials: [
 				{
-					action: "payment", method: "POST", path: ":id/payment", implemented: true,
+					action: "payment",
+					method: "POST",
+					path: ":id/payment",
+					implemented: true,
 					description:
 						"Pay the invoice from one of the caller's wallets to the wallet of the invoice's owner (a transaction initiated and verified at once): `status: PAID`, `paid_at`, `transaction`; a paid or cancelled invoice, or one whose `amount` is not the expected one, answers 409; wallets in another currency than the invoice's answer 400",
 					body: {
 						wallet: { type: "string", required: true, format: "objectId" },
-						amount: { type: "integer", minimum: 1, description: "The amount the payer expects to pay (minor units), as it read it: 409 when the invoice says otherwise (the owner changed it since)" },
+						amount: {
+							type: "integer",
+							minimum: 1,
+							description: "The amount the payer expects to pay (minor units), as it read it: 409 when the invoice says otherwise (the owner changed it since)",
+						},
 					},
 					answer: "data",
 					errors: [400, 404, 409],
@@ -68,12 +75,19 @@ export const financial: DomainDef = {
 			},
 			specials: [
 				{
-					action: "init", method: "POST", path: "init", implemented: true,
+					action: "init",
+					method: "POST",
+					path: "init",
+					implemented: true,
 					description: "Start a saga and move the balances as its stages: `state: PENDING` until verify, abort or the saga's expiry (balances restored)",
 					body: {
 						amount: { type: "integer", required: true, minimum: 1, description: "Minor units (cents)" },
 						currency: { type: "string", maxLength: 10 },
-						type: { type: "string", enum: TRANSACTION_TYPES, description: "TRANSFER (default), DEPOSIT (payees only) or WITHDRAW (payers only); DEPOSIT and WITHDRAW need a manage grant on financial:wallets" },
+						type: {
+							type: "string",
+							enum: TRANSACTION_TYPES,
+							description: "TRANSFER (default), DEPOSIT (payees only) or WITHDRAW (payers only); DEPOSIT and WITHDRAW need a manage grant on financial:wallets",
+						},
 						payers: { type: "array", items: "object", description: "`[{ wallet, amount }]`, amounts summing to `amount`" },
 						payees: { type: "array", items: "object", description: "`[{ wallet, amount }]`, amounts summing to `amount`" },
 						ttl: { type: "integer", minimum: 5, description: "Saga lifetime in seconds (default 300)" },
@@ -82,13 +96,19 @@ export const financial: DomainDef = {
 					errors: [404, 409],
 				},
 				{
-					action: "verify", method: "GET", path: ":id/verify", implemented: true,
+					action: "verify",
+					method: "GET",
+					path: ":id/verify",
+					implemented: true,
 					description: "Commit the transaction's saga: `VERIFIED`, `verified_at`; repeating it answers the same",
 					answer: "data",
 					errors: [404, 409],
 				},
 				{
-					action: "init", method: "GET", path: ":id/abort", implemented: true,
+					action: "init",
+					method: "GET",
+					path: ":id/abort",
+					implemented: true,
 					description: "Abort the transaction's saga: balances restored, `CANCELLED`, `canceled_at`; repeating it answers the same",
 					answer: "data",
 					errors: [404, 409],

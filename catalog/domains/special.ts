@@ -33,7 +33,7 @@ export const special: DomainDef = {
 					action: "share",
 					method: "POST",
 					path: ":id/share",
-					description: "A download path that works without a token until it expires; `{ type: \"UNLINK\" }` revokes every share key of the file",
+					description: 'A download path that works without a token until it expires; `{ type: "UNLINK" }` revokes every share key of the file',
 					implemented: true,
 					body: {
 						ttl: { type: "integer", minimum: 1, description: "Seconds the key works (default 3600, at most 2592000 = 30 days)" },
@@ -67,8 +67,12 @@ export const special: DomainDef = {
 			},
 			specials: [
 				{
-					action: "collect", method: "POST", path: "collect", implemented: true,
-					description: "The caller's tenant's statistics (its client's) summed per service and collection over the buckets of `period` from `from` to `to` (inclusive, either may be omitted), read through the caller's view (zone `client` unless the caller names one)",
+					action: "collect",
+					method: "POST",
+					path: "collect",
+					implemented: true,
+					description:
+						"The caller's tenant's statistics (its client's) summed per service and collection over the buckets of `period` from `from` to `to` (inclusive, either may be omitted), read through the caller's view (zone `client` unless the caller names one)",
 					listParams: true,
 					body: {
 						period: { type: "string", required: true, enum: ["daily", "monthly", "yearly"] },

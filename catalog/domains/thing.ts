@@ -7,7 +7,11 @@ export const thing: DomainDef = {
 	description: "IoT devices, sensors and readings",
 	collections: [
 		{ name: "devices", description: "Devices", fields: { name: { type: "string", required: true, maxLength: 200 }, serial: { type: "string" } } },
-		{ name: "sensors", description: "Sensors", fields: { name: { type: "string", required: true, maxLength: 200 }, device: { type: "string", format: "objectId", relation: "thing/devices" } } },
+		{
+			name: "sensors",
+			description: "Sensors",
+			fields: { name: { type: "string", required: true, maxLength: 200 }, device: { type: "string", format: "objectId", relation: "thing/devices" } },
+		},
 		{
 			name: "metrics",
 			description: "Sensor readings",

@@ -15,10 +15,13 @@ import type { PoolClient } from "pg";
 import { openRelational, releaseRelational, SCHEMA_LIMIT_MS, type Relational } from "../../runtime/relational";
 import { ApiError } from "../../lib/errors";
 import { DDL_LOCK, PgDatabase, type PgConfig } from "./pg.store";
-import { commitUnit, openTransaction, takeHeld, type Held } from "./unit";
+import { commitUnit, openTransaction, takeHeld, unitDeadline, type Held } from "./unit";
 
-const TABLE = `"_outbox"`;
-const SEQUENCE = `"_outbox_seq"`;
+/** The outbox's table and the sequence its positions are drawn from (a backup restores both: data-backup.ts). */
+export const OUTBOX_TABLE = "_outbox";
+export const OUTBOX_SEQUENCE = "_outbox_seq";
+const TABLE = `"${OUTBOX_TABLE}"`;
+const SEQUENCE = `"${OUTBOX_SEQUENCE}"`;
 /**
  * One statement, one round trip: the lock is an InitPlan of a one-time filter, so it is taken before the first
  * position is drawn; the n-th smallest position goes to the n-th record. With `held` (a document write the unit of
@@ -41,12 +44,12 @@ const LOCK = "pg_advisory_xact_lock(hashtext('platform-outbox-append'))";
 /**
  * Group commit: the appends of several units that need no transaction of their own (a held create, or events alone)
  * in one statement, one transaction, one WAL flush. Per table, the held inserts' documents go in as one insert from a
- * JSON array (`$1`, `$2`, ... in table order: each element's text is the stored body); then the lock (waiting for
+ * JSON array (`$1`, `$2`, ... in table order: each element a document); then the lock (waiting for
  * every insert, as appendSql's), the positions and the records of all members in order (the last two parameters).
  * The text depends only on the tables, not on how many members: PostgreSQL parses and plans it once per connection.
  */
 function groupSql(tables: string[]): string {
-	const inserts = tables.map((t, i) => `d${i} as (insert into ${t} (id, body) select x->>'_id', x from json_array_elements($${i + 1}::json) x returning 1), `).join("");
+	const inserts = tables.map((t, i) => `d${i} as (insert into ${t} (id, doc) select x->>'_id', x from jsonb_array_elements($${i + 1}::jsonb) x returning 1), `).join("");
 	// Every insert counted (as in appendSql; a sum of scalar subqueries instead let PostgreSQL draw positions first).
 	const counted = tables.length ? ` from ${tables.map((_t, i) => `(select count(*) from d${i}) w${i}`).join(", ")}` : "";
 	const n = tables.length;
@@ -58,12 +61,22 @@ function groupSql(tables: string[]): string {
 	);
 }
 
-/** An append waiting for the next group statement: its held insert (if any), its records, and its answer. */
+/**
+ * An append waiting for the next group statement: its held insert (if any), its records, and its answer. `until`: the
+ * end of its request's deadline (its unit's, from when it came), which its wait and its statement both fall under.
+ */
 interface Member {
 	held?: Held;
 	recs: string[];
+	until?: number;
 	resolve(seqs: number[]): void;
 	reject(err: unknown): void;
+}
+
+/** The deadline left to the members of a statement: the shortest (none when no member has one). */
+function deadlineOf(members: Member[]): number | undefined {
+	const ends = members.flatMap((m) => (m.until === undefined ? [] : [m.until]));
+	return ends.length ? Math.max(1, Math.min(...ends) - Date.now()) : undefined;
 }
 
 /** Members of one group statement at most (their records are one array parameter). */
@@ -119,7 +132,10 @@ export class PgOutbox {
 		const held = takeHeld(db.rel);
 		// No transaction of the unit's to join: the append (with the held insert) is a statement of its own, which can
 		// share one with the appends of other units.
-		if (held || !openTransaction(db.rel)) return new Promise((resolve, reject) => this.enqueue({ held, recs, resolve, reject }));
+		if (held || !openTransaction(db.rel)) {
+			const deadlineMs = unitDeadline();
+			return new Promise((resolve, reject) => this.enqueue({ held, recs, until: deadlineMs === undefined ? undefined : Date.now() + deadlineMs, resolve, reject }, deadlineMs));
+		}
 		const { rows } = await db.write(APPEND, [recs.length, recs]);
 		const seqs = rows.map((r) => Number(r.seq)).sort((a, b) => a - b);
 		await commitUnit(db.rel);
@@ -136,8 +152,21 @@ export class PgOutbox {
 	 * fails for a reason one member's data can cause (a duplicate key), nothing of it was written: each member runs
 	 * again alone, so the failure is only its own.
 	 */
-	private enqueue(m: Member): void {
+	private enqueue(m: Member, deadlineMs: number | undefined): void {
 		this.queue.push(m);
+		// A member still waiting when its deadline passes leaves the queue (nothing of it was written) and fails as an
+		// outage; one in a statement by then fails with that statement, whose deadline is at most its own.
+		if (deadlineMs !== undefined) {
+			const timer = setTimeout(() => {
+				const i = this.queue.indexOf(m);
+				if (i < 0) return;
+				this.queue.splice(i, 1);
+				m.reject(Object.assign(new Error(`no turn to append within ${deadlineMs} ms (a request's deadline)`), { code: "ETIMEDOUT" }));
+			}, deadlineMs);
+			const { resolve, reject } = m;
+			m.resolve = (seqs) => (clearTimeout(timer), resolve(seqs));
+			m.reject = (err) => (clearTimeout(timer), reject(err));
+		}
 		if (!this.inFlight) void this.flush();
 	}
 
@@ -165,7 +194,10 @@ export class PgOutbox {
 	private async alone(m: Member): Promise<void> {
 		try {
 			const recs = [m.recs.length, m.recs];
-			const { rows } = m.held ? await this.d.alone(appendSql(m.held.text, m.held.values?.length ?? 0), [...(m.held.values ?? []), ...recs]) : await this.d.alone(APPEND, recs);
+			const deadline = deadlineOf([m]);
+			const { rows } = m.held
+				? await this.d.aloneWithin(deadline, appendSql(m.held.text, m.held.values?.length ?? 0), [...(m.held.values ?? []), ...recs])
+				: await this.d.aloneWithin(deadline, APPEND, recs);
 			m.resolve(rows.map((r) => Number(r.seq)).sort((a, b) => a - b));
 		} catch (err) {
 			m.reject(err);
@@ -177,14 +209,14 @@ export class PgOutbox {
 		const tables = new Map<string, string[]>();
 		for (const m of group) {
 			if (!m.held?.rows) continue;
-			const { table, bodies } = m.held.rows;
+			const { table, docs } = m.held.rows;
 			const t = tables.get(table);
-			if (t) t.push(...bodies);
-			else tables.set(table, [...bodies]);
+			if (t) t.push(...docs);
+			else tables.set(table, [...docs]);
 		}
 		const recs = group.flatMap((m) => m.recs);
-		const params = [...[...tables.values()].map((bodies) => `[${bodies.join(",")}]`), recs.length, recs];
-		const { rows } = await this.d.alone(groupSql([...tables.keys()]), params);
+		const params = [...[...tables.values()].map((docs) => `[${docs.join(",")}]`), recs.length, recs];
+		const { rows } = await this.d.aloneWithin(deadlineOf(group), groupSql([...tables.keys()]), params);
 		return rows.map((r) => Number(r.seq)).sort((a, b) => a - b);
 	}
 

@@ -1,21 +1,21 @@
 /**
  * Translation of a validated platform filter (lib/query-safety.ts, `id` already renamed to `_id`) into parameterised
- * SQL over a `(id text, doc jsonb)` table, with MongoDB's semantics (arrays included):
+ * SQL over a `(id text, doc jsonb)` table, with the meaning of the platform's query language (lib/query.ts, arrays
+ * included; test/integration/query-sql.property.test.ts compares the two on random documents and filters):
  *
  * - values only ever travel as bind parameters (`$n`); field names (validated identifiers, lib/query-safety.ts
  *   FIELD) are written into SQL string literals and jsonpath quoted keys, escaped;
  * - a top-level equality `{f: v}` is `doc @> {"f": v} OR doc @> {"f": [v]}` (the field, or an element of it, equals
  *   v), which the GIN `jsonb_path_ops` index serves: the zones (owner, shares, groups, clients), `ref`, any field;
  * - dotted paths and comparisons are SQL/JSON paths in lax mode (`$."a"."b" ? (@ > $v)`), which descend through
- *   arrays and compare element-wise like MongoDB; comparisons across types (a number against a string) match nothing,
- *   like MongoDB's type brackets;
+ *   arrays one level and compare element-wise; comparisons across types (a number against a string) match nothing;
  * - what SQL cannot say with exactly the same meaning is not guessed: `$regex` (RE2 semantics, lib/safe-regex.ts;
  *   PostgreSQL's own engine reads patterns differently, e.g. `\b`, and its worst case is not linear), `$elemMatch`,
  *   sub-document and array equality on a dotted path, comparisons with null or booleans. Such a node becomes TRUE in
  *   SQL (the SQL then selects a superset) and the query is marked inexact: the store evaluates the whole filter in
- *   JavaScript on the candidate rows (NeDB's matcher after the MongoDB normalisation, the same as the embedded
- *   store, with the RE2 matcher and its work budget), then sorts and pages there.
+ *   JavaScript on the candidate rows (lib/query.ts, with the RE2 matcher and its work budget), in the SQL's order.
  */
+import { elementTests, isOperatorObject } from "../../lib/query";
 import type { Filter } from "./types";
 
 export class Params {
@@ -66,9 +66,6 @@ export function valueAt(field: string, base = "doc"): string {
 	return `(${base}#>${lit(`{${segs.map((s) => `"${s.replace(/\\/g, "\\\\").replace(/"/g, '\\"')}"`).join(",")}}`)}::text[])`;
 }
 
-const isOperatorObject = (v: unknown): v is Record<string, unknown> =>
-	typeof v === "object" && v !== null && !Array.isArray(v) && !(v instanceof RegExp) && Object.keys(v).length > 0 && Object.keys(v).every((k) => k.startsWith("$"));
-
 const isScalar = (v: unknown): v is string | number | boolean => typeof v === "string" || typeof v === "boolean" || (typeof v === "number" && Number.isFinite(v));
 
 function and(parts: Sql[]): Sql {
@@ -87,7 +84,7 @@ function not(p: Sql): Sql {
 
 /**
  * Where a dotted path starts: the document, or for `f.N...` (N numeric: the grouping zone's `clients.0`) the N-th
- * element of an array `f`, or the key "N" of a sub-document `f`, as MongoDB reads it (lax SQL/JSON would also take a
+ * element of an array `f`, or the key "N" of a sub-document `f`, as lib/query.ts reads it (lax SQL/JSON would also take a
  * scalar `f` for its own element 0). Undefined: a numeric segment deeper in the path, evaluated in JavaScript.
  */
 function rooted(field: string, doc: string): { base: string; rest: string } | undefined {
@@ -105,15 +102,20 @@ function pathExists(field: string, p: Params, doc: string, filter?: string, vars
 	if (!r) return undefined;
 	const root = r.rest ? jsonPath(r.rest) : "$";
 	const path = filter ? `${root} ? (${filter})` : root;
+	// (A filter's value that is an array is taken element by element, one level, by the lax mode; a comparison would
+	// unwrap an element that is itself an array once more, so every test below first asks for a value that is not one.)
 	const call = vars ? `jsonb_path_exists(${r.base}, ${p.add(path)}::jsonpath, ${p.json(vars)})` : `jsonb_path_exists(${r.base}, ${p.add(path)}::jsonpath)`;
 	// A missing base (no such element) is no match, never SQL's unknown (which NOT would keep unknown).
 	return r.base === doc ? call : `coalesce(${call}, false)`;
 }
 
+/** The SQL/JSON filter test of an item that is not an array (see pathExists). */
+const NOT_ARRAY = '@.type() != "array"';
+
 const sqlOf = (sql: string | undefined): Sql => (sql === undefined ? TRUE : ok(sql));
 
 /**
- * `{field: v}` with MongoDB's meaning: equal, or (arrays) an element equal; null also matches a missing field. `doc`:
+ * `{field: v}` with the query language's meaning: equal, or (arrays) an element equal; null also matches a missing field. `doc`:
  * the document the field is read from (the row's, or an array element's under $elemMatch).
  */
 function eq(field: string, v: unknown, p: Params, doc: string): Sql {
@@ -130,18 +132,18 @@ function eq(field: string, v: unknown, p: Params, doc: string): Sql {
 			return ok(`(case coalesce(jsonb_typeof(${x}), 'null') when 'null' then true when 'array' then ${x} @> '[null]'::jsonb else false end)`);
 		}
 		const has = pathExists(field, p, doc);
-		const isNull = pathExists(field, p, doc, "@ == null");
+		const isNull = pathExists(field, p, doc, `${NOT_ARRAY} && @ == null`);
 		if (has === undefined || isNull === undefined) return TRUE;
 		// Also missing in one of the sub-documents an array holds (`{lines: [{sku: 1}, {}]}` for `lines.sku`).
 		const segs = field.split(".");
 		const last = segs.pop()!;
-		const parent = isNum(last) ? undefined : pathExists(segs.join("."), p, doc, `!exists(@."${last.replace(/\\/g, "\\\\").replace(/"/g, '\\"')}")`);
+		const parent = isNum(last) ? undefined : pathExists(segs.join("."), p, doc, `@.type() != "object" || !exists(@."${last.replace(/\\/g, "\\\\").replace(/"/g, '\\"')}")`);
 		if (parent === undefined && !isNum(last)) return TRUE;
 		return ok(`(not ${has} or ${isNull}${parent ? ` or ${parent}` : ""})`);
 	}
 	if (isScalar(v)) {
 		if (top) return ok(`(${doc} @> ${p.json({ [field]: v })} or ${doc} @> ${p.json({ [field]: [v] })})`);
-		return sqlOf(pathExists(field, p, doc, "@ == $v", { v }));
+		return sqlOf(pathExists(field, p, doc, `${NOT_ARRAY} && @ == $v`, { v }));
 	}
 	if (v instanceof RegExp) return regex(field, v, p, doc);
 	if (top && (Array.isArray(v) || (typeof v === "object" && v !== null))) {
@@ -177,7 +179,7 @@ function operators(field: string, ops: Record<string, unknown>, p: Params, doc: 
 			case "$lt":
 			case "$lte":
 				if (rowId) parts.push(typeof v === "string" ? ok(`(id ${CMP[op]} ${p.add(v)})`) : typeof v === "number" ? ok("false") : TRUE);
-				else if (typeof v === "string" || (typeof v === "number" && Number.isFinite(v))) parts.push(sqlOf(pathExists(field, p, doc, `@ ${CMP[op]} $v`, { v })));
+				else if (typeof v === "string" || (typeof v === "number" && Number.isFinite(v))) parts.push(sqlOf(pathExists(field, p, doc, `${NOT_ARRAY} && @ ${CMP[op]} $v`, { v })));
 				else parts.push(TRUE);
 				break;
 			case "$exists":
@@ -235,32 +237,72 @@ function regex(field: string, re: RegExp, p: Params, doc: string): Sql {
 	p.patterns++;
 	if (field === "_id" && doc === "doc") return ok(`(id ~ ${p.add(pattern)})`);
 	if (field.includes(".")) return TRUE;
-	const x = valueAt(field, doc);
-	const re$ = p.add(pattern);
-	return ok(
-		`coalesce(case jsonb_typeof(${x}) when 'string' then (${x} #>> '{}') ~ ${re$} ` +
-			`when 'array' then exists (select 1 from jsonb_array_elements(${x}) e where jsonb_typeof(e) = 'string' and (e #>> '{}') ~ ${re$}) else false end, false)`,
-	);
+	return ok(matchesPattern(valueAt(field, doc), p.add(pattern), "e"));
 }
 
+/** A jsonb value `x` that is a string matching the pattern `re$`, or an array holding one (`e`: the elements' alias). */
+const matchesPattern = (x: string, re$: string, e: string) =>
+	`coalesce(case jsonb_typeof(${x}) when 'string' then (${x} #>> '{}') ~ ${re$} ` +
+	`when 'array' then exists (select 1 from jsonb_array_elements(${x}) ${e} where jsonb_typeof(${e}) = 'string' and (${e} #>> '{}') ~ ${re$}) else false end, false)`;
+
 /**
- * `{field: {$elemMatch: {...}}}` (the query form; the operator form is refused in JavaScript) on a top-level field:
- * an element of the array that is a sub-document matching the sub-query. As exact as the sub-query's SQL.
+ * `{field: {$elemMatch: {...}}}` on a top-level field. The query form: an element of the array that is a sub-document
+ * matching the sub-query, as exact as the sub-query's SQL. The operator form of element tests (elementTests): an element
+ * that is not a sub-document and passes every test; other operator forms are evaluated in JavaScript.
  */
 function elemMatch(field: string, v: unknown, p: Params, doc: string): Sql {
-	if (field.includes(".") || (field === "_id" && doc === "doc") || !v || typeof v !== "object" || Array.isArray(v) || isOperatorObject(v)) return TRUE;
+	if (field.includes(".") || (field === "_id" && doc === "doc") || !v || typeof v !== "object" || Array.isArray(v)) return TRUE;
 	const x = valueAt(field, doc);
 	// Nested $elemMatch get their own alias; siblings may share one (separate subqueries). Stable text: named statements.
 	const e = doc === "doc" ? "el" : `${doc}_el`;
+	if (isOperatorObject(v)) return elementTest(x, v, p, e);
 	const sub = whereOf(v as Filter, p, e);
-	return { sql: `coalesce(jsonb_typeof(${x}) = 'array' and exists (select 1 from jsonb_array_elements(${x}) ${e} where jsonb_typeof(${e}) = 'object' and ${sub.sql}), false)`, exact: sub.exact && positive(v as Filter) };
+	return {
+		sql: `coalesce(jsonb_typeof(${x}) = 'array' and exists (select 1 from jsonb_array_elements(${x}) ${e} where jsonb_typeof(${e}) = 'object' and ${sub.sql}), false)`,
+		exact: sub.exact && positive(v as Filter),
+	};
 }
 
 /**
- * Whether a sub-query of $elemMatch means the same to SQL and to the JavaScript matcher, which reads it with NeDB's
- * own meaning (the MongoDB forms of null, $ne, $nin, $exists and $not apply to the whole filter, not inside
- * $elemMatch): equalities to non-null scalars, comparisons and $in of such values, $regex, under $and/$or. Anything
- * else still selects in SQL, as a superset, and is decided in JavaScript.
+ * The operator form of `$elemMatch` on the array `x`, as the JavaScript matcher reads it: some element that is not a
+ * sub-document passes all the tests, an element that is itself an array when one of its own elements does (SQL/JSON's
+ * lax filter over an element unwraps it). Comparisons of strings or numbers and `$in` are one SQL/JSON filter; a lone
+ * `$regex` of the translated subset is PostgreSQL's `~`. Anything else (a comparison with a boolean or null, `$regex`
+ * beside other tests, a pattern outside the subset) is evaluated in JavaScript.
+ */
+function elementTest(x: string, tests: Record<string, unknown>, p: Params, e: string): Sql {
+	if (!elementTests(tests)) return TRUE;
+	const isArray = (cond: string) => ok(`coalesce(jsonb_typeof(${x}) = 'array' and ${cond}, false)`);
+	if ("$regex" in tests) {
+		const re = tests.$regex;
+		const pattern = Object.keys(tests).length === 1 && re instanceof RegExp && p.patterns < MAX_SQL_PATTERNS ? pgPattern(re.source, re.flags) : undefined;
+		if (pattern === undefined) return TRUE;
+		p.patterns++;
+		const re$ = p.add(pattern);
+		return isArray(`exists (select 1 from jsonb_array_elements(${x}) ${e} where ${matchesPattern(e, re$, `${e}_in`)})`);
+	}
+	const vars: Record<string, unknown> = {};
+	const bound = (v: unknown) => {
+		const name = `v${Object.keys(vars).length}`;
+		vars[name] = v;
+		return `$${name}`;
+	};
+	const conds: string[] = [];
+	for (const [op, v] of Object.entries(tests)) {
+		if (op === "$in") {
+			if (!Array.isArray(v) || !v.every((y) => y === null || isScalar(y))) return TRUE;
+			if (!v.length) return ok("false");
+			conds.push(`(${v.map((y) => `@ == ${bound(y)}`).join(" || ")})`);
+		} else if (typeof v === "string" || (typeof v === "number" && Number.isFinite(v))) conds.push(`@ ${CMP[op]} ${bound(v)}`);
+		else return TRUE;
+	}
+	return isArray(`jsonb_path_exists(${x}, ${p.add(`$[*] ? (${[NOT_ARRAY, ...conds].join(" && ")})`)}::jsonpath, ${p.json(vars)})`);
+}
+
+/**
+ * The sub-queries of $elemMatch whose SQL is taken as exact: equalities to non-null scalars, comparisons and $in of
+ * such values, $regex, under $and/$or (the forms the property test draws inside $elemMatch). Anything else still
+ * selects in SQL, as a superset, and is decided in JavaScript.
  */
 function positive(q: Filter): boolean {
 	const value = (v: unknown) => isScalar(v) || v instanceof RegExp;
@@ -347,47 +389,6 @@ export function afterOf(keys: SortKey[], values: Array<[unknown] | []>, p: Param
 		return desc(i) ? `(${keys[i].expr} < ${at(i)} or ${keys[i].expr} is null)` : `${keys[i].expr} > ${at(i)}`;
 	};
 	return `(${keys.map((_, i) => `(${[...keys.slice(0, i).map((_k, j) => same(j)), later(i)].join(" and ")})`).join(" or ")})`;
-}
-
-/**
- * The form of a filter for the JavaScript matcher (NeDB's, after its MongoDB normalisation) with MongoDB's meaning of
- * null, which the SQL side has: `{f: null}` also matches a missing field (NeDB's does not), so do `$in: [null]`, and
- * `$ne: null` / `$nin: [null]` exclude it; a field-level `$not` (MongoDB's form) becomes the query-level one NeDB has.
- */
-export function forMatcher(q: Filter): Filter {
-	const out: Filter = {};
-	const and: Filter[] = [];
-	const nullEq = (k: string): Filter => ({ $or: [{ [k]: null }, { [k]: { $exists: false } }] });
-	for (const [k, v] of Object.entries(q)) {
-		if ((k === "$and" || k === "$or") && Array.isArray(v)) out[k] = v.map((x) => forMatcher(x as Filter));
-		else if (k === "$not" && v && typeof v === "object" && !Array.isArray(v) && !(v instanceof RegExp)) out[k] = forMatcher(v as Filter);
-		else if (k.startsWith("$")) out[k] = v;
-		else if (v === null) and.push(nullEq(k));
-		else if (isOperatorObject(v)) {
-			const rest: Record<string, unknown> = { ...v };
-			if ("$ne" in rest && rest.$ne === null) {
-				delete rest.$ne;
-				and.push({ $not: nullEq(k) });
-			}
-			if (Array.isArray(rest.$in) && rest.$in.includes(null)) {
-				const vals = rest.$in.filter((x) => x !== null);
-				delete rest.$in;
-				and.push(vals.length ? { $or: [{ [k]: { $in: vals } }, nullEq(k)] } : nullEq(k));
-			}
-			if (Array.isArray(rest.$nin) && rest.$nin.includes(null)) {
-				rest.$nin = rest.$nin.filter((x) => x !== null);
-				if (!(rest.$nin as unknown[]).length) delete rest.$nin;
-				and.push({ $not: nullEq(k) });
-			}
-			if ("$not" in rest) {
-				const n = rest.$not;
-				delete rest.$not;
-				and.push({ $not: forMatcher({ [k]: n instanceof RegExp ? { $regex: n } : n }) });
-			}
-			if (Object.keys(rest).length) out[k] = rest;
-		} else out[k] = v;
-	}
-	return and.length ? { $and: [out, ...and] } : out;
 }
 
 /**
@@ -638,7 +639,8 @@ export function pgPattern(source: string, flags: string): string | undefined {
  * The stored generated column `owner` of every document table: the document's `owner` when it is a string, else SQL
  * null. `{owner: X}` (X a string) holds exactly when this column equals X, or `owner` is an array holding X.
  */
-export const OWNER_COLUMN = "case json_typeof(body->'owner') when 'string' then body->>'owner' end";
+export const ownerColumn = (doc = "doc") => `case jsonb_typeof(${doc}->'owner') when 'string' then ${doc}->>'owner' end`;
+export const OWNER_COLUMN = ownerColumn();
 
 /** An `owner` that is an array holding the string of `$x` (the rows the `owner` column cannot answer for). */
 const ownerArray = (x: string) => `(jsonb_typeof(doc->'owner') = 'array' and (doc->'owner') @> ${x}::jsonb)`;

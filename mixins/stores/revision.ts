@@ -1,5 +1,5 @@
 /**
- * Document revisions, entity tags and `If-Match` (CONTRACTS.md "Retries and concurrent writers").
+ * Document revisions, entity tags and `If-Match` (docs/contracts.md "Retries and concurrent writers").
  *
  * Every write of a collection's document stores a new random revision in its internal `_rev` (never returned, never
  * queried, never in change events): `revisioned` wraps a collection's store so that every write path sets it, the
@@ -48,7 +48,10 @@ function bumped(update: Record<string, unknown>): Record<string, unknown> {
 /** The strong entity tag of a stored document (quoted): its id and revision, digested. */
 export function tagOf(doc: StoredDoc): string {
 	const rev = doc[REV];
-	return `"${createHash("sha256").update(`${doc._id}\n${rev === undefined ? "" : String(rev)}`).digest("base64url").slice(0, 27)}"`;
+	return `"${createHash("sha256")
+		.update(`${doc._id}\n${rev === undefined ? "" : String(rev)}`)
+		.digest("base64url")
+		.slice(0, 27)}"`;
 }
 
 /**
@@ -57,7 +60,10 @@ export function tagOf(doc: StoredDoc): string {
  * for `If-Match` (strong comparison, RFC 9110 section 8.8.3.2).
  */
 export function weakTagOf(doc: StoredDoc, others: unknown): string {
-	const digest = createHash("sha256").update(`${tagOf(doc)}\n${JSON.stringify(others ?? null)}`).digest("base64url").slice(0, 27);
+	const digest = createHash("sha256")
+		.update(`${tagOf(doc)}\n${JSON.stringify(others ?? null)}`)
+		.digest("base64url")
+		.slice(0, 27);
 	return `W/"${digest}"`;
 }
 
@@ -140,9 +146,10 @@ function pinOf(store: DocumentStore, id: string | undefined): Pin | undefined {
 /**
  * The store of one collection with revisions: every `setOne`, `setMany`, `updateIf` and `replaceIf` stores a new
  * revision; a pinned document's first write (those and `removeMany`) is conditional on the pinned revision. Everything
- * else is the store's own (a proxy: optional methods stay absent when the store has none).
+ * else is the store's own (a proxy: optional methods stay absent when the store has none). Its views under a deadline
+ * (`within`) are revisioned too, and honour the pins made on it (`pinsOf`: the store the pins name).
  */
-export function revisioned(base: DocumentStore): DocumentStore {
+export function revisioned(base: DocumentStore, pinsOf?: DocumentStore): DocumentStore {
 	/** The pinned write changed nothing: 412 when the document is still there at another revision, else as the store. */
 	async function missed<T>(pin: Pin, none: T): Promise<T> {
 		const now = await base.findOne({ _id: pin.id });
@@ -152,28 +159,36 @@ export function revisioned(base: DocumentStore): DocumentStore {
 	const at = (pin: Pin, query: Filter): Filter => ({ $and: [query, { [REV]: pin.rev === undefined ? { $exists: false } : pin.rev }] });
 	const own: Partial<DocumentStore> = {
 		async setOne(id, set) {
-			const pin = pinOf(proxy, id);
+			const pin = pinOf(pinKey, id);
 			if (!pin) return base.setOne(id, withRev(set));
 			return (await base.updateIf(at(pin, { _id: id }), updateOf(withRev(set)))) ?? missed(pin, null);
 		},
 		setMany: (ids, set) => base.setMany(ids, withRev(set)),
 		async updateIf(query, update) {
-			const pin = pinOf(proxy, idOf(query));
+			const pin = pinOf(pinKey, idOf(query));
 			if (!pin) return base.updateIf(query, bumped(update));
 			return (await base.updateIf(at(pin, query), bumped(update))) ?? missed(pin, null);
 		},
 		async replaceIf(query, doc) {
-			const pin = pinOf(proxy, doc._id);
+			const pin = pinOf(pinKey, doc._id);
 			const next = { ...doc, [REV]: newRev() };
 			if (!pin) return base.replaceIf(query, next);
 			return (await base.replaceIf(at(pin, query), next)) || missed(pin, false);
 		},
 		async removeMany(query) {
-			const pin = pinOf(proxy, idOf(query));
+			const pin = pinOf(pinKey, idOf(query));
 			if (!pin) return base.removeMany(query);
 			return (await base.removeMany(at(pin, query))) || missed(pin, 0);
 		},
+		within:
+			base.within &&
+			((ms: number) => {
+				let v = views.get(ms);
+				if (!v) views.set(ms, (v = revisioned(base.within!(ms), pinKey)));
+				return v;
+			}),
 	};
+	const views = new Map<number, DocumentStore>();
 	// Bound once per method, again when the store's method is replaced (a test's spy assigned through the proxy).
 	const bound = new Map<PropertyKey, { of: unknown; f: unknown }>();
 	const proxy: DocumentStore = new Proxy(base, {
@@ -188,5 +203,6 @@ export function revisioned(base: DocumentStore): DocumentStore {
 			return f;
 		},
 	});
+	const pinKey = pinsOf ?? proxy;
 	return proxy;
 }

@@ -2,14 +2,14 @@
  * The stores' shared helpers. The store's interface itself (documents, filters, `DocumentStore`, TENANT_REF) is the
  * catalog's (catalog/store.ts), re-exported here so the stores keep one place to import from.
  */
-import { TENANT_REF, type DocumentStore, type Filter, type FindOptions, type Page } from "../../catalog/store";
+import { TENANT_REF, type DocumentStore, type FindOptions, type Page } from "../../catalog/store";
 
 export * from "../../catalog/store";
 
 /** A page and its total through the store's one-pass `findPage` when it has one. */
 export async function pageOf(store: DocumentStore, o: FindOptions): Promise<Page> {
 	if (store.findPage) return store.findPage(o);
-	const [docs, total] = await Promise.all([store.find(o), store.count(o.query)]);
+	const [docs, total] = await Promise.all([store.find(o), store.count(o.query, o)]);
 	return { docs, total };
 }
 
@@ -89,30 +89,13 @@ export async function sortInSlices<T>(items: T[], cmp: (a: T, b: T) => number, s
 	return src;
 }
 
-/** A store query names `id`; both stores key documents by `_id`. Renames it at any depth of $and/$or/$not. */
-export function toStoreQuery(q: Filter): Filter {
-	const out: Filter = {};
-	for (const [k, v] of Object.entries(q)) {
-		if ((k === "$and" || k === "$or") && Array.isArray(v)) out[k] = v.map((x) => toStoreQuery(x as Filter));
-		// Query-level `$not` holds a sub-query (NeDB's form), whose `id` must be renamed too.
-		else if (k === "$not" && v && typeof v === "object" && !Array.isArray(v) && !(v instanceof RegExp)) out[k] = toStoreQuery(v as Filter);
-		else out[k === "id" ? "_id" : k] = v;
-	}
-	return out;
-}
-
-export function renameIdKeys<T extends Record<string, unknown>>(o: T | undefined): T | undefined {
-	if (!o) return o;
-	const out: Record<string, unknown> = {};
-	for (const [k, v] of Object.entries(o)) out[k === "id" ? "_id" : k] = v;
-	return out as T;
-}
+export { elementTests, renameIdKeys, toStoreQuery } from "../../lib/query";
 
 const UNSET_WHEN_NULL = ["ref", TENANT_REF];
 
 /**
  * The store update for a `$set`. A `ref` (or its derived `tenant_ref`, see TENANT_REF) set to null is removed instead:
- * a sparse index indexes null like any other value (NeDB and MongoDB alike), so a stored null would let only one
+ * the unique index on `tenant_ref` holds only rows that have the key, so a stored null would let only one
  * document clear its reference.
  */
 export function updateOf(set: Record<string, unknown>): Record<string, unknown> {

@@ -6,8 +6,7 @@
  * see those writes. The outbox's append (events/outbox.ts) inserts the events on the same connection and commits
  * (`commitUnit`): the documents and their events are durable together or not at all. Whatever the action writes
  * afterwards (hooks) opens a new transaction, committed when the action returns; an action that throws rolls back
- * what is not committed yet. Nodes on stores without transactions (NeDB, MongoDB) run no units at all
- * (mixins/stores/unit.middleware.ts): they write, then append.
+ * what is not committed yet.
  *
  * A write can be held back instead (`holdWrite`, a create's document insert): no transaction is begun for it, and the
  * outbox's append takes it (`takeHeld`) into the statement that appends the events, which then is the transaction,
@@ -29,19 +28,21 @@ interface Tx {
  * statement is an insert of whole documents into one table (a create), their JSON texts, so that the outbox can write
  * the inserts of several concurrent units in one statement (group commit, mixins/stores/pg.outbox.ts).
  */
-export type Held = QueryConfig & { rows?: { table: string; bodies: string[] } };
+export type Held = QueryConfig & { rows?: { table: string; docs: string[] } };
 
 export interface Unit {
 	open: boolean;
 	txs: Map<object, Tx>;
 	held: Map<object, Held>;
+	/** The deadline of each of its statements, when the unit's action serves a client's request (runtime/relational.ts). */
+	deadlineMs?: number;
 }
 
 const als = new AsyncLocalStorage<Unit>();
 
 /** A database a unit can hold a transaction on: the key of its connection in the unit. */
 export interface Transactional {
-	client(): Promise<PoolClient>;
+	client(deadlineMs?: number): Promise<PoolClient>;
 }
 
 /**
@@ -52,8 +53,9 @@ export interface Transactional {
  */
 let running = 0;
 
-export async function unitOfWork<T>(fn: () => Promise<T>): Promise<T> {
-	const unit: Unit = { open: true, txs: new Map(), held: new Map() };
+/** `deadlineMs`: the deadline of every statement of the unit (an action serving a client's request). */
+export async function unitOfWork<T>(fn: () => Promise<T>, deadlineMs?: number): Promise<T> {
+	const unit: Unit = { open: true, txs: new Map(), held: new Map(), deadlineMs };
 	running++;
 	try {
 		return await als.run(unit, async () => {
@@ -83,7 +85,7 @@ async function finish(unit: Unit, commit: boolean): Promise<void> {
 	if (commit)
 		for (const [db, h] of held)
 			try {
-				await runAlone(db as Transactional, h);
+				await runAlone(db as Transactional, h, unit.deadlineMs);
 			} catch (err) {
 				failure ??= err;
 			}
@@ -101,8 +103,8 @@ async function finish(unit: Unit, commit: boolean): Promise<void> {
 	if (failure && commit) throw failure;
 }
 
-async function runAlone(db: Transactional, h: Held): Promise<void> {
-	const c = await db.client();
+async function runAlone(db: Transactional, h: Held, deadlineMs: number | undefined): Promise<void> {
+	const c = await db.client(deadlineMs);
 	try {
 		await c.query(h);
 	} finally {
@@ -139,6 +141,12 @@ export function takeHeld(db: Transactional): Held | undefined {
 	return h;
 }
 
+/** The deadline of the current unit's statements (undefined outside a unit, or in one that serves no request). */
+export function unitDeadline(): number | undefined {
+	const unit = als.getStore();
+	return unit?.open ? unit.deadlineMs : undefined;
+}
+
 /** Whether the caller runs in an open unit of work (its writes would join a transaction). */
 export function inUnit(): boolean {
 	return !!als.getStore()?.open;
@@ -154,7 +162,7 @@ export function unitTransaction(db: Transactional): Promise<PoolClient> | undefi
 		unit.held.delete(db);
 		tx = {
 			client: (async () => {
-				const c = await db.client();
+				const c = await db.client(unit.deadlineMs);
 				try {
 					await c.query("begin");
 				} catch (err) {
@@ -165,7 +173,10 @@ export function unitTransaction(db: Transactional): Promise<PoolClient> | undefi
 					try {
 						await c.query(held);
 					} catch (err) {
-						await c.query("rollback").then(() => c.release(), (e) => c.release(e as Error));
+						await c.query("rollback").then(
+							() => c.release(),
+							(e) => c.release(e as Error),
+						);
 						throw err;
 					}
 				return c;
@@ -185,7 +196,7 @@ export function unitTransaction(db: Transactional): Promise<PoolClient> | undefi
 export async function commitUnit(db: Transactional): Promise<void> {
 	const unit = als.getStore();
 	const held = takeHeld(db);
-	if (held) return runAlone(db, held);
+	if (held) return runAlone(db, held, unit?.deadlineMs);
 	const tx = unit?.txs.get(db);
 	if (!unit || !tx) return;
 	unit.txs.delete(db);

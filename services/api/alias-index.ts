@@ -35,7 +35,12 @@ export class AliasIndex<A extends IndexedAlias> {
 	constructor(readonly aliases: readonly A[]) {
 		const firsts = aliases.map((a) => literalFirst(a.fullPath));
 		this.wild = aliases.filter((_, i) => firsts[i] === null);
-		for (const seg of new Set(firsts)) if (seg !== null) this.bySegment.set(seg, aliases.filter((_, i) => firsts[i] === null || firsts[i] === seg));
+		for (const seg of new Set(firsts))
+			if (seg !== null)
+				this.bySegment.set(
+					seg,
+					aliases.filter((_, i) => firsts[i] === null || firsts[i] === seg),
+				);
 	}
 
 	resolve(url: string, method: string): { alias: A; params: Record<string, unknown> } | false {

@@ -1,11 +1,11 @@
 /**
- * A stopping gateway's HTTP connections. `server.close()` (moleculer-web's `stopped`) waits for every connection to
- * end, and a keep-alive connection that receives a new request before it is idle never is: under steady load (clients
- * that reuse their connections, as fetch and every HTTP library do) the stop waited forever while the gateway kept
- * answering. From the moment the node stops (NODE_STOPPING): idle connections are closed, every response carries
- * `Connection: close` so its connection ends once it is sent (the client opens a new one, refused or sent to another
- * gateway), and whatever is still open after the tracking's shutdown timeout plus a second (a request that never ends)
- * is closed.
+ * A stopping gateway's HTTP connections. From the moment the node stops (NODE_STOPPING) the gateway takes no new
+ * connection (its listener closes: a proxy in front sends the request to another gateway), closes its idle ones, and
+ * answers every request it still gets on an open one with `Connection: close`, so that connection ends once the answer
+ * is sent: a keep-alive client that keeps its connection busy, as fetch and every HTTP library do under load, does not
+ * hold the stop. The gateway's `stopped` waits for the last connection to end (`closed()`), the answers to the
+ * requests in flight included; whatever is still open after the tracking's shutdown timeout plus a second (a request
+ * that never ends) is closed.
  */
 import type { Server } from "http";
 
@@ -13,6 +13,7 @@ const LAST_MS = 1000;
 
 export class Drain {
 	draining = false;
+	private done?: Promise<void>;
 
 	constructor(
 		private server: Server | undefined,
@@ -22,8 +23,21 @@ export class Drain {
 	start(): void {
 		if (this.draining || !this.server) return;
 		this.draining = true;
-		this.server.closeIdleConnections();
-		const timer = setTimeout(() => this.server?.closeAllConnections(), this.timeoutMs + LAST_MS).unref();
-		this.server.once("close", () => clearTimeout(timer));
+		const server = this.server;
+		const timer = setTimeout(() => server.closeAllConnections(), this.timeoutMs + LAST_MS).unref();
+		this.done = new Promise((resolve) => {
+			const ended = () => {
+				clearTimeout(timer);
+				resolve();
+			};
+			if (server.listening) server.close(ended);
+			else ended();
+		});
+		server.closeIdleConnections();
+	}
+
+	/** Resolves once every connection of the draining server has ended (at once when it never listened). */
+	closed(): Promise<void> {
+		return this.done ?? Promise.resolve();
 	}
 }

@@ -25,26 +25,7 @@ type Res = ServerResponse;
 
 /** File parts one upload request may carry. */
 export const MAX_FILES = 10;
-/** Bytes of request body read (and dropped) after an early answer, so the client can read it; then the socket closes. */
-const DRAIN_LIMIT = 16 * 1024 * 1024;
-
 const ignore = () => undefined;
-
-/** After an early answer (413, 403...): drop what the client still sends, up to DRAIN_LIMIT, then cut the connection. */
-function drain(req: Req): void {
-	let seen = 0;
-	req.on("data", (c: Buffer) => {
-		seen += c.length;
-		if (seen > DRAIN_LIMIT) req.socket.destroy();
-	});
-	req.resume();
-}
-
-/** An answer given before the body was read to its end: the connection closes once the rest is dropped. */
-function answerEarly(req: Req, res: Res): void {
-	res.setHeader("Connection", "close");
-	drain(req);
-}
 
 /** A part of the form as the upload's fingerprint sees it: a field, or a file part and the SHA-256 of its bytes. */
 type PartPrint = { field: string; value: string } | { file: string; filename?: string; type: string; sha256?: string };
@@ -153,11 +134,13 @@ async function readForm(req: Req, bb: busboy.Busboy, max: number, store?: (strea
 		bb.on("filesLimit", tooMany);
 		bb.on("partsLimit", tooMany);
 		bb.on("fieldsLimit", () => void (cut = true));
-		bb.on("close", () =>
-			void chain.then(() => {
-				form.whole = !cut && form.prints.every((p) => !("file" in p) || p.sha256 !== undefined);
-				resolve();
-			}),
+		bb.on(
+			"close",
+			() =>
+				void chain.then(() => {
+					form.whole = !cut && form.prints.every((p) => !("file" in p) || p.sha256 !== undefined);
+					resolve();
+				}),
 		);
 		bb.on("error", (err: Error) => {
 			fail(badRequest(`body is not valid multipart/form-data: ${err.message}`));
@@ -181,10 +164,8 @@ export const fileMethods = {
 		const max: number = this.cfg.fileMaxBytes;
 		if (!/^multipart\/form-data\b/i.test(String(req.headers["content-type"] ?? ""))) throw new ApiError(415, "body must be multipart/form-data");
 		const length = Number(req.headers["content-length"]);
-		if (Number.isFinite(length) && length > MAX_FILES * (max + 64 * 1024)) {
-			answerEarly(req, res);
-			throw new ApiError(413, `file is larger than ${max} bytes`);
-		}
+		// Answers given before the body's end are closed once the rest is dropped, bounded (services/api/early-answer.ts).
+		if (Number.isFinite(length) && length > MAX_FILES * (max + 64 * 1024)) throw new ApiError(413, `file is larger than ${max} bytes`);
 		let bb: busboy.Busboy;
 		try {
 			bb = busboy({ headers: req.headers, limits: { fileSize: max + 1, files: MAX_FILES, fields: 2 * MAX_FILES, fieldSize: 2000, parts: 3 * MAX_FILES } });
@@ -192,37 +173,34 @@ export const fileMethods = {
 			throw badRequest(`body is not valid multipart/form-data: ${(err as Error).message}`);
 		}
 		const idem = this.idempotency as Idempotency;
-		let claim: StreamedClaim | undefined;
+		const claim: StreamedClaim | undefined = await idem.claimStreamed(req, action);
+		// A repeat of a request answered before its body was read: nothing to compare, its answer again.
+		if (claim?.rec && !Idempotency.comparesBody(claim)) return await idem.replayStreamed(req, res, claim, undefined);
+		// A repeat reads its body only to hash it: nothing is stored. A keyed upload holds its key while its parts arrive.
+		const store = (stream: Readable, meta: UploadPart) => req.$ctx.call(action, stream, { meta: { file: meta } });
+		let answer: unknown;
+		let failed: unknown;
 		try {
-			claim = await idem.claimStreamed(req, action);
-			// A repeat of a request answered before its body was read: nothing to compare, its answer again.
-			if (claim?.rec && !Idempotency.comparesBody(claim)) {
-				answerEarly(req, res);
-				await idem.replayStreamed(req, res, claim, undefined);
-				return this.uploadAnswered(req, res.statusCode);
+			const form = await readForm(req, bb, max, claim?.rec ? undefined : store);
+			const fp = form.whole ? idem.streamedFingerprint(req, form.prints) : undefined;
+			if (claim?.rec) {
+				// A form that could not be read to its end (a file over the limit, a malformed body) cannot be compared.
+				if (!fp) throw form.failed ?? badRequest("body is not valid multipart/form-data");
+				return await idem.replayStreamed(req, res, claim, fp);
 			}
-		} catch (err) {
-			if (!res.headersSent) answerEarly(req, res);
-			throw err;
+			failed = form.failed ?? (form.items.length ? undefined : badRequest("file is required"));
+			answer = failed ? toErrorBody(failed) : { items: form.items, total: form.items.length };
+			if (claim)
+				await idem.completeStreamed(
+					claim,
+					failed ? (answer as { statusCode: number }).statusCode : 200,
+					answer,
+					fp,
+					form.items.map((f) => (f as { id: string }).id),
+				);
+		} finally {
+			if (claim) Idempotency.settled(claim);
 		}
-		// A repeat reads its body only to hash it: nothing is stored. A keyed upload holds its key part after part.
-		let parts = 0;
-		const store = async (stream: Readable, meta: UploadPart) => {
-			if (claim && parts++) await idem.renewStreamed(claim);
-			return req.$ctx.call(action, stream, { meta: { file: meta } });
-		};
-		const form = await readForm(req, bb, max, claim?.rec ? undefined : store);
-		if (form.failed && !req.complete) answerEarly(req, res);
-		const fp = form.whole ? idem.streamedFingerprint(req, form.prints) : undefined;
-		if (claim?.rec) {
-			// A form that could not be read to its end (a file over the limit, a malformed body) cannot be compared.
-			if (!fp) throw form.failed ?? badRequest("body is not valid multipart/form-data");
-			await idem.replayStreamed(req, res, claim, fp);
-			return this.uploadAnswered(req, res.statusCode);
-		}
-		const failed = form.failed ?? (form.items.length ? undefined : badRequest("file is required"));
-		const answer = failed ? toErrorBody(failed) : { items: form.items, total: form.items.length };
-		if (claim) await idem.completeStreamed(claim, failed ? (answer as { statusCode: number }).statusCode : 200, answer, fp, form.items.map((f) => (f as { id: string }).id));
 		if (failed) throw failed;
 		const body = JSON.stringify(answer);
 		res.writeHead(200, { "Content-Type": "application/json; charset=utf-8", "Content-Length": Buffer.byteLength(body) });
@@ -273,5 +251,3 @@ export const fileMethods = {
 		stream.pipe(res);
 	},
 };
-
-

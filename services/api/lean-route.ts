@@ -12,7 +12,6 @@
 import type { IncomingMessage, ServerResponse } from "http";
 import type { Context } from "moleculer";
 import { Errors } from "moleculer";
-// eslint-disable-next-line @typescript-eslint/no-var-requires
 const { compose } = require("moleculer-web/src/utils") as { compose: (...mws: unknown[]) => (req: unknown, res: unknown, done: (err?: unknown) => void) => void };
 
 type Middleware = (req: IncomingMessage, res: ServerResponse, next: (err?: unknown) => void) => void;
@@ -25,13 +24,15 @@ export interface LeanMatch {
 }
 
 /**
- * The request's alias, if moleculer-web would route it to an action alias of the route named `routeName` (the same
- * url and method its `api.rest` handler resolves with); undefined otherwise, and when resolving throws.
+ * The request's alias, if moleculer-web would route it to an action alias of the route named `routeName`, or to any
+ * alias of the route named `ownRoute` (a route whose handler the gateway runs itself: `/mcp`), with the same url and
+ * method its `api.rest` handler resolves with; undefined otherwise, and when resolving throws.
  */
 export function leanMatch(
 	req: IncomingMessage,
 	resolve: (url: string, method: string) => LeanMatch["found"] | false | undefined | null,
 	routeName: string,
+	ownRoute?: string,
 ): LeanMatch | undefined {
 	const method = req.method;
 	// OPTIONS resolves with Access-Control-Request-Method in moleculer-web: it keeps its own path.
@@ -49,6 +50,7 @@ export function leanMatch(
 	}
 	if (!found) return undefined;
 	const alias = found.alias;
+	if (ownRoute !== undefined && alias.route.name === ownRoute) return { url, found };
 	if (alias.route.name !== routeName || typeof alias.handler === "function" || !alias.action || alias.type === "stream") return undefined;
 	return { url, found };
 }

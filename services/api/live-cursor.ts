@@ -5,35 +5,34 @@
  *
  * - The feed: each gateway reads the outbox after its position (woken by this process's appends, and reading a shared
  *   store every LIVE_POLL_MS, so changes written through any node arrive) and keeps the newest LIVE_RING records for
- *   resumption. A position is a record's `seq`, sent as an opaque `L<base 36>`.
+ *   resumption. A position is sealed for its stream (./live-position.ts): a position of another stream is refused.
+ * - Catch-up (a resume, and the changes between the listing's start and the stream joining the feed): the stream's
+ *   own collection only, each document once, as it is at the end of the catch-up (catchUp).
  * - Who a change can concern: subscribers are indexed by zone keys (own and share: `u:<identity>`; group:
  *   `g:<tenant>/<group>`; client: `c:<client>`). A change looks up the keys of its document before and after, so
  *   its cost grows with the subscribers it can concern, not with all of them.
  * - Exactness: for each of those, the caller's view is decided again with the authority layer's own code
  *   (middlewares/authority.ts: scope, grant with its time and location, `enforce` with zones, row filter, `query` and
  *   `projection`), from the grant index of the moment; the document before and after the change is matched against
- *   the view's filter with the store's matcher (the one that checks a write's grant rows), and presented as a GET
- *   presents it (lib/present.ts with the view's field list). A document in neither image of the view is never named.
+ *   the view's filter, and presented as a GET presents it: the delivery decision of middlewares/delivery.ts, which MQTT
+ *   delivery asks too. A document in neither image of the view is never named.
  * - Token validity: every LIVE_SWEEP_MS (and at once after a revocation broadcast) each stream's bearer is
  *   authenticated again as a request would be; a refusal ends the stream with its 401 frame.
  */
 import type { IncomingMessage, ServerResponse } from "http";
 import { performance } from "perf_hooks";
 import type { ServiceBroker } from "moleculer";
-import { findCollection, type CollectionDef } from "../../catalog";
-import { checkGrant, checkScope, enforce } from "../../middlewares/authority";
+import { findCollection } from "../../catalog";
+import { admitsNow, decideChange, decideSpan, imageOf, viewAt, type Watcher } from "../../middlewares/delivery";
 import { grantCache } from "../../middlewares/grant-cache";
-import type { CollectionActionMeta, Ctx } from "../../mixins/collection.mixin";
-import { matchesFilter } from "../../mixins/stores/nedb.store";
-import { createStore, onPostgres, type DocumentStore, type StoreConfig } from "../../mixins/stores";
+import { createStore, type DocumentStore, type StoreConfig } from "../../mixins/stores";
 import { sharedOutbox, type Outbox, type OutboxRecord } from "../../events/outbox";
 import { ApiError, toErrorBody } from "../../lib/errors";
-import type { GrantIndex, Grant } from "../../lib/grants";
-import type { AccessPlan } from "../../lib/plan";
-import { present } from "../../lib/present";
+import type { GrantIndex } from "../../lib/grants";
 import { parseZones } from "../../lib/query-safety";
-import { identityOf, type Doc, type TokenClaims } from "../../lib/types";
+import { identityOf, type TokenClaims } from "../../lib/types";
 import type { Authenticator } from "../../middlewares/authenticate";
+import { Positions, streamOf, type StreamPositions } from "./live-position";
 
 /** Records kept in memory for resumption (Last-Event-ID) on this gateway; older positions are read from the outbox. */
 export const LIVE_RING = 20_000;
@@ -41,11 +40,13 @@ export const LIVE_RING = 20_000;
 export const LIVE_POLL_MS = 50;
 /** How often each stream's token is checked again (revocation, logout, deactivation, expiry: 401 within 2 s). */
 export const LIVE_SWEEP_MS = 1000;
-/** A comment line at least this often (CONTRACTS: at least every 15 s). */
+/** A comment line at least this often (docs/contracts.md "Realtime: live cursors and MQTT in the browser": at least every 15 s). */
 export const KEEP_ALIVE_MS = 14_000;
 /** A client that reads less than its changes: past this much unsent data its stream is cut (it resumes by position). */
 export const MAX_BUFFERED = 4 * 1024 * 1024;
 const READ_BATCH = 500;
+/** The longest a resume waits for this gateway's feed to read the writes answered before it (see reach). */
+const LIVE_REACH_MS = 5000;
 /**
  * The longest the feed decides records in one go before it lets the event loop turn (sockets flush, requests and
  * other streams are served): a burst of commits read as one batch of hundreds of records, each written to many
@@ -54,12 +55,40 @@ const READ_BATCH = 500;
 export const LIVE_SLICE_MS = 8;
 /** How often a gateway renews its hold on the outbox's pruning (the hold counts while renewed: STREAM_POSITION_TTL_MS). */
 const HOLD_EVERY_MS = 30_000;
+/**
+ * The most documents one catch-up holds (each document's last change, until the span is read): a stream further
+ * behind answers 410, and a fresh listing costs less than replaying that much.
+ */
+export const MAX_CATCH_UP_DOCS = 10_000;
+/**
+ * What a stopping gateway's streams end with: `retry:` sets the delay after which `EventSource` connects again (with
+ * its `Last-Event-ID`, to another gateway behind the proxy, or to this one restarted); a comment says why. No
+ * `event: error`: a client that closes its source on an error frame with data (docs/api.md) must not stop here.
+ */
+export const LIVE_RECONNECT_MS = 1000;
+export const CLOSING_FRAME = `: this gateway is stopping; reconnect\nretry: ${LIVE_RECONNECT_MS}\n\n`;
 
-const POSITION = /^L[0-9a-z]{1,12}$/;
-export const positionText = (seq: number): string => `L${seq.toString(36)}`;
-/** The record position of a `Last-Event-ID`, or undefined when it is none of ours (a document id of the listing). */
-export function positionOf(text: string): number | undefined {
-	return POSITION.test(text) ? parseInt(text.slice(1), 36) : undefined;
+/**
+ * Ends a stream with CLOSING_FRAME, then its connection once the frame is out: the stream's `Connection: keep-alive`
+ * would otherwise keep the socket open after the response, and the stopping server waits for every socket.
+ */
+function closeStream(res: ServerResponse): void {
+	if (res.destroyed || res.writableEnded) return;
+	const socket = res.socket;
+	res.end(CLOSING_FRAME, () => socket?.end());
+}
+
+/** A `Last-Event-ID` that is a document id resumes the listing (streamCursor); anything else must be a position. */
+const DOCUMENT_ID = /^[0-9a-f]{24}$/i;
+const notAPosition = () => new ApiError(400, "Last-Event-ID is not a position of this stream; reconnect without it to start over");
+const expired = () => new ApiError(410, "Last-Event-ID is older than this stream's retention; reconnect without it to start over");
+
+/**
+ * A cursor request's Last-Event-ID: the header, else `?lastEventId=`, which EventSource polyfills add on a reconnect
+ * (a browser's own EventSource sends the header only).
+ */
+export function lastEventIdOf(headers: IncomingMessage["headers"], query: Record<string, unknown> | undefined): unknown {
+	return headers["last-event-id"] ?? query?.lastEventId;
 }
 
 /** `live` query parameter: absent or `false` → no, `true` → yes, anything else 400. */
@@ -76,27 +105,26 @@ interface ReqLike {
 	socket?: { remoteAddress?: string };
 }
 
-/** A document image of a change, in stored form (`_id`), as the filter matcher and `present` take it. */
-type Image = Record<string, unknown> & { _id: string };
+/** A document image of a change, in stored form (`_id`), as the delivery decision takes it. */
+type Image = NonNullable<ReturnType<typeof imageOf>>;
 
-interface Sub {
+/** A live stream: the watcher the delivery decision takes, and where its frames go. */
+interface Sub extends Watcher {
 	res: ServerResponse;
 	req: ReqLike;
-	token: TokenClaims;
 	topic: string;
-	col: CollectionDef;
-	meta: CollectionActionMeta;
-	query: Record<string, unknown>;
-	headers: Record<string, string>;
-	ip?: string;
 	keys: string[];
+	/** Its positions, sealed for it alone (./live-position.ts). */
+	positions: StreamPositions;
 	/** The last position decided for this stream. */
 	pos: number;
+	/** Resuming in the middle of a catch-up: the documents whose last change is at or before this were sent. */
+	sent?: number;
+	/** A resume: the store's head when it was asked for; its catch-up reaches at least this far (see catchUp). */
+	target?: number;
 	/** Caught up with the hub: in the index, fed as records arrive. */
 	live: boolean;
 	closed: boolean;
-	/** The view of the last decision, reused while the grant index and the applicable grants are the same. */
-	view?: { index: GrantIndex; policies: Grant[]; plan: AccessPlan };
 	/** The record being decided (a subscriber under several keys of one change is decided once). */
 	mark: number;
 	/** Its response is corked: the frames written in this turn of the loop go out in one write. */
@@ -132,9 +160,6 @@ function subKeys(zones: string[], token: TokenClaims): string[] {
 	return [...keys];
 }
 
-const imageOf = (d: Doc | undefined): Image | undefined => (d ? ({ ...d, _id: d.id as string } as Image) : undefined);
-const samePolicies = (a: Grant[], b: Grant[]) => a.length === b.length && a.every((g, i) => g === b[i]);
-
 export class LiveCursors {
 	private readonly outbox: Outbox;
 	/** Subscribers by topic (`service.collection`), then zone key. */
@@ -146,6 +171,8 @@ export class LiveCursors {
 	private position = 0;
 	private started?: Promise<void>;
 	private stopped = false;
+	/** The gateway is stopping: no stream stays open, a new one is closed as soon as it is attached. */
+	private closing = false;
 	private wake?: () => void;
 	private timers: NodeJS.Timeout[] = [];
 	/** Set by the outbox's `readable` (appends of this process); a sleep that finds it set returns at once. */
@@ -156,20 +183,24 @@ export class LiveCursors {
 	};
 	/** A shared store (another node's writes are in it): read it every LIVE_POLL_MS; alone, appends signal. */
 	private readonly pollMs: number;
+	private readonly positions: Positions;
 
+	/** `secret`: the deployment's AES_SECRET, which positions are sealed with (every gateway opens every other's). */
 	constructor(
 		private readonly broker: ServiceBroker,
 		private readonly cfg: StoreConfig & { namespace?: string; eventStream?: string; nodeID?: string },
 		private readonly authenticator: Pick<Authenticator, "authenticate">,
 		private readonly logger: { warn(...a: unknown[]): void },
+		secret: string,
 	) {
 		this.outbox = sharedOutbox(cfg);
+		this.positions = new Positions(secret);
 		this.pollMs = this.sharedStore ? LIVE_POLL_MS : 1000;
 	}
 
-	/** Documents and outbox in a store other nodes share (PostgreSQL at DATABASE_URL, MongoDB). */
+	/** Documents and outbox in a database other nodes share (DATABASE_URL). */
 	private get sharedStore(): boolean {
-		return !!this.cfg.mongoUri || (onPostgres(this.cfg) && !!(this.cfg as { databaseUrl?: string }).databaseUrl);
+		return !!(this.cfg as { databaseUrl?: string }).databaseUrl;
 	}
 
 	/** Open live streams on this gateway (metrics, bench). */
@@ -178,23 +209,27 @@ export class LiveCursors {
 	}
 
 	/**
-	 * Validates a live request before any header leaves (400 for a bad `live`, position or query, 403 like the
-	 * cursor, 501 when this gateway cannot read the change stream) and takes the position its changes start from:
-	 * the outbox's head before the listing, or the position of `Last-Event-ID` / `?last_event_id=`. Undefined when
-	 * the request is not live.
+	 * Validates a live request before any header leaves (400 for a bad `live` or query, 403 like the cursor, 501 when
+	 * this gateway cannot read the change stream) and takes the position its changes start from: the outbox's head
+	 * before the listing, or the position of `Last-Event-ID` / `?last_event_id=` (a document id there resumes the
+	 * listing instead). A position that is not this stream's answers `event: error` with 400, one past the retention
+	 * with 410. Undefined when the request is not live.
 	 */
 	async prepare(req: ReqLike & { $ctx: { meta: any } }, action: string, params: { query?: Record<string, unknown> }): Promise<LiveStart | undefined> {
 		const query = (params.query ?? {}) as Record<string, unknown>;
 		if (!liveRequested(query)) return undefined;
+		// A stopping gateway lists nothing: the client reconnects (a refusal would make `EventSource` give up).
+		if (this.closing) return { resumes: true, attach: (res) => closeStream(res) };
 		const [service, ...rest] = action.split(".");
 		const collection = rest.slice(0, -1).join(".");
 		const ref = findCollection(service, collection);
 		if (!ref) throw new ApiError(404, "not found");
 		if (!this.sharedStore && !this.broker.getLocalService(service))
-			throw new ApiError(501, "live cursors need the change stream on this gateway: run it with the domain services, or on a shared document store (DATABASE_URL or MONGO_URI)");
+			throw new ApiError(501, "live cursors need the change stream on this gateway: run it with the domain services, or on a shared document store (DATABASE_URL)");
 		await this.start();
 		const meta = req.$ctx.meta;
 		const token = meta.token as TokenClaims;
+		const headers = meta.headers ?? {};
 		const sub: Sub = {
 			res: undefined as unknown as ServerResponse,
 			req: { headers: req.headers, query: req.query, socket: { remoteAddress: req.socket?.remoteAddress } },
@@ -203,26 +238,27 @@ export class LiveCursors {
 			col: ref.collection,
 			meta: { service, collection, op: "cursor", level: "read" },
 			query,
-			headers: meta.headers ?? {},
+			headers,
 			ip: meta.ip,
-			keys: subKeys(parseZones(query.zone ?? meta.headers?.["x-zone"]), token),
+			keys: subKeys(parseZones(query.zone ?? headers["x-zone"]), token),
+			positions: undefined as unknown as StreamPositions,
 			pos: 0,
 			live: false,
 			closed: false,
 			mark: -1,
 		};
 		// The view as the authority layer makes it: a refusal (scope, grant, a bad or hidden query field) answers now.
-		this.viewOf(sub, await grantCache.get(this.broker));
-		const raw = req.headers["last-event-id"] ?? query.last_event_id;
+		viewAt(sub, await grantCache.get(this.broker));
+		sub.positions = this.positions.of(streamOf(token, sub.topic, query, headers));
+		const raw = lastEventIdOf(req.headers, query) ?? query.last_event_id;
 		const text = raw === undefined ? "" : String(Array.isArray(raw) ? raw[0] : raw).trim();
-		const resume = text ? positionOf(text) : undefined;
-		if (resume !== undefined) {
-			sub.pos = resume;
-			const kept = await this.kept(resume);
-			return {
-				resumes: true,
-				attach: (res) => (kept ? this.attach(sub, res, false) : this.end(Object.assign(sub, { res }), new ApiError(410, `Last-Event-ID ${text} is older than this stream's retention; reconnect without it to start over`))),
-			};
+		if (text && !DOCUMENT_ID.test(text)) {
+			const at = sub.positions.open(text);
+			const refused = !at ? notAPosition() : !(await this.kept(at.base)) ? expired() : undefined;
+			if (at) Object.assign(sub, { pos: at.base, sent: at.upto });
+			// Every write answered before this request is in its catch-up, even when this gateway's feed has not read it yet.
+			sub.target = await this.outbox.head();
+			return { resumes: true, attach: (res) => (refused ? this.end(Object.assign(sub, { res }), refused) : this.attach(sub, res, false)) };
 		}
 		sub.pos = await this.outbox.head();
 		return { resumes: false, attach: (res) => this.attach(sub, res, true) };
@@ -238,31 +274,106 @@ export class LiveCursors {
 	private attach(sub: Sub, res: ServerResponse, announce: boolean): void {
 		sub.res = res;
 		if (res.destroyed || res.writableEnded) return;
+		if (this.closing) return closeStream(res);
 		this.subs.add(sub);
 		res.once("close", () => this.drop(sub));
-		if (announce) this.write(sub, `id: ${positionText(sub.pos)}\nevent: live\ndata: {}\n\n`);
+		if (announce) this.write(sub, `id: ${sub.positions.seal(sub.pos)}\nevent: live\ndata: {}\n\n`);
 		void this.catchUp(sub);
 	}
 
-	/** Feeds a stream the records between its position and the hub's, then puts it in the index. */
+	/**
+	 * Feeds a stream the changes between its position and the hub's, then puts it in the index (from then on the
+	 * feed decides each record for it as it arrives).
+	 *
+	 * Those changes are taken as one span per round, not replayed: the records of the stream's collection whose
+	 * document the view admits in some image of the span, coalesced per document, then one frame per document in the
+	 * order of its last change, deciding its last image (decideSpan): in view, the document as it is at the span's end;
+	 * out of view or gone, a `leave` without data. A state since redacted, or a document since destroyed, is never
+	 * sent; a document the view never admitted in the span is never named. Records of other collections are never
+	 * looked at (their documents are no business of this view).
+	 *
+	 * Each frame's position is (the span's start, the document's last change): a client cut off in the middle resumes
+	 * with the same span, less the documents whose last change it already had. Changes that arrive meanwhile make
+	 * the next, short, round.
+	 */
 	private async catchUp(sub: Sub): Promise<void> {
 		try {
+			if (sub.target !== undefined) await this.reach(sub.target);
 			while (!sub.closed) {
-				if (sub.pos >= this.position) {
-					this.join(sub);
-					return;
-				}
-				const recs = sub.pos >= this.floor ? this.ringAfter(sub.pos) : await this.outbox.readFrom(sub.pos, READ_BATCH);
-				if (!recs.length) {
-					this.join(sub);
-					return;
-				}
-				const index = await grantCache.get(this.broker);
-				for (const rec of recs) if (!sub.closed && rec.seq > sub.pos) this.deliver(sub, rec, index, imageOf(rec.event.before), imageOf(rec.event.after));
+				const end = this.position;
+				if (sub.pos >= end) return this.join(sub);
+				await this.span(sub, end);
 			}
 		} catch (err) {
 			this.end(sub, err);
 		}
+	}
+
+	/**
+	 * Waits (at most LIVE_REACH_MS) until the feed has read the outbox up to `seq`: a resume's first span must end at or
+	 * after every write answered before it, or it would send a document in a state its next change already replaced.
+	 */
+	private async reach(seq: number): Promise<void> {
+		if (this.position >= seq) return;
+		// One wake: a read in flight when it comes is followed by another at once (`signalled`).
+		this.onReadable();
+		const deadline = performance.now() + LIVE_REACH_MS;
+		while (this.position < seq && !this.stopped && performance.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 5));
+	}
+
+	/** One round of catchUp: the span from the stream's position to `end`. */
+	private async span(sub: Sub, end: number): Promise<void> {
+		const base = sub.pos;
+		const sent = sub.sent ?? base;
+		sub.sent = undefined;
+		/** By document: whether the view admitted it at the span's start, and its last record of the span. */
+		const docs = new Map<string, { was: boolean; last: OutboxRecord }>();
+		let at = base;
+		while (at < end && !sub.closed) {
+			const recs = at >= this.floor ? this.ringAfter(at) : await this.outbox.readFrom(at, READ_BATCH);
+			// Nothing after `at` up to `end` (a store that lost them): read as caught up, as the feed would.
+			if (!recs.length) at = end;
+			const index = await grantCache.get(this.broker);
+			for (const rec of recs) {
+				if (rec.seq > end || sub.closed) break;
+				at = rec.seq;
+				if (rec.event.topic !== sub.topic || !this.concerns(sub, rec)) continue;
+				const held = docs.get(rec.event.id);
+				if (held) held.last = rec;
+				else {
+					const was = admitsNow(sub, index, imageOf(rec.event.before));
+					if (was || admitsNow(sub, index, imageOf(rec.event.after))) docs.set(rec.event.id, { was, last: rec });
+				}
+			}
+			if (recs.length && recs[recs.length - 1].seq > end) at = end;
+			if (docs.size > MAX_CATCH_UP_DOCS)
+				throw new ApiError(
+					410,
+					`this stream is too far behind its position: more than ${MAX_CATCH_UP_DOCS} documents of its view changed since; reconnect without Last-Event-ID to start over`,
+				);
+		}
+		const order = [...docs].filter(([, d]) => d.last.seq > sent).sort(([, a], [, b]) => a.last.seq - b.last.seq);
+		let index = await grantCache.get(this.broker);
+		let sliceStart = performance.now();
+		for (const [id, d] of order) {
+			if (sub.closed) return;
+			const frame = decideSpan(sub, index, id, d.was, imageOf(d.last.event.after));
+			if (frame) this.write(sub, `id: ${sub.positions.seal(base, d.last.seq)}\nevent: change\ndata: ${JSON.stringify(frame)}\n\n`);
+			if (performance.now() - sliceStart >= LIVE_SLICE_MS) {
+				await new Promise<void>((resolve) => setImmediate(resolve));
+				index = await grantCache.get(this.broker);
+				sliceStart = performance.now();
+			}
+		}
+		sub.pos = at;
+	}
+
+	/** Whether a record's document can be in the stream's view: it has a zone key of the stream (as the feed's index). */
+	private concerns(sub: Sub, rec: OutboxRecord): boolean {
+		const keys = new Set<string>();
+		docKeys(rec.event.before, keys);
+		docKeys(rec.event.after, keys);
+		return sub.keys.some((k) => keys.has(k));
 	}
 
 	private join(sub: Sub): void {
@@ -301,38 +412,17 @@ export class LiveCursors {
 		return this.ring.slice(lo, lo + READ_BATCH);
 	}
 
-	/** The caller's view of the collection now (throws the authority layer's refusal). */
-	private viewOf(sub: Sub, index: GrantIndex): AccessPlan {
-		const { token, meta } = sub;
-		checkScope(token, meta.level, meta.service, meta.collection);
-		const decision = checkGrant(index, token, meta.level, `${meta.service}:${meta.collection}`, sub.ip);
-		const v = sub.view;
-		if (v && v.index === index && samePolicies(v.policies, decision.policies)) return v.plan;
-		const ctx = { params: { query: sub.query }, meta: { headers: sub.headers, ip: sub.ip } } as unknown as Ctx;
-		const plan = enforce(ctx, index, sub.col, meta, decision, token);
-		sub.view = { index, policies: decision.policies, plan };
-		return plan;
-	}
-
 	/** Decides one change for one stream and writes its frame, if the change touches the view. */
 	private deliver(sub: Sub, rec: OutboxRecord, index: GrantIndex, before: Image | undefined, after: Image | undefined): void {
 		sub.pos = rec.seq;
-		let plan: AccessPlan;
-		let was: boolean;
-		let is: boolean;
+		let d;
 		try {
-			plan = this.viewOf(sub, index);
-			was = !!before && matchesFilter(before, plan.filter);
-			is = !!after && matchesFilter(after, plan.filter);
-		} catch {
-			// No read grant (or scope) any more: nothing of the collection is in view.
-			return;
+			d = decideChange(sub, index, rec.event.id, before, after);
+		} catch (err) {
+			// A limit met while deciding ends this stream with its 4xx; the feed goes on for the others.
+			return this.end(sub, err);
 		}
-		if (!was && !is) return;
-		const op = is ? (was ? "update" : "enter") : "leave";
-		const frame: Record<string, unknown> = { op, id: rec.event.id };
-		if (is) frame.data = present(sub.col, after!, plan.fields);
-		this.write(sub, `id: ${positionText(rec.seq)}\nevent: change\ndata: ${JSON.stringify(frame)}\n\n`);
+		if (d) this.write(sub, `id: ${sub.positions.seal(rec.seq)}\nevent: change\ndata: ${JSON.stringify(d)}\n\n`);
 	}
 
 	/** One record for every live stream it can concern (the zone keys of its document before and after). */
@@ -487,7 +577,12 @@ export class LiveCursors {
 		await Promise.all(
 			[...this.subs].map(async (sub) => {
 				try {
-					await this.authenticator.authenticate(sub.req);
+					const { token } = await this.authenticator.authenticate(sub.req);
+					// The token as its user is now (a role or group taken away): the view is decided again with it.
+					if (token !== sub.token) {
+						sub.token = token;
+						sub.view = undefined;
+					}
 				} catch (err) {
 					const code = (err as { code?: unknown })?.code;
 					if (code === 401 || code === 403) this.end(sub, err);
@@ -510,12 +605,16 @@ export class LiveCursors {
 	}
 
 	/**
-	 * Ends every open stream (their clients reconnect, to another gateway, with `Last-Event-ID`). Called when the
-	 * node starts stopping: an open stream is a request the broker would otherwise wait on for its whole shutdown
-	 * timeout before the service's `stopped` runs.
+	 * Ends every open stream with CLOSING_FRAME (their clients reconnect, to another gateway, with `Last-Event-ID`),
+	 * and every stream attached from now on. Called when the node starts stopping: an open stream is a request the
+	 * broker would otherwise wait on for its whole shutdown timeout before the service's `stopped` runs.
 	 */
 	endStreams(): void {
-		for (const sub of [...this.subs]) sub.res.destroy();
+		this.closing = true;
+		for (const sub of [...this.subs]) {
+			this.drop(sub);
+			closeStream(sub.res);
+		}
 	}
 
 	async stop(): Promise<void> {

@@ -1,8 +1,9 @@
 /**
- * Failure counters of the guessing bounds (failed logins per IP, failed TOTP checks per session, user and IP), in the
- * shared cache (runtime/kv: Redis or in-process), so every node counts the same failures. A counter's window is fixed: it
- * opens at the first failure and ends one window later, whatever comes after (failures spread out never add up); the
- * failure that reaches the limit blocks for one window from itself (429 with Retry-After until then).
+ * Failure counters of the guessing bounds (failed logins: services/auth/login-limits.ts; failed TOTP checks per
+ * session, user and IP), in the shared cache (runtime/kv: Redis or in-process), so every node counts the same
+ * failures. A counter's window is fixed: it opens at the first failure and ends one window later, whatever comes after
+ * (failures spread out never add up); the failure that reaches the limit blocks for one window from itself (429 with
+ * Retry-After until then).
  */
 import { ApiError } from "../../lib/errors";
 import type { KeyValue } from "../../runtime/kv";
@@ -14,8 +15,9 @@ export interface FailureLimit {
 	message: string;
 }
 
+const UNTIL = ":until";
 /** When a counter that reached its limit expires (a counter's TTL cannot be read through runtime/kv). */
-const untilKey = (key: string) => `${key}:until`;
+const untilKey = (key: string) => `${key}${UNTIL}`;
 /** When the counter's window opened (its first failure). */
 const openedKey = (key: string) => `${key}:opened`;
 
@@ -38,6 +40,24 @@ export class FailureCounter {
 		if (!hit) return;
 		const until = Number((await this.kv.get(untilKey(hit.key))) ?? 0);
 		throw tooMany(hit.message, (until > Date.now() ? until - Date.now() : this.windowMs) / 1000);
+	}
+
+	/** The counters under `prefix` that reached their limit and still block: their count and when the block ends. */
+	async blocked(prefix: string): Promise<Array<{ key: string; count: number; until: number }>> {
+		const out: Array<{ key: string; count: number; until: number }> = [];
+		for (const u of await this.kv.keys(prefix, UNTIL)) {
+			const key = u.slice(0, -UNTIL.length);
+			const [count, until] = await Promise.all([this.kv.get(key), this.kv.get(u)]);
+			if (count !== null && until !== null && Number(until) > Date.now()) out.push({ key, count: Number(count), until: Number(until) });
+		}
+		return out;
+	}
+
+	/** Lifts the block of counter `key`, forgetting its failures (the next attempt is a first one); false when none. */
+	async lift(key: string): Promise<boolean> {
+		if (Number((await this.kv.get(untilKey(key))) ?? 0) <= Date.now()) return false;
+		await Promise.all([this.kv.del(key), this.kv.del(untilKey(key)), this.kv.del(openedKey(key))]);
+		return true;
 	}
 
 	/**

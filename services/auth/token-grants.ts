@@ -10,22 +10,45 @@ import { scopeSatisfies } from "../../lib/scopes";
 import { ACCESS_TTL, REFRESH_TTL, type JwtKeys } from "../../lib/tokens";
 import type { TokenClaims } from "../../lib/types";
 import { isPlainObject } from "../../lib/validate";
-import { usernameProblem, userSubjectProblem } from "../../lib/grant-validation";
+import { userTokenSubjects } from "../../lib/grant-validation";
 import { requestedScopeProblem } from "../../lib/oauth-form";
 import type { ClientInfo } from "../domain.service";
 import { blacklistKey, ignoreCacheOutage } from "../../middlewares/authenticate";
-import { FailureCounter } from "./failure-limits";
+import { endSession } from "./end-session";
+import { UNKNOWN_TENANT, type Account, type LoginLimits } from "./login-limits";
 
 export const GRANTS = ["password", "refresh_token", "client_credential", "authorization_code"] as const;
-export const LOGIN_LIMIT = 10;
-export const LOGIN_WINDOW_MS = 15 * 60 * 1000;
 const CODE_TTL_MS = 60_000;
 const INVALID_LOGIN = "username or password is invalid";
+const REFRESH_REUSED = "refresh token was already used: its session is revoked, log in again";
+
+/**
+ * The 401 of a client secret that does not verify. It names the client_id given, whether or not such a client exists
+ * (the answer is the same for both); a client_id that is no client id is not repeated (it may be anything pasted).
+ */
+function invalidClientSecret(clientId: string): ApiError {
+	return unauthorized(
+		/^[0-9a-f]{24}$/i.test(clientId) ? `client secret is invalid for client ${clientId}` : "client secret is invalid: client_id is not a client id (24 hex digits)",
+	);
+}
 
 const FIELDS: Record<string, "string" | "boolean" | "array"> = {
-	grant_type: "string", client_id: "string", client_secret: "string", app_id: "string", username: "string", password: "string",
-	refresh_token: "string", code: "string", response_type: "string", state: "string", strict: "boolean", domain: "string",
-	scopes: "array", subjects: "array", coworkers: "array", source: "string",
+	grant_type: "string",
+	client_id: "string",
+	client_secret: "string",
+	app_id: "string",
+	username: "string",
+	password: "string",
+	refresh_token: "string",
+	code: "string",
+	response_type: "string",
+	state: "string",
+	strict: "boolean",
+	domain: "string",
+	scopes: "array",
+	subjects: "array",
+	coworkers: "array",
+	source: "string",
 };
 
 export interface TokenRequest {
@@ -53,7 +76,8 @@ export function parseTokenRequest(body: unknown): TokenRequest {
 	for (const [k, v] of Object.entries(body)) {
 		const t = FIELDS[k];
 		// A key that is no field name at all is not repeated: it may be a whole body sent as the wrong type.
-		if (!/^[A-Za-z][A-Za-z0-9_]{0,63}$/.test(k)) throw badRequest(`the body is not a token request: give ${Object.keys(FIELDS).slice(0, 3).join(", ")}, ... as a JSON object or a form`);
+		if (!/^[A-Za-z][A-Za-z0-9_]{0,63}$/.test(k))
+			throw badRequest(`the body is not a token request: give ${Object.keys(FIELDS).slice(0, 3).join(", ")}, ... as a JSON object or a form`);
 		if (!t || !Object.prototype.hasOwnProperty.call(FIELDS, k)) throw badRequest(`${k} is not a field of a token request`);
 		if (v === undefined || v === null) continue;
 		if (t === "string" && (typeof v !== "string" || v.length > 4096)) throw badRequest(`${k} must be a string of at most 4096 characters`);
@@ -112,6 +136,7 @@ interface Principal {
 export interface TokenDeps {
 	jwt: JwtKeys;
 	kv: KeyValue;
+	limits: LoginLimits;
 }
 
 /** Requested scopes narrowed to those the client (or app) holds; none requested means all of them. */
@@ -145,22 +170,11 @@ async function activeUser(ctx: Context<unknown, any>, uid: string): Promise<User
 }
 
 /**
- * A user's subjects in `domain`: its roles and groups suffixed with the domain, `<uid>@domain`, `<username>@domain`.
- * Only well-formed entries become subjects (stored before validation existed, an entry could hold spaces or an id and
- * pose as another principal).
- */
-function userSubjects(user: UserInfo, domain: string): { subjects: string[]; groups: string[] } {
-	const own = (user.subjects ?? []).filter((s, i) => userSubjectProblem(s, `subjects[${i}]`) === null);
-	const named = user.username && usernameProblem(user.username) === null ? [`${user.username}@${domain}`] : [];
-	return { subjects: [...own.map((s) => `${s}@${domain}`), `${user.id}@${domain}`, ...named], groups: own.filter((s) => !s.startsWith("@")) };
-}
-
-/**
  * The `subject` claim and groups of a principal: a user's subjects, else the client's own; its app's; narrowed to those
  * asked (never widened).
  */
 function principalSubjects(user: UserInfo | null, client: ClientInfo, aid: string | undefined, domain: string, asked?: string[]) {
-	const { subjects, groups } = user ? userSubjects(user, domain) : { subjects: [`${client.id}@${domain}`], groups: [] };
+	const { subjects, groups } = user ? userTokenSubjects(user, domain) : { subjects: [`${client.id}@${domain}`], groups: [] };
 	if (aid) subjects.push(`${aid}@${domain}`);
 	return { subject: [...new Set(asked ? subjects.filter((s) => asked.includes(s)) : subjects)].join(" "), groups };
 }
@@ -179,11 +193,7 @@ async function heldScopes(ctx: Context<unknown, any>, client: ClientInfo, appId?
 }
 
 export class TokenIssuer {
-	private readonly failures: FailureCounter;
-
-	constructor(private readonly deps: TokenDeps) {
-		this.failures = new FailureCounter(deps.kv, LOGIN_WINDOW_MS);
-	}
+	constructor(private readonly deps: TokenDeps) {}
 
 	async handle(ctx: Context<unknown, any>, r: TokenRequest, ip: string): Promise<{ data: Record<string, unknown> }> {
 		switch (r.grant_type) {
@@ -200,36 +210,45 @@ export class TokenIssuer {
 		}
 	}
 
-	private failLimit(ip: string) {
-		return [{ key: `auth:fail:${ip}`, limit: LOGIN_LIMIT, message: "too many failed login attempts from this IP" }];
+	/** The failure counters of guessing `accounts` through `client` (none: the `unknown` tenant) from `ip`. */
+	private limits(client: ClientInfo | null, accounts: Account[], ip: string) {
+		return this.deps.limits.limits(client?.id ?? UNKNOWN_TENANT, accounts, ip);
 	}
 
-	/** 429 (with Retry-After) once LOGIN_LIMIT failures from this IP were counted within the window. */
-	assertNotLimited(ip: string): Promise<void> {
-		return this.failures.assertBelow(this.failLimit(ip));
+	/** Counts a failed guess of `account` (and the tenant's IP-wide failure), then answers it. */
+	private async fail(client: ClientInfo | null, account: Account | undefined, ip: string, answer: ApiError = unauthorized(INVALID_LOGIN)): Promise<never> {
+		await this.deps.limits.counter.count(this.limits(client, account ? [account] : [], ip));
+		throw answer;
 	}
 
-	private async fail(ip: string): Promise<never> {
-		await this.failures.count(this.failLimit(ip));
-		throw unauthorized(INVALID_LOGIN);
+	/** The client the request names, looked up only (no secret checked); null when it names no live client. */
+	private lookup(ctx: Context<unknown, any>, r: TokenRequest): Promise<ClientInfo | null> {
+		return ctx.call("domain.clients.authenticate", { id: r.client_id }) as Promise<ClientInfo | null>;
 	}
 
 	/**
-	 * A client secret that is presented (HTTP Basic or body) is verified whatever the grant (RFC 6749 §2.3): a wrong one
-	 * is a failed login, answered as client_credential answers it. Without one, the client is looked up only.
+	 * Holds the request to its failure bounds (429 with Retry-After once one is reached, before any secret is checked:
+	 * the right password included), then verifies a presented client secret whatever the grant (RFC 6749 §2.3): a
+	 * wrong one is a failed guess of the client's secret, answered naming the client.
 	 */
-	private async client(ctx: Context<unknown, any>, r: TokenRequest, ip: string): Promise<ClientInfo | null> {
+	private async admit(ctx: Context<unknown, any>, r: TokenRequest, client: ClientInfo | null, ip: string, account?: Account): Promise<void> {
 		const secret = r.client_secret || undefined;
-		// Each secret tried is a guess: bounded like passwords.
-		if (secret !== undefined) await this.assertNotLimited(ip);
-		const client = (await ctx.call("domain.clients.authenticate", { id: r.client_id, secret })) as ClientInfo | null;
-		return client ?? (secret !== undefined ? this.fail(ip) : null);
+		await this.deps.limits.counter.assertBelow(this.limits(client, [...(secret !== undefined ? (["secret"] as const) : []), ...(account ? [account] : [])], ip));
+		if (secret === undefined) return;
+		if (!client || !(await ctx.call("domain.clients.authenticate", { id: client.id, secret }))) await this.fail(client, "secret", ip, invalidClientSecret(r.client_id));
+	}
+
+	/** The account a password login guesses: the user its login names through the client, else the login's digest. */
+	private async passwordAccount(ctx: Context<unknown, any>, client: ClientInfo | null, login: string): Promise<Account> {
+		const user = client ? ((await ctx.call("identity.users.loginAccount", { login, tenants: [client.id, ...client.coworkers] })) as { id: string } | null) : null;
+		return user ? `user.${user.id}` : this.deps.limits.unknownLogin(login);
 	}
 
 	private async login(ctx: Context<unknown, any>, r: TokenRequest, ip: string): Promise<Principal> {
-		await this.assertNotLimited(ip);
-		const client = await this.client(ctx, r, ip);
-		if (!client) return this.fail(ip);
+		const client = await this.lookup(ctx, r);
+		const account = r.grant_type === "password" ? await this.passwordAccount(ctx, client, r.username!) : undefined;
+		await this.admit(ctx, r, client, ip, account);
+		if (!client) return this.fail(null, account, ip);
 		if (!client.grant_types.includes(r.grant_type) || (r.response_type === "code" && !client.grant_types.includes("authorization_code")))
 			throw badRequest(`grant_type ${r.response_type === "code" ? "authorization_code" : r.grant_type} is not allowed for this client`);
 		const domain = pickDomain(client, r.domain);
@@ -243,7 +262,7 @@ export class TokenIssuer {
 			// Only users of this client's tenant, or of the tenants it lists as coworkers, log in through it.
 			const tenants = [client.id, ...client.coworkers];
 			user = (await ctx.call("identity.users.verifyLogin", { login: r.username, password: r.password, tenants })) as UserInfo | null;
-			if (!user) return this.fail(ip);
+			if (!user) return this.fail(client, account, ip);
 		}
 		// `subjects` narrows, never widens: entries may be given with or without the domain suffix.
 		const asked: Asked = {
@@ -325,20 +344,24 @@ export class TokenIssuer {
 	}
 
 	private async exchangeCode(ctx: Context<unknown, any>, r: TokenRequest, ip: string): Promise<Record<string, unknown>> {
-		await this.assertNotLimited(ip);
 		// The client first (a wrong secret does not spend the code).
-		if (!(await this.client(ctx, r, ip))) return this.fail(ip);
+		const client = await this.lookup(ctx, r);
+		await this.admit(ctx, r, client, ip, "code");
+		if (!client) return this.fail(null, "code", ip);
 		const raw = await this.deps.kv.take(`auth:code:${sha256Hex(r.code!)}`);
 		const p = raw ? (JSON.parse(raw) as Principal) : null;
 		// Single use, bound to its client: a code presented by another client is burnt too.
-		if (!p || p.client_id !== r.client_id) return this.fail(ip);
+		if (!p || p.client_id !== r.client_id) return this.fail(client, "code", ip);
 		// The user may have been deactivated or deleted since the code was issued.
 		if (p.uid && !(await activeUser(ctx, p.uid))) throw unauthorized(INVALID_LOGIN);
 		return this.mint(ctx, p, ip);
 	}
 
 	private async refresh(ctx: Context<unknown, any>, r: TokenRequest, ip: string): Promise<Record<string, unknown>> {
-		const client = await this.client(ctx, r, ip);
+		const client = await this.lookup(ctx, r);
+		// A refresh guesses nothing: only a presented secret is bounded (an attack on the client's logins from this IP
+		// must not end its users' sessions there).
+		if (r.client_secret) await this.admit(ctx, r, client, ip);
 		const c = this.deps.jwt.verify(r.refresh_token!);
 		if (!c || c.type !== "refresh" || !c.jti || c.client_id !== r.client_id) throw unauthorized();
 		// A cache outage skips this shortcut only: the durable state below decides.
@@ -356,13 +379,18 @@ export class TokenIssuer {
 			to: sha256Hex(jti),
 			expiration: new Date(Date.now() + ttl.refresh * 1000).toISOString(),
 		})) as { ok: boolean };
-		if (!rotated.ok) throw unauthorized("refresh token was already used");
+		if (!rotated.ok) {
+			// Signed by us for this session, yet no longer its current one: a refresh token presented twice, by its
+			// holder or by a thief. Which one cannot be told, so the whole session ends (RFC 9700 §4.14.2).
+			await endSession(ctx, this.deps.kv, c.session);
+			throw unauthorized(REFRESH_REUSED);
+		}
 		return this.sign(p, c.session, ttl, jti);
 	}
 
 	/**
-	 * The principal of a refresh token as its user and client are now (CONTRACTS.md: "A refresh re-reads the user and
-	 * the client"): the user's current roles and groups, the client's (or app's) current scopes and coworkers, each
+	 * The principal of a refresh token as its user and client are now (docs/contracts.md "Tenants": a refresh reads the user
+	 * and the client again): the user's current roles and groups, the client's (or app's) current scopes and coworkers, each
 	 * narrowed to what the login asked (a refresh token of an earlier version: to what it carries). A user that no
 	 * longer logs in through the client, an app gone, or a domain the client no longer registers ends the refreshes.
 	 */

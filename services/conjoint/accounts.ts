@@ -1,5 +1,5 @@
 /**
- * conjoint/accounts `generate` (CONTRACTS.md "Other special actions"): the caller's messaging account, one per
+ * conjoint/accounts `generate` (docs/contracts.md "Other special actions"): the caller's messaging account, one per
  * identity (user, else app, else client). The account's id follows from the identity, so two concurrent first calls
  * (on any number of nodes) insert the same id and the second is a duplicate-key no-op that answers the first's
  * document: there is never a second account.
@@ -14,7 +14,7 @@ import { isPlainObject } from "../../lib/validate";
 import { and } from "../../middlewares/authority";
 import { platformDoc, type Ctx } from "../../mixins/collection.mixin";
 import { isDuplicateKeyError, type DocumentStore, type StoredDoc } from "../../mixins/stores";
-import { matchesFilter } from "../../mixins/stores/nedb.store";
+import { matchesFilter } from "../../lib/query";
 import { flushUnit } from "../../mixins/stores/unit";
 
 const ACCOUNTS = conjoint.collections.find((c) => c.name === "accounts")!;

@@ -1,5 +1,5 @@
 /**
- * Sagas (CONTRACTS.md "Sagas"): the four special actions of essential/sagas (start, add, :id/commit, :id/abort),
+ * Sagas (docs/contracts.md "Sagas"): the four special actions of essential/sagas (start, add, :id/commit, :id/abort),
  * the stage bookkeeping the collection engine calls for staged writes (mixins/saga-staging.ts), and the
  * compensation that abort and expiry run.
  *
@@ -85,10 +85,7 @@ function checkTtl(ttl: unknown): asserts ttl is number {
 export async function startSaga(svc: Svc, ctx: Ctx, ttl: unknown): Promise<StoredDoc> {
 	checkTtl(ttl);
 	const t = ctx.meta.token!;
-	const doc = platformDoc(
-		{ ttl, job: randomUUID(), state: "AWAITING", session: t.session ?? "", expires_at: new Date(Date.now() + ttl * 1000).toISOString() },
-		byOf(ctx),
-	);
+	const doc = platformDoc({ ttl, job: randomUUID(), state: "AWAITING", session: t.session ?? "", expires_at: new Date(Date.now() + ttl * 1000).toISOString() }, byOf(ctx));
 	await svc.collectionStore("sagas").insert(doc);
 	await svc.recordChanges(ctx, "sagas", [{ op: "c", before: null, after: doc }]);
 	return doc;
@@ -234,7 +231,17 @@ export const sagaHooks: CollectionHooks = {
 				await inFlight(svc, ctx.meta, saga._id);
 				const stages = svc.collectionStore("saga-stages");
 				const doc = platformDoc(
-					{ saga: saga._id, bucket: body.bucket, action: body.action, req: storable(body.req), res: storable(body.res ?? null), state: "external", conflict: false, images: [], seq: await stages.count({ saga: saga._id }) },
+					{
+						saga: saga._id,
+						bucket: body.bucket,
+						action: body.action,
+						req: storable(body.req),
+						res: storable(body.res ?? null),
+						state: "external",
+						conflict: false,
+						images: [],
+						seq: await stages.count({ saga: saga._id }),
+					},
 					byOf(ctx),
 				);
 				await stages.insert(doc);
@@ -289,7 +296,17 @@ export const sagaActions = {
 				await inFlight(this, ctx.meta, saga._id);
 				const stages = this.collectionStore("saga-stages");
 				const doc = platformDoc(
-					{ saga: saga._id, bucket: p.bucket, action: p.action, req: storable(p.req), res: null, state: "pending", conflict: false, images: p.images ?? [], seq: await stages.count({ saga: saga._id }) },
+					{
+						saga: saga._id,
+						bucket: p.bucket,
+						action: p.action,
+						req: storable(p.req),
+						res: null,
+						state: "pending",
+						conflict: false,
+						images: p.images ?? [],
+						seq: await stages.count({ saga: saga._id }),
+					},
 					byOf(ctx),
 				);
 				await stages.insert(doc);
@@ -339,7 +356,17 @@ export const sagaActions = {
 			const saga = await inFlight(this, ctx.meta, p.saga);
 			const stages = this.collectionStore("saga-stages");
 			const doc = platformDoc(
-				{ saga: saga._id, bucket: p.bucket, action: p.action, req: storable(p.req), res: storable(p.res ?? null), state: "done", conflict: false, images: [], seq: await stages.count({ saga: saga._id }) },
+				{
+					saga: saga._id,
+					bucket: p.bucket,
+					action: p.action,
+					req: storable(p.req),
+					res: storable(p.res ?? null),
+					state: "done",
+					conflict: false,
+					images: [],
+					seq: await stages.count({ saga: saga._id }),
+				},
 				byOf(ctx),
 			);
 			await stages.insert(doc);

@@ -1,5 +1,5 @@
 /**
- * Financial transactions and payments on sagas (CONTRACTS.md "Financial transactions and payments").
+ * Financial transactions and payments on sagas (docs/contracts.md "Financial transactions and payments").
  *
  * `init` starts a saga and records two stages before touching anything (write-ahead): the transaction's state
  * (decided by the saga's end: commit → VERIFIED, abort → CANCELLED, expiry → FAILED) and the balance moves. Each
@@ -130,7 +130,7 @@ export async function initTransaction(svc: Svc, ctx: Ctx, b: InitBody, action = 
 		commit: { state: "VERIFIED", verified_at: "$now" },
 		abort: { state: "CANCELLED", canceled_at: "$now" },
 		expiry: { state: "FAILED", failed_at: "$now" },
-		// A payee already spent its credit: nothing moves back, the transfer stands.
+		// A payee already spent its credit, or a wallet of the transfer is gone: nothing moves back, the transfer stands.
 		conflict: { state: "VERIFIED", verified_at: "$now" },
 	};
 	const tag = randomBytes(6).toString("hex");
@@ -186,7 +186,13 @@ async function finishTransaction(svc: Svc, ctx: Ctx, tx: StoredDoc, outcome: "co
 	if (tx.state !== "PENDING") throw conflict(`transaction ${tx._id} is ${String(tx.state).toLowerCase()}`);
 	await ctx.call("essential.sagas.finish", { id: tx.saga, outcome }, { meta: { headers: {} } } as any);
 	const after = (await svc.collectionStore("transactions").findOne({ id: tx._id }))!;
-	if (after.state !== want) throw conflict(`transaction ${tx._id} cannot be cancelled: a payee already spent its credit`);
+	if (after.state !== want) {
+		// The moves stand: a wallet of the transaction is gone (its moves can be neither undone nor refunded), or a payee spent its credit.
+		const ids = [...new Set([...((tx.payers as Leg[] | undefined) ?? []), ...((tx.payees as Leg[] | undefined) ?? [])].map((l) => l.wallet))];
+		const found = new Set((await svc.collectionStore("wallets").find({ query: { id: { $in: ids } } })).map((w) => w._id));
+		const gone = ids.find((id) => !found.has(id));
+		throw conflict(`transaction ${tx._id} cannot be cancelled: ${gone ? `wallet ${gone} no longer exists` : "a payee already spent its credit"}`);
+	}
 	return after;
 }
 
@@ -248,7 +254,7 @@ function parsePayment(body: unknown): { wallet: string; amount?: number } {
 const same = (v: unknown) => (v === undefined ? { $exists: false } : v);
 
 export const invoiceHooks: CollectionHooks = {
-	/** `PAID` is the payment's to set (CONTRACTS.md "Fields and bodies": platform-set values in a body answer 400). */
+	/** `PAID` is the payment's to set (docs/contracts.md "Fields and bodies": platform-set values in a body answer 400). */
 	beforeCreate(_ctx, doc) {
 		if (doc.status === "PAID") throw badRequest(PAID_BY_PLATFORM);
 	},
@@ -296,7 +302,12 @@ export const invoiceHooks: CollectionHooks = {
 			}
 			let tx: StoredDoc;
 			try {
-				const b = parseInit({ amount, ...(invoice.currency ? { currency: invoice.currency } : {}), payers: [{ wallet: body.wallet, amount }], payees: [{ wallet: payee._id, amount }] });
+				const b = parseInit({
+					amount,
+					...(invoice.currency ? { currency: invoice.currency } : {}),
+					payers: [{ wallet: body.wallet, amount }],
+					payees: [{ wallet: payee._id, amount }],
+				});
 				tx = await initTransaction(svc, ctx, b, "payment");
 				tx = await finishTransaction(svc, ctx, tx, "commit");
 			} catch (err) {

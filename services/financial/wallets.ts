@@ -1,5 +1,5 @@
 /**
- * Whose wallet is whose (CONTRACTS.md "Financial transactions and payments", "Tenants").
+ * Whose wallet is whose (docs/contracts.md "Financial transactions and payments", "Tenants").
  *
  * - Every user gets one wallet made by the platform, whose id follows from the user's (`walletIdOf`). That wallet,
  *   and no other wallet that merely names the user in `user`, is the user's: payments credit it, `ensureWallet`
@@ -8,11 +8,16 @@
  *   patch.
  * - A wallet holding money, or with balance moves of a saga in flight, keeps its currency (409): relabelling it would
  *   turn one currency into another.
+ * - A wallet that takes part in a pending transaction (either side), has balance moves in flight, or holds money is
+ *   neither deleted nor destroyed (409 naming why): its money would leave the ledger with it, and a saga's undo of
+ *   the destroy would bring back a balance the ledger may have moved past (the transfer's abort refunding the payer).
+ *   The check reads `balance`, so the caller's grant must let it read it (403 otherwise, as for a transaction).
  * - A wallet a transaction touches is in the caller's view (`assertInView`, ../caller-view.ts): the collection's own
  *   authorized read, 404 otherwise, as for a GET; what the transaction uses of it (a payer's `balance` and
  *   `currency`, a payee's `currency`) is in that view's field list, 403 otherwise (./transactions.ts).
  */
 import { badRequest, conflict } from "../../lib/errors";
+import { assertInView, refuseHiddenUse } from "../caller-view";
 import { sha256Hex } from "../../lib/crypto";
 import { requirePlan } from "../../lib/plan";
 import type { TokenClaims } from "../../lib/types";
@@ -48,6 +53,8 @@ async function assertTenantUser(ctx: Ctx, user: unknown): Promise<void> {
 	if (outside.length) throw badRequest(`user: ${String(user)} is not a user of this tenant`);
 }
 
+const storeOf = (ctx: Ctx, name: string) => (ctx.service as unknown as { collectionStore(n: string): DocumentStore }).collectionStore(name);
+
 const HOLDING = { $or: [{ balance: { $gt: 0 } }, { "saga_ops.0": { $exists: true } }] };
 
 /** 409 when the patch would change the currency of a wallet that holds money or has moves in flight. */
@@ -58,9 +65,36 @@ async function assertCurrencyKept(ctx: Ctx, set: Record<string, unknown>, before
 		if (holds && before.currency !== set.currency) throw conflict(`wallet ${before._id} holds a balance: its currency cannot change`);
 		return;
 	}
-	const store = (ctx.service as unknown as { collectionStore(n: string): DocumentStore }).collectionStore("wallets");
-	const held = await store.count({ $and: [requirePlan(ctx.locals).filter, { currency: { $ne: set.currency ?? null } }, HOLDING] });
+	const held = await storeOf(ctx, "wallets").count({ $and: [requirePlan(ctx.locals).filter, { currency: { $ne: set.currency ?? null } }, HOLDING] });
 	if (held) throw conflict("a wallet of the patch holds a balance: its currency cannot change");
+}
+
+/** Whether the caller can GET the transaction (any zone): only then is it named in a refusal. */
+async function canRead(ctx: Ctx, id: string): Promise<boolean> {
+	return assertInView(ctx, "financial.transactions", id, "transaction").then(
+		() => true,
+		() => false,
+	);
+}
+
+/**
+ * 409 unless the wallet is empty and out of every transaction: no pending transaction names it (payer or payee), no
+ * balance move of a saga is in flight on it (a transfer between its moves and its record: a tag whose saga has no
+ * transaction yet), and its balance is zero.
+ */
+async function assertRemovable(ctx: Ctx, w: StoredDoc, op: "remove" | "destroy"): Promise<void> {
+	const [verb, grant] = op === "remove" ? ["delete", "write"] : ["destroy", "manage"];
+	refuseHiddenUse(requirePlan(ctx.locals), { action: verb, grant, object: "financial:wallets", fields: ["balance"] });
+	const txs = storeOf(ctx, "transactions");
+	const [pending] = await txs.find({ query: { state: "PENDING", $or: [{ "payers.wallet": w._id }, { "payees.wallet": w._id }] }, sort: { _id: 1 }, limit: 1 });
+	if (pending) throw conflict(`wallet ${w._id} takes part in ${(await canRead(ctx, pending._id)) ? `pending transaction ${pending._id}` : "a pending transaction"}`);
+	const sagas = [...new Set(((w.saga_ops as string[] | undefined) ?? []).map((op) => op.split(":")[0]))];
+	if (sagas.length) {
+		const recorded = new Set((await txs.find({ query: { saga: { $in: sagas } } })).map((t) => t.saga));
+		if (sagas.some((s) => !recorded.has(s))) throw conflict(`wallet ${w._id} has balance moves in flight; try again once they settle`);
+	}
+	const balance = (w.balance as number | undefined) ?? 0;
+	if (balance !== 0) throw conflict(`wallet ${w._id} holds a balance of ${balance}; move it out before ${verb === "delete" ? "deleting" : "destroying"} the wallet`);
 }
 
 export const walletHooks: CollectionHooks = {
@@ -71,4 +105,5 @@ export const walletHooks: CollectionHooks = {
 		if ("user" in set) await assertTenantUser(ctx, set.user);
 		await assertCurrencyKept(ctx, set, before);
 	},
+	beforeRemove: assertRemovable,
 };

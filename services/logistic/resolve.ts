@@ -1,5 +1,5 @@
 /**
- * logistic `resolve` (CONTRACTS.md "Other special actions"):
+ * logistic `resolve` (docs/contracts.md "Other special actions"):
  * - locations: `{ lat, lng }` → the nearest stored location of the caller's view, with `distance` in metres
  *   (haversine on a sphere of radius 6 371 008.8 m); `{ query }` → the location of the caller's view that best
  *   matches the text (the search index, lib/search.ts), with `score`.
@@ -56,8 +56,7 @@ export function parsePoint(v: Record<string, unknown>, prefix = ""): Point {
 	return { lat, lng };
 }
 
-const validPoint = (d: Record<string, unknown>): boolean =>
-	typeof d.lat === "number" && typeof d.lng === "number" && Math.abs(d.lat) <= 90 && Math.abs(d.lng) <= 180;
+const validPoint = (d: Record<string, unknown>): boolean => typeof d.lat === "number" && typeof d.lng === "number" && Math.abs(d.lat) <= 90 && Math.abs(d.lng) <= 180;
 
 const metres = (m: number) => Math.round(m * 10) / 10;
 

@@ -208,8 +208,6 @@ export async function visibleIds(store: DocumentStore, plan: AccessPlan, ids: st
 			out.push(...chunk);
 			continue;
 		}
-		// No projection: the embedded store's planner then serves `_id $in` from its index (a projection takes NeDB's
-		// own path, which may pick a far larger index).
 		const seen = new Set((await store.find({ query })).map((d) => d._id));
 		for (const id of chunk) if (seen.has(id)) out.push(id);
 	}
@@ -244,9 +242,7 @@ export function searchHandler(col: CollectionDef) {
 		if (!pageHits.length) return { items: [], total: hits.length };
 		const docs = await store.find({ query: and([plan.filter, { id: { $in: pageHits.map((h) => h.id) } }]) });
 		const byId = new Map<string, StoredDoc>(docs.map((d) => [d._id, d]));
-		const items = pageHits
-			.filter((h) => byId.has(h.id))
-			.map((h) => ({ ...present(col, byId.get(h.id)!, plan.fields), score: round(h.score) }));
+		const items = pageHits.filter((h) => byId.has(h.id)).map((h) => ({ ...present(col, byId.get(h.id)!, plan.fields), score: round(h.score) }));
 		return { items, total: hits.length };
 	};
 }

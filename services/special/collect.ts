@@ -1,5 +1,5 @@
 /**
- * special/stats `collect` (CONTRACTS.md "Other special actions"): the caller's tenant's statistics (special/stats,
+ * special/stats `collect` (docs/contracts.md "Other special actions"): the caller's tenant's statistics (special/stats,
  * written by the observer, see lib/stat-buckets.ts) summed over a range of buckets of one period, per service
  * and collection. The tenant is the token's client (`cid`); the documents are read through the caller's view too
  * (zones and grant rows). Stats are owned by the tenant's client, so the view's default zone here is `client` (a
@@ -47,7 +47,8 @@ export function parseCollect(body: unknown): { period: Period; service?: string;
 	const { service, collection } = body;
 	if (service !== undefined && (typeof service !== "string" || !DOMAINS.some((d) => d.name === service))) throw badRequest(`service ${String(service)} does not exist`);
 	if (collection !== undefined) {
-		const known = typeof collection === "string" && (service ? !!findCollection(service as string, collection) : DOMAINS.some((d) => d.collections.some((c) => c.name === collection)));
+		const known =
+			typeof collection === "string" && (service ? !!findCollection(service as string, collection) : DOMAINS.some((d) => d.collections.some((c) => c.name === collection)));
 		if (!known) throw badRequest(`collection ${String(collection)} does not exist${service ? ` in ${String(service)}` : ""}`);
 	}
 	const from = boundOf("from", body.from, period);
@@ -85,7 +86,21 @@ export async function collect(ctx: Ctx): Promise<{ items: CollectedStat[]; total
 		for (const d of batch) {
 			const key = `${d.service}\u0000${d.collection}`;
 			let s = sums.get(key);
-			if (!s) sums.set(key, (s = { service: String(d.service), collection: String(d.collection), period: b.period, from: String(d.bucket), to: String(d.bucket), created: 0, updated: 0, deleted: 0, restored: 0 }));
+			if (!s)
+				sums.set(
+					key,
+					(s = {
+						service: String(d.service),
+						collection: String(d.collection),
+						period: b.period,
+						from: String(d.bucket),
+						to: String(d.bucket),
+						created: 0,
+						updated: 0,
+						deleted: 0,
+						restored: 0,
+					}),
+				);
 			for (const c of COUNTERS) s[c] += Number(d[c]) || 0;
 			if (String(d.bucket) < s.from) s.from = String(d.bucket);
 			if (String(d.bucket) > s.to) s.to = String(d.bucket);

@@ -1,5 +1,5 @@
 /**
- * special/files (CONTRACTS.md "Files", docs/files.md): content in the blob store (mixins/blobs), metadata in the
+ * special/files (docs/contracts.md "Files", docs/files.md): content in the blob store (mixins/blobs), metadata in the
  * document store. The upload and share specials run after the authority layer; `files.download` (internal, the
  * gateway's public download route calls it) decides access itself and answers 404 for everything it refuses;
  * `files.orphans` (internal, the cleaner) removes blobs no record holds; destroy and purge remove content.
@@ -16,6 +16,9 @@ import { Readable, Transform } from "stream";
 import { pipeline } from "stream/promises";
 import type { Context } from "moleculer";
 import { special } from "../../catalog/domains/special";
+import { userTokenSubjects, type SubjectSource } from "../../lib/grant-validation";
+import { grantCache } from "../../middlewares/grant-cache";
+import { matchesFilter } from "../../lib/query";
 import { configOf, type PlatformConfig } from "../../runtime/config";
 import { objectId } from "../../lib/crypto";
 import { ApiError, badRequest, notFound } from "../../lib/errors";
@@ -36,7 +39,7 @@ import { present } from "../../lib/present";
 import { identityOf, type RequestMeta } from "../../lib/types";
 import { isPlainObject } from "../../lib/validate";
 import { createBlobStore, LocalBlobStore, type BlobStore } from "../../mixins/blobs";
-import { fenceChanges, IdempotencyStoreRef } from "../../mixins/idempotency-record";
+import { fenceChanges, IdempotencyStoreRef, markShownOnce } from "../../mixins/idempotency-record";
 import { platformDoc, type Change, type CollectionHooks, type Ctx } from "../../mixins/collection.mixin";
 import type { StoredDoc } from "../../mixins/stores";
 import { callerView } from "../../middlewares/authority";
@@ -181,6 +184,7 @@ async function share(ctx: Ctx): Promise<unknown> {
 	const after = await store.setOne(before._id, { share_keys: [...keys, { hash: hashShareKey(key), expires_at }].slice(-MAX_SHARE_KEYS), ...stamp });
 	if (!after) throw notFound();
 	await svc.recordChanges(ctx, "files", [{ op: "u", before, after }]);
+	markShownOnce(ctx);
 	return { data: { path: downloadPath(before._id, key), key, expires_at } };
 }
 
@@ -218,7 +222,8 @@ export const filesMixin = {
 					const d: StoredDoc | null = await store.findOne({ id: id.toLowerCase(), deleted_at: null });
 					const h = hashShareKey(key);
 					const now = Date.now();
-					if (d && Array.isArray(d.share_keys) && (d.share_keys as Array<{ hash: string; expires_at: string }>).some((k) => k.hash === h && Date.parse(k.expires_at) > now)) doc = d;
+					if (d && Array.isArray(d.share_keys) && (d.share_keys as Array<{ hash: string; expires_at: string }>).some((k) => k.hash === h && Date.parse(k.expires_at) > now))
+						doc = d;
 				}
 				// A bearer's view: the special action `download` (its scope and grant), or `read` of the record (spec: upload,
 				// download and share are special actions of special:files; reading a record lets its reader download it).
@@ -341,8 +346,26 @@ async function attachable(svc: Svc, id: unknown, who: AttachmentParams): Promise
 	const tenant = who.clients[0];
 	const inTenant = Array.isArray(d.clients) && (d.clients as string[]).includes(tenant);
 	const mine = d.owner === who.owner || (Array.isArray(d.shares) && (d.shares as string[]).includes(who.owner));
-	if (!inTenant || !mine) throw missing;
+	if (!inTenant || !mine || !(await ownerReadsWhole(svc, who.owner, tenant, d))) throw missing;
 	return d;
+}
+
+/**
+ * Whether the email's owner may read the file whole now (the delivery decision, with the owner's grants and subjects
+ * of the moment): a read grant on special:files whose row filter admits the file and that hides no field. A message
+ * carries the file's whole content, so a grant narrowed to some fields, like one deleted, no longer lets it leave.
+ */
+async function ownerReadsWhole(svc: Svc, owner: string, tenant: string, file: StoredDoc): Promise<boolean> {
+	const client = (await svc.broker.call("domain.clients.authenticate", { id: tenant })) as { domains?: string[] } | null;
+	const domain = client?.domains?.[0];
+	if (!domain) return false;
+	// A user's subjects as its token would hold them now; an owner that is no user (the client, or an app of it: a
+	// token's identity is its uid, else its aid, else its cid) holds the client's and its own, as its token does.
+	const user = owner === tenant ? null : ((await svc.broker.call("identity.users.byId", { id: owner })) as (SubjectSource & { status?: string }) | null);
+	if (user?.status === "INACTIVE") return false;
+	const subjects = user ? userTokenSubjects(user, domain).subjects : [...new Set([`${tenant}@${domain}`, `${owner}@${domain}`])];
+	const d = (await grantCache.get(svc.broker)).decide({ subjects, action: "read", object: "special:files" });
+	return d.granted && d.fields === null && (d.rowFilter === null || matchesFilter({ ...file }, d.rowFilter));
 }
 
 /** Removes files of `dir` older than `olderThanMs` (spool files of uploads a crash cut short). */

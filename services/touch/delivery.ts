@@ -62,7 +62,13 @@ export function deliveryActions(): Record<string, unknown> {
 				const out: Array<{ collection: Deliverable; id: string }> = [];
 				for (const c of Object.keys(DELIVERABLE) as Deliverable[]) {
 					const s = stateOf(c);
-					const query = { deleted_at: null, $or: [{ [s]: "QUEUED", next_at: { $lte: now } }, { [s]: "SENDING", lease_until: { $lt: now } }] };
+					const query = {
+						deleted_at: null,
+						$or: [
+							{ [s]: "QUEUED", next_at: { $lte: now } },
+							{ [s]: "SENDING", lease_until: { $lt: now } },
+						],
+					};
 					const docs: StoredDoc[] = await this.collectionStore(c).find({ query, sort: { next_at: 1 }, limit, projection: { _id: 1 } });
 					for (const d of docs) out.push({ collection: c, id: d._id });
 				}

@@ -1,5 +1,5 @@
 /**
- * The send operations of touch (CONTRACTS.md "Communications (touch)"), as plain functions the special-action routing
+ * The send operations of touch (docs/contracts.md "Communications (touch)"), as plain functions the special-action routing
  * calls after the authority layer (`send:touch:<collection>`). Each validates its body, records the message through
  * the collection engine's write path (one change event per record) and answers at once: delivery happens later, from
  * the change stream, in the publisher's delivery engine (workers/publisher/delivery.ts).
@@ -20,7 +20,7 @@ import { isPlainObject, validateBody, validateValue } from "../../lib/validate";
 import { loadVapid } from "../../runtime/vapid";
 import { configOf } from "../../runtime/config";
 import { assertShares, platformDoc, type Ctx } from "../../mixins/collection.mixin";
-import { matchesFilter } from "../../mixins/stores/nedb.store";
+import { matchesFilter } from "../../lib/query";
 import { isDuplicateKeyError, type StoredDoc } from "../../mixins/stores";
 import { assertInView } from "../caller-view";
 
@@ -84,7 +84,11 @@ async function insertRecords(ctx: SendCtx, collection: string, docs: StoredDoc[]
 		if (isDuplicateKeyError(err)) throw conflict("ref already exists");
 		throw err;
 	}
-	await ctx.service.recordChanges(ctx, collection, docs.map((after) => ({ op: "c" as const, before: null, after })));
+	await ctx.service.recordChanges(
+		ctx,
+		collection,
+		docs.map((after) => ({ op: "c" as const, before: null, after })),
+	);
 }
 
 async function createQueued(ctx: SendCtx, collection: "emails" | "smss", body: Record<string, unknown>, extra: Record<string, unknown> = {}): Promise<{ data: Doc }> {
@@ -122,7 +126,8 @@ export function sendSms(ctx: SendCtx, body: unknown): Promise<{ data: Doc }> {
 export async function sendSmsTemplate(ctx: SendCtx, body: unknown): Promise<{ data: Doc }> {
 	if (!isPlainObject(body)) throw badRequest("body must be a JSON object");
 	const { template, params, ...rest } = body;
-	for (const k of Object.keys(rest)) if (!["provider", "receptors", "sender"].includes(k)) throw badRequest(`${k} is not allowed in a template SMS (provider, receptors, template, params, sender)`);
+	for (const k of Object.keys(rest))
+		if (!["provider", "receptors", "sender"].includes(k)) throw badRequest(`${k} is not allowed in a template SMS (provider, receptors, template, params, sender)`);
 	if (typeof template !== "string" || !template || template.length > 200) throw badRequest("template must be the name of an SMS_TEMPLATE config entry");
 	if (params !== undefined && !isPlainObject(params)) throw badRequest("params must be an object");
 	const { token } = callerOf(ctx);
@@ -141,7 +146,8 @@ export async function sendSmsTemplate(ctx: SendCtx, body: unknown): Promise<{ da
  */
 export async function sendPush(ctx: SendCtx, body: unknown): Promise<{ data: { items: Doc[]; total: number } }> {
 	if (!isPlainObject(body)) throw badRequest("body must be a JSON object");
-	for (const k of Object.keys(body)) if (!["push", "session", "title", "body", "url", "data"].includes(k)) throw badRequest(`${k} is not allowed in a push (push, session, title, body, url, data)`);
+	for (const k of Object.keys(body))
+		if (!["push", "session", "title", "body", "url", "data"].includes(k)) throw badRequest(`${k} is not allowed in a push (push, session, title, body, url, data)`);
 	const { push, session, title, body: text, url, data } = body;
 	if (push === undefined && session === undefined) throw badRequest("push or session is required");
 	if (push !== undefined) validateValue("push", { type: "string", format: "objectId" }, push);
@@ -163,9 +169,7 @@ export async function sendPush(ctx: SendCtx, body: unknown): Promise<{ data: { i
 	const subs: StoredDoc[] = await ctx.service.collectionStore("pushes").find({ query: { $and: [view, { deleted_at: null }, target] }, sort: { _id: 1 }, limit: 1000 });
 	if (push !== undefined && !subs.length) throw notFound(`push ${push} not found`);
 	const now = new Date().toISOString();
-	const docs = subs.map((s) =>
-		platformDoc({ _id: objectId(), to: s._id, session: s.session, message, status: "QUEUED", attempt: 1, next_at: now }, stampsOf(token)),
-	);
+	const docs = subs.map((s) => platformDoc({ _id: objectId(), to: s._id, session: s.session, message, status: "QUEUED", attempt: 1, next_at: now }, stampsOf(token)));
 	if (docs.length) await insertRecords(ctx, "push-histories", docs);
 	const histories = col("push-histories");
 	return { data: { items: docs.map((d) => present(histories, d)), total: docs.length } };

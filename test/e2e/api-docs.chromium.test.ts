@@ -95,13 +95,19 @@ suite("API docs page in Chromium", () => {
 		await byId.first().waitFor({ state: "visible", timeout: 10_000 });
 		await expect(page.locator('.opblock-tag[data-tag="content/notes"]').count()).resolves.toBe(1);
 
-		const rendered = await page
-			.locator(".opblock-summary-path")
-			.evaluateAll((els) => els.map((e) => e.getAttribute("data-path") ?? e.textContent ?? ""));
+		const rendered = await page.locator(".opblock-summary-path").evaluateAll((els) => els.map((e) => e.getAttribute("data-path") ?? e.textContent ?? ""));
 		const notes = [...new Set(rendered.filter((p) => p === "/content/notes" || p.startsWith("/content/notes/")))];
 		expect(notes).toEqual(expect.arrayContaining(["/content/notes/{id}", "/content/notes/count"]));
 		expect(notes.sort()).toEqual(
-			["/content/notes", "/content/notes/bulk", "/content/notes/count", "/content/notes/cursor", "/content/notes/{id}", "/content/notes/{id}/destroy", "/content/notes/{id}/restore"].sort(),
+			[
+				"/content/notes",
+				"/content/notes/bulk",
+				"/content/notes/count",
+				"/content/notes/cursor",
+				"/content/notes/{id}",
+				"/content/notes/{id}/destroy",
+				"/content/notes/{id}/restore",
+			].sort(),
 		);
 		// Swagger UI lists the problems it meets while loading the document in an errors panel (refs are resolved lazily, so dangling ones are the unit test's job).
 		expect(await page.locator(".errors-wrapper").count()).toBe(0);
@@ -114,12 +120,21 @@ suite("API docs page in Chromium", () => {
 	/** The operation `operationId` is expanded, its summary shown inside the viewport. */
 	async function expectOpened(page: Page, operationId: string) {
 		const op = operationOf(openApiDocument(), operationId);
-		const block = page.locator(".opblock.is-open", { has: page.locator(`.opblock-summary-path[data-path="${op.path}"]`) }).filter({ has: page.locator(`.opblock-summary-method`, { hasText: new RegExp(`^${op.method}$`, "i") }) });
+		const block = page
+			.locator(".opblock.is-open", { has: page.locator(`.opblock-summary-path[data-path="${op.path}"]`) })
+			.filter({ has: page.locator(`.opblock-summary-method`, { hasText: new RegExp(`^${op.method}$`, "i") }) });
 		await block.waitFor({ state: "visible", timeout: 15_000 });
 		await expect(block.locator(".opblock-summary-description").textContent()).resolves.toBe(op.summary);
 		// Opened means shown too: the block is scrolled into the viewport.
 		const seen = { el: await block.elementHandle(), height: page.viewportSize()!.height };
-		await page.waitForFunction(({ el, height }) => { const top = el!.getBoundingClientRect().top; return top >= 0 && top < height; }, seen, { timeout: 5000 });
+		await page.waitForFunction(
+			({ el, height }) => {
+				const top = el!.getBoundingClientRect().top;
+				return top >= 0 && top < height;
+			},
+			seen,
+			{ timeout: 5000 },
+		);
 	}
 
 	it("a link of the index opens its operation; so does a page loaded with its hash, and a tag's hash", async () => {

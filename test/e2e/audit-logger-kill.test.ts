@@ -6,6 +6,7 @@
  * JetStream (EVENT_STREAM=nats) and on Redis Streams (EVENT_STREAM=redis), each in a namespace of its own. Each
  * skips with a message when a server it needs (PostgreSQL, NATS, Redis) does not answer.
  */
+// jest-solo: a cluster of node processes of its own, stopped, killed or cut off on a schedule (test/run.mjs)
 import { randomBytes } from "crypto";
 import { readFileSync } from "fs";
 import path from "path";
@@ -92,7 +93,12 @@ async function scenario(env: Record<string, string>): Promise<void> {
 	try {
 		const rows = await eventually(
 			async () =>
-				(await pg.query<{ document_id: string; request_id: string; status: number }>("select document_id, request_id, status from audit_entries where kind = 'request' and document_id like $1", [`${tag}%`])).rows,
+				(
+					await pg.query<{ document_id: string; request_id: string; status: number }>(
+						"select document_id, request_id, status from audit_entries where kind = 'request' and document_id like $1",
+						[`${tag}%`],
+					)
+				).rows,
 			(r) => r.length >= answered.length,
 			90_000,
 		);

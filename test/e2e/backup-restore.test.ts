@@ -100,7 +100,12 @@ live("pg_dump while it runs, the database destroyed and restored: every document
 	}
 	// The events the dump holds (the workers may have written more since: the observer's statistics).
 	const eventsBefore = (await outboxRecords(p)).filter((e) => e.seq <= lastSeq);
-	expect(eventsBefore.filter((e) => ids.includes(e.event.id)).map((e) => e.event.op).sort()).toEqual([...Array(12).fill("c"), "d", "u"].sort());
+	expect(
+		eventsBefore
+			.filter((e) => ids.includes(e.event.id))
+			.map((e) => e.event.op)
+			.sort(),
+	).toEqual([...Array(12).fill("c"), "d", "u"].sort());
 	expect(dumped["public._outbox"].rows).toBe(eventsBefore.length);
 	const dataDir = p.dataDir;
 	await p.stop();
@@ -118,7 +123,7 @@ live("pg_dump while it runs, the database destroyed and restored: every document
 	}
 
 	// The platform again, on the restored database (DATA_DIR keeps the keys: a deployment keeps them as secrets).
-	p = await bootPlatform({ documentStore: "postgres", databaseUrl: db.url, dataDir });
+	p = await bootPlatform({ databaseUrl: db.url, dataDir });
 	token = await p.rootToken();
 	expect(await notes(token)).toEqual(notesBefore);
 	expect((await p.http("GET", `/content/notes/${ids[1]}`, { token })).status).toBe(404);

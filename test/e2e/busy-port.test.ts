@@ -1,6 +1,7 @@
 /**
  * A gateway whose PORT is taken exits non-zero, its last line naming the port and the setting, instead of logging
- * EADDRINUSE and staying up without listening (moleculer-web waits for 'listening' only). The platform process is
+ * EADDRINUSE and staying up without listening (moleculer-web waits for 'listening' only), and says so in that one line,
+ * before any service starts: no stack trace, no error line before it. The platform process is
  * started as `npm start` runs it (`node --import tsx start.ts`) on a port a plain TCP server holds.
  */
 import net from "net";
@@ -29,10 +30,17 @@ test("PORT in use: the platform exits at once with status 1 and `cannot start: p
 	let timer: NodeJS.Timeout | undefined;
 	const code = await Promise.race([node.exited, new Promise<"running">((r) => (timer = setTimeout(() => r("running"), EXIT_MS)))]);
 	clearTimeout(timer);
-	const lines = node.output().split("\n").map((l) => l.trim()).filter(Boolean);
+	const lines = node
+		.output()
+		.split("\n")
+		.map((l) => l.trim())
+		.filter(Boolean);
 
 	expect({ code, ms: Date.now() - started < EXIT_MS }).toEqual({ code: 1, ms: true });
 	expect(lines[lines.length - 1]).toBe(`cannot start: port ${port} (PORT) is in use`);
+	// Said once, before any service started: no stack trace, no error or warning line before it.
+	expect(lines.filter((l) => /^at |EADDRINUSE| (ERROR|WARN) /.test(l))).toEqual([]);
+	expect(lines.some((l) => /Service '\w+' started/.test(l))).toBe(false);
 	// The port is still the other server's.
 	expect(holder.listening).toBe(true);
 });

@@ -1,13 +1,11 @@
 /**
  * A DATA_DIR belongs to the platform process that holds it (runtime/datadir-lock.ts). A second `npm start` (on the same
  * port or another) or `npm run repl` on the DATA_DIR of a running embedded platform exits at once, non-zero, with
- * `DATA_DIR <path> is in use by pid <n>`, having touched nothing: no compaction of the NeDB files (the first would
- * go on appending to unlinked files), no stop of the first's embedded PostgreSQL, no file written. The first keeps
- * serving a write load meanwhile, and after it restarts every create it acknowledged is there. On both document
- * stores of the one-process default: NeDB files and the embedded PostgreSQL.
+ * `DATA_DIR <path> is in use by pid <n>`, having touched nothing: no stop of the first's embedded PostgreSQL, no file
+ * written. The first keeps serving a write load meanwhile, and after it restarts every create it acknowledged is there.
  */
 import { spawn } from "child_process";
-import { readdirSync, readFileSync, rmSync, statSync } from "fs";
+import { readdirSync, readFileSync, rmSync } from "fs";
 import path from "path";
 import { alive } from "../../runtime/pids";
 import { client, startNode, stopNode, waitForHttp, type ChildNode } from "../helpers/nodes";
@@ -36,7 +34,19 @@ async function second(what: string, args: string[], env: Record<string, string>)
 	const proc = spawn("npm", args, {
 		cwd: ROOT,
 		// Unset (empty) what a parent environment might carry: the one-process default with embedded stores.
-		env: { ...process.env, HOST: "127.0.0.1", LOG_LEVEL: "warn", MQTT_PORT: "0", NODE_ID: "", SERVICES: "", TRANSPORTER: "", DATABASE_URL: "", MONGO_URI: "", REDIS_URL: "", ...env },
+		env: {
+			...process.env,
+			HOST: "127.0.0.1",
+			LOG_LEVEL: "warn",
+			MQTT_PORT: "0",
+			NODE_ID: "",
+			SERVICES: "",
+			TRANSPORTER: "",
+			DATABASE_URL: "",
+			MONGO_URI: "",
+			REDIS_URL: "",
+			...env,
+		},
 		// stdin stays open: the REPL would otherwise end with its input.
 		stdio: ["pipe", "pipe", "pipe"],
 		detached: true,
@@ -84,7 +94,7 @@ function writeLoad(http: ReturnType<typeof client>, token: string, writers = 4) 
 }
 
 /**
- * What a second process must not change: the NeDB file of the load (a compaction replaces it), the PostgreSQL server,
+ * What a second process must not change: the PostgreSQL server,
  * the files of DATA_DIR (directories aside: the holder makes some when first used, e.g. files/ by its cleaner).
  */
 function snapshot(dataDir: string) {
@@ -93,23 +103,16 @@ function snapshot(dataDir: string) {
 		.map((e) => path.relative(dataDir, path.join(e.parentPath ?? e.path, e.name)))
 		.filter((f) => !f.startsWith("postgres/") && !f.startsWith("files/") && !f.endsWith("~"))
 		.sort();
-	const notes = path.join(dataDir, "content", "notes.db");
-	let notesInode: number | undefined;
-	try {
-		notesInode = statSync(notes).ino;
-	} catch {
-		/* on PostgreSQL */
-	}
 	let postmaster: string | undefined;
 	try {
 		postmaster = readFileSync(path.join(dataDir, "postgres", "postmaster.pid"), "utf8").split("\n")[0];
 	} catch {
 		/* not running */
 	}
-	return { names, notesInode, postmaster };
+	return { names, postmaster };
 }
 
-describe.each(["nedb", "postgres"] as const)("DOCUMENT_STORE=%s: a second process on the DATA_DIR of a running platform", (store) => {
+describe("a second process on the DATA_DIR of a running platform", () => {
 	let dataDir: string;
 	let env: Record<string, string>;
 	let holder: ChildNode | undefined;
@@ -118,7 +121,7 @@ describe.each(["nedb", "postgres"] as const)("DOCUMENT_STORE=%s: a second proces
 		dataDir = tempDir("datadir-lock-");
 		if (await pgTemplate()) seedEmbeddedPg(dataDir, undefined);
 		// NODE_ID empty = unset: the default, stable id claimed in DATA_DIR, as `npm start` takes it.
-		env = { DATA_DIR: dataDir, PORT: String(await freePort()), DOCUMENT_STORE: store, NODE_ID: "", MQTT_PORT: "0" };
+		env = { DATA_DIR: dataDir, PORT: String(await freePort()), NODE_ID: "", MQTT_PORT: "0" };
 	});
 
 	afterAll(async () => {
@@ -152,9 +155,9 @@ describe.each(["nedb", "postgres"] as const)("DOCUMENT_STORE=%s: a second proces
 		const before = snapshot(dataDir);
 
 		const outcomes: Outcome[] = [];
-		outcomes.push(await second("npm start on the same port", ["start"], { DATA_DIR: dataDir, PORT: env.PORT, DOCUMENT_STORE: store }));
-		outcomes.push(await second("npm start on another port", ["start"], { DATA_DIR: dataDir, PORT: String(await freePort()), DOCUMENT_STORE: store }));
-		outcomes.push(await second("npm run repl", ["run", "repl"], { DATA_DIR: dataDir, PORT: String(await freePort()), DOCUMENT_STORE: store }));
+		outcomes.push(await second("npm start on the same port", ["start"], { DATA_DIR: dataDir, PORT: env.PORT }));
+		outcomes.push(await second("npm start on another port", ["start"], { DATA_DIR: dataDir, PORT: String(await freePort()) }));
+		outcomes.push(await second("npm run repl", ["run", "repl"], { DATA_DIR: dataDir, PORT: String(await freePort()) }));
 
 		// The first keeps serving: more creates are acknowledged after the last attempt.
 		const ackedBefore = load.acked.length;
@@ -179,13 +182,16 @@ describe.each(["nedb", "postgres"] as const)("DOCUMENT_STORE=%s: a second proces
 
 		for (const o of outcomes) {
 			const lines = o.out.split("\n").map((l) => l.trim());
-			expect({ what: o.what, line: lines.find((l) => l.startsWith("DATA_DIR ")) ?? o.out.slice(-2000) }).toEqual({ what: o.what, line: `DATA_DIR ${dataDir} is in use by pid ${pid}` });
+			expect({ what: o.what, line: lines.find((l) => l.startsWith("DATA_DIR ")) ?? o.out.slice(-2000) }).toEqual({
+				what: o.what,
+				line: `DATA_DIR ${dataDir} is in use by pid ${pid}`,
+			});
 			expect({ what: o.what, failed: o.code !== null && o.code !== 0 }).toEqual({ what: o.what, failed: true });
 			expect({ what: o.what, prompt: o.ms < PROMPT_MS }).toEqual({ what: o.what, prompt: true });
 			// Nothing but the refusal: no platform started, not a line of a store or of PostgreSQL.
 			expect(o.out).not.toMatch(/embedded PostgreSQL|ServiceBroker|compact/i);
 		}
-		// Untouched: the same NeDB file (not a compacted copy), the same PostgreSQL server, no file added or removed.
+		// Untouched: the same PostgreSQL server, no file added or removed.
 		expect(after).toEqual(before);
 	});
 });

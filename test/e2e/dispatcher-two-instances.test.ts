@@ -19,6 +19,7 @@
  *
  * Skips with a message when NATS, Redis or PostgreSQL is down (fails under REQUIRE_SERVERS=1).
  */
+// jest-solo: a cluster of node processes of its own, stopped, killed or cut off on a schedule (test/run.mjs)
 import http from "http";
 import { readFileSync } from "fs";
 import path from "path";
@@ -176,8 +177,7 @@ const q = <T = any>(text: string, params?: unknown[]) => admin!.query(text, para
 /** The shared store: the test's own schema. A dispatcher's sessions carry its node id as application_name. */
 const DATABASE_URL = `${PG}?options=${encodeURIComponent(`-c search_path=${SCHEMA}`)}`;
 const tagged = (nodeId: string) => `${DATABASE_URL}&application_name=${nodeId}`;
-const sessionsOf = async (nodeId: string) =>
-	(await q<{ n: number }>("select count(*)::int as n from pg_stat_activity where application_name = $1", [nodeId]))[0].n;
+const sessionsOf = async (nodeId: string) => (await q<{ n: number }>("select count(*)::int as n from pg_stat_activity where application_name = $1", [nodeId]))[0].n;
 
 /** Deliveries settled (`what` = the new status) or leased (`claim`) per node, from the test's audit trigger. */
 async function leaseLog(deliveryIds?: string[]): Promise<Array<{ delivery_id: string; node: string; what: string }>> {
@@ -249,8 +249,10 @@ beforeAll(async () => {
 	// The writer of configs (the domain node) knows both dispatchers' listeners before the tests write one: a /status
 	// answer says the node has announced itself, not that every other node has processed the announcement yet.
 	const contextOps = DOMAINS.find((d) => d.name === "context")!.restPort + offset;
-	await until("both dispatchers in the domain node's registry", async () =>
-		counter((await metricsOf(contextOps)).text, "moleculer_registry_event_endpoints_total_value", /event="context\.cqrs\.changed"/) >= 2);
+	await until(
+		"both dispatchers in the domain node's registry",
+		async () => counter((await metricsOf(contextOps)).text, "moleculer_registry_event_endpoints_total_value", /event="context\.cqrs\.changed"/) >= 2,
+	);
 }, 40_000);
 
 afterAll(async () => {
@@ -259,7 +261,10 @@ afterAll(async () => {
 	if (!up) return;
 	// Each step on its own: one failing leaves the others done.
 	const step = (what: string, p: Promise<unknown>) => p.catch((err) => console.warn(`cleanup: ${what} failed: ${(err as Error).message}`));
-	await step(`drop schema ${SCHEMA}`, admin!.query(`drop schema if exists ${SCHEMA} cascade`).finally(() => admin!.end()));
+	await step(
+		`drop schema ${SCHEMA}`,
+		admin!.query(`drop schema if exists ${SCHEMA} cascade`).finally(() => admin!.end()),
+	);
 	await step("delete the JetStream streams", dropNatsStreams(deployment.namespace));
 	await step("delete the Redis keys", dropRedisPrefix(REDIS, deployment.redisPrefix));
 }, 20_000);
@@ -283,7 +288,10 @@ function counter(text: string, name: string, match: RegExp): number {
 
 live("each dispatcher node answers /status and /metrics on its own port; the gateway reports the dispatcher", async () => {
 	expect(portA).not.toBe(portB);
-	for (const [port, nodeId] of [[portA, NODE_A], [portB, NODE_B]] as const) {
+	for (const [port, nodeId] of [
+		[portA, NODE_A],
+		[portB, NODE_B],
+	] as const) {
 		const s = await fetch(`http://127.0.0.1:${port}/status`, { signal: AbortSignal.timeout(5000) });
 		expect(s.status).toBe(200);
 		expect(await s.json()).toEqual({ status: "ok", info: { "event stream": { status: "up" }, "relational store": { status: "up" } } });
@@ -407,14 +415,19 @@ live("a dispatcher SIGKILLed mid-request while writes go on: nothing is lost; th
 	// Both at work first; then the receiver holds its answers until B has a request in flight that it has read.
 	await until("three rounds written", () => rounds >= 3);
 	rx.hold = true;
-	const inFlightAtB = await until("a request of dispatcher B read but not answered", async () => {
-		const leased = await q<{ id: string; event_id: string; client_id: string }>(
-			`select id::text, event_id, client_id from ${SCHEMA}.deliveries where locked_by = $1 and status = 'pending'`,
-			[NODE_B],
-		);
-		const held = rx.heldIds();
-		return leased.some((r) => held.has(webhookId(r.event_id, r.client_id))) && leased;
-	}, 15_000, 10);
+	const inFlightAtB = await until(
+		"a request of dispatcher B read but not answered",
+		async () => {
+			const leased = await q<{ id: string; event_id: string; client_id: string }>(
+				`select id::text, event_id, client_id from ${SCHEMA}.deliveries where locked_by = $1 and status = 'pending'`,
+				[NODE_B],
+			);
+			const held = rx.heldIds();
+			return leased.some((r) => held.has(webhookId(r.event_id, r.client_id))) && leased;
+		},
+		15_000,
+		10,
+	);
 	expect(await sessionsOf(NODE_B)).toBeGreaterThan(0);
 	await crashNode(dispB);
 	killed = true;

@@ -3,6 +3,7 @@
  * each with its own DATA_DIR. The upload's parts cross the transporter as Moleculer streams into the special node's
  * blob store (DATA_DIR/files of that node only), and the download's content streams back. Skips when NATS is down.
  */
+// jest-solo: a cluster of node processes of its own, stopped, killed or cut off on a schedule (test/run.mjs)
 import { existsSync, readFileSync } from "fs";
 import path from "path";
 import { createHash } from "crypto";
@@ -55,7 +56,11 @@ servers.test("a 6 MiB upload through the gateway node lands in the special node'
 
 	const whole = await fetch(`${gateway}/special/files/${f.id}/download`, { headers: { authorization: `Bearer ${token}` } });
 	expect(whole.status).toBe(200);
-	expect(createHash("sha256").update(Buffer.from(await whole.arrayBuffer())).digest("hex")).toBe(f.sha256);
+	expect(
+		createHash("sha256")
+			.update(Buffer.from(await whole.arrayBuffer()))
+			.digest("hex"),
+	).toBe(f.sha256);
 	const part = await fetch(`${gateway}/special/files/${f.id}/download`, { headers: { authorization: `Bearer ${token}`, range: "bytes=100-104" } });
 	expect([part.status, await part.text(), part.headers.get("content-range")]).toEqual([206, "ccccc", `bytes 100-104/${size}`]);
 

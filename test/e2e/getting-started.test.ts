@@ -3,10 +3,15 @@
  * order, in one shell (`set -e -o pipefail`, so any failing `curl -f` fails the test) against a fresh `npm start`
  * on a free PORT, MQTT_PORT and a temp DATA_DIR; the answers the guide shows are checked. The docs travel with the
  * code: no link leaves the repository's docs.
+ *
+ * Issue 33 item 6: the guide's requests pass through a recording proxy, and each request and its answer is checked
+ * against the OpenAPI document the platform serves (test/helpers/openapi-check.ts, ajv): what Prism's proxy mode
+ * with `--errors` would check, without its 74 MB of dependencies (docs/decisions.md, "The guide against the document").
  */
 import { spawn, execFileSync, type ChildProcess } from "child_process";
 import { existsSync, readdirSync, readFileSync, rmSync } from "fs";
 import path from "path";
+import { openApiChecker, recordingProxy } from "../helpers/openapi-check";
 import { tempDir } from "../helpers/platform";
 import { freePort } from "../helpers/ports";
 import { sleep } from "../helpers/wait";
@@ -64,6 +69,7 @@ suite("docs/getting-started.md, executed against a fresh npm start", () => {
 	let dataDir: string;
 	let port: number;
 	let mqttPort: number;
+	let proxy: Awaited<ReturnType<typeof recordingProxy>>;
 
 	beforeAll(async () => {
 		dataDir = tempDir("guide-");
@@ -83,9 +89,11 @@ suite("docs/getting-started.md, executed against a fresh npm start", () => {
 			if (Date.now() > end) throw new Error(`npm start did not come up: ${log.slice(-3000)}`);
 			await sleep(200);
 		}
+		proxy = await recordingProxy(`http://127.0.0.1:${port}`);
 	});
 
 	afterAll(async () => {
+		await proxy?.close();
 		if (npm && npm.exitCode === null) {
 			const exited = new Promise((r) => npm.once("exit", r));
 			npm.kill("SIGTERM");
@@ -98,7 +106,7 @@ suite("docs/getting-started.md, executed against a fresh npm start", () => {
 		const script = bashBlocks(readFileSync(GUIDE, "utf8")).join("\n");
 		const run = spawn("bash", ["-e", "-o", "pipefail", "-c", script], {
 			cwd: ROOT,
-			env: { ...process.env, BASE: `http://127.0.0.1:${port}`, DATA_DIR: dataDir, MQTT_PORT: String(mqttPort) },
+			env: { ...process.env, BASE: proxy.url, DATA_DIR: dataDir, MQTT_PORT: String(mqttPort) },
 			stdio: ["ignore", "pipe", "pipe"],
 		});
 		let out = "";
@@ -113,7 +121,9 @@ suite("docs/getting-started.md, executed against a fresh npm start", () => {
 		expect(lines).toContainEqual(expect.stringMatching(/^\{"subject":"[0-9a-f]{24}@acme\.example","action":"manage","object":"identity:users"\}$/));
 		expect(lines).toContain('{"subject":"@editor@acme.example","action":"write","object":"content:notes"}');
 		expect(lines).toContainEqual(
-			expect.stringMatching(/^\{"statusCode":400,"message":"subject: domain 'other\.example' is not registered for client [0-9a-f]{24} \(register it on that client, or grant as the operator\)","error":"Bad Request"\}$/),
+			expect.stringMatching(
+				/^\{"statusCode":400,"message":"subject: domain 'other\.example' is not registered for client [0-9a-f]{24} \(register it on that client, or grant as the operator\)","error":"Bad Request"\}$/,
+			),
 		);
 		expect(lines).toContain('"First note, edited"');
 		expect(lines).toContainEqual(expect.stringMatching(/^\{"items":\[\{"id":"[0-9a-f]{24}","title":"Second note"\}\],"total":1\}$/));
@@ -123,5 +133,31 @@ suite("docs/getting-started.md, executed against a fresh npm start", () => {
 		expect(lines.slice(-1)).toEqual(["1"]);
 		// The webhook secret never comes back.
 		expect(out).not.toContain("whsec_");
+	});
+
+	test("every request of the guide, and its answer, is as the OpenAPI document describes", async () => {
+		const doc = (await (await fetch(`http://127.0.0.1:${port}/api-json`)).json()) as Record<string, unknown>;
+		const checker = openApiChecker(doc);
+		const problems = proxy.exchanges.flatMap((ex) => checker.check(ex));
+		expect(problems).toEqual([]);
+		// Every step went through the proxy: the form logins (HTTP Basic and password), the 400, the cursor's stream.
+		const seen = proxy.exchanges.map((ex) => `${ex.method} ${checker.operationOf(ex.method, ex.url)?.template} ${ex.status}`);
+		expect(seen).toEqual(
+			expect.arrayContaining([
+				"GET /status 200",
+				"POST /auth/token 200",
+				"POST /domain/clients 200",
+				"POST /auth/grants 400",
+				"GET /content/notes 200",
+				"GET /content/notes/cursor 200",
+				"PUT /content/notes/{id}/restore 200",
+				"POST /context/configs 200",
+			]),
+		);
+		const basic = proxy.exchanges.filter((ex) => String(ex.requestHeaders.authorization ?? "").startsWith("Basic ") && ex.url === "/auth/token");
+		expect(basic.map((ex) => [ex.requestHeaders["content-type"], ex.requestBody, ex.status])).toEqual([
+			["application/x-www-form-urlencoded", "grant_type=client_credentials", 200],
+		]);
+		expect(proxy.exchanges.length).toBeGreaterThanOrEqual(25);
 	});
 });

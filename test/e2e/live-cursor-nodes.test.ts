@@ -5,6 +5,7 @@
  * resume by Last-Event-ID without a gap; a gateway without a shared store or the domain services refuses `live`.
  * Skips with a message when NATS, Redis or PostgreSQL is down (fails under REQUIRE_SERVERS=1).
  */
+// jest-solo: a cluster of node processes of its own, stopped, killed or cut off on a schedule (test/run.mjs)
 import { readFileSync } from "fs";
 import path from "path";
 import { needServers } from "../helpers/platform";
@@ -35,8 +36,7 @@ async function live(gw: "g1" | "g2", t: string, headers: Record<string, string> 
 	open.push(s);
 	return s;
 }
-const change = (s: LiveStream, id: string, op: string, ms = 5000) =>
-	s.waitFor((f) => f.event === "change" && JSON.parse(f.data).id === id && JSON.parse(f.data).op === op, ms);
+const change = (s: LiveStream, id: string, op: string, ms = 5000) => s.waitFor((f) => f.event === "change" && JSON.parse(f.data).id === id && JSON.parse(f.data).op === op, ms);
 
 beforeAll(async () => {
 	if (!servers.up) return;

@@ -7,6 +7,7 @@
  * down), every acknowledged create's change event reaches the webhook receiver, and once the server is back the
  * platform serves normally within a bound, without any node restarted.
  */
+// jest-solo: a cluster of node processes of its own, stopped, killed or cut off on a schedule (test/run.mjs)
 import { readFileSync } from "fs";
 import path from "path";
 import { ALL_DOMAINS, client, eventReceiver, startNode, stopNode, testDeployment, timeToServe, waitForHttp, type ChildNode, type EventReceiver } from "../helpers/nodes";
@@ -173,6 +174,7 @@ binaries.test("Redis killed for 10 s: no 500, no lost event, recovery without re
 		// Login needs its failure counter: 503 with Retry-After, never a login past the brute-force bound.
 		const l = await gw("POST", "/auth/token", { body: { grant_type: "password", client_id: root.client_id, username: root.username, password: root.password } });
 		expect([l.status, l.body, l.headers.get("retry-after")]).toEqual([503, { statusCode: 503, message: "service unavailable", error: "Service Unavailable" }, "2"]);
-	}));
+	}),
+);
 binaries.test("NATS killed for 10 s: no 500, no lost event, recovery without restarting a node", () => outage("nats"));
 binaries.test("PostgreSQL killed for 10 s: no 500, no lost event, recovery without restarting a node", () => outage("postgres"));

@@ -6,6 +6,7 @@
  * without its document), and the survivor serves everything. Skips with a message when NATS, Redis or PostgreSQL
  * do not answer (fails under REQUIRE_SERVERS=1).
  */
+// jest-solo: a cluster of node processes of its own, stopped, killed or cut off on a schedule (test/run.mjs)
 import { readFileSync, rmSync } from "fs";
 import path from "path";
 import { Client } from "pg";
@@ -48,7 +49,9 @@ beforeAll(async () => {
 		...clusterSettings(d, db.url),
 		OPS_PORT_OFFSET: String(offset),
 	};
-	const others = DOMAINS.map((x) => x.name).filter((n) => n !== "content").join(",");
+	const others = DOMAINS.map((x) => x.name)
+		.filter((n) => n !== "content")
+		.join(",");
 	nodes.core = startNode("core", { ...shared, SERVICES: others });
 	nodes.api = startNode("api", { ...shared, SERVICES: "api", PORT: String(port) });
 	// Two replicas of one domain on one host: their ops ports would collide, so they serve none.
@@ -75,7 +78,9 @@ async function stored(): Promise<{ docs: Map<string, number>; events: Map<string
 	const docs = new Map<string, number>();
 	const events = new Map<string, number>();
 	for (const r of (await pgc!.query(`select id, count(*)::int as n from "docs/content/notes" group by id`)).rows) docs.set(r.id, r.n);
-	for (const r of (await pgc!.query(`select rec->'event'->>'id' as id, count(*)::int as n from "_outbox" where rec->'event'->>'op' = 'c' and rec->'event'->>'topic' = 'content.notes' group by 1`)).rows)
+	for (const r of (
+		await pgc!.query(`select rec->'event'->>'id' as id, count(*)::int as n from "_outbox" where rec->'event'->>'op' = 'c' and rec->'event'->>'topic' = 'content.notes' group by 1`)
+	).rows)
 		events.set(r.id, r.n);
 	return { docs, events };
 }
@@ -135,5 +140,7 @@ live("a replica SIGKILLed under load: no acknowledged write or event lost; the s
 	// Nothing half-written: every event has its document, every document its event.
 	for (const id of events.keys()) expect([id, docs.has(id)]).toEqual([id, true]);
 	for (const id of docs.keys()) expect([id, events.get(id)]).toEqual([id, 1]);
-	console.log(`replica killed under load: ${acked.length} acknowledged, ${failed} failed requests (creates in flight to the killed node are not repeated: docs/production.md, "Failover")`);
+	console.log(
+		`replica killed under load: ${acked.length} acknowledged, ${failed} failed requests (creates in flight to the killed node are not repeated: docs/production.md, "Failover")`,
+	);
 });

@@ -2,7 +2,8 @@
  * Issue 13 item 7: process hygiene of `npm start`. A restart after a crash (SIGKILL of the platform: its embedded
  * PostgreSQL survives with its postmaster.pid) works with no manual step; a stale postmaster.pid is removed; SIGTERM
  * to npm's process stops node and the embedded PostgreSQL, in order, each step logged, without the workers polling
- * a stopped PostgreSQL; the start is quiet (no route lines, no "X.health is not registered").
+ * a stopped PostgreSQL; Ctrl-C in a terminal (one SIGINT from the terminal, one forwarded by npm) is one ordered stop
+ * with exit code 0; the start is quiet (no route lines, no "X.health is not registered").
  */
 import { spawn, execFileSync, type ChildProcess } from "child_process";
 import { existsSync, readFileSync, rmSync, writeFileSync } from "fs";
@@ -17,7 +18,10 @@ jest.setTimeout(240_000);
 const ROOT = path.resolve(__dirname, "../..");
 const childrenOf = (pid: number): number[] => {
 	try {
-		return execFileSync("ps", ["-o", "pid=", "--ppid", String(pid)], { encoding: "utf8" }).split("\n").map(Number).filter(Boolean);
+		return execFileSync("ps", ["-o", "pid=", "--ppid", String(pid)], { encoding: "utf8" })
+			.split("\n")
+			.map(Number)
+			.filter(Boolean);
 	} catch {
 		return [];
 	}
@@ -41,9 +45,11 @@ let dataDir: string;
 let port: number;
 const started: Run[] = [];
 
-function npmStart(): Run {
+/** `detached`: npm leads a process group of its own, as a terminal's foreground job does (Ctrl-C signals the group). */
+function npmStart(detached = false): Run {
 	const npm = spawn("npm", ["start"], {
 		cwd: ROOT,
+		detached,
 		// The default store (the embedded PostgreSQL), whatever the test's environment names.
 		env: { ...process.env, DOCUMENT_STORE: undefined, DATABASE_URL: undefined, PORT: String(port), HOST: "127.0.0.1", DATA_DIR: dataDir, MQTT_PORT: "0", LOG_LEVEL: "info" },
 		stdio: ["ignore", "pipe", "pipe"],
@@ -139,13 +145,29 @@ describe("npm start: crash, restart, stop", () => {
 			"stop: services and workers stopped",
 			`embedded PostgreSQL stopped (pid ${pg})`,
 			"stop: event streams closed",
-			"stop: cache closed; stopped",
+			"stop: cache closed",
 		];
 		const at = steps.map((s) => out.indexOf(s));
 		expect(at.every((i) => i >= 0)).toBe(true);
 		expect([...at].sort((a, b) => a - b)).toEqual(at);
 		expect(out).not.toMatch(/ECONNREFUSED/);
 		expect(existsSync(path.join(dataDir, "postgres", "postmaster.pid"))).toBe(false);
+	});
+
+	test("Ctrl-C in a terminal (SIGINT to npm's process group, npm forwarding its own) stops in order and exits 0", async () => {
+		const run = npmStart(true);
+		await healthy(run);
+		const node = childrenOf(run.npm.pid!)[0];
+		const pg = pgPid();
+		process.kill(-run.npm.pid!, "SIGINT");
+		expect(await run.exited).toBe(0);
+		await until("node exits", () => !alive(node), 30_000);
+		await until("PostgreSQL exits", () => !alive(pg), 10_000);
+		const out = run.out();
+		expect(out).not.toContain("again while stopping");
+		const at = ["SIGINT received: stopping", "stop: services and workers stopped", `embedded PostgreSQL stopped (pid ${pg})`, "stop: cache closed"].map((s) => out.indexOf(s));
+		expect(at.every((i) => i >= 0)).toBe(true);
+		expect([...at].sort((a, b) => a - b)).toEqual(at);
 	});
 
 	test("a stale postmaster.pid (its process is gone) is removed at the start", async () => {

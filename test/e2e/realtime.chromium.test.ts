@@ -13,9 +13,9 @@ import net, { type AddressInfo } from "node:net";
 import path from "node:path";
 import type { Browser } from "playwright-core";
 import { chromiumAvailable, launchChromium } from "../helpers/chromium";
-import { bootTenancy, ok, STORES, type Tenancy } from "../helpers/tenants";
+import { bootTenancy, ok, type Tenancy } from "../helpers/tenants";
 
-const suite = chromiumAvailable("realtime") ? describe.each(STORES) : describe.skip.each(STORES);
+const suite = chromiumAvailable("realtime") ? describe : describe.skip;
 
 jest.setTimeout(120_000);
 
@@ -70,14 +70,14 @@ function pageServer(target: URL): Server {
 	return server;
 }
 
-suite("realtime in Chromium (%s)", (store) => {
+suite("realtime in Chromium", () => {
 	let t: Tenancy;
 	let server: Server;
 	let base: string;
 	let browser: Browser;
 
 	beforeAll(async () => {
-		t = await bootTenancy(store);
+		t = await bootTenancy();
 		server = pageServer(new URL(t.p.url));
 		await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
 		base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
@@ -111,7 +111,9 @@ suite("realtime in Chromium (%s)", (store) => {
 		// Another user of the tenant writes a note shared with the member.
 		const note = (await ok(t.as(admin.token, "POST", "/content/notes", { title: "for the browser", shares: [member.id] }), "note")).data;
 		await page.waitForFunction(
-			(id) => (globalThis as any).seen.cursor.some((e: any) => e.kind === "change" && e.data.id === id) && (globalThis as any).seen.mqtt.some((e: any) => e.kind === "message" && e.data.id === id),
+			(id) =>
+				(globalThis as any).seen.cursor.some((e: any) => e.kind === "change" && e.data.id === id) &&
+				(globalThis as any).seen.mqtt.some((e: any) => e.kind === "message" && e.data.id === id),
 			note.id,
 			{ timeout: 15_000 },
 		);

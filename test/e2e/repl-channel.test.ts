@@ -86,8 +86,11 @@ function talk(link: ConsoleLink) {
 			const from = got.length;
 			link.conn.write(`${JSON.stringify({ line })}\n`);
 			await this.until(() => got.slice(from).some((m) => m.done === true));
-			// eslint-disable-next-line no-control-regex
-			return got.slice(from).map((m) => (typeof m.out === "string" ? m.out : "")).join("").replace(/\x1b\[[0-9;]*m/g, "");
+			return got
+				.slice(from)
+				.map((m) => (typeof m.out === "string" ? m.out : ""))
+				.join("")
+				.replace(/\x1b\[[0-9;]*m/g, "");
 		},
 		until(ok: () => boolean, ms = 10_000): Promise<void> {
 			return new Promise((resolve, reject) => {
@@ -113,7 +116,9 @@ const attach = async () => {
 
 test("refused while the platform serves no console; the abstract socket only ever says its pid", async () => {
 	const refused = await attachConsole({ dataDir: dir });
-	expect(refused).toEqual({ refused: `the platform on DATA_DIR ${dir} (pid ${process.pid}) refused the console: the platform on this DATA_DIR is still starting: try again in a moment` });
+	expect(refused).toEqual({
+		refused: `the platform on DATA_DIR ${dir} (pid ${process.pid}) refused the console: the platform on this DATA_DIR is still starting: try again in a moment`,
+	});
 	lock.serveConsoles(consoleSessions(broker));
 
 	if (process.platform === "linux") {
@@ -181,4 +186,3 @@ test("release cuts the consoles still attached: it does not wait for them", asyn
 	expect(Date.now() - t0).toBeLessThan(2000);
 	expect(await attachConsole({ dataDir: dir })).toBeUndefined();
 });
-

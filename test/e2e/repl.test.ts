@@ -10,11 +10,11 @@
  *  - a deployment over NATS: with TRANSPORTER, `npm run repl` joins as a console node with no service and calls the
  *    cluster, `as` included (the identity service is on another node), touching nothing of DATA_DIR.
  */
-import { execFileSync } from "child_process";
+import { execFileSync, spawn } from "child_process";
 import { readdirSync, readFileSync, rmSync } from "fs";
 import path from "path";
 import { needServers, tempDir } from "../helpers/platform";
-import { client, startNode, stopNode, testDeployment, waitForHttp, type ChildNode } from "../helpers/nodes";
+import { client, startNode, stopNode, testDeployment, waitForHttp } from "../helpers/nodes";
 import { freePort } from "../helpers/ports";
 import { sleep } from "../helpers/wait";
 
@@ -38,7 +38,9 @@ const UNSET = ["TRANSPORTER", "NAMESPACE", "SERVICES", "NODE_ID", "DATABASE_URL"
 
 /** `cmd` in ROOT with exactly `env` of the platform's settings; the exit status is printed, the pane stays. */
 const shell = (env: Record<string, string>, cmd: string) =>
-	`cd ${ROOT} && env ${UNSET.map((k) => `-u ${k}`).join(" ")} ${Object.entries(env).map(([k, v]) => `${k}=${v}`).join(" ")} HOST=127.0.0.1 LOG_LEVEL=warn ${cmd}; echo EXIT=$?; sleep 600`;
+	`cd ${ROOT} && env ${UNSET.map((k) => `-u ${k}`).join(" ")} ${Object.entries(env)
+		.map(([k, v]) => `${k}=${v}`)
+		.join(" ")} HOST=127.0.0.1 LOG_LEVEL=warn ${cmd}; echo EXIT=$?; sleep 600`;
 
 const terms: Terminal[] = [];
 let seq = 0;
@@ -211,6 +213,65 @@ suite("the console attached to the platform running on DATA_DIR (its socket)", (
 	});
 });
 
+/** `npm run repl -- --exec <line> ...` without a terminal: its status and the JSON outcome of each command. */
+async function scripted(env: Record<string, string>, lines: string[]): Promise<{ status: number | null; outcomes: Array<Record<string, any>>; stderr: string }> {
+	const args = ["run", "-s", "repl", "--", ...lines.flatMap((l) => ["--exec", l])];
+	// Not spawnSync: the test's own HTTP connections must keep being served meanwhile (keep-alive closes are read).
+	const child = spawn("npm", args, { cwd: ROOT, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"], timeout: 120_000 });
+	let stdout = "";
+	let stderr = "";
+	child.stdout.on("data", (c) => (stdout += c));
+	child.stderr.on("data", (c) => (stderr += c));
+	const status = await new Promise<number | null>((resolve) => child.once("close", resolve));
+	const outcomes = stdout
+		.split("\n")
+		.filter((l) => l.startsWith("{"))
+		.map((l) => JSON.parse(l));
+	return { status, outcomes, stderr };
+}
+
+describe("scripted console commands (npm run repl -- --exec)", () => {
+	let p: Awaited<ReturnType<typeof runningPlatform>>;
+	beforeAll(async () => {
+		p = await runningPlatform("repl-exec");
+	});
+	afterAll(async () => {
+		await stopNode(p?.node, 30_000);
+	});
+
+	test("run in the platform on DATA_DIR: one JSON outcome a command, the call's answer in `result`, exit 0", async () => {
+		const r = await scripted({ DATA_DIR: p.node.dataDir }, ["as root", `call content.notes.create '{"body": {"title": "from a script"}}'`]);
+		expect(r.status).toBe(0);
+		expect(r.outcomes.map((o) => [o.command, o.ok])).toEqual([
+			["as root", true],
+			[`call content.notes.create '{"body": {"title": "from a script"}}'`, true],
+		]);
+		expect(r.outcomes[0].output).toMatch(/^>> Calls now run as user root /);
+		const id = r.outcomes[1].result.data.id;
+		const read = await p.http("GET", `/content/notes/${id}`, { token: p.token });
+		expect({ status: read.status, title: read.body?.data?.title }).toEqual({ status: 200, title: "from a script" });
+		// What the commands printed went to the script, not to the platform's output.
+		expect(p.node.output()).not.toMatch(/from a script|Calls now run as/);
+	});
+
+	test("a command that fails ends the run with exit 1 and its error; no platform on DATA_DIR: exit 2", async () => {
+		// Each run is a console of its own: no principal yet, so the guarded call is refused.
+		const refused = await scripted({ DATA_DIR: p.node.dataDir }, ["call content.notes.count", "whoami"]);
+		expect(refused.status).toBe(1);
+		expect(refused.outcomes).toHaveLength(1);
+		expect(refused.outcomes[0]).toMatchObject({
+			ok: false,
+			error: "content.notes.count goes through the authority layer: act as a principal first (as <username|client id>), then call it again",
+		});
+		const unknown = await scripted({ DATA_DIR: p.node.dataDir }, ["no-such-command"]);
+		expect([unknown.status, unknown.outcomes[0]?.ok, unknown.outcomes[0]?.error]).toEqual([1, false, "error: unknown command 'no-such-command'"]);
+		const nobody = tempDir("repl-exec-none-");
+		const none = await scripted({ DATA_DIR: nobody }, ["whoami"]);
+		expect([none.status, none.outcomes, none.stderr.trim()]).toEqual([2, [], `no platform runs on DATA_DIR ${nobody}: start it (npm start), then run the commands again`]);
+		rmSync(nobody, { recursive: true, force: true });
+	});
+});
+
 natsSuite("the console joined to a deployment over NATS (TRANSPORTER)", () => {
 	const d = testDeployment();
 	let p: Awaited<ReturnType<typeof runningPlatform>>;
@@ -240,6 +301,10 @@ natsSuite("the console joined to a deployment over NATS (TRANSPORTER)", () => {
 		expect(await t.type("call dispatcher.stats")).toMatch(/\{ pending: \d+, delivered: \d+, failed: \d+, disabled: \d+ \}/);
 		const bye = t.send("exit");
 		await t.waitFor(/EXIT=0/, 20_000, bye);
+
+		// The same commands from a script: the console node runs them and leaves.
+		const r = await scripted({ TRANSPORTER: "nats://127.0.0.1:4222", NAMESPACE: d.namespace, DATA_DIR: consoleDir }, ["as root", "call content.notes.count"]);
+		expect([r.status, r.outcomes.map((o) => o.ok), r.outcomes[1]?.result]).toEqual([0, [true, true], { total: 1 }]);
 
 		// The console claimed nothing in its DATA_DIR; the platform serves on.
 		expect(readdirSync(consoleDir)).toEqual([]);

@@ -6,6 +6,7 @@
  * durable session records can refuse the tokens.
  * Skips with a message when NATS or Redis is down (fails under REQUIRE_SERVERS=1).
  */
+// jest-solo: a cluster of node processes of its own, stopped, killed or cut off on a schedule (test/run.mjs)
 import { readFileSync } from "fs";
 import path from "path";
 import Redis from "ioredis";

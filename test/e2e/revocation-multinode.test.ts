@@ -4,6 +4,7 @@
  * warms its local caches first, so a pass proves the change reached it, not that it had never looked.
  * Skips with a message when NATS or Redis is down (fails under REQUIRE_SERVERS=1).
  */
+// jest-solo: a cluster of node processes of its own, stopped, killed or cut off on a schedule (test/run.mjs)
 import { readFileSync } from "fs";
 import path from "path";
 import Redis from "ioredis";
@@ -184,20 +185,20 @@ live("a grant change takes effect through every gateway at once: 403, then 200 r
 	expect((await B("GET", "/content/notes", { token: userJwt })).status).toBe(200);
 });
 
-// Last: it blocks logins from 127.0.0.1 for this deployment (its own Redis prefix) for 15 minutes.
+// Last: it blocks the root user's logins from 127.0.0.1 for this deployment (its own Redis prefix) for 15 minutes.
 live("failed logins are counted across gateways: failures on A and B add up to 429 on B", async () => {
 	const wrong = (gw: ReturnType<typeof client>) => login(gw, root.username, "not-the-password");
 	for (let i = 0; i < 6; i++) expect((await wrong(A)).status).toBe(401);
 	for (let i = 0; i < 4; i++) expect((await wrong(B)).status).toBe(401);
 	const raw = new Redis(REDIS);
 	try {
-		expect(await raw.get(`${deployment.redisPrefix}auth:fail:127.0.0.1`)).toBe("10");
+		expect(await raw.get(`${deployment.redisPrefix}auth:fail:acct:${root.client_id}:user.${root.user_id}:127.0.0.1`)).toBe("10");
 	} finally {
 		raw.disconnect();
 	}
 	// The eleventh attempt, even with the right password, is refused on either gateway.
 	const limited = await login(B);
 	expect(limited.status).toBe(429);
-	expect(limited.body).toEqual({ statusCode: 429, message: "too many failed login attempts from this IP", error: "Too Many Requests" });
+	expect(limited.body).toEqual({ statusCode: 429, message: "too many failed login attempts for this account from this IP", error: "Too Many Requests" });
 	expect((await login(A)).status).toBe(429);
 });

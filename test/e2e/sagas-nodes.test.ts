@@ -5,6 +5,7 @@
  *   NATS is not answering, failing under REQUIRE_SERVERS=1);
  * - the platform killed (SIGKILL) with a saga in flight and started again after its expiry compensates it at start.
  */
+// jest-solo: a cluster of node processes of its own, stopped, killed or cut off on a schedule (test/run.mjs)
 import { mkdtempSync, readFileSync, rmSync } from "fs";
 import os from "os";
 import path from "path";
@@ -67,10 +68,14 @@ servers.describe("a saga across two processes over NATS", () => {
 	test("staged writes on the content node are recorded on the essential node and undone by abort", async () => {
 		const token = await login(http, a!.dataDir);
 		// The content node answers once it sees the auth node (its grant index comes from there): 503 until then.
-		const pre = await until("the content node ready", async () => {
-			const r = await http("POST", "/content/notes", { token, body: { title: "remote-pre", content: "before" } });
-			return r.status === 200 ? r : null;
-		}, 30_000);
+		const pre = await until(
+			"the content node ready",
+			async () => {
+				const r = await http("POST", "/content/notes", { token, body: { title: "remote-pre", content: "before" } });
+				return r.status === 200 ? r : null;
+			},
+			30_000,
+		);
 		const s = await http("POST", "/essential/sagas/start", { token, body: { ttl: 60 } });
 		expect(s.status).toBe(200);
 		const saga = s.body.data.id;
@@ -127,10 +132,14 @@ describe("a saga in flight when the platform is killed", () => {
 		await waitForHttp(`http://127.0.0.1:${port}/status`, [node]);
 		const startedAt = Date.now();
 		const token2 = await login(http, dataDir);
-		const done = await until("ABORTED after restart", async () => {
-			const r = await http("GET", `/essential/sagas/${saga}`, { token: token2 });
-			return r.body?.data?.state === "ABORTED" ? r.body.data : null;
-		}, 15_000);
+		const done = await until(
+			"ABORTED after restart",
+			async () => {
+				const r = await http("GET", `/essential/sagas/${saga}`, { token: token2 });
+				return r.body?.data?.state === "ABORTED" ? r.body.data : null;
+			},
+			15_000,
+		);
 		expect(done.abort_reason).toBe("expiry");
 		expect(Date.now() - startedAt).toBeLessThan(15_000);
 		expect((await http("GET", `/content/notes/${created.body.data.id}`, { token: token2 })).status).toBe(404);
@@ -138,7 +147,7 @@ describe("a saga in flight when the platform is killed", () => {
 	});
 });
 
-/** The change events a node's own outbox holds, in order (its embedded PostgreSQL's, or its NeDB file). */
+/** The change events a node's own outbox holds, in order (its embedded PostgreSQL's). */
 async function outboxEvents(node: ChildNode): Promise<Array<{ id: string; op: string; topic: string; after?: any }>> {
 	return (await nodeOutboxRecords(node)).map((r) => r.event as any);
 }
@@ -156,11 +165,17 @@ servers.describe("two watcher processes over NATS", () => {
 		const port = await freePort();
 		const shared = { TRANSPORTER: NATS, NAMESPACE: d.namespace, JWT_SECRET: d.jwtSecret, AES_SECRET: d.aesSecret };
 		const workers = Object.keys(WORKER_PORTS).filter((w) => w !== "watcher");
-		// The outbox keeps every event: the test reads the main node's outbox (held from the start on NeDB, from its
-		// PostgreSQL's start on PostgreSQL, before the test's writes).
+		// The outbox keeps every event: the test reads the main node's outbox (held from its PostgreSQL's start, before
+		// the test's writes).
 		const dataDir = dataDirHoldingOutbox();
 		if (await pgTemplate()) seedEmbeddedPg(dataDir, undefined);
-		main = startNode("main", { ...shared, DATA_DIR: dataDir, SERVICES: ["api", ...DOMAINS.map((x) => x.name), ...workers].join(","), PORT: String(port), OPS_PORT_OFFSET: String(await freeOpsOffset()) });
+		main = startNode("main", {
+			...shared,
+			DATA_DIR: dataDir,
+			SERVICES: ["api", ...DOMAINS.map((x) => x.name), ...workers].join(","),
+			PORT: String(port),
+			OPS_PORT_OFFSET: String(await freeOpsOffset()),
+		});
 		nodes.push(main);
 		for (const n of ["watcher-1", "watcher-2"]) nodes.push(startNode(n, { ...shared, SERVICES: "watcher", OPS_PORT_OFFSET: String(await freeOpsOffset()) }));
 		http = client(`http://127.0.0.1:${port}`);
@@ -185,10 +200,14 @@ servers.describe("two watcher processes over NATS", () => {
 			created.push((await http("POST", "/content/notes", { token, headers: H(s), body: { title: `staged ${i}` } })).body.data.id);
 			expect((await http("PATCH", `/content/notes/${n.body.data.id}`, { token, headers: H(s), body: { content: "staged" } })).status).toBe(200);
 		}
-		await until("all compensated", async () => {
-			const r = await http("GET", `/essential/sagas?query=${encodeURIComponent(JSON.stringify({ id: { $in: sagas }, state: "ABORTED" }))}`, { token });
-			return r.body.total === sagas.length;
-		}, 25_000);
+		await until(
+			"all compensated",
+			async () => {
+				const r = await http("GET", `/essential/sagas?query=${encodeURIComponent(JSON.stringify({ id: { $in: sagas }, state: "ABORTED" }))}`, { token });
+				return r.body.total === sagas.length;
+			},
+			25_000,
+		);
 		// Both watchers keep scanning: a few more rounds, then count.
 		await new Promise((r) => setTimeout(r, 4500));
 		const events = await outboxEvents(main);

@@ -56,7 +56,7 @@ async function seeded() {
 		users: await q(`select id from "docs/identity/users" where doc->>'username' = 'root'`),
 		subjects: await q(`select doc->>'subject' as subject, count(*)::int as n from "docs/auth/grants" group by 1`),
 		// Read only when the claims table exists, so a build without claims fails on the counts above, not here.
-		claim: (await q(`select to_regclass('"docs/_seed"') is not null as ok`))[0].ok ? (await q(`select body as doc from "docs/_seed" where id = 'root'`))[0]?.doc : undefined,
+		claim: (await q(`select to_regclass('"docs/_seed"') is not null as ok`))[0].ok ? (await q(`select doc from "docs/_seed" where id = 'root'`))[0]?.doc : undefined,
 	};
 }
 

@@ -5,16 +5,16 @@
  * server side lets go of what a silenced session held, and once the partition ends the client works again by itself.
  * The platform over all three, with its pipeline, /status and SIGTERM: test/e2e/silent-platform.test.ts.
  */
+// jest-solo: a cluster of node processes of its own, stopped, killed or cut off on a schedule (test/run.mjs)
 import { mkdtempSync, rmSync } from "fs";
 import os from "os";
 import path from "path";
-import { Client } from "pg";
 import { ServiceBroker } from "moleculer";
 import { needServers } from "../helpers/platform";
-import { PG_BASE, testDatabase, type TestDatabase } from "../helpers/pg";
+import { testDatabase, type TestDatabase } from "../helpers/pg";
 import { silentProxy, type SilentProxy } from "../helpers/silent-proxy";
 import { sleep } from "../helpers/wait";
-import { openRelational, releaseRelational, type Relational } from "../../runtime/relational";
+import { openRelational, releaseRelational } from "../../runtime/relational";
 import { isDependencyOutage } from "../../lib/errors";
 import { isCacheUnavailable, RedisKeyValue } from "../../runtime/kv";
 import { readConfig } from "../../runtime/config";
@@ -110,7 +110,39 @@ servers.describe("PostgreSQL through a silent connection", () => {
 		expect(String((r.error as Error).message)).toMatch(/^Connection terminated: PostgreSQL did not answer within 7000 ms/);
 		expect(r.ms).toBeLessThan(12_000);
 		holder.release();
-		console.log(`PostgreSQL, one connection silenced: a writer of its locked row failed in ${waiting.ms} ms (55P03), went through ${released + waiting.ms} ms after the silence; the silenced statement failed after ${r.ms} ms`);
+		console.log(
+			`PostgreSQL, one connection silenced: a writer of its locked row failed in ${waiting.ms} ms (55P03), went through ${released + waiting.ms} ms after the silence; the silenced statement failed after ${r.ms} ms`,
+		);
+	});
+
+	test("a request's statement fails at its deadline, and so do a transaction's and a wait for a connection", async () => {
+		const cfg = { ...location(), databasePoolSize: 2 };
+		const rel = await openRelational(cfg);
+		await Promise.all([rel.query("select 1"), rel.query("select 1")]);
+		proxy.silence();
+		// The server's limits are the defaults (answer 35 s): what bounds these is the deadline.
+		const answer = await timed(rel.query("select 1", [], 1500));
+		expect(isDependencyOutage(answer.error)).toBe(true);
+		expect(String((answer.error as Error).message)).toBe("Connection terminated: no answer within 1500 ms (a request's deadline)");
+		expect(answer.ms).toBeGreaterThanOrEqual(1400);
+		expect(answer.ms).toBeLessThan(2500);
+		// A transaction of a request: each statement under the deadline too.
+		const tx = await timed(rel.transaction(async (q) => q("select 1"), undefined, 1000));
+		expect(isDependencyOutage(tx.error)).toBe(true);
+		expect(tx.ms).toBeLessThan(2000);
+		// Both connections busy with statements without a deadline (a worker's): a request waits for one at most its deadline.
+		const held = [rel.query("select 2"), rel.query("select 3")].map((p) => p.catch((err) => err));
+		await sleep(100);
+		const waited = await timed(rel.query("select 1", [], 1000));
+		expect(isDependencyOutage(waited.error)).toBe(true);
+		expect(String((waited.error as Error).message)).toBe("timeout exceeded when trying to connect: no connection within 1000 ms (a request's deadline)");
+		expect(waited.ms).toBeLessThan(2000);
+		proxy.restore();
+		await releaseRelational(cfg);
+		await Promise.all(held);
+		console.log(
+			`PostgreSQL silent: a request's statement failed after ${answer.ms} ms (deadline 1500 ms), a transaction's after ${tx.ms} ms and a wait for a connection after ${waited.ms} ms (1000 ms)`,
+		);
 	});
 
 	test("the health check answers within its bound while the server is silent, and is true again once it is back", async () => {

@@ -4,18 +4,33 @@
  * silence them (test/helpers/silent-proxy.ts: nothing forwarded either way, nothing closed; a connection silenced once
  * stays silent, as when a NAT forgot it). For each dependency in turn, under steady creates and lists: /status reports
  * it within a bound; once the partition ends the platform serves every kind of request again within a bound, no
- * answer was a 500, every acknowledged create's event reaches the webhook and none is in `.failed`. Last, SIGTERM
- * while PostgreSQL is silent stops the node within a bound.
+ * answer was a 500, every acknowledged create's event reaches the webhook and none is in `.failed`. Then NATS
+ * stranded (the open connections silent for good, new ones pass: a NAT that forgot them, the server keeping them):
+ * both connections are made again and the pipeline goes on within bounds. Last, SIGTERM while PostgreSQL is silent
+ * stops the node within a bound.
  *
  * The PostgreSQL limits are short here (DATABASE_URL parameters: statement 3 s, lock 2 s, idle in transaction 4 s,
  * answer 4 s) and STREAM_MAX_RETRIES is 3: an outage that spent deliveries would move events to `.failed` at once.
  */
+// jest-solo: a cluster of node processes of its own, stopped, killed or cut off on a schedule (test/run.mjs)
 import { readFileSync } from "fs";
 import path from "path";
 import { connect } from "nats";
 import { needServers } from "../helpers/platform";
 import { testDatabase, type TestDatabase } from "../helpers/pg";
-import { client, dropNatsStreams, dropRedisPrefix, eventReceiver, startNode, stopNode, testDeployment, timeToServe, waitForHttp, type ChildNode, type EventReceiver } from "../helpers/nodes";
+import {
+	client,
+	dropNatsStreams,
+	dropRedisPrefix,
+	eventReceiver,
+	startNode,
+	stopNode,
+	testDeployment,
+	timeToServe,
+	waitForHttp,
+	type ChildNode,
+	type EventReceiver,
+} from "../helpers/nodes";
 import { freePort } from "../helpers/ports";
 import { silentProxy, type SilentProxy } from "../helpers/silent-proxy";
 import { sleep } from "../helpers/wait";
@@ -141,7 +156,11 @@ async function deadLettered(): Promise<number> {
 	try {
 		const jsm = await nc.jetstreamManager();
 		let n = 0;
-		for (const s of ["changes", "audit"]) n += await jsm.streams.info(`${d.namespace}_platform_${s}_failed`).then((i) => i.state.messages, () => 0);
+		for (const s of ["changes", "audit"])
+			n += await jsm.streams.info(`${d.namespace}_platform_${s}_failed`).then(
+				(i) => i.state.messages,
+				() => 0,
+			);
 		return n;
 	} finally {
 		await nc.close();
@@ -219,6 +238,51 @@ servers.test("Redis silent: /status reports the cache; logins come back once the
 servers.test("NATS silent: noticed within seconds (503 with Retry-After, not a 5-minute wait); the platform recovers by itself", () =>
 	partition("nats", 8_000, (s) => s.status === 503 && entry(s, "event stream")?.status === "down"),
 );
+
+/** From the stranding until every NATS connection of the node was given up and made again. */
+const STRANDED_NOTICE_MS = 10_000;
+/** From the stranding until every acknowledged create's event reached the webhook and /status answers 200. */
+const STRANDED_RESUME_MS = 30_000;
+
+servers.test("NATS connections stranded (the open ones silent for good, new ones pass): each is made again within 10 s and the pipeline resumes by itself", async () => {
+	const token = await login();
+	const load = traffic(token);
+	const { delivered } = receiver!;
+	let t0 = 0;
+	let remadeMs = 0;
+	try {
+		await sleep(1500);
+		// The transporter's connection and the event stream's.
+		const open = proxy.nats.counts().forwarding;
+		expect(open).toBeGreaterThanOrEqual(2);
+		// The NATS server keeps the stranded connections (and their subscriptions): nothing tells it they are gone.
+		proxy.nats.silence({ newConnections: false });
+		t0 = Date.now();
+		while (proxy.nats.counts().forwarding < open) {
+			if (Date.now() - t0 > STRANDED_NOTICE_MS)
+				throw new Error(`${proxy.nats.counts().forwarding} of ${open} NATS connections made again ${STRANDED_NOTICE_MS} ms after the stranding\n${node!.output().slice(-4000)}`);
+			await sleep(100);
+		}
+		remadeMs = Date.now() - t0;
+		// Creates keep coming after the connections were made again: their events go through the new connections.
+		await sleep(Math.max(0, 12_000 - (Date.now() - t0)));
+		await load.stop();
+		while (load.acked.some((id) => !delivered.has(id)) && Date.now() - t0 < STRANDED_RESUME_MS) await sleep(250);
+		const eventsMs = Date.now() - t0;
+		const missing = load.acked.filter((id) => !delivered.has(id));
+		const healthyMs = (await statusUntil("/status 200 after the stranding", (s) => s.status === 200, Math.max(0, STRANDED_RESUME_MS - (Date.now() - t0)))) + eventsMs;
+		console.log(
+			`NATS stranded: ${open} connections made again after ${remadeMs} ms; ${load.acked.length} creates acknowledged, ${missing.length} not delivered ${eventsMs} ms after the stranding; /status 200 after ${healthyMs} ms`,
+		);
+		expect(missing).toEqual([]);
+		expect(load.acked.length).toBeGreaterThan(5);
+		expect(load.statuses.filter((s) => s !== 200 && s !== 503)).toEqual([]);
+		expect(await deadLettered()).toBe(0);
+	} finally {
+		await load.stop();
+		proxy.nats.restore();
+	}
+});
 
 servers.test("SIGTERM while PostgreSQL is silent: the node stops within the bound", async () => {
 	const token = await login();

@@ -66,8 +66,6 @@ async function streamNode(ns: string): Promise<StreamNode> {
 
 const publish = (node: StreamNode, count: number) => publishRecords(node.stream, count);
 
-
-
 beforeAll(async () => {
 	up = servers.up;
 });

@@ -8,7 +8,7 @@
  * tenant's, and the logger's audit (in the shared PostgreSQL) has every request. Skips with a message when NATS,
  * Redis or PostgreSQL does not answer (fails under REQUIRE_SERVERS=1).
  */
-import http from "http";
+// jest-solo: a cluster of node processes of its own, stopped, killed or cut off on a schedule (test/run.mjs)
 import { readdirSync, readFileSync } from "fs";
 import path from "path";
 import { connect } from "nats";
@@ -20,6 +20,7 @@ import { client, dropNatsStreams, dropRedisPrefix, startNode, stopNode, testDepl
 import { DOMAIN_SPEC_PORTS, freeOpsOffset, freePort } from "../helpers/ports";
 import { testDatabase, type TestDatabase } from "../helpers/pg";
 import { eventually } from "../helpers/wait";
+import { webhookReceiver, type WebhookReceiver } from "../helpers/webhook-receiver";
 
 const servers = needServers(["NATS", 4222], ["Redis", 6379], ["PostgreSQL", 5432]);
 
@@ -43,25 +44,15 @@ let tenantId = "";
 let userToken = "";
 
 /** The tenant's webhook receiver: every change event it is sent. */
-const received: any[] = [];
-const receiver = http.createServer((req, res) => {
-	const chunks: Buffer[] = [];
-	req.on("data", (c) => chunks.push(c));
-	req.on("end", () => {
-		try {
-			received.push(JSON.parse(Buffer.concat(chunks).toString("utf8")));
-		} catch {
-			received.push({ unreadable: true });
-		}
-		res.writeHead(200).end("ok");
-	});
-});
+let receiver: WebhookReceiver | undefined;
+let received: any[] = [];
 
 beforeAll(async () => {
 	if (!servers.up) return;
 	db = await testDatabase();
 	if (!db) return;
-	await new Promise<void>((resolve) => receiver.listen(0, "127.0.0.1", () => resolve()));
+	receiver = await webhookReceiver();
+	received = receiver.received;
 	offset = await freeOpsOffset([...DOMAIN_SPEC_PORTS, ...Object.values(WORKER_PORTS), CONTENT + 1]);
 	replicaPorts = [CONTENT + offset, CONTENT + offset + 1];
 	gwPort = await freePort();
@@ -78,7 +69,9 @@ beforeAll(async () => {
 		AES_SECRET: d.aesSecret,
 		OPS_PORT_OFFSET: String(offset),
 	};
-	const core = DOMAINS.map((x) => x.name).filter((n) => n !== "content").join(",");
+	const core = DOMAINS.map((x) => x.name)
+		.filter((n) => n !== "content")
+		.join(",");
 	nodes.core = startNode("core", { ...shared, SERVICES: core });
 	nodes.api = startNode("api", { ...shared, SERVICES: "api", PORT: String(gwPort) });
 	nodes.contentA = startNode("content-a", { ...shared, SERVICES: "content" });
@@ -92,8 +85,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
 	await Promise.all(Object.values(nodes).map((n) => stopNode(n)));
-	receiver.closeAllConnections();
-	await new Promise((r) => receiver.close(r));
+	await receiver?.close();
 	await pgc?.end();
 	if (!db) return;
 	const step = (what: string, p: Promise<unknown>) => p.catch((err) => console.warn(`cleanup: ${what} failed: ${(err as Error).message}`));
@@ -159,7 +151,7 @@ servers.test("a tenant user logs in through the gateway (root seeded by the iden
 
 servers.test("the user's notes go through both content replicas; its webhook gets each change, the audit each request", async () => {
 	expect(userToken).not.toBe("");
-	const hook = `http://127.0.0.1:${(receiver.address() as { port: number }).port}/hook`;
+	const hook = receiver!.url();
 	const cfg = await gw("POST", "/context/configs", { token: userToken, body: { key: "CQRS", value: { webhook: hook } } });
 	expect(cfg.status).toBe(200);
 	const before = await Promise.all(replicaPorts.map((p) => servedBy(p, "create")));
@@ -197,7 +189,8 @@ servers.test("the user's notes go through both content replicas; its webhook get
 	expect(received.some((e) => e.id === other.body.data.id)).toBe(false);
 
 	const rows = await eventually(
-		async () => (await pgc!.query("select method, path, status, action, cid from audit_entries where kind = 'request' and cid = $1 and path like '/content/notes%'", [tenantId])).rows,
+		async () =>
+			(await pgc!.query("select method, path, status, action, cid from audit_entries where kind = 'request' and cid = $1 and path like '/content/notes%'", [tenantId])).rows,
 		(r) => r.length >= 25,
 		30_000,
 	);

@@ -18,6 +18,7 @@
  *
  * Skips with a message when NATS is not answering (fails under REQUIRE_SERVERS=1).
  */
+// jest-solo: a cluster of node processes of its own, stopped, killed or cut off on a schedule (test/run.mjs)
 import { readFileSync } from "fs";
 import path from "path";
 import { connect } from "nats";
@@ -111,7 +112,13 @@ beforeAll(async () => {
 	main = startNode("main", { ...shared, SERVICES: onMain.join(","), PORT: String(port) });
 	// A short lease (8 s instead of 60 s): the take-over is the same, the test waits less.
 	pubA = startNode("publisher-a", { ...shared, TOUCH_LEASE_MS: String(LEASE), SERVICES: "publisher", OPS_PORT_OFFSET: String(offset + 1), SMTP_URL: `smtp://127.0.0.1:${smtpA}` });
-	const pubB = startNode("publisher-b", { ...shared, TOUCH_LEASE_MS: String(LEASE), SERVICES: "publisher", OPS_PORT_OFFSET: String(offset + 2), SMTP_URL: `smtp://127.0.0.1:${smtpB}` });
+	const pubB = startNode("publisher-b", {
+		...shared,
+		TOUCH_LEASE_MS: String(LEASE),
+		SERVICES: "publisher",
+		OPS_PORT_OFFSET: String(offset + 2),
+		SMTP_URL: `smtp://127.0.0.1:${smtpB}`,
+	});
 	nodes = [main, pubA, pubB];
 	await Promise.all([
 		waitForHttp(`http://127.0.0.1:${port}/status`, nodes, { timeoutMs: 60_000 }),
@@ -149,7 +156,9 @@ nats.test("publisher A SIGKILLed mid-batch: no email lost, every record SENT onc
 	const sendAll = (async () => {
 		for (let i = 0; i < N; i += 10) {
 			const batch = await Promise.all(
-				Array.from({ length: 10 }, (_, k) => gw("POST", "/touch/emails/send", { token, body: { to: [`u${i + k}@example.com`], from: "noreply@example.com", subject: `kill ${i + k}`, text: `body ${i + k}` } })),
+				Array.from({ length: 10 }, (_, k) =>
+					gw("POST", "/touch/emails/send", { token, body: { to: [`u${i + k}@example.com`], from: "noreply@example.com", subject: `kill ${i + k}`, text: `body ${i + k}` } }),
+				),
 			);
 			for (const r of batch) {
 				expect(r.status).toBe(200);
@@ -171,13 +180,20 @@ nats.test("publisher A SIGKILLed mid-batch: no email lost, every record SENT onc
 	const page = encodeURIComponent(JSON.stringify({ limit: N }));
 	const list = async () => (await gw("GET", `/touch/emails?query=${encodeURIComponent(JSON.stringify({ id: { $in: ids } }))}&pagination=${page}`, { token })).body;
 	let last: any;
-	await until("every record SENT", async () => {
-		last = await list();
-		return last.total === N && last.items.every((r: any) => r.state === "SENT");
-	}, 150_000, 1000).catch((err) => {
+	await until(
+		"every record SENT",
+		async () => {
+			last = await list();
+			return last.total === N && last.items.every((r: any) => r.state === "SENT");
+		},
+		150_000,
+		1000,
+	).catch((err) => {
 		const states: Record<string, number> = {};
 		for (const r of last?.items ?? []) states[r.state] = (states[r.state] ?? 0) + 1;
-		throw new Error(`${err.message}; last answer: total ${last?.total} ${last?.message ?? ""} states ${JSON.stringify(states)}; copies A ${ofBatch().filter((c) => c.via === "A").length} B ${ofBatch().filter((c) => c.via === "B").length}`);
+		throw new Error(
+			`${err.message}; last answer: total ${last?.total} ${last?.message ?? ""} states ${JSON.stringify(states)}; copies A ${ofBatch().filter((c) => c.via === "A").length} B ${ofBatch().filter((c) => c.via === "B").length}`,
+		);
 	});
 	await sleep(3000);
 
@@ -199,7 +215,9 @@ nats.test("publisher A SIGKILLed mid-batch: no email lost, every record SENT onc
 		expect(cs[1].at - cs[0].at).toBeGreaterThan(LEASE - 2_000);
 	}
 	expect(doubled.length).toBeLessThanOrEqual(5);
-	console.log(`touch-publisher-kill: ${beforeKill.size} of ${N} received before the kill, ${mine.filter((c) => c.via === "A").length} copies via A, ${mine.filter((c) => c.via === "B").length} via B, ${doubled.length} received twice (A had them in flight)`);
+	console.log(
+		`touch-publisher-kill: ${beforeKill.size} of ${N} received before the kill, ${mine.filter((c) => c.via === "A").length} copies via A, ${mine.filter((c) => c.via === "B").length} via B, ${doubled.length} received twice (A had them in flight)`,
+	);
 	// Each record was settled SENT once: no record is FAILED or left QUEUED/SENDING.
 	const records = (await list()).items as any[];
 	expect(records).toHaveLength(N);

@@ -4,13 +4,14 @@
  * trip goes through the gateway to the domain node; the domain node answers /status and /metrics on its ops
  * ports. Skips with a message when NATS is down (fails under REQUIRE_SERVERS=1).
  */
+// jest-solo: a cluster of node processes of its own, stopped, killed or cut off on a schedule (test/run.mjs)
 import { existsSync, readFileSync, statSync } from "fs";
 import path from "path";
 import { DOMAINS } from "../../catalog";
 import { parseSse, needServers } from "../helpers/platform";
 import { ALL_DOMAINS, client, startNode, stopNode, testDeployment, waitForHttp, type ChildNode } from "../helpers/nodes";
 import { freeOpsOffset, freePort } from "../helpers/ports";
-import { embeddedPgRuns, nodeStoreKind, nodeStoredText } from "../helpers/node-store";
+import { embeddedPgRuns, nodeStoredText } from "../helpers/node-store";
 
 /** The servers these tests need: decided when the file loads, so jest reports the tests as skipped without them. */
 const servers = needServers(["NATS", 4222]);
@@ -57,7 +58,7 @@ live("the gateway's /status reports every domain service of the domain node up",
 	expect(s.status).toBe(200);
 	expect(s.body.status).toBe("ok");
 	for (const d of DOMAINS) expect(s.body.info[`service:${d.name}`]).toEqual({ status: "up" });
-	expect(s.body.info["document store"]).toEqual({ status: "up", kind: nodeStoreKind() });
+	expect(s.body.info["document store"]).toEqual({ status: "up", kind: "postgres" });
 	expect(s.body.info.cache).toEqual({ status: "up" });
 });
 
@@ -90,22 +91,20 @@ live("create, list, get and cursor round trip through the gateway; the documents
 	const s = await http("GET", "/content/notes/cursor", { token, headers: { accept: "text/event-stream" } });
 	expect(s.status).toBe(200);
 	expect(s.headers.get("content-type")).toMatch(/^text\/event-stream/);
-	expect(parseSse(s.text)).toEqual([
-		...created.map((d) => ({ id: d.id, data: JSON.stringify(d) })),
-		{ event: "end", data: "close" },
-	]);
+	// Each frame's data is the document (its keys in the store's order, which need not be the create's).
+	const frames = parseSse(s.text).map((f) => (f.event ? f : { ...f, data: JSON.parse(f.data) }));
+	expect(frames).toEqual([...created.map((d) => ({ id: d.id, data: d })), { event: "end", data: "close" }]);
 
 	const q = encodeURIComponent(JSON.stringify({ limit: 2 }));
 	const limited = parseSse((await http("GET", `/content/notes/cursor?pagination=${q}`, { token })).text);
 	expect(limited.map((f) => f.id ?? f.event)).toEqual([created[0].id, created[1].id, "end"]);
 
-	// The documents are in the domain node's store (its embedded PostgreSQL, or its NeDB files); the gateway node
-	// holds no collection data: no NeDB collection files, and none of them in the PostgreSQL it runs for its own
-	// records (Idempotency-Key answers, live cursors' positions).
+	// The documents are in the domain node's store (its embedded PostgreSQL); the gateway node holds no collection
+	// data: none of them in the PostgreSQL it runs for its own records (Idempotency-Key answers, live cursors' positions).
 	const stored = await nodeStoredText(dom!, "content/notes");
 	for (const d of created) expect(stored).toContain(d.id);
 	expect(existsSync(path.join(api!.dataDir, "content"))).toBe(false);
-	const onGateway = embeddedPgRuns(api!) ? await nodeStoredText(api!, "content/notes", "postgres") : "";
+	const onGateway = embeddedPgRuns(api!) ? await nodeStoredText(api!, "content/notes") : "";
 	for (const d of created) expect(onGateway).not.toContain(d.id);
 });
 
@@ -125,7 +124,7 @@ live("the domain node answers /status and /metrics on each domain's spec port (+
 		expect([name, s.status]).toEqual([name, 200]);
 		expect(await s.json()).toEqual({
 			status: "ok",
-			info: { "document store": { status: "up", kind: nodeStoreKind() }, "event stream": { status: "up" }, cache: { status: "up" } },
+			info: { "document store": { status: "up", kind: "postgres" }, "event stream": { status: "up" }, cache: { status: "up" } },
 		});
 	}
 	const m = await fetch(`http://127.0.0.1:${DOMAINS.find((d) => d.name === "content")!.restPort + offset}/metrics`);

@@ -5,7 +5,7 @@
  * a gateway, a node with every other domain, the content node (the one killed, restarted under its NODE_ID) and a
  * workers node (dispatcher, logger) that pushes webhooks to a receiver here (WEBHOOK_ALLOW_PRIVATE=1).
  *
- * With an Idempotency-Key (CONTRACTS.md "Retries and concurrent writers"): a client that retries every 5xx, 409 and cut
+ * With an Idempotency-Key (docs/contracts.md "Retries and concurrent writers"): a client that retries every 5xx, 409 and cut
  * connection with its key, through two gateways, while content replicas die (after their commit, and at random
  * points), ends with one 200 per key and exactly one document per key.
  *
@@ -14,6 +14,7 @@
  * header), one change row in the audit; every acknowledged create has its one request row (status 200). Skips with a
  * message when NATS, Redis or PostgreSQL do not answer (fails under REQUIRE_SERVERS=1).
  */
+// jest-solo: a cluster of node processes of its own, stopped, killed or cut off on a schedule (test/run.mjs)
 import { randomBytes } from "crypto";
 import { createServer, type Server } from "http";
 import { readFileSync } from "fs";
@@ -29,6 +30,8 @@ import { eventually, sleep, waitFor } from "../helpers/wait";
 const servers = needServers(["NATS", 4222], ["Redis", 6379], ["PostgreSQL", 5432]);
 /** Creates per second of the load. */
 const RATE = 100;
+/** The longest a load of this file runs, whatever happens to the test that started it. */
+const LOAD_LIMIT_MS = 240_000;
 
 jest.setTimeout(400_000);
 
@@ -93,7 +96,9 @@ beforeAll(async () => {
 		STREAM_ACK_WAIT_MS: "2000",
 		OPS_PORT_OFFSET: String(await freeOpsOffset()),
 	};
-	const others = DOMAINS.map((d) => d.name).filter((n) => n !== "content").join(",");
+	const others = DOMAINS.map((d) => d.name)
+		.filter((n) => n !== "content")
+		.join(",");
 	nodes.core = startNode("core", { ...shared, SERVICES: others });
 	nodes.api = startNode("api", { ...shared, SERVICES: "api", PORT: String(port) });
 	nodes.workers = startNode("workers", { ...shared, SERVICES: "dispatcher,logger", SERVICE_PORTS: "0", WEBHOOK_ALLOW_PRIVATE: "1" });
@@ -137,7 +142,9 @@ const notes = async (): Promise<Map<string, number>> =>
 async function audited(): Promise<{ changes: Map<string, number>; requests: Map<string, number> }> {
 	const count = async (sql: string) => new Map((await pg!.query(sql)).rows.map((r) => [r.document_id as string, r.n as number]));
 	return {
-		changes: await count(`select document_id, count(*)::int as n from audit_entries where kind = 'change' and op = 'c' and service = 'content' and collection = 'notes' group by 1`),
+		changes: await count(
+			`select document_id, count(*)::int as n from audit_entries where kind = 'change' and op = 'c' and service = 'content' and collection = 'notes' group by 1`,
+		),
 		requests: await count(`select document_id, count(*)::int as n from audit_entries where kind = 'request' and action = 'content.notes.create' and status = 200 group by 1`),
 	};
 }
@@ -184,7 +191,11 @@ servers.test("killed between the commit and the reply: the write is not acknowle
 async function retried(gateways: Array<ReturnType<typeof client>>, key: string, body: unknown, retries: { n: number }, limitMs = 120_000) {
 	const until = Date.now() + limitMs;
 	for (let i = 0; ; i++) {
-		const r = await gateways[i % gateways.length]("POST", "/content/notes", { token, body, headers: { "Idempotency-Key": key } }).catch(() => ({ status: 0, body: undefined, headers: new Headers() }));
+		const r = await gateways[i % gateways.length]("POST", "/content/notes", { token, body, headers: { "Idempotency-Key": key } }).catch(() => ({
+			status: 0,
+			body: undefined,
+			headers: new Headers(),
+		}));
 		if (r.status !== 0 && r.status < 500 && r.status !== 409) return r;
 		retries.n++;
 		if (Date.now() > until) throw new Error(`key ${key}: still ${r.status} after ${limitMs} ms`);
@@ -206,7 +217,11 @@ servers.test("Idempotency-Key: retried through two gateways while content replic
 	const gateways = [http, client(`http://127.0.0.1:${port2}`)];
 	const run = randomBytes(4).toString("hex");
 	const countOf = async (prefix: string) =>
-		new Map((await pg!.query(`select doc->>'description' as k, count(*)::int as n from "docs/content/notes" where doc->>'description' like $1 group by 1`, [`${prefix}%`])).rows.map((r) => [r.k as string, r.n as number]));
+		new Map(
+			(await pg!.query(`select doc->>'description' as k, count(*)::int as n from "docs/content/notes" where doc->>'description' like $1 group by 1`, [`${prefix}%`])).rows.map(
+				(r) => [r.k as string, r.n as number],
+			),
+		);
 
 	// 1. A replica that dies after its commit: the retry (through the other gateway) gets the stored document back.
 	const retries = { n: 0 };
@@ -216,7 +231,10 @@ servers.test("Idempotency-Key: retried through two gateways while content replic
 	expect((await countOf(crashKey)).get(crashKey)).toBe(1);
 	const stored = await pg!.query(`select id from "docs/content/notes" where doc->>'description' = $1`, [crashKey]);
 	expect(crashed.body.data.id).toBe(stored.rows[0].id);
-	for (const [name, status, env] of [["content", contentStatus, contentEnv], ["content2", content2Status, content2Env]] as const)
+	for (const [name, status, env] of [
+		["content", contentStatus, contentEnv],
+		["content2", content2Status, content2Env],
+	] as const)
 		if (nodes[name].child.exitCode !== null || nodes[name].child.signalCode !== null) {
 			await stopNode(nodes[name]);
 			nodes[name] = startNode(name, env);
@@ -228,8 +246,9 @@ servers.test("Idempotency-Key: retried through two gateways while content replic
 	const answers: Array<Promise<{ status: number }>> = [];
 	const start = Date.now();
 	let stop = false;
+	// The load ends by itself too: a test that failed or timed out must not go on making keys (and memory) forever.
 	const load = (async () => {
-		while (!stop) {
+		while (!stop && Date.now() - start < LOAD_LIMIT_MS) {
 			while (keys.length < ((Date.now() - start) / 1000) * 40) {
 				const k = `load-${run}-${keys.length}`;
 				keys.push(k);
@@ -285,7 +304,7 @@ servers.test("killed at random points under ~100 writes/s, restarted each time: 
 		inflight.add(p);
 	};
 	const load = (async () => {
-		while (!stop) {
+		while (!stop && Date.now() - start < LOAD_LIMIT_MS) {
 			while (sent < ((Date.now() - start) / 1000) * RATE) fire();
 			await sleep(5);
 		}
@@ -308,7 +327,9 @@ servers.test("killed at random points under ~100 writes/s, restarted each time: 
 	await load;
 	// Calls sent to a killed instance end at the broker's request timeout (30 s).
 	await Promise.all([...inflight]);
-	console.log(`write-kill under load: ${kills} kills in ${seconds.toFixed(1)} s of load, ${sent} creates sent, ${acked.length} acknowledged, answers ${JSON.stringify(Object.fromEntries(statuses))}`);
+	console.log(
+		`write-kill under load: ${kills} kills in ${seconds.toFixed(1)} s of load, ${sent} creates sent, ${acked.length} acknowledged, answers ${JSON.stringify(Object.fromEntries(statuses))}`,
+	);
 	expect(sent / seconds).toBeGreaterThan(0.8 * RATE);
 	expect(acked.length).toBeGreaterThan(100);
 	// Answers are 200, or a 5xx / cut connection while the node is down: never a 4xx for a valid create.

@@ -24,6 +24,17 @@ export function kvOf(p: TestPlatform): KeyValue {
 	return sharedKeyValue(p.cfg.redisUrl, p.cfg.redisPrefix);
 }
 
+/** Forgets every failed-login counter and block (services/auth/login-limits.ts), so a suite's tests start afresh. */
+export async function clearLoginFailures(p: TestPlatform): Promise<void> {
+	const kv = kvOf(p);
+	for (const k of await kv.keys("auth:fail:")) await kv.del(k);
+}
+
+/** The cache key of the failed-login counter of the root user's account from `ip` (services/auth/login-limits.ts). */
+export function rootAccountCounter(p: TestPlatform, ip = "127.0.0.1"): string {
+	return `auth:fail:acct:${p.root.client_id}:user.${p.root.user_id}:${ip}`;
+}
+
 /** Remaining TTL (ms) of a cache entry, or null when the store cannot tell. */
 export async function ttlOf(kv: KeyValue, key: string): Promise<number | null> {
 	if (kv.kind === "redis") return (kv as unknown as { client: { pttl(k: string): Promise<number> } }).client.pttl(key);
@@ -59,9 +70,7 @@ export function signWith(secret: string, payload: Record<string, unknown>, opts:
 
 export function errorBody(status: number, message?: string) {
 	const names: Record<number, string> = { 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 429: "Too Many Requests" };
-	return message === undefined
-		? { statusCode: status, message: expect.any(String), error: names[status] }
-		: { statusCode: status, message, error: names[status] };
+	return message === undefined ? { statusCode: status, message: expect.any(String), error: names[status] } : { statusCode: status, message, error: names[status] };
 }
 
 type Http = TestPlatform["http"];

@@ -71,8 +71,7 @@ export function openStream(url: string, headers: Record<string, string>, onFrame
 				headers: res.headers,
 				frames,
 				text: () => raw,
-				changes: () =>
-					frames.filter((f) => f.event === "change").map((f) => ({ ...JSON.parse(f.data), position: f.id! })),
+				changes: () => frames.filter((f) => f.event === "change").map((f) => ({ ...JSON.parse(f.data), position: f.id! })),
 				waitFor(pred, ms = 5000, from = 0) {
 					return new Promise((res2, rej) => {
 						const check = () => {
@@ -105,3 +104,25 @@ export function openStream(url: string, headers: Record<string, string>, onFrame
 		req.on("error", reject);
 	});
 }
+
+/**
+ * The live cursors a suite opens on a platform (`url()`: its base URL): `live` opens one as `token` (`qs` after
+ * `?live=true`), `closeAll` closes every one opened so far (the suite's afterEach and afterAll).
+ */
+export function liveStreams(url: () => string) {
+	const open: LiveStream[] = [];
+	return {
+		async live(token: string, qs = "", headers: Record<string, string> = {}, path = "/content/notes/cursor"): Promise<LiveStream> {
+			const s = await openStream(`${url()}${path}?live=true${qs}`, { authorization: `Bearer ${token}`, ...headers });
+			open.push(s);
+			return s;
+		},
+		closeAll(): void {
+			for (const s of open.splice(0)) s.close();
+		},
+	};
+}
+
+/** The first `event: change` frame of a stream about document `id` with `op`. */
+export const changeFrame = (s: LiveStream, id: string, op: string, ms = 8000): Promise<SseFrame> =>
+	s.waitFor((f) => f.event === "change" && JSON.parse(f.data).id === id && JSON.parse(f.data).op === op, ms);

@@ -67,11 +67,37 @@ export interface ChildNode {
 
 /** Environment settings a parent (jest, CI) may carry that must not leak into a test node. */
 const OWN_SETTINGS = [
-	"PORT", "HOST", "DATA_DIR", "SERVICES", "TRANSPORTER", "NAMESPACE", "NODE_ID", "REDIS_URL", "REDIS_PREFIX", "MONGO_URI",
-	"DATABASE_URL", "MQTT_URL", "SERVICE_PORTS", "OPS_PORT_OFFSET", "JWT_SECRET", "AES_SECRET", "TRUST_PROXY", "LOG_LEVEL",
-	"PLATFORM_ROOT_DOMAIN", "PLATFORM_ROOT_CLIENT_ID", "PLATFORM_ROOT_CLIENT_SECRET", "PLATFORM_ROOT_USERNAME", "PLATFORM_ROOT_PASSWORD",
-	"EVENT_STREAM", "STREAM_URL", "STREAM_ACK_WAIT_MS", "STREAM_RETENTION_HOURS", "STREAM_MAX_MESSAGES", "STREAM_MAX_IN_FLIGHT",
-	"STREAM_MAX_RETRIES", "RELAY_SETTLE_MS",
+	"PORT",
+	"HOST",
+	"DATA_DIR",
+	"SERVICES",
+	"TRANSPORTER",
+	"NAMESPACE",
+	"NODE_ID",
+	"REDIS_URL",
+	"REDIS_PREFIX",
+	"MONGO_URI",
+	"DATABASE_URL",
+	"MQTT_URL",
+	"SERVICE_PORTS",
+	"OPS_PORT_OFFSET",
+	"JWT_SECRET",
+	"AES_SECRET",
+	"TRUST_PROXY",
+	"LOG_LEVEL",
+	"PLATFORM_ROOT_DOMAIN",
+	"PLATFORM_ROOT_CLIENT_ID",
+	"PLATFORM_ROOT_CLIENT_SECRET",
+	"PLATFORM_ROOT_USERNAME",
+	"PLATFORM_ROOT_PASSWORD",
+	"EVENT_STREAM",
+	"STREAM_URL",
+	"STREAM_ACK_WAIT_MS",
+	"STREAM_RETENTION_HOURS",
+	"STREAM_MAX_MESSAGES",
+	"STREAM_MAX_IN_FLIGHT",
+	"STREAM_MAX_RETRIES",
+	"RELAY_SETTLE_MS",
 ];
 
 /**
@@ -84,14 +110,21 @@ export interface AsImage {
 	gid: number;
 }
 
-export function startNode(name: string, env: Record<string, string>, image?: AsImage): ChildNode {
+/** `npm start`'s entry (start.ts), or `npm run runner`'s (moleculer-runner with moleculer.config.ts). */
+export type Entry = "start" | "runner";
+const ENTRY_ARGS: Record<Entry, string[]> = {
+	start: ["start.ts"],
+	runner: [path.join("node_modules", "moleculer", "bin", "moleculer-runner.js"), "--config", "moleculer.config.ts"],
+};
+
+export function startNode(name: string, env: Record<string, string>, image?: AsImage, entry: Entry = "start"): ChildNode {
 	// A DATA_DIR given by the caller is used as is, and left for the caller to remove.
 	const dataDir = env.DATA_DIR ?? mkdtempSync(path.join(os.tmpdir(), `node-${name}-`));
 	// A new DATA_DIR of ours gets the initialised cluster when a platform of this run built it (pg-template.ts).
 	if (!env.DATA_DIR && !image) seedEmbeddedPg(dataDir, env.DATABASE_URL);
 	const base: NodeJS.ProcessEnv = { ...process.env };
 	for (const k of OWN_SETTINGS) delete base[k];
-	const child = spawn(process.execPath, ["--import", "tsx", "start.ts"], {
+	const child = spawn(process.execPath, ["--import", "tsx", ...ENTRY_ARGS[entry]], {
 		cwd: image?.cwd ?? ROOT,
 		uid: image?.uid,
 		gid: image?.gid,
@@ -195,8 +228,7 @@ export async function waitForHttp(url: string, nodes: ChildNode[], opts: { statu
 	const deadline = Date.now() + (opts.timeoutMs ?? 45_000);
 	let last = "no answer";
 	while (Date.now() < deadline) {
-		for (const n of nodes)
-			if (n.child.exitCode !== null) throw new Error(`${n.name} exited with ${n.child.exitCode} while waiting for ${url}:\n${n.output()}`);
+		for (const n of nodes) if (n.child.exitCode !== null) throw new Error(`${n.name} exited with ${n.child.exitCode} while waiting for ${url}:\n${n.output()}`);
 		try {
 			const res = await fetch(url, { signal: AbortSignal.timeout(3000) });
 			const text = await res.text();
@@ -294,7 +326,9 @@ export async function timeToServe(
 	let last = "";
 	while (ok < (opts.rounds ?? 3)) {
 		if (Date.now() - started > opts.boundMs)
-			throw new Error(`not serving normally ${opts.boundMs} ms after the server came back; last answers: ${last}\n${opts.nodes.map((n) => `--- ${n.name}:\n${n.output().slice(-3000)}`).join("\n")}`);
+			throw new Error(
+				`not serving normally ${opts.boundMs} ms after the server came back; last answers: ${last}\n${opts.nodes.map((n) => `--- ${n.name}:\n${n.output().slice(-3000)}`).join("\n")}`,
+			);
 		const l = await gw("POST", "/auth/token", { body: { grant_type: "password", client_id: root.client_id, username: root.username, password: root.password } });
 		const v = l.status === 200 ? await gw("GET", "/auth/verify", { token: l.body.data.access_token }) : l;
 		const c = await gw("POST", "/content/notes", { token, body: { title: "after" } });

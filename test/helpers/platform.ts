@@ -6,7 +6,7 @@ import { startPlatform, type Platform } from "../../platform";
 import { pgTemplate, seedEmbeddedPg } from "./pg-template";
 import { serverDatabase, TEST_POOL_SIZE } from "./pg-server-db";
 import type { PlatformConfig } from "../../runtime/config";
-import { createStore, isDuplicateKeyError, onPostgres } from "../../mixins/stores";
+import { createStore, isDuplicateKeyError } from "../../mixins/stores";
 
 export interface HttpResult<T = any> {
 	status: number;
@@ -73,13 +73,13 @@ export function siblingDataDir(dataDir: string): string {
 }
 
 const HOLD = { _id: "test-hold", seq: 0 };
-const HOLD_FILE = "_stream_offsets.db";
+/** The mark dataDirHoldingOutbox leaves in a DATA_DIR for bootPlatform (a file no platform reads). */
+const HOLD_FILE = "test-outbox-hold";
 
 /**
  * A DATA_DIR where a consumer group that is down has stored its position at the start: the outbox keeps every event
- * until every group has passed it (CONTRACTS.md "Limits the platform keeps"), so a test can read all of its events.
- * On NeDB the position is in this file; on PostgreSQL (DOCUMENT_STORE=postgres) bootPlatform stores it once the
- * database is up, before the test's first request.
+ * until every group has passed it (docs/contracts.md "Limits the platform keeps"), so a test can read all of its events.
+ * bootPlatform stores the position once the database is up, before the test's first request.
  */
 export function dataDirHoldingOutbox(dir = tempDir()): string {
 	writeFileSync(path.join(dir, HOLD_FILE), JSON.stringify(HOLD) + "\n");
@@ -99,25 +99,12 @@ async function holdOnPostgres(cfg: PlatformConfig): Promise<void> {
 	}
 }
 
-/**
- * The document store of a test that names none: PLATFORM_TEST_STORE (`nedb` or `postgres`) when set, else undefined,
- * the platform's own default (PostgreSQL; NeDB on a DATA_DIR holding NeDB files). `.ci/run` runs the suite a second
- * time with PLATFORM_TEST_STORE=nedb.
- */
-export function testStore(): "nedb" | "postgres" | undefined {
-	const v = process.env.PLATFORM_TEST_STORE;
-	if (v === undefined || v === "") return undefined;
-	if (v !== "nedb" && v !== "postgres") throw new Error(`PLATFORM_TEST_STORE must be nedb or postgres, got ${v}`);
-	return v;
-}
-
 export async function bootPlatform(overrides: Partial<PlatformConfig> = {}): Promise<TestPlatform> {
 	const dataDir = overrides.dataDir ?? tempDir();
 	// Tests send email as @example.com (TOUCH_EMAIL_SENDERS); a tenant's own domains are always allowed.
-	const cfg: Partial<PlatformConfig> = { port: 0, host: "127.0.0.1", logLevel: "warn", dataDir, touchEmailSenders: ["example.com"], ...overrides };
-	// A test that names no store runs on PLATFORM_TEST_STORE; `documentStore: undefined` given explicitly keeps the
-	// platform's own choice (the NeDB data-directory detection tests).
-	if (!("documentStore" in overrides) && testStore()) cfg.documentStore = testStore();
+	// The cleaner's schedule (every 10 minutes) never fires in a test on its own: a pass at a 10-minute mark would take
+	// what a test's own `cleaner.run` is about to count. Tests of the schedule give theirs.
+	const cfg: Partial<PlatformConfig> = { port: 0, host: "127.0.0.1", logLevel: "warn", dataDir, touchEmailSenders: ["example.com"], cleanerCron: "0 0 1 1 *", ...overrides };
 	// A new DATA_DIR of ours gets a database of its own on the local PostgreSQL server (test/helpers/pg-server-db.ts),
 	// or else the initialised embedded cluster (test/helpers/pg-template.ts); a caller's DATA_DIR or database is left as given.
 	const own = !overrides.dataDir && !("databaseUrl" in overrides) ? await serverDatabase() : undefined;
@@ -125,7 +112,7 @@ export async function bootPlatform(overrides: Partial<PlatformConfig> = {}): Pro
 	if (own) Object.assign(cfg, { databaseUrl: own.url, databasePoolSize: TEST_POOL_SIZE });
 	else if (!overrides.dataDir && (await pgTemplate())) seedEmbeddedPg(dataDir, overrides.databaseUrl ?? process.env.DATABASE_URL);
 	let p = await startPlatform(cfg);
-	if (onPostgres(p.cfg) && existsSync(path.join(dataDir, HOLD_FILE))) await holdOnPostgres(p.cfg);
+	if (existsSync(path.join(dataDir, HOLD_FILE))) await holdOnPostgres(p.cfg);
 	const root = JSON.parse(readFileSync(path.join(dataDir, "bootstrap.json"), "utf8"));
 	const tp: TestPlatform = {
 		...p,
@@ -175,8 +162,36 @@ export function parseSse(text: string): Array<{ event?: string; id?: string; dat
 		});
 }
 
+/** `v` as JSON with every object's keys sorted (JSON.stringify's, otherwise). */
+function sortedJson(v: unknown): string {
+	return JSON.stringify(v, (_k, x) =>
+		x && typeof x === "object" && !Array.isArray(x)
+			? Object.fromEntries(
+					Object.keys(x)
+						.sort()
+						.map((k) => [k, (x as Record<string, unknown>)[k]]),
+				)
+			: x,
+	);
+}
+
+/**
+ * SSE text with the JSON of each `data:` line written with its keys sorted, every other byte as it is: two streams
+ * compare frame for frame with their documents compared as documents (a stored document comes back in jsonb's key
+ * order, not the order it was written in: docs/decisions.md, "Documents stored once as jsonb").
+ */
+export function sseKeysSorted(text: string): string {
+	return text.replace(/^data: (.*)$/gm, (line, json: string) => {
+		try {
+			return `data: ${sortedJson(JSON.parse(json))}`;
+		} catch {
+			return line;
+		}
+	});
+}
+
 /** True when a TCP server answers on 127.0.0.1:port. Tests that need it skip (or fail under REQUIRE_SERVERS=1). */
-export async function serverAnswers(port: number, timeoutMs = 1000): Promise<boolean> {
+export async function serverAnswers(port: number, timeoutMs = 5000): Promise<boolean> {
 	const net = await import("net");
 	return new Promise((resolve) => {
 		const s = net.connect({ host: "127.0.0.1", port });
@@ -208,13 +223,16 @@ const probed = new Map<number, boolean>();
  * True when a TCP server answers on 127.0.0.1:port, decided synchronously (a short-lived child process connects), so
  * that a test file can choose at load time between `test` and `test.skip`: jest then reports the tests as skipped.
  */
-export function serverAnswersSync(port: number, timeoutMs = 1000): boolean {
+export function serverAnswersSync(port: number, timeoutMs = 3000): boolean {
 	const known = probed.get(port);
 	if (known !== undefined) return known;
-	// eslint-disable-next-line @typescript-eslint/no-var-requires
 	const { spawnSync } = require("child_process") as typeof import("child_process");
 	const probe = `const s=require("net").connect({host:"127.0.0.1",port:${Number(port)}});s.setTimeout(${timeoutMs},()=>process.exit(1));s.on("connect",()=>process.exit(0));s.on("error",()=>process.exit(1));`;
-	const up = spawnSync(process.execPath, ["-e", probe], { timeout: timeoutMs + 2000, stdio: "ignore" }).status === 0;
+	// A server that is down refuses at once; only a probe that did not finish (a loaded machine: starting node itself
+	// took seconds) is tried again, so a busy CI machine is not mistaken for a missing server.
+	let status: number | null = null;
+	for (let i = 0; i < 3 && status === null; i++) status = spawnSync(process.execPath, ["-e", probe], { timeout: timeoutMs + 15_000, stdio: "ignore" }).status;
+	const up = status === 0;
 	probed.set(port, up);
 	return up;
 }
@@ -234,4 +252,3 @@ export function needServers(...servers: Array<[name: string, port: number]>): { 
 	}
 	return { up: true, test, describe };
 }
-

@@ -2,7 +2,6 @@
 import { rmSync } from "fs";
 import { tempDir } from "./platform";
 
-// eslint-disable-next-line @typescript-eslint/no-var-requires
 const S3rver = require("s3rver");
 
 export interface LocalS3 {

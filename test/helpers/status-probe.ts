@@ -1,5 +1,5 @@
 /**
- * The liveness invariant (CONTRACTS.md: "one request never delays `/status` by more than 100 ms"): a probe that polls
+ * The liveness invariant (docs/contracts.md "Liveness": one request never delays `/status` by more than 100 ms): a probe that polls
  * GET /status while a request under test runs, and the assertion that the platform held /status under the bound.
  *
  *   const probe = startStatusProbe(p.url);
@@ -181,7 +181,7 @@ export function startStatusProbe(url: string, intervalMs = 20, opts: ProbeOption
 	const start = performance.now();
 
 	const loop = (async () => {
-		for (let last = false; !last; ) {
+		for (let last = false; !last;) {
 			// The last sample is taken after stop() is called: it closes the window.
 			last = stopping;
 			await sleep(intervalMs);
@@ -237,7 +237,9 @@ export function describeProbe(r: ProbeResult): string {
 		`${r.count} /status answers over ${round(r.windowMs)} ms, ${r.failures} failed; held at most ${round(r.held)} ms` +
 		(r.worstGap && r.longestGap
 			? ` (loop gap ${round(r.worstGap.wall)} ms wall, ${round(r.worstGap.cpu)} ms CPU, ${round(r.worstGap.gc ?? 0)} ms GC, ended ${round(r.worstGap.at - r.start)} ms after the start; longest gap ${round(r.longestGap.wall)} ms wall, ${round(r.longestGap.cpu)} ms CPU; ${r.ticks} ticks)`
-			: r.samples.some((s) => s.held !== undefined) ? " (latency, less the platform's waits for a core)" : " (latency)") +
+			: r.samples.some((s) => s.held !== undefined)
+				? " (latency, less the platform's waits for a core)"
+				: " (latency)") +
 		`; latency max ${round(r.max)} ms; platform-reported loop delay max ${r.platformDelayMax ?? "n/a"} ms`
 	);
 }

@@ -1,17 +1,14 @@
 /**
- * What a platform's document store holds, as text, on either store: for the tests that check a value is (or is not)
- * stored as written (a hash, never the secret; a file's content, never in a document). NeDB: the collection files as
- * they are on disk (read, never opened as a store: that would compact them under the running platform). PostgreSQL:
- * every document of each table, one JSON line each, and the outbox's records.
+ * What a platform's document store holds, as text: for the tests that check a value is (or is not) stored as written
+ * (a hash, never the secret; a file's content, never in a document). Every document of each table, one JSON line
+ * each, and the outbox's records.
  */
-import { existsSync, readFileSync } from "fs";
-import { createStore, onPostgres, type StoreConfig } from "../../mixins/stores";
-import { nedbFileOf, storeNames } from "../../runtime/nedb-data";
+import { createStore, type StoreConfig } from "../../mixins/stores";
+import { storeNames } from "../../runtime/store-names";
 import { sharedOutbox } from "../../events/outbox";
 
-/** One store's stored text (`special/files`, `_outbox`...): NeDB's file as it is, else one JSON line per document. */
+/** One store's stored text (`special/files`, `_outbox`...): one JSON line per document. */
 export async function storedText(p: { cfg: StoreConfig; dataDir: string }, name: string): Promise<string> {
-	if (!onPostgres(p.cfg)) return existsSync(nedbFileOf(p.dataDir, name)) ? readFileSync(nedbFileOf(p.dataDir, name), "utf8") : "";
 	if (name === "_outbox") return (await sharedOutbox(p.cfg).readFrom(0, 100_000)).map((r) => JSON.stringify(r)).join("\n");
 	const s = createStore(p.cfg, name);
 	await s.connect();

@@ -1,11 +1,11 @@
 /**
- * Two tenants set up the way an operator would (CONTRACTS.md "Tenants"), for the suites that attack a capability from
+ * Two tenants set up the way an operator would (docs/contracts.md "Tenants"), for the suites that attack a capability from
  * one tenant against the other: each tenant is a client with its own domain, a tenant admin holding `manage` on every
  * service (and every special action), and ordinary users `member` (role `@editor`, group `team-x.example`, same names in both
  * tenants) and `limited` (no grant of its own: a suite gives it the field- and row-limited grant it needs).
  */
 import { DOMAINS } from "../../catalog";
-import { bootPlatform, testStore, type HttpResult, type TestPlatform } from "./platform";
+import { bootPlatform, type HttpResult, type TestPlatform } from "./platform";
 import type { PlatformConfig } from "../../runtime/config";
 
 export type Doc = Record<string, any>;
@@ -49,12 +49,9 @@ export async function ok(r: Promise<HttpResult> | HttpResult, what: string, stat
 	return res.body;
 }
 
-/**
- * Boots a platform on the given document store (`nedb` or `postgres`, the embedded PostgreSQL when no databaseUrl is
- * given) and sets up tenants `a` and `b`.
- */
-export async function bootTenancy(store: "nedb" | "postgres", overrides: Partial<PlatformConfig> = {}): Promise<Tenancy> {
-	const p = await bootPlatform({ documentStore: store, ...overrides });
+/** Boots a platform (bootPlatform: a database of its own) and sets up tenants `a` and `b`. */
+export async function bootTenancy(overrides: Partial<PlatformConfig> = {}): Promise<Tenancy> {
+	const p = await bootPlatform(overrides);
 	const root = await p.rootToken();
 	const as = (token: string, method: string, path: string, body?: unknown, headers?: Record<string, string>) => p.http(method, path, { token, body, headers });
 	const grant = async (by: string, body: { subject: string; action: string; object: string } & Doc) =>
@@ -63,17 +60,15 @@ export async function bootTenancy(store: "nedb" | "postgres", overrides: Partial
 	const grants = async (by: string, items: Array<{ subject: string; action: string; object: string }>) =>
 		void (await ok(as(by, "POST", "/auth/grants/bulk", { items }), `${items.length} grants`));
 	const login = async (t: Tenant, username: string, password: string) =>
-		(await ok(p.http("POST", "/auth/token", { body: { grant_type: "password", client_id: t.client.id, username, password } }), `login ${username}`)).data
-			.access_token as string;
+		(await ok(p.http("POST", "/auth/token", { body: { grant_type: "password", client_id: t.client.id, username, password } }), `login ${username}`)).data.access_token as string;
 
 	async function tenant(name: string): Promise<Tenant> {
 		const domain = `${name}.example`;
 		const c = (await ok(as(root, "POST", "/domain/clients", { name: `tenant ${name}`, domains: [domain], scopes: ["whole"] }), "client")).data;
 		const client = { id: c.id as string, secret: c.secret as string };
 		await grant(root, { subject: `${client.id}@${domain}`, action: "manage", object: "identity:users" });
-		const clientToken = (
-			await ok(p.http("POST", "/auth/token", { body: { grant_type: "client_credential", client_id: client.id, client_secret: client.secret } }), "cc token")
-		).data.access_token as string;
+		const clientToken = (await ok(p.http("POST", "/auth/token", { body: { grant_type: "client_credential", client_id: client.id, client_secret: client.secret } }), "cc token"))
+			.data.access_token as string;
 		const t = { name, domain, client, clientToken } as Tenant;
 		const user = async (username: string, subjects: string[]): Promise<TenantUser> => {
 			const password = `pw-${username}-${name}-Secret1`;
@@ -100,9 +95,3 @@ export async function bootTenancy(store: "nedb" | "postgres", overrides: Partial
 	const b = await tenant("b");
 	return { p, root, a, b, as, grant, login, cleanup: () => p.cleanup() };
 }
-
-/**
- * The document stores every document-touching suite runs on: both; only the one PLATFORM_TEST_STORE names when it is
- * set (`.ci/run`'s second pass, PLATFORM_TEST_STORE=nedb, then runs no PostgreSQL case twice).
- */
-export const STORES: ReadonlyArray<"nedb" | "postgres"> = testStore() ? [testStore()!] : ["nedb", "postgres"];

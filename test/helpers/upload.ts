@@ -27,7 +27,13 @@ export function answerOf(res: http.IncomingMessage): Promise<UploadResult & { te
 }
 
 /** A multipart POST of `url` under `boundary`, its body left to the caller to write. */
-export function postMultipart(url: string, token: string | undefined, boundary: string, headers: Record<string, string>, onResponse: (res: http.IncomingMessage) => void): http.ClientRequest {
+export function postMultipart(
+	url: string,
+	token: string | undefined,
+	boundary: string,
+	headers: Record<string, string>,
+	onResponse: (res: http.IncomingMessage) => void,
+): http.ClientRequest {
 	const u = new URL(url);
 	return http.request(
 		{

@@ -1,7 +1,7 @@
 /**
  * Personal tokens (APTs): creation, secrecy, use as bearer, revocation, expiry and the encrypted cache entry,
  * through HTTP (spec: APT record, Token kinds, Request validation order, Session and token lifecycle;
- * CONTRACTS.md: AES values, APT default lifetime).
+ * docs/contracts.md "AES values", "Tokens and sessions").
  */
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
 import { aesOf, errorBody, kvOf, LeakWatch, sleep, tokenOf } from "../helpers/auth";
@@ -74,7 +74,7 @@ describe("creating an APT", () => {
 			expect(g.text).not.toContain(hash);
 			expect(g.text).not.toMatch(/"(token|claims|session)"/);
 		}
-		// Internal fields cannot even be named in a projection (CONTRACTS: fields that are never queried).
+		// Internal fields cannot even be named in a projection (docs/contracts.md "Fields that are never queried").
 		const projected = await http("GET", `/auth/apts?projection=${encodeURIComponent(JSON.stringify({ token: 1, claims: 1, session: 1, name: 1 }))}`, { token: root.access_token });
 		expect(projected.status).toBe(403);
 		expect(projected.body).toEqual({ statusCode: 403, message: "projection field token is not allowed", error: "Forbidden" });
@@ -121,7 +121,10 @@ describe("creating an APT", () => {
 
 	test("scopes or subjects the creating token does not hold → 403", async () => {
 		const narrow = await tokenOf(http, {
-			grant_type: "password", client_id: p.root.client_id, username: p.root.username, password: p.root.password,
+			grant_type: "password",
+			client_id: p.root.client_id,
+			username: p.root.username,
+			password: p.root.password,
 			scopes: ["read:content:notes", "write:auth:apts"],
 		});
 		const ok = await createApt({ name: "narrow", scopes: ["read:content:notes"] }, narrow.access_token);
@@ -191,7 +194,10 @@ describe("revocation and expiry", () => {
 		const del = await http("DELETE", `/auth/apts/${id}`, { token: root.access_token });
 		expect(del.status).toBe(200);
 		expect(del.text).not.toContain(suffixOf(token));
-		for (const [m, path] of [["GET", "/auth/verify"], ["GET", "/content/notes"]] as const) {
+		for (const [m, path] of [
+			["GET", "/auth/verify"],
+			["GET", "/content/notes"],
+		] as const) {
 			const r = await http(m, path, { token });
 			expect({ path, status: r.status }).toEqual({ path, status: 401 });
 			expect(r.body).toEqual(errorBody(401));
@@ -233,7 +239,10 @@ describe("revocation and expiry", () => {
 			expect({ path, ok: r.status === 200 || (r.status === 401 && Date.now() >= expiresAt) }).toEqual({ path, ok: true });
 		}
 		await sleep(Math.max(0, expiresAt - Date.now()) + 100);
-		for (const [m, path] of [["GET", "/auth/verify"], ["GET", "/content/notes"]] as const) {
+		for (const [m, path] of [
+			["GET", "/auth/verify"],
+			["GET", "/content/notes"],
+		] as const) {
 			const r = await http(m, path, { token });
 			expect({ path, status: r.status }).toEqual({ path, status: 401 });
 			expect(r.body).toEqual(errorBody(401));

@@ -1,5 +1,5 @@
 /**
- * Root seeding on the first start (CONTRACTS.md: Start-up and the first credentials), through HTTP: bootstrap.json
+ * Root seeding on the first start (docs/contracts.md "Start-up and the first credentials"), through HTTP: bootstrap.json
  * (mode 0600), values given by configuration or environment win on the first start only, the root password login
  * yields scope `whole`, and the root may do everything through the ordinary layers. One platform at a time.
  */
@@ -75,7 +75,9 @@ describe("values given on the first start", () => {
 		const cc = await tokenOf(w.http, { grant_type: "client_credential", client_id: given.rootClientId, client_secret: given.rootClientSecret });
 		expect(cc.scope).toBe("whole");
 		// A default username or a generated password do not exist.
-		expect((await w.http("POST", "/auth/token", { body: { grant_type: "password", client_id: given.rootClientId, username: "root", password: given.rootPassword } })).status).toBe(401);
+		expect((await w.http("POST", "/auth/token", { body: { grant_type: "password", client_id: given.rootClientId, username: "root", password: given.rootPassword } })).status).toBe(
+			401,
+		);
 	});
 
 	test("the root may do everything through the ordinary layers", async () => {
@@ -101,7 +103,14 @@ describe("values given on the first start", () => {
 		expect(w.leaks()).toEqual([]);
 		await p.stop();
 		const { value: again, out } = await printed(() =>
-			bootPlatform({ dataDir, rootClientId: "aaaaaaaaaaaaaaaaaaaaaaaa", rootClientSecret: "Other-Secret-xyz", rootUsername: "other", rootPassword: "Other-Password-xyz", rootDomain: "other.test" }),
+			bootPlatform({
+				dataDir,
+				rootClientId: "aaaaaaaaaaaaaaaaaaaaaaaa",
+				rootClientSecret: "Other-Secret-xyz",
+				rootUsername: "other",
+				rootPassword: "Other-Password-xyz",
+				rootDomain: "other.test",
+			}),
 		);
 		p = again;
 		w = new LeakWatch(p);
@@ -111,7 +120,9 @@ describe("values given on the first start", () => {
 		expect(out).not.toContain(given.rootPassword);
 		expect(readFileSync(path.join(dataDir, "bootstrap.json"), "utf8")).toBe(bootstrap);
 		expect(mode(path.join(dataDir, "bootstrap.json"))).toBe(0o600);
-		expect((await w.http("POST", "/auth/token", { body: { grant_type: "password", client_id: given.rootClientId, username: "admin", password: given.rootPassword } })).status).toBe(200);
+		expect((await w.http("POST", "/auth/token", { body: { grant_type: "password", client_id: given.rootClientId, username: "admin", password: given.rootPassword } })).status).toBe(
+			200,
+		);
 		for (const body of [
 			{ grant_type: "password", client_id: given.rootClientId, username: "admin", password: "Other-Password-xyz" },
 			{ grant_type: "password", client_id: given.rootClientId, username: "other", password: "Other-Password-xyz" },
@@ -175,7 +186,13 @@ describe("generated values", () => {
 			expect(r.out).toContain("Platform seeded");
 			expect(r.out).not.toContain(env.PLATFORM_ROOT_PASSWORD);
 			expect(r.out).not.toContain(env.PLATFORM_ROOT_CLIENT_SECRET);
-			expect(p.root).toMatchObject({ client_id: env.PLATFORM_ROOT_CLIENT_ID, username: "envroot", domain: "env.test", password: env.PLATFORM_ROOT_PASSWORD, client_secret: env.PLATFORM_ROOT_CLIENT_SECRET });
+			expect(p.root).toMatchObject({
+				client_id: env.PLATFORM_ROOT_CLIENT_ID,
+				username: "envroot",
+				domain: "env.test",
+				password: env.PLATFORM_ROOT_PASSWORD,
+				client_secret: env.PLATFORM_ROOT_CLIENT_SECRET,
+			});
 			const w = new LeakWatch(p);
 			w.secret(env.PLATFORM_ROOT_PASSWORD, "root password", true);
 			w.secret(env.PLATFORM_ROOT_CLIENT_SECRET, "root client secret", true);

@@ -1,6 +1,6 @@
 /**
  * POST /auth/check (TOTP), through HTTP (spec: Authentication endpoints, `POST /auth/check` fields; Limits: TOTP
- * period 30 s, window 1, 6 digits; CONTRACTS.md: AES values). Secrets are sent as clients send them: base64 of
+ * period 30 s, window 1, 6 digits; docs/contracts.md "AES values"). Secrets are sent as clients send them: base64 of
  * the AES wire form of the hex secret.
  */
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
@@ -122,7 +122,7 @@ test("missing or ill-typed fields → 400 naming the field", async () => {
 		expect({ body, status: r.status }).toEqual({ body, status: 400 });
 		expect(r.body.message).toContain(field);
 	}
-	for (const raw of ["[1]", "\"x\""]) expect((await http("POST", "/auth/check", { token, raw })).status).toBe(400);
+	for (const raw of ["[1]", '"x"']) expect((await http("POST", "/auth/check", { token, raw })).status).toBe(400);
 });
 
 test("the check needs a bearer; it is not a JWT check", async () => {

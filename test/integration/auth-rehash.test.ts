@@ -15,6 +15,7 @@ let w: LeakWatch;
 const PASSWORD = "Rehash-me-123!";
 const TODAY = /^\$argon2id\$v=19\$m=19456,t=2,p=1\$[A-Za-z0-9+/]{22}\$[A-Za-z0-9+/]{43}$/;
 const INVALID = errorBody(401, "username or password is invalid");
+const BAD_SECRET = (cid: string) => errorBody(401, `client secret is invalid for client ${cid}`);
 const store = (service: string, collection: string) => (p.broker.getLocalService(service) as any).collectionStore(collection);
 const stored = async (service: string, collection: string, id: string) => (await store(service, collection).findOne({ id })) as Record<string, any>;
 const login = (password = PASSWORD) => ({ grant_type: "password", client_id: p.root.client_id, username: "rehash-user", password });
@@ -81,7 +82,7 @@ test("a client's bcrypt secret hash is rehashed to argon2id at its next client_c
 	const cid = p.root.client_id;
 	const legacy = bcrypt.hashSync(p.root.client_secret, 10);
 	await store("domain", "clients").setOne(cid, { secret: legacy });
-	expect((await attempt({ grant_type: "client_credential", client_id: cid, client_secret: p.root.client_secret + "x" })).body).toEqual(INVALID);
+	expect((await attempt({ grant_type: "client_credential", client_id: cid, client_secret: p.root.client_secret + "x" })).body).toEqual(BAD_SECRET(cid));
 	expect((await stored("domain", "clients", cid)).secret).toBe(legacy);
 	await tokenOf(w.http, { grant_type: "client_credential", client_id: cid, client_secret: p.root.client_secret });
 	const secret = (await stored("domain", "clients", cid)).secret;
@@ -100,7 +101,7 @@ test("a stored password or client secret that is no hash (garbage, empty, an abs
 			expect((await attempt(login())).body).toEqual(INVALID);
 			expect((await stored("identity", "users", uid)).password).toBe(junk);
 			await store("domain", "clients").setOne(cid, { secret: junk });
-			expect((await attempt({ grant_type: "client_credential", client_id: cid, client_secret: p.root.client_secret })).body).toEqual(INVALID);
+			expect((await attempt({ grant_type: "client_credential", client_id: cid, client_secret: p.root.client_secret })).body).toEqual(BAD_SECRET(cid));
 		}
 	} finally {
 		await store("identity", "users").setOne(uid, { password: good });

@@ -69,7 +69,14 @@ describe("bearer carriers", () => {
 
 	test("an empty or non-Bearer Authorization header, an empty query token or cookie → 401", async () => {
 		const { access_token: t } = await tokenOf(http, rootLogin());
-		for (const headers of <Array<Record<string, string>>>[{ authorization: "" }, { authorization: "Bearer" }, { authorization: `Basic ${t}` }, { authorization: t }, { cookie: "authorization=" }, { cookie: "other=1" }]) {
+		for (const headers of <Array<Record<string, string>>>[
+			{ authorization: "" },
+			{ authorization: "Bearer" },
+			{ authorization: `Basic ${t}` },
+			{ authorization: t },
+			{ cookie: "authorization=" },
+			{ cookie: "other=1" },
+		]) {
 			const r = await http("GET", "/auth/verify", { headers });
 			expect({ headers, status: r.status }).toEqual({ headers, status: 401 });
 			expect(r.body).toEqual(errorBody(401));
@@ -97,39 +104,85 @@ describe("rejected tokens → 401", () => {
 	test.each([
 		["truncated", () => good.slice(0, -6)],
 		["header and payload only", () => good.split(".").slice(0, 2).join(".")],
-		["tampered payload (scope)", () => {
-			const [h, , s] = good.split(".");
-			return `${h}.${Buffer.from(JSON.stringify({ ...payloadOf(good), scope: "whole extra" })).toString("base64url")}.${s}`;
-		}],
-		["a signature of another token", () => {
-			const other = signWith(secret, { ...claims, uid: "ffffffffffffffffffffffff" }, { expiresIn: 60 });
-			return `${good.split(".").slice(0, 2).join(".")}.${other.split(".")[2]}`;
-		}],
+		[
+			"tampered payload (scope)",
+			() => {
+				const [h, , s] = good.split(".");
+				return `${h}.${Buffer.from(JSON.stringify({ ...payloadOf(good), scope: "whole extra" })).toString("base64url")}.${s}`;
+			},
+		],
+		[
+			"a signature of another token",
+			() => {
+				const other = signWith(secret, { ...claims, uid: "ffffffffffffffffffffffff" }, { expiresIn: 60 });
+				return `${good.split(".").slice(0, 2).join(".")}.${other.split(".")[2]}`;
+			},
+		],
 		["signed with another key", () => signWith("not-the-platform-key", claims, { expiresIn: 60 })],
 		["alg none", () => forgeJwt({ alg: "none", typ: "JWT" }, { ...claims, iat: Math.floor(Date.now() / 1000), exp: Math.floor(Date.now() / 1000) + 60 })],
 		["alg none with a signature", () => `${forgeJwt({ alg: "none", typ: "JWT" }, { ...claims, exp: Math.floor(Date.now() / 1000) + 60 })}${good.split(".")[2]}`],
-		["HS512 with the platform key", () => forgeJwt({ alg: "HS512", typ: "JWT" }, { ...claims, iat: Math.floor(Date.now() / 1000), exp: Math.floor(Date.now() / 1000) + 60 }, secret)],
-		["HS384 with the platform key", () => forgeJwt({ alg: "HS384", typ: "JWT" }, { ...claims, iat: Math.floor(Date.now() / 1000), exp: Math.floor(Date.now() / 1000) + 60 }, secret)],
+		[
+			"HS512 with the platform key",
+			() => forgeJwt({ alg: "HS512", typ: "JWT" }, { ...claims, iat: Math.floor(Date.now() / 1000), exp: Math.floor(Date.now() / 1000) + 60 }, secret),
+		],
+		[
+			"HS384 with the platform key",
+			() => forgeJwt({ alg: "HS384", typ: "JWT" }, { ...claims, iat: Math.floor(Date.now() / 1000), exp: Math.floor(Date.now() / 1000) + 60 }, secret),
+		],
 		["expired", () => signWith(secret, { ...claims, iat: Math.floor(Date.now() / 1000) - 1000, exp: Math.floor(Date.now() / 1000) - 10 })],
 		["not a JWT", () => "eyJnot-a-token"],
 		["random text", () => "hello"],
 		["an APT-looking string", () => "APT-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"],
 	])("%s", async (_name, make) => {
 		const t = make();
-		for (const [method, path] of [["GET", "/auth/verify"], ["GET", "/content/notes"]] as const) {
-			const r = await http(method, path, { token: t });
-			expect({ path, status: r.status }).toEqual({ path, status: 401 });
-			expect(r.body).toEqual(errorBody(401));
+		const carriers: Array<[string, () => Promise<any>]> = [
+			["header /auth/verify", () => http("GET", "/auth/verify", { token: t })],
+			["header /content/notes", () => http("GET", "/content/notes", { token: t })],
+			["header, a live cursor", () => http("GET", "/content/notes/cursor?live=true", { token: t })],
+			["query", () => http("GET", `/auth/verify?token=${encodeURIComponent(t)}`)],
+			["cookie", () => http("GET", "/auth/verify", { headers: { cookie: `authorization=${encodeURIComponent(t)}` } })],
+		];
+		for (const [carrier, call] of carriers) {
+			const r = await call();
+			expect({ carrier, status: r.status, body: r.body }).toEqual({ carrier, status: 401, body: REQUIRED });
+			expect({ carrier, challenge: r.headers.get("www-authenticate") }).toEqual({
+				carrier,
+				challenge: expect.stringMatching(
+					/^Bearer error="invalid_token", error_description="(not a token of this platform|the token has expired|the API token is deleted or expired)"$/,
+				),
+			});
 		}
-		// Through the query parameter and the cookie just the same.
-		expect((await http("GET", `/auth/verify?token=${encodeURIComponent(t)}`)).status).toBe(401);
-		expect((await http("GET", "/auth/verify", { headers: { cookie: `authorization=${encodeURIComponent(t)}` } })).status).toBe(401);
 	});
 
-	test("a malformed token answers `invalid token`; an expired one the spec's message", async () => {
-		for (const t of [good.slice(0, -6), "eyJnot-a-token", "APT-short"]) expect((await http("GET", "/auth/verify", { token: t })).body).toEqual(errorBody(401, "invalid token"));
-		const expired = signWith(secret, { ...claims, exp: Math.floor(Date.now() / 1000) - 10 });
-		expect((await http("GET", "/auth/verify", { token: expired })).body).toEqual(REQUIRED);
+	test("missing, malformed, expired, signed with another key: the one message; what was wrong in WWW-Authenticate", async () => {
+		const now = Math.floor(Date.now() / 1000);
+		const cases: Array<[string, Record<string, string>, string]> = [
+			["missing", {}, "Bearer"],
+			["malformed", { authorization: "Bearer garbage" }, 'Bearer error="invalid_token", error_description="not a token of this platform"'],
+			["an APT of the wrong form", { authorization: "Bearer APT-short" }, 'Bearer error="invalid_token", error_description="not a token of this platform"'],
+			[
+				"expired",
+				{ authorization: `Bearer ${signWith(secret, { ...claims, iat: now - 1000, exp: now - 10 })}` },
+				'Bearer error="invalid_token", error_description="the token has expired"',
+			],
+			[
+				"signed with another key",
+				{ authorization: `Bearer ${signWith("not-the-platform-key", claims, { expiresIn: 60 })}` },
+				'Bearer error="invalid_token", error_description="not a token of this platform"',
+			],
+			[
+				"expired and signed with another key",
+				{ authorization: `Bearer ${signWith("not-the-platform-key", { ...claims, iat: now - 1000, exp: now - 10 })}` },
+				'Bearer error="invalid_token", error_description="not a token of this platform"',
+			],
+			["an unknown APT", { authorization: `Bearer APT-${"a".repeat(43)}` }, 'Bearer error="invalid_token", error_description="the API token is deleted or expired"'],
+		];
+		for (const [name, headers, challenge] of cases) {
+			for (const path of ["/auth/verify", "/content/notes", "/content/notes/cursor?live=true"]) {
+				const r = await http("GET", path, { headers });
+				expect({ name, path, status: r.status, body: r.body, challenge: r.headers.get("www-authenticate") }).toEqual({ name, path, status: 401, body: REQUIRED, challenge });
+			}
+		}
 	});
 });
 
@@ -148,7 +201,11 @@ describe("logout and the session lifecycle", () => {
 		expect(out.body).toEqual({ result: "OK" });
 
 		for (const t of [first.access_token, second.access_token]) {
-			for (const [m, path] of [["GET", "/auth/verify"], ["GET", "/content/notes"], ["POST", "/auth/apts"]] as const) {
+			for (const [m, path] of [
+				["GET", "/auth/verify"],
+				["GET", "/content/notes"],
+				["POST", "/auth/apts"],
+			] as const) {
 				const r = await http(m, path, { token: t, ...(m === "POST" ? { body: { name: "after logout" } } : {}) });
 				expect({ path, status: r.status }).toEqual({ path, status: 401 });
 				expect(r.body).toEqual(errorBody(401));

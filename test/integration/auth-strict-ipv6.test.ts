@@ -19,8 +19,7 @@ afterAll(() => p.cleanup());
 
 test("whitelists with IPv6 entries and CIDRs decide for an IPv6 caller", async () => {
 	const t = (await tokenOf(w.http, { grant_type: "password", client_id: p.root.client_id, username: p.root.username, password: p.root.password, strict: true })).access_token;
-	const key = (whitelist: string[]) =>
-		apiKey(p, { cid: p.root.client_id, client_id: p.root.client_id, expiration_date: new Date(Date.now() + 3600_000).toISOString(), whitelist });
+	const key = (whitelist: string[]) => apiKey(p, { cid: p.root.client_id, client_id: p.root.client_id, expiration_date: new Date(Date.now() + 3600_000).toISOString(), whitelist });
 	expect((await w.http("GET", "/auth/verify", { token: t })).body).toEqual(errorBody(403, "strict token must have valid api-key"));
 	const inside = [["::1"], ["::1/128"], ["::/0"], ["10.0.0.0/8", "::1"], ["0:0:0:0:0:0:0:1"], ["::0/127"]];
 	for (const whitelist of inside) {

@@ -1,6 +1,6 @@
 /**
  * Strict tokens and the `x-api-key` header, through HTTP (spec: The strict flag and x-api-key, ApiToken, Errors;
- * CONTRACTS.md: AES values). Keys are built as a client builds them: base64 of the AES wire form of the JSON.
+ * docs/contracts.md "AES values"). Keys are built as a client builds them: base64 of the AES wire form of the JSON.
  */
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
 import { aesOf, apiKey, errorBody, LeakWatch, tokenOf } from "../helpers/auth";
@@ -17,7 +17,13 @@ let strict: string;
 let plain: string;
 
 const inAnHour = () => new Date(Date.now() + 3600_000).toISOString();
-const rootLogin = (extra: Record<string, unknown> = {}) => ({ grant_type: "password", client_id: p.root.client_id, username: p.root.username, password: p.root.password, ...extra });
+const rootLogin = (extra: Record<string, unknown> = {}) => ({
+	grant_type: "password",
+	client_id: p.root.client_id,
+	username: p.root.username,
+	password: p.root.password,
+	...extra,
+});
 /** A valid ApiToken for the root client, with changes. */
 const key = (changes: Record<string, unknown> = {}) => apiKey(p, { cid: p.root.client_id, client_id: p.root.client_id, expiration_date: inAnHour(), ...changes });
 
@@ -34,7 +40,13 @@ afterAll(() => p.cleanup());
 
 describe("a strict JWT", () => {
 	test("without x-api-key → 403 strict token must have valid api-key", async () => {
-		for (const [m, path] of [["GET", "/auth/verify"], ["GET", "/content/notes"], ["POST", "/content/notes"], ["POST", "/auth/check"], ["GET", "/auth/logout"]] as const) {
+		for (const [m, path] of [
+			["GET", "/auth/verify"],
+			["GET", "/content/notes"],
+			["POST", "/content/notes"],
+			["POST", "/auth/check"],
+			["GET", "/auth/logout"],
+		] as const) {
 			const r = await http(m, path, { token: strict, ...(m === "POST" ? { body: { title: "x" } } : {}) });
 			expect({ path, status: r.status }).toEqual({ path, status: 403 });
 			expect(r.body).toEqual(NEEDS_KEY);
@@ -108,7 +120,16 @@ describe("a strict JWT", () => {
 			expect({ whitelist, status: r.status }).toEqual({ whitelist, status: 403 });
 			expect(r.body).toEqual(WHITELIST);
 		}
-		const inside: string[][] = [["127.0.0.0/8"], ["127.0.0.1"], ["127.0.0.1/32"], ["10.0.0.0/8", "127.0.0.0/24"], ["::1", "2001:db8::/32", "127.0.0.1"], ["::ffff:127.0.0.1"], ["::ffff:127.0.0.0/104"], ["0.0.0.0/0"]];
+		const inside: string[][] = [
+			["127.0.0.0/8"],
+			["127.0.0.1"],
+			["127.0.0.1/32"],
+			["10.0.0.0/8", "127.0.0.0/24"],
+			["::1", "2001:db8::/32", "127.0.0.1"],
+			["::ffff:127.0.0.1"],
+			["::ffff:127.0.0.0/104"],
+			["0.0.0.0/0"],
+		];
 		for (const whitelist of inside) {
 			const r = await http("GET", "/auth/verify", { token: strict, headers: { "x-api-key": key({ whitelist }) } });
 			expect({ whitelist, status: r.status }).toEqual({ whitelist, status: 200 });

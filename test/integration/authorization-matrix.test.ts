@@ -46,7 +46,7 @@ let root: string;
 let DOMAIN: string;
 let aes: Aes;
 
-// Clients (CONTRACTS.md "Tenants": a domain belongs to one client): T (scopes whole, DOMAIN) and T2 (content and
+// Clients (docs/contracts.md "Tenants": a domain belongs to one client): T (scopes whole, DOMAIN) and T2 (content and
 // logistic only, DOMAIN2, listing T as a coworker so T's users log in through it too). Users are created by T's
 // client_credential token, so they belong to T's tenant.
 const DOMAIN2 = "tenant-2.example";
@@ -69,7 +69,7 @@ function qs(params: Record<string, unknown> = {}): string {
 
 function call(who: Principal | string, method: string, pth: string, opts: { body?: unknown; headers?: Record<string, string> } = {}): Promise<HttpResult> {
 	const token = typeof who === "string" ? who : who.token;
-	const headers = { ...(typeof who === "string" ? {} : who.headers ?? {}), ...(opts.headers ?? {}) };
+	const headers = { ...(typeof who === "string" ? {} : (who.headers ?? {})), ...(opts.headers ?? {}) };
 	return p.http(method, pth, { token, body: opts.body, headers });
 }
 
@@ -99,7 +99,9 @@ interface User {
 }
 
 async function createUser(prefix: string, subjects: string[] = []): Promise<User> {
-	const username = `${prefix}-${randomToken(4).toLowerCase().replace(/[^a-z0-9]/g, "x")}`;
+	const username = `${prefix}-${randomToken(4)
+		.toLowerCase()
+		.replace(/[^a-z0-9]/g, "x")}`;
 	const password = `pw-${randomToken(9)}`;
 	const b = await ok(call(userMaker, "POST", "/identity/users", { body: { username, password, subjects } }), "create user");
 	return { id: b.data.id, username, password, subjects };
@@ -174,7 +176,12 @@ async function expectedIds(svc: string, col: string, c: Claims, zones: Zone[] = 
 	return sorted(docs.filter((d) => (d.deleted_at === null || d.deleted_at === undefined) && inZones(d, zones, c) && extra(d)).map((d) => d.id));
 }
 
-async function listIds(who: Principal | string, base: string, params: Record<string, unknown> = {}, headers?: Record<string, string>): Promise<{ ids: string[]; total: number; items: Doc[] }> {
+async function listIds(
+	who: Principal | string,
+	base: string,
+	params: Record<string, unknown> = {},
+	headers?: Record<string, string>,
+): Promise<{ ids: string[]; total: number; items: Doc[] }> {
 	const b = await ok(call(who, "GET", base + qs({ pagination: { limit: 100 }, ...params }), { headers }), `list ${base}`);
 	return { ids: idsOf(b.items), total: b.total, items: b.items };
 }
@@ -196,7 +203,9 @@ async function cursorDocs(who: Principal | string, base: string, params: Record<
 // ---------------------------------------------------------------------------------------------------------------
 
 function sampleString(field: string, format: FieldDef["format"], i: number): string {
-	const r = randomToken(4).toLowerCase().replace(/[^a-z0-9]/g, "x");
+	const r = randomToken(4)
+		.toLowerCase()
+		.replace(/[^a-z0-9]/g, "x");
 	switch (format) {
 		case "email":
 			return `${field}${i}.${r}@example.com`;
@@ -253,7 +262,8 @@ function sampleBody(col: CollectionDef, path: string, i: number): Record<string,
 	// A raw saga is created AWAITING with a ttl of 5 to 900 seconds; an email's sender is a domain the platform allows.
 	if (path === "essential/sagas") return { ttl: 60 + i, job: `00000000-0000-4000-8000-00000000000${i}`, state: "AWAITING", session: `5${i}` };
 	if (path === "touch/emails") return { provider: "nodemailer", to: [`to${i}@example.com`], from: `sender${i}@example.com`, subject: `subject ${i}`, text: `hello ${i}` };
-	if (path === "touch/pushes") return { session: "0123456789abcdef01234567", endpoint: `https://push.example.com/${i}`, expiration: 1_900_000_000 + i, keys: { p256dh: `BPk${i}sample`, auth: `auth${i}` } };
+	if (path === "touch/pushes")
+		return { session: "0123456789abcdef01234567", endpoint: `https://push.example.com/${i}`, expiration: 1_900_000_000 + i, keys: { p256dh: `BPk${i}sample`, auth: `auth${i}` } };
 	const body: Record<string, unknown> = {};
 	for (const [k, def] of Object.entries(col.fields)) if (def.required && !def.internal) body[k] = sampleValue(k, def, i);
 	for (const rule of col.rules ?? []) if (!rule.anyOf.some((f) => body[f] !== undefined)) body[rule.anyOf[0]] = sampleValue(rule.anyOf[0], col.fields[rule.anyOf[0]], i);
@@ -335,7 +345,10 @@ describe("every collection × 11 operations (user JWT, manage grant on service:c
 		const c = sweeper.claims;
 		const readOnly = !!ref.collection.platformWritten;
 		if (colPath === "financial/transactions" && !sweeperSaga) {
-			const saga = platformDoc({ ttl: 60, job: "00000000-0000-4000-8000-000000000000", state: "AWAITING", session: "00", expires_at: new Date(Date.now() + 60_000).toISOString() }, { owner: c.uid!, cid: c.cid });
+			const saga = platformDoc(
+				{ ttl: 60, job: "00000000-0000-4000-8000-000000000000", state: "AWAITING", session: "00", expires_at: new Date(Date.now() + 60_000).toISOString() },
+				{ owner: c.uid!, cid: c.cid },
+			);
 			await store("essential", "sagas").insert(saga);
 			sweeperSaga = saga._id;
 		}
@@ -391,7 +404,12 @@ describe("every collection × 11 operations (user JWT, manage grant on service:c
 			expect(bp).toEqual({ total: 2 });
 			const after = await stored(svc, name);
 			for (const id of created.slice(1)) expect(after.find((d) => d.id === id)?.description).toBe("bulk");
-			expect(after.filter((d) => d.description === "bulk").map((d) => d.id).sort()).toEqual(sorted(created.slice(1)));
+			expect(
+				after
+					.filter((d) => d.description === "bulk")
+					.map((d) => d.id)
+					.sort(),
+			).toEqual(sorted(created.slice(1)));
 		}
 		const removed = await ok(call(sweeper, "DELETE", `${base}/${created[0]}`), "remove");
 		expect(removed.data.id).toBe(created[0]);
@@ -399,7 +417,7 @@ describe("every collection × 11 operations (user JWT, manage grant on service:c
 		expectStatus(await call(sweeper, "GET", `${base}/${created[0]}`), 404, "get after remove");
 		expect((await listIds(sweeper, base)).ids).toEqual(expected.filter((id) => id !== created[0]));
 		if (colPath === "auth/apts" || colPath === "identity/sessions") {
-			// A deletion there is a revocation: it cannot be undone (CONTRACTS.md, "Tenants").
+			// A deletion there is a revocation: it cannot be undone (docs/contracts.md, "Tenants").
 			expectStatus(await call(sweeper, "PUT", `${base}/${created[0]}/restore`), 400, "restore of a revoked APT or session");
 		} else {
 			const restored = await ok(call(sweeper, "PUT", `${base}/${created[0]}/restore`), "restore");
@@ -508,10 +526,13 @@ describe.each([
 	test("the zone sets select the expected documents (sanity of the fixture)", async () => {
 		// Only the fixture's documents (the sweep above left others of its own in the client zone).
 		const names = async (pr: Principal, z: string) =>
-			(await listIds(pr, base, { zone: z })).items.map((d) => d[label]).filter((n: string) => n in docs).sort();
+			(await listIds(pr, base, { zone: z })).items
+				.map((d) => d[label])
+				.filter((n: string) => n in docs)
+				.sort();
 		expect(await names(A, "own")).toEqual(["a-other-group", "a-own", "a-shared-to-b", "a-shared-to-cc", "apt-own"]);
 		expect(await names(A, "share")).toEqual(["b-shared-to-a"]);
-		// A group acts only in its tenant: T2's "b-team" is not in A's group zone (CONTRACTS.md "Tenants").
+		// A group acts only in its tenant: T2's "b-team" is not in A's group zone (docs/contracts.md "Tenants").
 		expect(await names(A, "group")).toEqual(["t-team"]);
 		expect(await names(A, "client")).toEqual(["a-other-group", "a-own", "a-shared-to-b", "a-shared-to-cc", "apt-own", "cc-own", "t-team"]);
 		expect(await names(CC, "own,share")).toEqual(["a-shared-to-cc", "cc-own", "t-team"]);
@@ -570,8 +591,7 @@ describe.each([
 				["PUT", `${base}/${id}/restore`],
 				["DELETE", `${base}/${id}/destroy`],
 			] as const)
-				for (const pr of [A, APT, CC])
-					expectStatus(await call(pr, m, u, { body }), 404, `${pr.name} ${m} ${u}`);
+				for (const pr of [A, APT, CC]) expectStatus(await call(pr, m, u, { body }), 404, `${pr.name} ${m} ${u}`);
 		}
 		// A document in view under another zone only: 404 in the requested zone.
 		expectStatus(await call(A, "GET", `${base}/${docs["t-team"]}`), 404, "group document in the default zones");
@@ -694,7 +714,7 @@ describe("probing content/notes", () => {
 		expect(dropped.data.vehicle).toBe(v.id);
 		const droppedList = await ok(call(P, "GET", `/logistic/travels?populate=vehicle`), "populate list dropped");
 		expect(droppedList.items.map((d: Doc) => d.vehicle)).toEqual([v.id]);
-		expect(idsOf((await cursorDocs(P, "/logistic/travels", { populate: "vehicle" })))).toEqual([t.id]);
+		expect(idsOf(await cursorDocs(P, "/logistic/travels", { populate: "vehicle" }))).toEqual([t.id]);
 		// A field allowlist without the relation field: populating it is a probe → 403. A non-relation → 400.
 		await revoke(tg);
 		await grant({ subject: subjectOf(P.claims.uid!), action: "read", object: "logistic:travels", field: ["status"] });
@@ -755,7 +775,9 @@ describe("probing content/notes", () => {
 		const l = await listIds(limited, base);
 		expect(l.ids).toEqual(await expectedIds("content", "notes", limited.claims));
 		// A scope the client does not hold cannot be requested.
-		const bad = await p.http("POST", "/auth/token", { body: { grant_type: "password", client_id: T2.id, username: ownerUser.username, password: ownerUser.password, scopes: ["read:identity:users"] } });
+		const bad = await p.http("POST", "/auth/token", {
+			body: { grant_type: "password", client_id: T2.id, username: ownerUser.username, password: ownerUser.password, scopes: ["read:identity:users"] },
+		});
 		expect(bad.status).toBe(400);
 	});
 
@@ -806,7 +828,15 @@ describe("probing content/notes", () => {
 		const closed = await grant({ subject: s, action: "read", object: "content:notes", time: [{ cron_exp: `${m} * * * *`, duration: 60 }] });
 		expectStatus(await call(L, "GET", base), 403, "closed window");
 		// Windows combine by OR with each other, grants by OR with each other.
-		const both = await grant({ subject: s, action: "read", object: "content:notes", time: [{ cron_exp: `${m} * * * *`, duration: 60 }, { cron_exp: "* * * * *", duration: 120 }] });
+		const both = await grant({
+			subject: s,
+			action: "read",
+			object: "content:notes",
+			time: [
+				{ cron_exp: `${m} * * * *`, duration: 60 },
+				{ cron_exp: "* * * * *", duration: 120 },
+			],
+		});
 		expectStatus(await call(L, "GET", base), 200, "one open window of two");
 		await revoke(both);
 		await revoke(closed);
@@ -833,7 +863,12 @@ describe("probing content/notes", () => {
 		// The user's query narrows inside the row filter, never widens it.
 		expect((await listIds(V, base, { query: { $or: [{ title: "open" }, { title: "for-v" }] } })).ids).toEqual([mine]);
 		// A second grant widens by OR.
-		await grant({ subject: subjectOf(vid), action: "read", object: "content:notes", filter: [JSON.stringify({ title: "open" }), JSON.stringify({ content: "{{token.department}}" })] });
+		await grant({
+			subject: subjectOf(vid),
+			action: "read",
+			object: "content:notes",
+			filter: [JSON.stringify({ title: "open" }), JSON.stringify({ content: "{{token.department}}" })],
+		});
 		const ex2 = await expectedIds("content", "notes", V.claims, ["own", "share"], (d) => d.content === vid || d.title === "open");
 		expect(ex2).toEqual(sorted([mine, open]));
 		expect((await listIds(V, base)).ids).toEqual(ex2);
@@ -852,8 +887,10 @@ describe("probing content/notes", () => {
 		expect(E.claims.subject.split(" ")).toContain(`@editor@${DOMAIN}`);
 		const mine = (await ok(call(owner, "POST", base, { body: { title: "for-editor", shares: [E.claims.uid] } }), "c")).data.id;
 		expectStatus(await call(E, "GET", base), 403, "before RBAC");
-		const value = [{ domain: DOMAIN, roles: { editor: ["notes-rw"], viewer: ["notes-r"] }, permissions: { "notes-rw": ["write:content:notes"], "notes-r": ["read:content:notes"] } }];
-		// A configuration owned by a client that does not register the domain is refused (CONTRACTS.md "Tenants").
+		const value = [
+			{ domain: DOMAIN, roles: { editor: ["notes-rw"], viewer: ["notes-r"] }, permissions: { "notes-rw": ["write:content:notes"], "notes-r": ["read:content:notes"] } },
+		];
+		// A configuration owned by a client that does not register the domain is refused (docs/contracts.md "Tenants").
 		const foreignClient = (await ok(call(root, "POST", "/domain/clients", { body: { name: "foreign", domains: ["foreign.example"] } }), "client")).data.id;
 		const refused = await call(root, "POST", "/context/configs", { body: { key: "RBAC", eid: foreignClient, value } });
 		expectStatus(refused, 400, "RBAC of a client without the domain");
@@ -896,7 +933,11 @@ describe("probing content/notes", () => {
 		expect(idPolicies.policies).toEqual(expect.arrayContaining([expect.objectContaining({ action: "manage", object: "logistic:vehicles" })]));
 		// Fields: partial → granted false with denied and allowed fields.
 		expect(await can(F, { action: "read", object: "content:notes", fields: ["title"] })).toEqual({ granted: true });
-		expect(await can(F, { action: "read", object: "content:notes", fields: ["title", "content"] })).toEqual({ granted: false, denied_fields: ["content"], allowed_fields: ["title"] });
+		expect(await can(F, { action: "read", object: "content:notes", fields: ["title", "content"] })).toEqual({
+			granted: false,
+			denied_fields: ["content"],
+			allowed_fields: ["title"],
+		});
 		expect(await can(owner, { action: "read", object: "content:notes", fields: ["title", "content"] })).toEqual({ granted: true });
 		// ip and tz drive location and time grants.
 		const u = await createUser("can-located");
@@ -910,13 +951,29 @@ describe("probing content/notes", () => {
 		const limited = await login(ownerUser, T2);
 		expectStatus(await call(limited, "POST", "/auth/can", { body: { action: "read", object: "content:notes", subjects: [subjectOf(T2.id, DOMAIN2)] } }), 403, "foreign subjects");
 		expect(await can(limited, { action: "read", object: "content:notes", subjects: [subjectOf(owner.claims.uid!, DOMAIN2)] })).toEqual({ granted: true });
-		expectStatus(await call(owner, "POST", "/auth/can", { body: { action: "read", object: "logistic:cargoes", subjects: [subjectOf(T2.id, DOMAIN2)] } }), 403, "whole scope, no grant");
+		expectStatus(
+			await call(owner, "POST", "/auth/can", { body: { action: "read", object: "logistic:cargoes", subjects: [subjectOf(T2.id, DOMAIN2)] } }),
+			403,
+			"whole scope, no grant",
+		);
 		await grant({ subject: ownerSubject, action: "read", object: "auth:grants" });
 		expect(await can(owner, { action: "manage", object: "identity:users", subjects: [subjectOf(T.id)] })).toEqual({ granted: true });
 		// Only subjects of its own tenant: a grant belongs to its subject's domain (T2 is another tenant).
-		expectStatus(await call(owner, "POST", "/auth/can", { body: { action: "read", object: "logistic:cargoes", subjects: [subjectOf(T2.id, DOMAIN2)] } }), 403, "another tenant's subject");
+		expectStatus(
+			await call(owner, "POST", "/auth/can", { body: { action: "read", object: "logistic:cargoes", subjects: [subjectOf(T2.id, DOMAIN2)] } }),
+			403,
+			"another tenant's subject",
+		);
 		// Bad bodies.
-		for (const body of [{}, { action: "read" }, { object: "content:notes" }, { action: "read", object: "content" }, { action: "read", object: "content:notes", strict: "yes" }, { action: "read", object: "content:notes", fields: "title" }, { action: "read", object: "content:notes", bogus: 1 }])
+		for (const body of [
+			{},
+			{ action: "read" },
+			{ object: "content:notes" },
+			{ action: "read", object: "content" },
+			{ action: "read", object: "content:notes", strict: "yes" },
+			{ action: "read", object: "content:notes", fields: "title" },
+			{ action: "read", object: "content:notes", bogus: 1 },
+		])
 			expectStatus(await call(owner, "POST", "/auth/can", { body }), 400, JSON.stringify(body));
 	});
 
@@ -951,7 +1008,14 @@ describe("probing content/notes", () => {
 	});
 
 	test("valid grant subject forms are accepted", async () => {
-		for (const subject of [`@editor@${DOMAIN}`, subjectOf(owner.claims.uid!), subjectOf(T.id), `${ownerUser.username}@${DOMAIN}`, `${TEAM}@${DOMAIN}`, `eng.example.com@${DOMAIN}`]) {
+		for (const subject of [
+			`@editor@${DOMAIN}`,
+			subjectOf(owner.claims.uid!),
+			subjectOf(T.id),
+			`${ownerUser.username}@${DOMAIN}`,
+			`${TEAM}@${DOMAIN}`,
+			`eng.example.com@${DOMAIN}`,
+		]) {
 			const id = await grant({ subject, action: "read", object: "content:posts" });
 			await revoke(id);
 		}

@@ -125,11 +125,13 @@ describe("passes on demand (cleaner.run)", () => {
 		await audit(91, `/${tag}/old`);
 		await audit(89, `/${tag}/recent`);
 		const delivery = (status: string, updatedDays: number, deliveredDays: number | null, n: number) =>
-			db.query(
-				`insert into deliveries (event_id, seq, client_id, topic, op, document_id, payload, status, created_at, updated_at, delivered_at)
+			db
+				.query(
+					`insert into deliveries (event_id, seq, client_id, topic, op, document_id, payload, status, created_at, updated_at, delivered_at)
 				 values ($1, $2, 'c1', 'content.notes', 'c', 'd1', '{}', $3, $4, $4, $5) returning id`,
-				[`${tag}-${n}`, n, status, daysAgo(updatedDays), deliveredDays === null ? null : daysAgo(deliveredDays)],
-			).then((r) => String((r.rows[0] as { id: string }).id));
+					[`${tag}-${n}`, n, status, daysAgo(updatedDays), deliveredDays === null ? null : daysAgo(deliveredDays)],
+				)
+				.then((r) => String((r.rows[0] as { id: string }).id));
 		const gone = [await delivery("delivered", 31, 31, 1), await delivery("failed", 40, null, 2), await delivery("disabled", 35, null, 3)];
 		const kept = [await delivery("delivered", 29, 29, 4), await delivery("pending", 60, null, 5), await delivery("failed", 10, null, 6)];
 

@@ -3,7 +3,7 @@
  * interpolated), without a Docker daemon: a TLS proxy in front of two gateways, the 14 domains and the 7 workers,
  * each on PostgreSQL and the NATS change stream with credentials, its secrets as files, read-only, with resource
  * limits, rotated logs, a health check on its own port, a restart policy, waiting for healthy servers; the servers'
- * own checks; MongoDB only in its profile; deploy/secrets.sh making every secret file; the deploy/ configs (NATS,
+ * own checks; no MongoDB, no profile; deploy/secrets.sh making every secret file; the deploy/ configs (NATS,
  * Mosquitto, Prometheus and its alert rules, Caddy) checked by their servers' own tools when installed. Skips with a
  * message when docker-compose is missing (fails under REQUIRE_SERVERS=1; .ci/run installs it).
  */
@@ -32,13 +32,21 @@ const SECRETS = {
 	NATS_PASSWORD: "nats-test",
 	REDIS_PASSWORD: "redis-test",
 	MQTT_PASSWORD: "mqtt-test",
+	GRAFANA_PASSWORD: "grafana-test",
 };
 
 /** The secret files (compose `secrets:`, under ./secrets) each node reads as <NAME>_FILE. */
-const NODE_SECRETS = { JWT_SECRET: "jwt_secret", AES_SECRET: "aes_secret", DATABASE_URL: "database_url", METRICS_TOKEN: "metrics_token", VAPID_PUBLIC_KEY: "vapid_public_key", VAPID_PRIVATE_KEY: "vapid_private_key" };
+const NODE_SECRETS = {
+	JWT_SECRET: "jwt_secret",
+	AES_SECRET: "aes_secret",
+	DATABASE_URL: "database_url",
+	METRICS_TOKEN: "metrics_token",
+	VAPID_PUBLIC_KEY: "vapid_public_key",
+	VAPID_PRIVATE_KEY: "vapid_private_key",
+};
 const SECRET_FILES = [...Object.values(NODE_SECRETS), "postgres_password"].sort();
 
-/** Only what the test sets: a deployer's own variables (NAMESPACE, MONGO_URI...) must not change the result. */
+/** Only what the test sets: a deployer's own variables (NAMESPACE, REDIS_URL...) must not change the result. */
 function compose(args: string[], env: Record<string, string> = SECRETS) {
 	return spawnSync("docker-compose", ["-f", "docker-compose.yml", ...args], { cwd: ROOT, env: { PATH: process.env.PATH!, ...env }, encoding: "utf8" });
 }
@@ -51,7 +59,7 @@ function yaml(text: string): any {
 }
 
 const NODE_PORTS: Record<string, number> = { api: 3010, ...Object.fromEntries(DOMAINS.map((d) => [d.name, d.restPort])), ...WORKER_PORTS };
-const SERVERS = ["nats", "redis", "postgres", "mosquitto", "prometheus", "proxy"];
+const SERVERS = ["nats", "redis", "postgres", "mosquitto", "prometheus", "grafana", "proxy"];
 
 let config: { services: Record<string, any>; volumes: Record<string, unknown>; secrets: Record<string, unknown> };
 
@@ -64,7 +72,7 @@ beforeAll(() => {
 
 live("the gateway, the 14 domains and the 7 workers each run in their own service of the one image; two gateways", () => {
 	expect(Object.keys(NODE_PORTS)).toHaveLength(22);
-	expect(Object.keys(config.services).sort()).toEqual([...Object.keys(NODE_PORTS), ...SERVERS, "nats-exporter", "mongo"].sort());
+	expect(Object.keys(config.services).sort()).toEqual([...Object.keys(NODE_PORTS), ...SERVERS, "nats-exporter"].sort());
 	for (const name of Object.keys(NODE_PORTS)) {
 		const s = config.services[name];
 		expect([name, s.environment.SERVICES, s.image, s.build.context]).toEqual([name, name, "platform-gateway:latest", ROOT]);
@@ -74,6 +82,38 @@ live("the gateway, the 14 domains and the 7 workers each run in their own servic
 	// Behind the proxy, which sets X-Forwarded-For: only the gateway trusts it, and it publishes no port of its own.
 	expect(Object.keys(NODE_PORTS).filter((n) => config.services[n].environment.TRUST_PROXY === "1")).toEqual(["api"]);
 	expect([config.services.api.ports, config.services.api.expose]).toEqual([undefined, ["3010"]]);
+});
+
+live("the nodes' PostgreSQL pools fit the server's max_connections, with room for one more replica of the largest and operators", () => {
+	const pg = config.services.postgres;
+	const maxConnections = Number(/max_connections=(\d+)/.exec((pg.command ?? []).join(" "))?.[1] ?? 100);
+	const pools = Object.keys(NODE_PORTS).map((name) => {
+		const s = config.services[name];
+		const size = Number(s.environment.DATABASE_POOL_SIZE);
+		expect([name, Number.isInteger(size) && size > 0]).toEqual([name, true]);
+		return { name, size, replicas: s.deploy?.replicas ?? 1 };
+	});
+	const sum = pools.reduce((n, p) => n + p.size * p.replicas, 0);
+	const largest = Math.max(...pools.map((p) => p.size));
+	// superuser_reserved_connections (3) are not the nodes'; 10 more for psql, backups and a migration.
+	expect(sum + largest + 10).toBeLessThanOrEqual(maxConnections - 3);
+});
+
+live("Grafana is provisioned with Prometheus and the platform's dashboard, read-only; every panel has a query", () => {
+	const g = config.services.grafana;
+	expect(g.volumes).toEqual(
+		expect.arrayContaining([
+			`${path.join(ROOT, "deploy/grafana/provisioning")}:/etc/grafana/provisioning:ro`,
+			`${path.join(ROOT, "deploy/grafana/dashboards")}:/var/lib/grafana/dashboards:ro`,
+		]),
+	);
+	expect(g.environment.GF_SECURITY_ADMIN_PASSWORD).toBe("grafana-test");
+	const ds = yaml(readFileSync(path.join(ROOT, "deploy/grafana/provisioning/datasources/prometheus.yml"), "utf8"));
+	expect(ds.datasources.map((d: any) => [d.type, d.url, d.uid])).toEqual([["prometheus", "http://prometheus:9090", "platform-prometheus"]]);
+	const dash = JSON.parse(readFileSync(path.join(ROOT, "deploy/grafana/dashboards/platform.json"), "utf8"));
+	const panels = dash.panels.filter((p: any) => p.type !== "row");
+	expect(panels.length).toBeGreaterThanOrEqual(10);
+	for (const p of panels) expect([p.title, p.targets.length > 0, p.targets.every((t: any) => t.datasource.uid === "platform-prometheus" && t.expr)]).toEqual([p.title, true, true]);
 });
 
 live("the proxy terminates TLS (Caddy, deploy/Caddyfile) for the gateways; its certificate is Caddy's own unless one is mounted", () => {
@@ -109,9 +149,9 @@ live("the proxy terminates TLS (Caddy, deploy/Caddyfile) for the gateways; its c
 live("every node: PostgreSQL documents, the NATS stream with credentials, Redis and Mosquitto with passwords, DATA_DIR on a volume", () => {
 	for (const name of Object.keys(NODE_PORTS)) {
 		const e = config.services[name].environment;
-		expect([name, e.DOCUMENT_STORE, e.EVENT_STREAM, e.DATA_DIR, e.HOST, e.SERVICE_PORTS]).toEqual([name, "postgres", "nats", "/data", "0.0.0.0", "1"]);
+		expect([name, e.DATABASE_URL_FILE, e.EVENT_STREAM, e.DATA_DIR, e.HOST, e.SERVICE_PORTS]).toEqual([name, "/run/secrets/database_url", "nats", "/data", "0.0.0.0", "1"]);
 		expect([name, e.TRANSPORTER, e.STREAM_URL]).toEqual([name, "nats://platform:nats-test@nats:4222", "nats://platform:nats-test@nats:4222"]);
-		expect([name, e.REDIS_URL, e.MQTT_URL, e.MONGO_URI]).toEqual([name, "redis://:redis-test@redis:6379", "mqtt://publisher:mqtt-test@mosquitto:1883", ""]);
+		expect([name, e.REDIS_URL, e.MQTT_URL]).toEqual([name, "redis://:redis-test@redis:6379", "mqtt://publisher:mqtt-test@mosquitto:1883"]);
 		// Named volumes only where data must outlive a container: the root credentials, the uploaded files.
 		const volume = { auth: ["auth:/data:rw"], special: ["files:/data:rw"] }[name] ?? ["/data"];
 		expect([name, config.services[name].volumes]).toEqual([name, volume]);
@@ -128,9 +168,14 @@ live("every node reads its secrets from files (compose secrets), none from its e
 		for (const [k, file] of Object.entries(NODE_SECRETS)) expect([name, k, s.environment[k], s.environment[`${k}_FILE`]]).toEqual([name, k, undefined, `/run/secrets/${file}`]);
 	}
 	// Each secret is a file under ./secrets; PostgreSQL takes its password from one too, Prometheus the metrics token.
-	expect(Object.fromEntries(Object.entries(config.secrets).map(([k, v]: [string, any]) => [k, v.file]))).toEqual(Object.fromEntries(SECRET_FILES.map((f) => [f, path.join(ROOT, "secrets", f)])));
+	expect(Object.fromEntries(Object.entries(config.secrets).map(([k, v]: [string, any]) => [k, v.file]))).toEqual(
+		Object.fromEntries(SECRET_FILES.map((f) => [f, path.join(ROOT, "secrets", f)])),
+	);
 	expect(config.services.postgres.secrets).toEqual([{ source: "postgres_password" }]);
-	expect([config.services.postgres.environment.POSTGRES_PASSWORD, config.services.postgres.environment.POSTGRES_PASSWORD_FILE]).toEqual([undefined, "/run/secrets/postgres_password"]);
+	expect([config.services.postgres.environment.POSTGRES_PASSWORD, config.services.postgres.environment.POSTGRES_PASSWORD_FILE]).toEqual([
+		undefined,
+		"/run/secrets/postgres_password",
+	]);
 	expect(config.services.prometheus.secrets).toEqual([{ source: "metrics_token" }]);
 	// Neither the files nor .env reach git or the image's build context.
 	expect(readFileSync(path.join(ROOT, ".gitignore"), "utf8").split("\n")).toEqual(expect.arrayContaining([".env", "secrets/"]));
@@ -155,7 +200,9 @@ live("deploy/secrets.sh makes every secret file once (0444 in a 0700 directory),
 		const ecdh = createECDH("prime256v1");
 		ecdh.setPrivateKey(Buffer.from(read("vapid_private_key").trim(), "base64url"));
 		expect(ecdh.getPublicKey().toString("base64url")).toBe(read("vapid_public_key").trim());
-		expect(readFileSync(path.join(dir, ".env"), "utf8")).toMatch(/^NATS_PASSWORD=[0-9a-f]{48}\nREDIS_PASSWORD=[0-9a-f]{48}\nMQTT_PASSWORD=[0-9a-f]{48}\n$/);
+		expect(readFileSync(path.join(dir, ".env"), "utf8")).toMatch(
+			/^NATS_PASSWORD=[0-9a-f]{48}\nREDIS_PASSWORD=[0-9a-f]{48}\nMQTT_PASSWORD=[0-9a-f]{48}\nGRAFANA_PASSWORD=[0-9a-f]{48}\n$/,
+		);
 		// A second run keeps every secret as it is.
 		const before = SECRET_FILES.map(read);
 		const again = make();
@@ -171,23 +218,21 @@ live("every container: rotated logs and memory and CPU limits; the nodes read-on
 		expect([name, s.logging]).toEqual([name, { driver: "json-file", options: { "max-size": "10m", "max-file": "5" } }]);
 		expect([name, typeof s.mem_limit, typeof s.cpus]).toEqual([name, "string", "number"]);
 	}
-	for (const name of Object.keys(NODE_PORTS)) expect([name, config.services[name].read_only, config.services[name].mem_limit, config.services[name].cpus]).toEqual([name, true, "512m", 1]);
+	for (const name of Object.keys(NODE_PORTS))
+		expect([name, config.services[name].read_only, config.services[name].mem_limit, config.services[name].cpus]).toEqual([name, true, "512m", 1]);
 });
 
 live("every node has a restart policy, waits for healthy servers and is checked on its own /status port", () => {
 	for (const [name, port] of Object.entries(NODE_PORTS)) {
 		const s = config.services[name];
 		expect([name, s.restart]).toEqual([name, "unless-stopped"]);
-		expect([name, s.depends_on]).toEqual([
-			name,
-			Object.fromEntries(["mosquitto", "nats", "postgres", "redis"].map((d) => [d, { condition: "service_healthy" }])),
-		]);
+		expect([name, s.depends_on]).toEqual([name, Object.fromEntries(["mosquitto", "nats", "postgres", "redis"].map((d) => [d, { condition: "service_healthy" }]))]);
 		expect([name, s.healthcheck.test]).toEqual([name, ["CMD", "node", "/app/deploy/healthcheck.js", String(port)]]);
 		expect([name, s.healthcheck.interval, s.healthcheck.retries]).toEqual([name, "10s", 5]);
 	}
 });
 
-live("the servers have their own health checks and restart policies; only Prometheus and the proxy are published", () => {
+live("the servers have their own health checks and restart policies; only Prometheus, Grafana (both to the host) and the proxy are published", () => {
 	const tests = Object.fromEntries(SERVERS.map((n) => [n, config.services[n].healthcheck.test.join(" ")]));
 	expect(tests.proxy).toBe("CMD wget -q -O /dev/null http://127.0.0.1:2019/config/");
 	expect(tests.nats).toBe("CMD wget -q --spider http://127.0.0.1:8222/healthz?js-enabled-only=true");
@@ -197,25 +242,32 @@ live("the servers have their own health checks and restart policies; only Promet
 	expect(tests.postgres).toBe("CMD pg_isready -U platform -d platform -h 127.0.0.1");
 	expect(tests.mosquitto).toContain("mosquitto_sub -h 127.0.0.1 -u");
 	expect(tests.prometheus).toBe("CMD wget -q --spider http://127.0.0.1:9090/-/healthy");
+	expect(tests.grafana).toBe("CMD wget -q --spider http://127.0.0.1:3000/api/health");
 	for (const n of [...SERVERS, "nats-exporter"]) expect([n, config.services[n].restart]).toEqual([n, "unless-stopped"]);
-	const published = Object.entries(config.services).filter(([, s]) => s.ports).map(([n, s]) => [n, s.ports]);
+	const published = Object.entries(config.services)
+		.filter(([, s]) => s.ports)
+		.map(([n, s]) => [n, s.ports]);
 	expect(published).toEqual([
+		["grafana", ["127.0.0.1:3000:3000/tcp"]],
 		["prometheus", ["127.0.0.1:9090:9090/tcp"]], // Debian docker-compose 1.29 prints a host-bound port in the short form
-		["proxy", [{ published: 80, target: 80 }, { published: 443, target: 443 }]],
+		[
+			"proxy",
+			[
+				{ published: 80, target: 80 },
+				{ published: 443, target: 443 },
+			],
+		],
 	]);
 	// Data that must outlive a recreated container is on named volumes (Caddy's: its local CA and certificates).
-	expect(Object.keys(config.volumes).sort()).toEqual(["auth", "caddy", "caddy-config", "files", "mongo", "mosquitto", "nats", "postgres", "prometheus", "redis"]);
+	expect(Object.keys(config.volumes).sort()).toEqual(["auth", "caddy", "caddy-config", "files", "grafana", "mosquitto", "nats", "postgres", "prometheus", "redis"]);
 	expect(config.services.nats.volumes).toContain("nats:/data:rw");
 	expect(config.services.postgres.volumes).toContain("postgres:/var/lib/postgresql/data:rw");
 });
 
-live("MongoDB is only in its profile, and no node waits for it", () => {
-	const profiled = Object.entries(config.services).filter(([, s]) => s.profiles).map(([n, s]) => [n, s.profiles]);
-	expect(profiled).toEqual([["mongo", ["mongo"]]]);
-	for (const [n, s] of Object.entries(config.services)) expect([n, Object.keys(s.depends_on ?? {}).includes("mongo")]).toEqual([n, false]);
-	const variant = compose(["--profile", "mongo", "config"], { ...SECRETS, MONGO_URI: "mongodb://mongo:27017/platform" });
-	expect(variant.status).toBe(0);
-	expect(yaml(variant.stdout).services.content.environment.MONGO_URI).toBe("mongodb://mongo:27017/platform");
+live("one document store: no profile, no MongoDB, no store setting in a node's environment", () => {
+	expect(Object.entries(config.services).filter(([, s]) => s.profiles)).toEqual([]);
+	for (const name of Object.keys(NODE_PORTS))
+		expect([name, "MONGO_URI" in config.services[name].environment, "DOCUMENT_STORE" in config.services[name].environment]).toEqual([name, false, false]);
 });
 
 live("a missing secret stops docker-compose before anything starts, naming it", () => {
@@ -244,11 +296,20 @@ live("Prometheus scrapes every node (every replica, by DNS, with the metrics tok
 	expect(config.services["nats-exporter"].command).toEqual(["-jsz=all", "-varz", "-port", "7777", "http://nats:8222"]);
 	expect(prom.rule_files).toEqual(["alerts.yml"]);
 	expect(config.services.prometheus.volumes).toEqual(
-		expect.arrayContaining([`${path.join(ROOT, "deploy/prometheus.yml")}:/etc/prometheus/prometheus.yml:ro`, `${path.join(ROOT, "deploy/alerts.yml")}:/etc/prometheus/alerts.yml:ro`]),
+		expect.arrayContaining([
+			`${path.join(ROOT, "deploy/prometheus.yml")}:/etc/prometheus/prometheus.yml:ro`,
+			`${path.join(ROOT, "deploy/alerts.yml")}:/etc/prometheus/alerts.yml:ro`,
+		]),
 	);
 	// The alerts watch the series the platform names (runtime/metrics.ts) and the exporter's JetStream ones.
 	const alerts = readFileSync(path.join(ROOT, "deploy/alerts.yml"), "utf8");
-	for (const series of ["gateway_http_requests_total", "process_eventloop_delay_p99_seconds", "jetstream_consumer_num_pending", "jetstream_stream_total_messages", "publisher_touch_failures_total"])
+	for (const series of [
+		"gateway_http_requests_total",
+		"process_eventloop_delay_p99_seconds",
+		"jetstream_consumer_num_pending",
+		"jetstream_stream_total_messages",
+		"publisher_touch_failures_total",
+	])
 		expect([series, alerts.includes(series)]).toEqual([series, true]);
 	expect(`${LOOP_DELAY_P99} ${HTTP_REQUESTS}`.replace(/\./g, "_")).toBe("process_eventloop_delay_p99_seconds gateway_http_requests_total");
 	if (!has("promtool")) return console.warn("promtool not installed: deploy/prometheus.yml and deploy/alerts.yml checked by this test only");
@@ -260,7 +321,10 @@ live("Prometheus scrapes every node (every replica, by DNS, with the metrics tok
 	const dir = mkdtempSync(path.join(os.tmpdir(), "compose-prom-"));
 	try {
 		writeFileSync(path.join(dir, "metrics_token"), "x".repeat(32));
-		writeFileSync(path.join(dir, "prometheus.yml"), readFileSync(path.join(ROOT, "deploy/prometheus.yml"), "utf8").replace("/run/secrets/metrics_token", path.join(dir, "metrics_token")));
+		writeFileSync(
+			path.join(dir, "prometheus.yml"),
+			readFileSync(path.join(ROOT, "deploy/prometheus.yml"), "utf8").replace("/run/secrets/metrics_token", path.join(dir, "metrics_token")),
+		);
 		cpSync(path.join(ROOT, "deploy/alerts.yml"), path.join(dir, "alerts.yml"));
 		const r = spawnSync("promtool", ["check", "config", "prometheus.yml"], { cwd: dir, encoding: "utf8" });
 		expect([r.status, r.stdout]).toEqual([0, expect.stringContaining("SUCCESS: 9 rules found")]);
@@ -277,7 +341,8 @@ live("NATS requires the user and password of the environment; Mosquitto listens 
 	expect(conf).toMatch(/^allow_anonymous false$/m);
 	expect(conf).toMatch(/^password_file \/mosquitto\/data\/passwd$/m);
 	if (!has("nats-server")) return console.warn("nats-server not installed: deploy/nats.conf not checked by the server");
-	const check = (env: Record<string, string>) => spawnSync("nats-server", ["-c", "deploy/nats.conf", "-t"], { cwd: ROOT, env: { PATH: process.env.PATH!, ...env }, encoding: "utf8" });
+	const check = (env: Record<string, string>) =>
+		spawnSync("nats-server", ["-c", "deploy/nats.conf", "-t"], { cwd: ROOT, env: { PATH: process.env.PATH!, ...env }, encoding: "utf8" });
 	expect(check({ NATS_USER: "platform", NATS_PASSWORD: "x" }).status).toBe(0);
 	const noPassword = check({ NATS_USER: "platform" });
 	expect(noPassword.status).not.toBe(0);
@@ -298,7 +363,7 @@ live("the image: built in a builder stage, compiled JavaScript run as the node u
 	expect(docker).toMatch(/^COPY deploy\/healthcheck.js \.\/deploy\/$/m);
 	// The build: tsc to dist/ from the runtime sources only (test/ and bench/ are neither compiled nor in the context).
 	const pkg = JSON.parse(readFileSync(path.join(ROOT, "package.json"), "utf8"));
-	expect(pkg.scripts.build).toBe("tsc -p tsconfig.build.json");
+	expect(pkg.scripts.build).toBe("tsc -p tsconfig.build.json && node --import tsx build-console.ts --into dist");
 	const build = JSON.parse(readFileSync(path.join(ROOT, "tsconfig.build.json"), "utf8"));
 	expect([build.compilerOptions.outDir, build.compilerOptions.noEmit]).toEqual(["dist", false]);
 	expect(build.include.filter((d: string) => /^(test|bench)/.test(d))).toEqual([]);

@@ -60,7 +60,7 @@ test("credentials are sealed at rest, hidden from every response and event, and 
 	const h = hit.headers as Record<string, string>;
 	expect(verify(SECRET, h["webhook-id"], Number(h["webhook-timestamp"]), hit.body, h["webhook-signature"])).toBe(true);
 
-	// Nothing in clear at rest (the NeDB file, the PostgreSQL rows) nor in the outbox.
+	// Nothing in clear at rest (the PostgreSQL rows) nor in the outbox.
 	const file = await storedText(p, "context/configs");
 	expect(file).not.toContain(SECRET);
 	expect(file).not.toContain(AUTH);

@@ -66,7 +66,9 @@ servers.test("a restarted dispatcher takes back its own leases at start; another
 	// Both first attempts failed (503): pending, due in an hour.
 	await waitForValue("two failed first attempts", async () => {
 		// (The config's own creation is a change event too: a third row, left due in an hour.)
-		const r = await admin!.query(`select count(*)::int as n from ${schema}.deliveries where status = 'pending' and attempts = 1 and payload::jsonb -> 'after' ->> 'title' in ('mine', 'theirs')`);
+		const r = await admin!.query(
+			`select count(*)::int as n from ${schema}.deliveries where status = 'pending' and attempts = 1 and payload::jsonb -> 'after' ->> 'title' in ('mine', 'theirs')`,
+		);
 		return r.rows[0].n === 2;
 	});
 	const nodeId = p!.broker.nodeID;
@@ -75,10 +77,10 @@ servers.test("a restarted dispatcher takes back its own leases at start; another
 	await p!.stop();
 	// What a run killed mid-delivery leaves: rows due now, leased for another minute (one to this node, one to another).
 	const lease = (title: string, owner: string) =>
-		admin!.query(
-			`update ${schema}.deliveries set next_at = now(), locked_by = $1, locked_until = now() + interval '60 seconds' where payload::jsonb -> 'after' ->> 'title' = $2`,
-			[owner, title],
-		);
+		admin!.query(`update ${schema}.deliveries set next_at = now(), locked_by = $1, locked_until = now() + interval '60 seconds' where payload::jsonb -> 'after' ->> 'title' = $2`, [
+			owner,
+			title,
+		]);
 	expect((await lease("mine", nodeId)).rowCount).toBe(1);
 	expect((await lease("theirs", "another-node")).rowCount).toBe(1);
 	status = 200;

@@ -1,6 +1,6 @@
 /**
  * The dispatcher's queue statements on a real PostgreSQL (own schema): claim (per-document order, the fields a
- * delivery needs, the payload's exact text), release, and settles batched while one statement runs.
+ * delivery needs, the payload's exact text, fair across configs), release, and settles batched while one statement runs.
  */
 import { randomBytes } from "crypto";
 import { Pool } from "pg";
@@ -42,11 +42,12 @@ servers.describe("dispatcher queue statements, real PostgreSQL", () => {
 		await admin.end();
 	});
 
-	const row = (seq: number, doc: string, body = `{"seq":${seq}}`): NewDelivery => ({
+	const row = (seq: number, doc: string, body = `{"seq":${seq}}`, config: string | null = "cfg1"): NewDelivery => ({
 		event_id: `${seq}:${doc}:c`,
 		seq,
-		client_id: "client-a",
-		config_id: "cfg1",
+		ts_ms: 1_700_000_000_000 + seq,
+		client_id: config === "cfg1" ? "client-a" : `client-${config}`,
+		config_id: config,
 		url: "http://127.0.0.1:9/hook",
 		topic: "content.notes",
 		op: "c",
@@ -61,7 +62,16 @@ servers.describe("dispatcher queue statements, real PostgreSQL", () => {
 		const claimed = await store.claim("owner-1", 10, 60);
 		expect(claimed.map((c) => c.event_id).sort()).toEqual(["1:d1:c", "3:d2:c"]);
 		const first = claimed.find((c) => c.event_id === "1:d1:c")!;
-		expect(first).toEqual({ id: expect.any(String), event_id: "1:d1:c", client_id: "client-a", config_id: "cfg1", url: "http://127.0.0.1:9/hook", attempts: 0, body: odd });
+		expect(first).toEqual({
+			id: expect.any(String),
+			event_id: "1:d1:c",
+			client_id: "client-a",
+			config_id: "cfg1",
+			url: "http://127.0.0.1:9/hook",
+			attempts: 0,
+			body: odd,
+			ts_ms: 1_700_000_000_001,
+		});
 		// Leased: not claimed again; released: claimable again.
 		expect(await store.claim("owner-2", 10, 60)).toEqual([]);
 		await store.release(first.id, "owner-1");
@@ -75,12 +85,19 @@ servers.describe("dispatcher queue statements, real PostgreSQL", () => {
 		const claimed = await store.claim("owner-3", 15, 60);
 		expect(claimed).toHaveLength(15);
 		sent.length = 0;
-		const ok = (c: (typeof claimed)[number]) => store.settle(c, "owner-3", { url: c.url, status: 204, error: null, durationMs: 3 }, { status: "delivered", attempts: 1, lastError: null });
+		const ok = (c: (typeof claimed)[number]) =>
+			store.settle(c, "owner-3", { url: c.url, status: 204, error: null, durationMs: 3 }, { status: "delivered", attempts: 1, lastError: null });
 		const firstTen = claimed.slice(0, 10).map(ok);
 		// The first statement is sent in the next turn; these five arrive while it runs.
 		await new Promise((r) => setImmediate(r));
 		expect(sent).toEqual(["dispatcher-settle-10"]);
-		const lastFive = claimed.slice(10).map((c, i) => (i < 4 ? ok(c) : store.settle(c, "owner-3", { url: c.url, status: 500, error: "HTTP 500", durationMs: 5 }, { status: "pending", attempts: 1, nextInSec: 30, lastError: "HTTP 500" })));
+		const lastFive = claimed
+			.slice(10)
+			.map((c, i) =>
+				i < 4
+					? ok(c)
+					: store.settle(c, "owner-3", { url: c.url, status: 500, error: "HTTP 500", durationMs: 5 }, { status: "pending", attempts: 1, nextInSec: 30, lastError: "HTTP 500" }),
+			);
 		await Promise.all([...firstTen, ...lastFive]);
 		expect(sent).toEqual(["dispatcher-settle-10", "dispatcher-settle-5"]);
 		const rows = (await admin.query(`select id::text, status, attempts, last_status, locked_by, next_at > now() + interval '20 seconds' as later from ${schema}.deliveries`)).rows;
@@ -91,7 +108,36 @@ servers.describe("dispatcher queue statements, real PostgreSQL", () => {
 		expect(att).toBe(15);
 	});
 
-	test("claim walks the queue from its head: 1 000 pending rows unknown to the statistics, 10 claimed in (next_at, seq) order, about 50 rows read", async () => {
+	test("claim: every config's queue in turn, each up to its share; one config's backlog never stands in front of another's rows", async () => {
+		await admin.query(`truncate ${schema}.deliveries cascade`);
+		// Config A: a backlog of 100; config B: two events of one document and one of another; a row without a config.
+		await store.enqueue(Array.from({ length: 100 }, (_, i) => row(10 + i, `a${i}`, undefined, "A")));
+		await store.enqueue([row(1000, "b0", undefined, "B"), row(1001, "b0", undefined, "B"), row(1002, "b1", undefined, "B"), row(1003, "n0", undefined, null)]);
+		const seqs = (claimed: Array<{ event_id: string }>) => claimed.map((c) => Number(c.event_id.split(":")[0])).sort((x, y) => x - y);
+		// A round takes the first due row of every queue: three rows, one of each, A's backlog first in time.
+		expect(seqs(await store.claim("owner-f1", 3, 60, 10))).toEqual([10, 1000, 1003]);
+		// Shares: A may have one more (it has one in flight), the row without a config none; B's second event of b0
+		// waits behind the first (leased, not settled).
+		expect(
+			seqs(
+				await store.claim(
+					"owner-f2",
+					10,
+					60,
+					4,
+					new Map([
+						["A", 1],
+						["", 0],
+					]),
+				),
+			),
+		).toEqual([11, 1002]);
+		expect(await store.claim("owner-f3", 10, 60, 4, new Map([["A", 0]]))).toEqual([]);
+		// Without shares of its own, a config gives at most `share` rows.
+		expect(seqs(await store.claim("owner-f4", 10, 60, 4))).toEqual([12, 13, 14, 15]);
+	});
+
+	test("claim walks the queue from its head: 1 000 pending rows unknown to the statistics, 10 claimed in (next_at, seq) order, about 25 rows read", async () => {
 		await admin.query(`truncate ${schema}.deliveries cascade`);
 		// Statistics of an empty table (as after a quiet period): the planner expects almost no pending row.
 		await admin.query(`analyze ${schema}.deliveries`);
@@ -115,24 +161,25 @@ servers.describe("dispatcher queue statements, real PostgreSQL", () => {
 		} finally {
 			used.release();
 		}
-		// The claim's plan with its settings: the queue's index walked in order, no full sort, and the walk stops after
-		// the rows it takes (and the leased ones it passes), not after all 1 000.
+		// The claim's plan with its settings: the queue's index walked in order, sorts of the rows taken only, and the walk
+		// stops after the rows it takes (and the leased ones it passes), not after all 1 000.
 		const client = await admin.connect();
 		try {
 			await client.query("begin");
 			await client.query(`set local search_path = ${schema}`);
 			await client.query(CLAIM_PLAN);
-			await client.query(`prepare claim_plan (text, integer, float8) as ${CLAIM}`);
-			const plan = (await client.query("explain (analyze, format json) execute claim_plan('owner-6', 10, 60)")).rows[0]["QUERY PLAN"][0].Plan;
+			await client.query(`prepare claim_plan (text, integer, float8, integer, text) as ${CLAIM}`);
+			const plan = (await client.query("explain (analyze, format json) execute claim_plan('owner-6', 10, 60, 10, '{}')")).rows[0]["QUERY PLAN"][0].Plan;
 			const nodes: any[] = [];
 			const walk = (n: any) => (nodes.push(n), (n.Plans ?? []).forEach(walk));
 			walk(plan);
-			expect(nodes.filter((n) => n["Node Type"] === "Sort")).toEqual([]);
-			const scan = nodes.find((n) => n["Relation Name"] === "deliveries" && n.Alias === "c");
-			expect([scan["Node Type"], scan["Index Name"]]).toEqual(["Index Scan", "deliveries_due"]);
-			// 14 leased passed on the way, then what the incremental sort reads to give 10 rows (at least 32, its minimum
-			// batch, and one more): 47 on PostgreSQL 15, against all 1 000 with the statistics' plan.
-			expect(scan["Actual Rows"] + (scan["Rows Removed by Filter"] ?? 0)).toBeLessThanOrEqual(14 + 33);
+			for (const sort of nodes.filter((n) => n["Node Type"] === "Sort")) expect(sort["Actual Rows"]).toBeLessThanOrEqual(10);
+			const scans = nodes.filter((n) => n["Relation Name"] === "deliveries" && n.Alias !== "e" && n.Alias !== "d");
+			for (const s of scans) expect([s["Node Type"], s["Index Name"]]).toEqual(["Index Scan", "deliveries_queue"]);
+			const scan = scans.find((n) => n.Alias === "c");
+			// 14 leased passed on the way, then the 10 rows taken (and the one the limit stops at): against all 1 000 with
+			// the statistics' plan.
+			expect(scan["Actual Rows"] + (scan["Rows Removed by Filter"] ?? 0)).toBeLessThanOrEqual(14 + 11);
 			await client.query("rollback");
 		} finally {
 			client.release();

@@ -104,10 +104,25 @@ async function waitFor<T>(what: string, fn: () => Promise<T | undefined | null |
 	}
 }
 
-type Row = { id: string; status: string; attempts: number; op: string; topic: string; url: string; config_id: string; client_id: string; last_status: number | null; last_error: string | null; event_id: string };
+type Row = {
+	id: string;
+	status: string;
+	attempts: number;
+	op: string;
+	topic: string;
+	url: string;
+	config_id: string;
+	client_id: string;
+	last_status: number | null;
+	last_error: string | null;
+	event_id: string;
+};
 
 const deliveries = (p: TestPlatform, filter: Record<string, unknown>) => p.broker.call("dispatcher.deliveries", filter) as Promise<Row[]>;
-const delivery = (p: TestPlatform, id: string) => p.broker.call("dispatcher.delivery", { id }) as Promise<Row & { payload: any; attempts_list: Array<{ attempt: number; status: number | null; error: string | null; url: string }> }>;
+const delivery = (p: TestPlatform, id: string) =>
+	p.broker.call("dispatcher.delivery", { id }) as Promise<
+		Row & { payload: any; attempts_list: Array<{ attempt: number; status: number | null; error: string | null; url: string }> }
+	>;
 
 /** Every recorded delivery settled (none pending) and the stream drained (the last outbox record handled). */
 async function settled(p: TestPlatform): Promise<void> {
@@ -423,9 +438,16 @@ describe("dispatcher, retries exhausted", () => {
 		expect(tries[1].at - tries[0].at).toBeGreaterThanOrEqual(150);
 		expect(tries[2].at - tries[1].at).toBeGreaterThanOrEqual(300);
 		// whsec_ secrets sign with their base64-decoded key (Standard Webhooks libraries verify them unchanged).
-		for (const t of tries) expect(verify("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", String(t.headers["webhook-id"]), Number(t.headers["webhook-timestamp"]), t.text, String(t.headers["webhook-signature"]))).toBe(true);
+		for (const t of tries)
+			expect(
+				verify("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", String(t.headers["webhook-id"]), Number(t.headers["webhook-timestamp"]), t.text, String(t.headers["webhook-signature"])),
+			).toBe(true);
 		const attempts = (await delivery(p, row.id)).attempts_list;
-		expect(attempts.map((t) => [t.attempt, t.status])).toEqual([[1, 500], [2, 500], [3, 500]]);
+		expect(attempts.map((t) => [t.attempt, t.status])).toEqual([
+			[1, 500],
+			[2, 500],
+			[3, 500],
+		]);
 		const cfg = await waitFor("the config disabled", async () => {
 			const r = await p.http("GET", `/context/configs/${configId}`, { token });
 			return r.body.data.value.active === false && r.body.data;
@@ -525,10 +547,12 @@ servers.describe("dispatcher, real PostgreSQL (DATABASE_URL)", () => {
 			{ op: "c", status: "delivered", attempts: 1, last_status: 200 },
 			{ op: "u", status: "delivered", attempts: 1, last_status: 200 },
 		]);
-		const att = await admin!.query(`select count(*)::int as n from ${schema}.delivery_attempts a join ${schema}.deliveries d on d.id = a.delivery_id where d.document_id = $1`, [n]);
+		const att = await admin!.query(`select count(*)::int as n from ${schema}.delivery_attempts a join ${schema}.deliveries d on d.id = a.delivery_id where d.document_id = $1`, [
+			n,
+		]);
 		expect(att.rows[0].n).toBe(2);
 		const mig = await admin!.query(`select version from ${schema}.schema_migrations where component = 'dispatcher' order by version`);
-		expect(mig.rows).toEqual([{ version: 1 }, { version: 2 }]);
+		expect(mig.rows).toEqual([{ version: 1 }, { version: 2 }, { version: 3 }, { version: 4 }]);
 		const h = (await p!.broker.call("dispatcher.health")) as { info: Record<string, { status: string }> };
 		expect(h.info["relational store"]).toEqual({ status: "up" });
 	});

@@ -1,6 +1,6 @@
 /**
  * Every error case of the platform skeleton, through HTTP: exact `{ statusCode, message, error }` bodies
- * (CONTRACTS.md "Errors"), and never a 5xx.
+ * (docs/contracts.md "Errors"), and never a 5xx.
  */
 import http from "http";
 import { COLLECTIONS, PLATFORM_FIELDS } from "../../catalog";
@@ -77,10 +77,10 @@ describe("list, count and cursor parameters", () => {
 	test("a query nested too deeply → 400", async () => {
 		let deep: Record<string, unknown> = { title: "x" };
 		for (let i = 0; i < 12; i++) deep = { $and: [deep] };
-		await expectError(call("GET", `/content/notes?query=${q(deep)}`), 400, "query is too deeply nested");
+		await expectError(call("GET", `/content/notes?query=${q(deep)}`), 400, "query is too deeply nested (at most 8 levels)");
 		let sub: unknown = 1;
 		for (let i = 0; i < 12; i++) sub = { a: sub };
-		await expectError(call("GET", `/content/notes/count?query=${q({ props: sub })}`), 400, "query is too deeply nested");
+		await expectError(call("GET", `/content/notes/count?query=${q({ props: sub })}`), 400, "query is too deeply nested (at most 8 levels)");
 	});
 
 	test("$in with more than 500 values → 400; 500 values pass", async () => {
@@ -94,7 +94,7 @@ describe("list, count and cursor parameters", () => {
 	});
 
 	test("a $regex that is too long, does not compile, or uses syntax RE2 cannot match in linear time → 400", async () => {
-		await expectError(call("GET", `/content/notes?query=${q({ title: { $regex: "a".repeat(257) } })}`), 400, "$regex is too long");
+		await expectError(call("GET", `/content/notes?query=${q({ title: { $regex: "a".repeat(257) } })}`), 400, "$regex is too long (at most 256 characters)");
 		await expectError(call("GET", `/content/notes?query=${q({ title: { $regex: "(" } })}`), 400, "$regex is not a valid regular expression");
 		await expectError(call("GET", `/content/notes?query=${q({ title: { $regex: "[a-" } })}`), 400, "$regex is not a valid regular expression");
 		await expectError(call("GET", `/content/notes?query=${q({ title: { $regex: "(a)\\1" } })}`), 400, "query.title: $regex uses syntax that cannot be matched in linear time");
@@ -229,8 +229,8 @@ describe("bodies", () => {
 
 	test("a body over 1 MB → 413 in the error shape", async () => {
 		const big = JSON.stringify({ title: "t", content: "x".repeat(1024 * 1024 + 10) });
-		await expectError(call("POST", "/content/notes", { raw: big }), 413, "body must not be larger than 1 MB");
-		await expectError(call("POST", "/content/notes/bulk", { raw: JSON.stringify({ items: [{ title: "x".repeat(1024 * 1024) }] }) }), 413, "body must not be larger than 1 MB");
+		await expectError(call("POST", "/content/notes", { raw: big }), 413, "body must not be larger than 1 MiB");
+		await expectError(call("POST", "/content/notes/bulk", { raw: JSON.stringify({ items: [{ title: "x".repeat(1024 * 1024) }] }) }), 413, "body must not be larger than 1 MiB");
 		// Just under the limit is accepted.
 		const ok = await call("POST", "/content/notes", { body: { title: "t", content: "x".repeat(1000 * 1000) } });
 		expect(ok.status).toBe(200);
@@ -280,12 +280,38 @@ describe("documents and routes", () => {
 		const first = await call("POST", "/content/notes", { body: { title: "first", ref } });
 		expect(first.status).toBe(200);
 		await expectError(call("POST", "/content/notes", { body: { title: "second", ref } }), 409, "ref already exists");
-		await expectError(call("POST", "/content/notes/bulk", { body: { items: [{ title: "a", ref: `other-${unique()}` }, { title: "b", ref }] } }), 409, "ref already exists");
+		await expectError(
+			call("POST", "/content/notes/bulk", {
+				body: {
+					items: [
+						{ title: "a", ref: `other-${unique()}` },
+						{ title: "b", ref },
+					],
+				},
+			}),
+			409,
+			"ref already exists",
+		);
 		const twin = `twin-${unique()}`;
-		await expectError(call("POST", "/content/notes/bulk", { body: { items: [{ title: "a", ref: twin }, { title: "b", ref: twin }] } }), 409, "ref already exists");
+		await expectError(
+			call("POST", "/content/notes/bulk", {
+				body: {
+					items: [
+						{ title: "a", ref: twin },
+						{ title: "b", ref: twin },
+					],
+				},
+			}),
+			409,
+			"ref already exists",
+		);
 		const other = (await call("POST", "/content/notes", { body: { title: "other" } })).body.data;
 		await expectError(call("PATCH", `/content/notes/${other.id}`, { body: { ref } }), 409, "ref already exists");
-		await expectError(call("PATCH", `/content/notes/bulk?query=${q({ id: other.id })}`, { body: { ref: `x-${unique()}` } }), 400, "ref cannot be set by a bulk patch (it is unique)");
+		await expectError(
+			call("PATCH", `/content/notes/bulk?query=${q({ id: other.id })}`, { body: { ref: `x-${unique()}` } }),
+			400,
+			"ref cannot be set by a bulk patch (it is unique)",
+		);
 		// Nothing of the failed writes was stored.
 		expect((await call("GET", `/content/notes/count?query=${q({ ref: { $in: [ref, twin] } })}`)).body).toEqual({ total: 1 });
 		expect((await call("GET", `/content/notes/count?query=${q({ title: { $in: ["a", "b", "second"] } })}`)).body).toEqual({ total: 0 });
@@ -319,7 +345,7 @@ describe("documents and routes", () => {
 		}
 	});
 
-	test("a missing token → 401 `authorization token is required`; one that is no token → 401 `invalid token`", async () => {
+	test("a missing token, or one that is no token → 401 `authorization token is required`", async () => {
 		for (const [m, path] of [
 			["GET", "/content/notes"],
 			["GET", "/content/notes/count"],
@@ -337,9 +363,9 @@ describe("documents and routes", () => {
 		}
 		// A bearer that is not a token of this platform (malformed, forged, an APT of the wrong form).
 		for (const bad of ["Bearer not-a-jwt", "Bearer eyJhbGciOiJIUzI1NiJ9.e30.c2ln", "Bearer APT-unknown"]) {
-			await expectError(call("GET", "/content/notes", { anonymous: true, headers: { authorization: bad } }), 401, "invalid token");
+			await expectError(call("GET", "/content/notes", { anonymous: true, headers: { authorization: bad } }), 401, "authorization token is required");
 		}
-		await expectError(call("GET", `/content/notes?token=garbage`, { anonymous: true }), 401, "invalid token");
+		await expectError(call("GET", `/content/notes?token=garbage`, { anonymous: true }), 401, "authorization token is required");
 		// The token as query parameter works (spec: alternative carrier).
 		expect((await call("GET", `/content/notes?token=${token}`, { anonymous: true })).status).toBe(200);
 	});

@@ -2,7 +2,8 @@
  * The failover pieces on real brokers (Moleculer's in-memory transporter, one process): a node that vanishes without
  * a word (no DISCONNECT, no more heartbeats, its requests fall into the void) is dropped within the heartbeat
  * timeout; reads cut off by that are answered by another node, writes are not repeated; a node restarted under the
- * same id fails its previous instance's pending requests at once; a call that finds no node waits for one; a node
+ * same id fails its previous instance's pending requests at once; a call aimed at a node that has left, or still
+ * waiting on a node when it says goodbye, goes to another node; a call that finds no node waits for one; a node
  * announces its services as soon as it has started.
  */
 import { randomBytes } from "crypto";
@@ -92,7 +93,11 @@ test("a node gone without a word: dropped within the heartbeat timeout; reads an
 	vanish(a);
 	const t0 = Date.now();
 	const dropped = new Promise<number>((resolve) => gw.localBus.on("$node.disconnected", ({ node }: any) => node.id === "a" && resolve(Date.now() - t0)));
-	const outcome = (action: string) => gw.call(action).then((v) => ({ ok: v }), (e) => ({ err: e.name }));
+	const outcome = (action: string) =>
+		gw.call(action).then(
+			(v) => ({ ok: v }),
+			(e) => ({ err: e.name }),
+		);
 	const [reads, writes] = await Promise.all([Promise.all([1, 2, 3, 4, 5, 6].map(() => outcome("notes.read"))), Promise.all([1, 2, 3, 4, 5, 6].map(() => outcome("notes.write")))]);
 	const droppedMs = await dropped;
 	// Timeout 2 s, checked every 250 ms (the stock check: up to 2 × 2 s + 1 s).
@@ -117,7 +122,10 @@ test("a node restarted under its id fails its previous instance's pending reques
 	vanish(a);
 	const t0 = Date.now();
 	// Aimed at node a: never sent again, so this shows the rejection itself.
-	const pending = gw.call("notes.write", {}, { nodeID: "a" }).then(() => "answered", (e) => e.name);
+	const pending = gw.call("notes.write", {}, { nodeID: "a" }).then(
+		() => "answered",
+		(e) => e.name,
+	);
 	await delay(300);
 	const a2 = replica("a", { heartbeatTimeout: 30 });
 	await a2.start();
@@ -127,6 +135,57 @@ test("a node restarted under its id fails its previous instance's pending reques
 	// The new instance serves.
 	await settled(gw, 1);
 	expect(await gw.call("notes.write")).toBe("a");
+});
+
+test("a call given an endpoint chosen before its node stopped (moleculer-web chooses it before authentication) is answered by another node at once, run once", async () => {
+	const gw = broker("gw");
+	const a = replica("a");
+	const b = replica("b");
+	await Promise.all([gw.start(), a.start(), b.start()]);
+	await settled(gw, 2);
+	const chosen = (gw.registry as any).getActionEndpoints("notes.write").endpoints.find((e: any) => e.id === "a");
+	// Node a stops (tracking: nothing in flight) and disconnects while the request is still being authenticated.
+	const gone = new Promise<void>((resolve) => gw.localBus.on("$node.disconnected", ({ node }: any) => node.id === "a" && resolve()));
+	await a.stop();
+	await gone;
+	const t0 = Date.now();
+	const outcome = await Promise.race([
+		gw.call(chosen, {}).then(
+			(v) => `answered by ${v}`,
+			(e) => e.name,
+		),
+		delay(5000).then(() => "no answer within 5 s"),
+	]);
+	expect(outcome).toBe("answered by b");
+	expect(Date.now() - t0).toBeLessThan(1000);
+	expect(ran.write).toEqual(["b"]);
+});
+
+test("a node that says goodbye: a request to it sent within the shutdown timeout never ran there and goes to another node; an older one may have run and fails", async () => {
+	const gw = broker("gw", { tracking: { enabled: true, shutdownTimeout: 1000 } });
+	const a = replica("a");
+	const b = replica("b");
+	await Promise.all([gw.start(), a.start(), b.start()]);
+	await settled(gw, 2);
+	const chosen = (gw.registry as any).getActionEndpoints("notes.write").endpoints.find((e: any) => e.id === "a");
+	// Requests that reach node a no more: as when they are sent after it left the transporter, nobody answers them.
+	(a as any).transit.requestHandler = () => Promise.resolve();
+	const outcome = (p: Promise<unknown>) =>
+		p.then(
+			(v) => `answered by ${v}`,
+			(e) => e.name,
+		);
+	const older = outcome(gw.call(chosen, {}));
+	await delay(1200);
+	const recent = outcome(gw.call(chosen, {}));
+	await delay(100);
+	const t0 = Date.now();
+	await a.stop();
+	expect(await recent).toBe("answered by b");
+	expect(Date.now() - t0).toBeLessThan(1000);
+	// Sent longer than the shutdown timeout ago: it could have been running when the node gave up waiting for it.
+	expect(await older).toBe("RequestRejectedError");
+	expect(ran.write).toEqual(["b"]);
 });
 
 test("a call that finds no node waits for one (up to FAILOVER_WAIT_MS), then 503s", async () => {
@@ -147,7 +206,15 @@ test("a call that finds no node waits for one (up to FAILOVER_WAIT_MS), then 503
 
 test("the callee's meta still comes back to the caller through the failover wrapper", async () => {
 	const gw = broker("gw");
-	gw.createService({ name: "probe", actions: { async go(ctx: any) { await ctx.call("notes.read"); return ctx.meta.servedBy; } } });
+	gw.createService({
+		name: "probe",
+		actions: {
+			async go(ctx: any) {
+				await ctx.call("notes.read");
+				return ctx.meta.servedBy;
+			},
+		},
+	});
 	const a = replica("a");
 	await Promise.all([gw.start(), a.start()]);
 	await settled(gw, 1);
@@ -190,6 +257,6 @@ test("a node announces its services as soon as it has started: a broadcast right
 		await delay(10);
 	}
 	await gw.broadcast("cache.reset");
-	for (const end = Date.now() + 2000; !got.length && Date.now() < end; ) await delay(10);
+	for (const end = Date.now() + 2000; !got.length && Date.now() < end;) await delay(10);
 	expect(got).toEqual(["a"]);
 });

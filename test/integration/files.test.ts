@@ -1,5 +1,5 @@
 /**
- * Issue 12, Files (CONTRACTS.md "Files", docs/files.md): multipart upload streamed to the blob store, public download
+ * Issue 12, Files (docs/contracts.md "Files", docs/files.md): multipart upload streamed to the blob store, public download
  * (bearer, share key, expired and revoked keys, soft-deleted file, other tenant, Range, etag), the size limit (413),
  * the authority layer on upload and share, content removed by destroy and by the cleaner's purge, orphans of an
  * interrupted upload collected, and memory: 20 concurrent 5 MiB uploads raise RSS by less than 100 MiB.
@@ -97,7 +97,13 @@ describe("upload", () => {
 		expect(r.status).toBe(200);
 		expect(r.body.total).toBe(1);
 		const f = r.body.items[0];
-		expect(f).toMatchObject({ id: expect.stringMatching(/^[0-9a-f]{24}$/), name: "pic.png", mimetype: "image/png", size: PNG.length, sha256: createHash("sha256").update(PNG).digest("hex") });
+		expect(f).toMatchObject({
+			id: expect.stringMatching(/^[0-9a-f]{24}$/),
+			name: "pic.png",
+			mimetype: "image/png",
+			size: PNG.length,
+			sha256: createHash("sha256").update(PNG).digest("hex"),
+		});
 		expect(f.storage).toBeUndefined();
 		expect(f.share_keys).toBeUndefined();
 		expect(readFileSync(path.join(filesDir(), f.id)).equals(PNG)).toBe(true);
@@ -156,7 +162,13 @@ describe("upload", () => {
 		const huge = await new Promise<{ status: number; body: any }>((resolve, reject) => {
 			const u = new URL(`${p.url}/special/files/upload`);
 			const req = http.request(
-				{ host: u.hostname, port: u.port, path: u.pathname, method: "POST", headers: { authorization: `Bearer ${root}`, "content-type": "multipart/form-data; boundary=xyz", "content-length": String(200 * MiB) } },
+				{
+					host: u.hostname,
+					port: u.port,
+					path: u.pathname,
+					method: "POST",
+					headers: { authorization: `Bearer ${root}`, "content-type": "multipart/form-data; boundary=xyz", "content-length": String(200 * MiB) },
+				},
 				(res) => {
 					let text = "";
 					res.on("data", (c) => (text += c));
@@ -226,7 +238,11 @@ describe("download", () => {
 	test("share keys: the path works without a token; ttl bounds; an expired key and revoked keys answer 404", async () => {
 		const s = await shareOf(root, file.id);
 		expect(s.status).toBe(200);
-		expect(s.body.data).toEqual({ path: `/special/files/${file.id}/download?key=${s.body.data.key}`, key: expect.stringMatching(/^[A-Za-z0-9_-]{32}$/), expires_at: expect.any(String) });
+		expect(s.body.data).toEqual({
+			path: `/special/files/${file.id}/download?key=${s.body.data.key}`,
+			key: expect.stringMatching(/^[A-Za-z0-9_-]{32}$/),
+			expires_at: expect.any(String),
+		});
 		expect(Math.abs(Date.parse(s.body.data.expires_at) - Date.now() - 3600_000)).toBeLessThan(10_000);
 		const viaPath = await fetch(p.url + s.body.data.path);
 		expect(viaPath.status).toBe(200);

@@ -20,7 +20,9 @@ describe("grants on unknown objects", () => {
 	test("an unknown collection of a known service: 400 listing the service's collections", async () => {
 		const r = await grant("content:nope");
 		expect(r.status).toBe(400);
-		expect(r.body).toEqual(errorBody(400, expect.stringMatching(/^object: 'content:nope' is not a collection \(collections of content: [a-z-]+(, [a-z-]+)*; or content:\* for all\)$/)));
+		expect(r.body).toEqual(
+			errorBody(400, expect.stringMatching(/^object: 'content:nope' is not a collection \(collections of content: [a-z-]+(, [a-z-]+)*; or content:\* for all\)$/)),
+		);
 		expect(r.body.message).toContain("notes");
 	});
 

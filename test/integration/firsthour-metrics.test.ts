@@ -28,7 +28,8 @@ beforeAll(async () => {
 afterAll(() => p.cleanup());
 
 test("the HTTP latency histogram has buckets up to +Inf, _sum and _count", () => {
-	const series = (suffix: string) => text.split("\n").filter((l) => l.startsWith(`gateway_http_request_duration_${suffix}{`) && l.includes('route="/content/notes"') && l.includes('method="GET"'));
+	const series = (suffix: string) =>
+		text.split("\n").filter((l) => l.startsWith(`gateway_http_request_duration_${suffix}{`) && l.includes('route="/content/notes"') && l.includes('method="GET"'));
 	expect(series("bucket").some((l) => l.includes('le="+Inf"'))).toBe(true);
 	expect(series("sum")).toHaveLength(1);
 	expect(series("count")).toEqual([expect.stringMatching(/ 1$/)]);

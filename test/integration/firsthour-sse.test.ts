@@ -19,7 +19,10 @@ beforeAll(async () => {
 afterAll(() => p.cleanup());
 
 const cursor = (headers: Record<string, string> = {}) => p.http("GET", "/content/notes/cursor", { token: root, headers });
-const dataIds = (text: string) => parseSse(text).filter((f) => f.id).map((f) => f.id);
+const dataIds = (text: string) =>
+	parseSse(text)
+		.filter((f) => f.id)
+		.map((f) => f.id);
 
 test("without Last-Event-ID: every document, then end", async () => {
 	const r = await cursor();

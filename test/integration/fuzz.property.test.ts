@@ -44,20 +44,135 @@ const MAX_MS = 2000;
 // ---------------------------------------------------------------------------------------------------------------
 
 const NASTY_KEYS = [
-	"a.b", ".a", "a.", "$where", "$gt", "$regex", "$or", "$expr", "$function", "__proto__", "constructor", "prototype", "a\u0000b", "",
-	" ", "_id", "_ref", "_", "password", "keys", "keys.auth", "secret", "refresh", "token", "claims", "operator", "id", "title", "tags",
-	"tags.0", "props.x", "props.__proto__", "owner", "clients", "deleted_at", "k".repeat(300), "ü", "💥", "a b", "1a", "-",
+	"a.b",
+	".a",
+	"a.",
+	"$where",
+	"$gt",
+	"$regex",
+	"$or",
+	"$expr",
+	"$function",
+	"__proto__",
+	"constructor",
+	"prototype",
+	"a\u0000b",
+	"",
+	" ",
+	"_id",
+	"_ref",
+	"_",
+	"password",
+	"keys",
+	"keys.auth",
+	"secret",
+	"refresh",
+	"token",
+	"claims",
+	"operator",
+	"id",
+	"title",
+	"tags",
+	"tags.0",
+	"props.x",
+	"props.__proto__",
+	"owner",
+	"clients",
+	"deleted_at",
+	"k".repeat(300),
+	"ü",
+	"💥",
+	"a b",
+	"1a",
+	"-",
 ];
-const FIELD_KEYS = ["title", "tags", "content", "ref", "props", "username", "email", "subjects", "key", "value", "eid", "subject", "action", "object", "endpoint", "expiration", "keys", "session", "description", "shares", "groups", "version", "status"];
-const key = fc.oneof({ weight: 3, arbitrary: fc.constantFrom(...NASTY_KEYS) }, { weight: 3, arbitrary: fc.constantFrom(...FIELD_KEYS) }, { weight: 1, arbitrary: fc.string({ maxLength: 12 }) });
+const FIELD_KEYS = [
+	"title",
+	"tags",
+	"content",
+	"ref",
+	"props",
+	"username",
+	"email",
+	"subjects",
+	"key",
+	"value",
+	"eid",
+	"subject",
+	"action",
+	"object",
+	"endpoint",
+	"expiration",
+	"keys",
+	"session",
+	"description",
+	"shares",
+	"groups",
+	"version",
+	"status",
+];
+const key = fc.oneof(
+	{ weight: 3, arbitrary: fc.constantFrom(...NASTY_KEYS) },
+	{ weight: 3, arbitrary: fc.constantFrom(...FIELD_KEYS) },
+	{ weight: 1, arbitrary: fc.string({ maxLength: 12 }) },
+);
 
-const PATTERNS = ["(.*a){9}$", "^(a|a)+$", "(a+)+$", "(a)\\1", "(?=a)", "(?<!a)b", "[", "\\", "^pub", ".*", "a{1000}", "[a-z]{999}x", "(?i)x", "\\u00e9", "\\k<n>(?<n>a)", "x".repeat(300)];
+const PATTERNS = [
+	"(.*a){9}$",
+	"^(a|a)+$",
+	"(a+)+$",
+	"(a)\\1",
+	"(?=a)",
+	"(?<!a)b",
+	"[",
+	"\\",
+	"^pub",
+	".*",
+	"a{1000}",
+	"[a-z]{999}x",
+	"(?i)x",
+	"\\u00e9",
+	"\\k<n>(?<n>a)",
+	"x".repeat(300),
+];
 const scalar = fc.oneof(
-	{ weight: 4, arbitrary: fc.constantFrom<unknown>(
-		1e308, -1e308, 9007199254740993, -0, 0.5, 0, -1, 101, 1e21, "", "\u0000", "public", "secret", "x".repeat(5000), "{{token.uid}}",
-		"{{token.nope}}", ...PATTERNS, true, false, null, "2024-13-45", "0".repeat(24), "ffffffffffffffffffffffff", "not-an-id", "ACTIVE",
-		"@admin", "../../etc/passwd", "%00", "<script>", "1.0.0", "https://example.com/x",
-	) },
+	{
+		weight: 4,
+		arbitrary: fc.constantFrom<unknown>(
+			1e308,
+			-1e308,
+			// eslint-disable-next-line no-loss-of-precision -- a number past 2^53, as a client may send it
+			9007199254740993,
+			-0,
+			0.5,
+			0,
+			-1,
+			101,
+			1e21,
+			"",
+			"\u0000",
+			"public",
+			"secret",
+			"x".repeat(5000),
+			"{{token.uid}}",
+			"{{token.nope}}",
+			...PATTERNS,
+			true,
+			false,
+			null,
+			"2024-13-45",
+			"0".repeat(24),
+			"ffffffffffffffffffffffff",
+			"not-an-id",
+			"ACTIVE",
+			"@admin",
+			"../../etc/passwd",
+			"%00",
+			"<script>",
+			"1.0.0",
+			"https://example.com/x",
+		),
+	},
 	{ weight: 1, arbitrary: fc.string({ maxLength: 40 }) },
 	{ weight: 1, arbitrary: fc.integer() },
 	{ weight: 1, arbitrary: fc.double() },
@@ -86,7 +201,7 @@ const object = fc.dictionary(key, value, { maxKeys: 5 });
 const jsonParam = (a: fc.Arbitrary<unknown>) =>
 	fc.oneof(
 		{ weight: 5, arbitrary: a.map((v) => JSON.stringify(v)) },
-		{ weight: 1, arbitrary: fc.constantFrom("{", "[]", "null", "1", '"x"', "{\"a\":}", "%7B", "", "[{\"path\":1}]", "title,tags", "a".repeat(3000)) },
+		{ weight: 1, arbitrary: fc.constantFrom("{", "[]", "null", "1", '"x"', '{"a":}', "%7B", "", '[{"path":1}]', "title,tags", "a".repeat(3000)) },
 	);
 const query = jsonParam(
 	fc.oneof(
@@ -110,15 +225,46 @@ const pagination = jsonParam(
 );
 const projection = jsonParam(fc.dictionary(key, fc.constantFrom<unknown>(0, 1, true, false, "x", 2, null), { maxKeys: 4 }));
 const populate = fc.oneof(
-	jsonParam(fc.array(fc.oneof(fc.constantFrom(...NASTY_KEYS, ...FIELD_KEYS), fc.record({ path: fc.constantFrom<unknown>("user", "title", "__proto__", 1, "_id"), select: fc.oneof(fc.constantFrom<unknown>("password", "_id", "a b"), fc.array(key)), match: object }, { requiredKeys: ["path"] })), { maxLength: 3 })),
+	jsonParam(
+		fc.array(
+			fc.oneof(
+				fc.constantFrom(...NASTY_KEYS, ...FIELD_KEYS),
+				fc.record(
+					{
+						path: fc.constantFrom<unknown>("user", "title", "__proto__", 1, "_id"),
+						select: fc.oneof(fc.constantFrom<unknown>("password", "_id", "a b"), fc.array(key)),
+						match: object,
+					},
+					{ requiredKeys: ["path"] },
+				),
+			),
+			{ maxLength: 3 },
+		),
+	),
 	fc.constantFrom("title,tags", "user", ",,,", "password"),
 );
 const zone = fc.constantFrom(undefined, "own", "share", "group", "client", "own,share,client", "all", "", "own,,x");
 /** Absent most of the time, often valid, sometimes nasty: one bad parameter must not hide the others' paths. */
 const opt = (valid: fc.Arbitrary<unknown>, nasty: fc.Arbitrary<unknown>) =>
-	fc.oneof({ weight: 4, arbitrary: fc.constant(undefined) }, { weight: 3, arbitrary: valid.map((v) => (typeof v === "string" ? v : JSON.stringify(v))) }, { weight: 2, arbitrary: nasty });
-const validQuery = fc.constantFrom<unknown>({}, { tags: "public" }, { tags: { $in: ["public", "secret"] } }, { title: { $regex: "^s", $options: "i" } }, { $or: [{ tags: "x" }, { tags: { $size: 1 } }] }, { tags: { $ne: "secret" } }, { key: { $exists: true } }, { tags: { $elemMatch: { $eq: "public" } } });
-const validPagination = fc.record({ limit: fc.integer({ min: 1, max: 100 }), skip: fc.integer({ min: 0, max: 5 }), sort: fc.constantFrom({ title: 1 }, { id: -1 }, { tags: "desc" }, {}) }, { requiredKeys: [] });
+	fc.oneof(
+		{ weight: 4, arbitrary: fc.constant(undefined) },
+		{ weight: 3, arbitrary: valid.map((v) => (typeof v === "string" ? v : JSON.stringify(v))) },
+		{ weight: 2, arbitrary: nasty },
+	);
+const validQuery = fc.constantFrom<unknown>(
+	{},
+	{ tags: "public" },
+	{ tags: { $in: ["public", "secret"] } },
+	{ title: { $regex: "^s", $options: "i" } },
+	{ $or: [{ tags: "x" }, { tags: { $size: 1 } }] },
+	{ tags: { $ne: "secret" } },
+	{ key: { $exists: true } },
+	{ tags: { $elemMatch: { $eq: "public" } } },
+);
+const validPagination = fc.record(
+	{ limit: fc.integer({ min: 1, max: 100 }), skip: fc.integer({ min: 0, max: 5 }), sort: fc.constantFrom({ title: 1 }, { id: -1 }, { tags: "desc" }, {}) },
+	{ requiredKeys: [] },
+);
 const validProjection = fc.constantFrom<unknown>({ title: 1 }, { tags: 1, key: 1 }, { content: 0 }, { username: 1, tags: 1 }, { endpoint: 1 });
 const params = fc.record({
 	query: opt(validQuery, query),
@@ -127,18 +273,41 @@ const params = fc.record({
 	populate: opt(fc.constant(""), populate),
 	zone: fc.oneof({ weight: 3, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary: zone }),
 	ref: fc.constantFrom(undefined, undefined, undefined, "true", "false", "1"),
+	// Mostly only what the operation takes (TAKES): the rest would stop at the 400 of an unknown parameter.
+	strict: fc.constantFrom(true, true, true, false),
 });
 
-const headers = fc.oneof({ weight: 2, arbitrary: fc.constant({}) }, { weight: 1, arbitrary: fc.record(
+/** The query parameters each operation takes (the OpenAPI document's; any other answers 400). */
+const TAKES: Record<Op, string[]> = {
+	list: ["query", "pagination", "projection", "populate", "zone"],
+	count: ["query", "pagination", "projection", "populate", "zone"],
+	cursor: ["query", "pagination", "projection", "populate", "zone"],
+	get: ["ref", "projection", "populate", "zone"],
+	create: [],
+	bulkCreate: [],
+	patch: ["zone"],
+	bulkPatch: ["query", "zone"],
+	remove: ["zone"],
+	restore: ["zone"],
+	destroy: ["zone"],
+};
+
+const headers = fc.oneof(
+	{ weight: 2, arbitrary: fc.constant({}) },
 	{
-		"x-zone": fc.constantFrom("own", "client", "share,group", "nope", ""),
-		"x-exclude-soft-delete-query": fc.constantFrom("1", ""),
-		"x-saga-session": fc.constantFrom("ffffffffffffffffffffffff", "x", ""),
-		"x-api-key": fc.constantFrom("junk", "a.b", ""),
-		"accept-language": fc.constantFrom("fa", "x".repeat(500)),
+		weight: 1,
+		arbitrary: fc.record(
+			{
+				"x-zone": fc.constantFrom("own", "client", "share,group", "nope", ""),
+				"x-exclude-soft-delete-query": fc.constantFrom("1", ""),
+				"x-saga-session": fc.constantFrom("ffffffffffffffffffffffff", "x", ""),
+				"x-api-key": fc.constantFrom("junk", "a.b", ""),
+				"accept-language": fc.constantFrom("fa", "x".repeat(500)),
+			},
+			{ requiredKeys: [] },
+		),
 	},
-	{ requiredKeys: [] },
-) });
+);
 
 interface Body {
 	json?: unknown;
@@ -150,14 +319,32 @@ interface Body {
 /** A body: a catalog-valid one (mutated), a random object, or raw junk; sent as JSON, text, or a broken encoding. */
 const body = (col: string): fc.Arbitrary<Body> =>
 	fc.oneof<fc.MaybeWeightedArbitrary<Body>[]>(
-		{ weight: 3, arbitrary: fc.tuple(fc.constant(col), object, fc.boolean(), fc.boolean()).map(([c, extra, pub, keep]) => ({ json: { ...(keep ? validBody(c) : {}), ...(pub ? { tags: ["public"] } : {}), ...extra } })) },
+		{
+			weight: 3,
+			arbitrary: fc
+				.tuple(fc.constant(col), object, fc.boolean(), fc.boolean())
+				.map(([c, extra, pub, keep]) => ({ json: { ...(keep ? validBody(c) : {}), ...(pub ? { tags: ["public"] } : {}), ...extra } })),
+		},
 		{ weight: 4, arbitrary: fc.tuple(fc.constant(col), fc.boolean()).map(([c, pub]) => ({ json: { ...validBody(c), tags: pub ? ["public", "x"] : ["internal-only"] } })) },
 		// Free-form fields (props, config values, push keys) holding odd keys at any depth.
-		{ weight: 3, arbitrary: fc.tuple(fc.constant(col), fc.constantFrom("props", "value", "keys"), fc.dictionary(key, value, { minKeys: 1, maxKeys: 3 })).map(([c, f, v]) => ({ json: { ...validBody(c), tags: ["public"], [f]: v } })) },
+		{
+			weight: 3,
+			arbitrary: fc
+				.tuple(fc.constant(col), fc.constantFrom("props", "value", "keys"), fc.dictionary(key, value, { minKeys: 1, maxKeys: 3 }))
+				.map(([c, f, v]) => ({ json: { ...validBody(c), tags: ["public"], [f]: v } })),
+		},
 		{ weight: 2, arbitrary: value.map((v) => ({ json: v })) },
-		{ weight: 1, arbitrary: fc.constantFrom("{", "", "null", "[1,2]", '{"title":"x"', "\u0000", "1e999", '{"__proto__":{"polluted":1}}', '{"a":' + "[".repeat(5000)).map((raw) => ({ raw })) },
+		{
+			weight: 1,
+			arbitrary: fc.constantFrom("{", "", "null", "[1,2]", '{"title":"x"', "\u0000", "1e999", '{"__proto__":{"polluted":1}}', '{"a":' + "[".repeat(5000)).map((raw) => ({ raw })),
+		},
 		{ weight: 1, arbitrary: fc.constantFrom("gzip", "deflate", "br", "identity", "gzip, gzip").map((enc) => ({ json: validBody(col), encoding: enc })) },
-		{ weight: 1, arbitrary: fc.constantFrom("text/plain", "application/x-www-form-urlencoded", "application/json; charset=utf-16", "multipart/form-data").map((ct) => ({ json: validBody(col), contentType: ct })) },
+		{
+			weight: 1,
+			arbitrary: fc
+				.constantFrom("text/plain", "application/x-www-form-urlencoded", "application/json; charset=utf-16", "multipart/form-data")
+				.map((ct) => ({ json: validBody(col), contentType: ct })),
+		},
 	);
 
 function validBody(col: string): Record<string, unknown> {
@@ -187,37 +374,77 @@ interface Req {
 const collectionRequest = fc
 	.tuple(fc.constantFrom(...PATHS), fc.constantFrom(...OPS))
 	.chain(([col, op]) => fc.record({ col: fc.constant(col), op: fc.constant(op), id: id(col), params, headers, body: body(col), bulkN: fc.integer({ min: 0, max: 3 }) }))
-	.map(({ col, op, id: docId, params: prm, headers: hdr, body: b, bulkN }: { col: string; op: Op; id: string; params: Record<string, unknown>; headers: Record<string, string>; body: Body; bulkN: number }): Req => {
-		const base = `/${col}`;
-		const suffix = { list: "", count: "/count", cursor: "/cursor", get: `/${docId}`, create: "", bulkCreate: "/bulk", patch: `/${docId}`, bulkPatch: "/bulk", remove: `/${docId}`, restore: `/${docId}/restore`, destroy: `/${docId}/destroy` }[op];
-		const method = { list: "GET", count: "GET", cursor: "GET", get: "GET", create: "POST", bulkCreate: "POST", patch: "PATCH", bulkPatch: "PATCH", remove: "DELETE", restore: "PUT", destroy: "DELETE" }[op];
-		const qs = new URLSearchParams();
-		for (const [k, v] of Object.entries(prm)) if (v !== undefined) qs.set(k, String(v));
-		const headersOut: Record<string, string> = { ...hdr };
-		let payload: string | Buffer | undefined;
-		if (["create", "bulkCreate", "patch", "bulkPatch"].includes(op)) {
-			const json = b.raw === undefined ? (op === "bulkCreate" && bulkN > 0 ? { items: Array.from({ length: bulkN }, () => b.json) } : b.json) : undefined;
-			payload = b.raw ?? JSON.stringify(json);
-			headersOut["content-type"] = b.contentType ?? "application/json";
-			// A declared encoding: real gzip half the time, the plain text (not gzip) otherwise.
-			if (b.encoding) {
-				headersOut["content-encoding"] = b.encoding;
-				if (b.encoding === "gzip" && bulkN % 2 === 0) payload = gzipSync(payload ?? "");
+	.map(
+		({
+			col,
+			op,
+			id: docId,
+			params: prm,
+			headers: hdr,
+			body: b,
+			bulkN,
+		}: {
+			col: string;
+			op: Op;
+			id: string;
+			params: Record<string, unknown>;
+			headers: Record<string, string>;
+			body: Body;
+			bulkN: number;
+		}): Req => {
+			const base = `/${col}`;
+			const suffix = {
+				list: "",
+				count: "/count",
+				cursor: "/cursor",
+				get: `/${docId}`,
+				create: "",
+				bulkCreate: "/bulk",
+				patch: `/${docId}`,
+				bulkPatch: "/bulk",
+				remove: `/${docId}`,
+				restore: `/${docId}/restore`,
+				destroy: `/${docId}/destroy`,
+			}[op];
+			const method = {
+				list: "GET",
+				count: "GET",
+				cursor: "GET",
+				get: "GET",
+				create: "POST",
+				bulkCreate: "POST",
+				patch: "PATCH",
+				bulkPatch: "PATCH",
+				remove: "DELETE",
+				restore: "PUT",
+				destroy: "DELETE",
+			}[op];
+			const qs = new URLSearchParams();
+			for (const [k, v] of Object.entries(prm)) if (v !== undefined && k !== "strict" && (!prm.strict || TAKES[op].includes(k))) qs.set(k, String(v));
+			const headersOut: Record<string, string> = { ...hdr };
+			let payload: string | Buffer | undefined;
+			if (["create", "bulkCreate", "patch", "bulkPatch"].includes(op)) {
+				const json = b.raw === undefined ? (op === "bulkCreate" && bulkN > 0 ? { items: Array.from({ length: bulkN }, () => b.json) } : b.json) : undefined;
+				payload = b.raw ?? JSON.stringify(json);
+				headersOut["content-type"] = b.contentType ?? "application/json";
+				// A declared encoding: real gzip half the time, the plain text (not gzip) otherwise.
+				if (b.encoding) {
+					headersOut["content-encoding"] = b.encoding;
+					if (b.encoding === "gzip" && bulkN % 2 === 0) payload = gzipSync(payload ?? "");
+				}
 			}
-		}
-		return { method, url: `${base}${suffix}${qs.size ? `?${qs}` : ""}`, headers: headersOut, payload, col, op };
-	});
+			return { method, url: `${base}${suffix}${qs.size ? `?${qs}` : ""}`, headers: headersOut, payload, col, op };
+		},
+	);
 
-const authRequest = fc
-	.tuple(fc.constantFrom("/auth/token", "/auth/can", "/auth/check"), fc.oneof(object, value), headers)
-	.map(([pth, b, hdr]): Req => {
-		let json: unknown = b;
-		if (pth === "/auth/token" && b && typeof b === "object" && !Array.isArray(b))
-			json = { grant_type: ["password", "refresh_token", "client_credential", "authorization_code", "x"][Object.keys(b).length % 5], client_id: p.root.client_id, ...b };
-		if (pth === "/auth/can" && b && typeof b === "object" && !Array.isArray(b)) json = { action: "read", object: "content:notes", ...b };
-		if (pth === "/auth/check" && b && typeof b === "object" && !Array.isArray(b)) json = { code: "123456", window: 1, ...b };
-		return { method: "POST", url: pth, headers: { ...hdr, "content-type": "application/json" }, payload: JSON.stringify(json), op: "auth" };
-	});
+const authRequest = fc.tuple(fc.constantFrom("/auth/token", "/auth/can", "/auth/check"), fc.oneof(object, value), headers).map(([pth, b, hdr]): Req => {
+	let json: unknown = b;
+	if (pth === "/auth/token" && b && typeof b === "object" && !Array.isArray(b))
+		json = { grant_type: ["password", "refresh_token", "client_credential", "authorization_code", "x"][Object.keys(b).length % 5], client_id: p.root.client_id, ...b };
+	if (pth === "/auth/can" && b && typeof b === "object" && !Array.isArray(b)) json = { action: "read", object: "content:notes", ...b };
+	if (pth === "/auth/check" && b && typeof b === "object" && !Array.isArray(b)) json = { code: "123456", window: 1, ...b };
+	return { method: "POST", url: pth, headers: { ...hdr, "content-type": "application/json" }, payload: JSON.stringify(json), op: "auth" };
+});
 
 // ---------------------------------------------------------------------------------------------------------------
 // Sending and the oracles
@@ -236,8 +463,16 @@ async function send(r: Req): Promise<{ status: number; text: string; ms: number;
 }
 
 const STATUS_NAMES: Record<number, string> = {
-	400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed", 409: "Conflict",
-	413: "Payload Too Large", 415: "Unsupported Media Type", 422: "Unprocessable Entity", 429: "Too Many Requests",
+	400: "Bad Request",
+	401: "Unauthorized",
+	403: "Forbidden",
+	404: "Not Found",
+	405: "Method Not Allowed",
+	409: "Conflict",
+	413: "Payload Too Large",
+	415: "Unsupported Media Type",
+	422: "Unprocessable Entity",
+	429: "Too Many Requests",
 };
 
 function checkErrorShape(status: number, body: unknown, what: string): void {
@@ -336,7 +571,13 @@ beforeAll(async () => {
 withStatusProbe(() => p.url);
 
 afterAll(async () => {
-	if (process.env.FUZZ_STATS) console.log([...stats].sort().map(([k, n]) => `${k}: ${n}`).join("\n"));
+	if (process.env.FUZZ_STATS)
+		console.log(
+			[...stats]
+				.sort()
+				.map(([k, n]) => `${k}: ${n}`)
+				.join("\n"),
+		);
 	await p?.cleanup();
 	expect(({} as Record<string, unknown>).polluted).toBeUndefined();
 });

@@ -16,7 +16,6 @@ import { metricsText } from "../../runtime/metrics";
 
 let p: TestPlatform;
 let reference: http.Server;
-let refHttp: ReturnType<typeof client>;
 let root: string;
 /** A token of a user without any grant (403 at the grant layer). */
 let noGrant: string;
@@ -34,10 +33,10 @@ beforeAll(async () => {
 	const webHandler = (ApiGateway as unknown as { methods: { httpHandler(this: unknown, req: unknown, res: unknown): Promise<void> } }).methods.httpHandler;
 	reference = http.createServer((req, res) => void webHandler.call(api, req, res));
 	await new Promise<void>((resolve) => reference.listen(0, "127.0.0.1", resolve));
-	refHttp = client(`http://127.0.0.1:${(reference.address() as AddressInfo).port}`);
 	await createUser(p.http, root, { ...ALICE });
 	noGrant = (await tokenOf(p.http, { grant_type: "password", client_id: p.root.client_id, ...ALICE })).access_token;
-	readOnly = (await tokenOf(p.http, { grant_type: "password", client_id: p.root.client_id, username: p.root.username, password: p.root.password, scopes: ["read:content:notes"] })).access_token;
+	readOnly = (await tokenOf(p.http, { grant_type: "password", client_id: p.root.client_id, username: p.root.username, password: p.root.password, scopes: ["read:content:notes"] }))
+		.access_token;
 });
 afterAll(async () => {
 	await new Promise((resolve) => reference?.close(resolve));
@@ -58,22 +57,25 @@ async function send(base: string, method: string, path: string, r: Req): Promise
 	if (!Buffer.isBuffer(r.raw) && !r.plain) return client(base)(method, path, { token: r.token, body: r.body, raw: r.raw as string | undefined, headers: r.headers });
 	const url = new URL(base + path);
 	return new Promise((resolve, reject) => {
-		const req = http.request({ host: url.hostname, port: url.port, path: url.pathname + url.search, method, headers: { ...(r.token ? { authorization: `Bearer ${r.token}` } : {}), ...r.headers } }, (res) => {
-			const chunks: Buffer[] = [];
-			res.on("data", (c) => chunks.push(c));
-			res.on("end", () => {
-				const text = Buffer.concat(chunks).toString("utf8");
-				const headers = new Headers();
-				for (const [k, v] of Object.entries(res.headers)) if (v !== undefined) headers.set(k, Array.isArray(v) ? v.join(", ") : v);
-				let body: unknown = text;
-				try {
-					body = JSON.parse(text);
-				} catch {
-					/* not JSON */
-				}
-				resolve({ status: res.statusCode!, headers, body, text });
-			});
-		});
+		const req = http.request(
+			{ host: url.hostname, port: url.port, path: url.pathname + url.search, method, headers: { ...(r.token ? { authorization: `Bearer ${r.token}` } : {}), ...r.headers } },
+			(res) => {
+				const chunks: Buffer[] = [];
+				res.on("data", (c) => chunks.push(c));
+				res.on("end", () => {
+					const text = Buffer.concat(chunks).toString("utf8");
+					const headers = new Headers();
+					for (const [k, v] of Object.entries(res.headers)) if (v !== undefined) headers.set(k, Array.isArray(v) ? v.join(", ") : v);
+					let body: unknown = text;
+					try {
+						body = JSON.parse(text);
+					} catch {
+						/* not JSON */
+					}
+					resolve({ status: res.statusCode!, headers, body, text });
+				});
+			},
+		);
 		req.on("error", reject);
 		req.end(r.raw);
 	});
@@ -84,6 +86,9 @@ function answer(r: HttpResult, replace: Array<[string, string]> = []) {
 	const headers: Record<string, string> = {};
 	r.headers.forEach((v, k) => {
 		if (k === "date") return;
+		// The platform's handler answers every request with `Vary: Origin` (CORS, services/api/cors.ts), the reference
+		// has no CORS: checked on the lean side in same(), then left out.
+		if (k === "vary" && v === "Origin") return;
 		if (k === "x-request-id" && UUID.test(v)) v = "<generated>";
 		// Each side reads its own document: a strong tag of the same shape, never the same value.
 		if (k === "etag" && /^"[A-Za-z0-9_-]{27}"$/.test(v)) v = "<tag>";
@@ -137,7 +142,12 @@ function delta(before: Map<string, number>, after: Map<string, number>): Record<
  * The request on the platform's port (the lean path), then on the reference (moleculer-web's handler): the same
  * answer, the same gateway.* counts, and no api.rest call on the lean side.
  */
-async function same(method: string, path: string | ((side: "lean" | "ref") => string), r: Req = {}, opts: { replace?: (side: "lean" | "ref", res: HttpResult) => Array<[string, string]> } = {}) {
+async function same(
+	method: string,
+	path: string | ((side: "lean" | "ref") => string),
+	r: Req = {},
+	opts: { replace?: (side: "lean" | "ref", res: HttpResult) => Array<[string, string]> } = {},
+) {
 	const pathOf = (side: "lean" | "ref") => (typeof path === "string" ? path : path(side));
 	const s0 = series();
 	const lean = await send(p.url, method, pathOf("lean"), r);
@@ -145,6 +155,7 @@ async function same(method: string, path: string | ((side: "lean" | "ref") => st
 	const ref = await send(`http://127.0.0.1:${(reference.address() as AddressInfo).port}`, method, pathOf("ref"), r);
 	const s2 = series();
 	expect(answer(lean, opts.replace?.("lean", lean))).toEqual(answer(ref, opts.replace?.("ref", ref)));
+	expect(lean.headers.get("vary")).toBe("Origin");
 	expect(delta(s0.gateway, s1.gateway)).toEqual(delta(s1.gateway, s2.gateway));
 	expect(Object.keys(delta(s0.gateway, s1.gateway)).length).toBeGreaterThan(0);
 	expect(s1.rest - s0.rest).toBe(0);
@@ -201,13 +212,22 @@ describe("the lean path answers as moleculer-web's handler does", () => {
 		const badJson = await same("POST", "/content/notes", { token: root, raw: "{not json" });
 		expect(badJson.lean.status).toBe(400);
 		expect(badJson.lean.body.error).toBe("Bad Request");
-		const badGzip = await same("POST", "/content/notes", { token: root, raw: Buffer.from("not gzip at all"), headers: { "content-type": "application/json", "content-encoding": "gzip" } });
+		const badGzip = await same("POST", "/content/notes", {
+			token: root,
+			raw: Buffer.from("not gzip at all"),
+			headers: { "content-type": "application/json", "content-encoding": "gzip" },
+		});
 		expect(badGzip.lean.body).toEqual({ statusCode: 400, message: "request body is not valid gzip", error: "Bad Request" });
-		const gzipped = await same("POST", "/content/notes", { token: root, raw: zlib.gzipSync(JSON.stringify({ title: "gzipped" })), headers: { "content-type": "application/json", "content-encoding": "gzip" } }, { replace: byId });
+		const gzipped = await same(
+			"POST",
+			"/content/notes",
+			{ token: root, raw: zlib.gzipSync(JSON.stringify({ title: "gzipped" })), headers: { "content-type": "application/json", "content-encoding": "gzip" } },
+			{ replace: byId },
+		);
 		expect(gzipped.lean.status).toBe(200);
 		expect(gzipped.lean.body.data.title).toBe("gzipped");
 		const big = await same("POST", "/content/notes", { token: root, raw: JSON.stringify({ title: "x".repeat(1024 * 1024) }) });
-		expect(big.lean.body).toEqual({ statusCode: 413, message: "body must not be larger than 1 MB", error: "Payload Too Large" });
+		expect(big.lean.body).toEqual({ statusCode: 413, message: "body must not be larger than 1 MiB", error: "Payload Too Large" });
 	});
 
 	test("401 without a token or with a bad one, 403 at the scope layer and at the grant layer", async () => {

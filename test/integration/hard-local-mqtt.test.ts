@@ -135,7 +135,8 @@ describe("MQTT hardening", () => {
 		});
 
 		test("hooks: another identity's client id is denied, and the owner's ACL answers stay allow", async () => {
-			const post = async (path: string, body: unknown) => (await (await fetch(hooks + path, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) })).json()) as any;
+			const post = async (path: string, body: unknown) =>
+				(await (await fetch(hooks + path, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) })).json()) as any;
 			const clientid = `hook-alice-${randomBytes(4).toString("hex")}`;
 			const topic = `platform/owner/${alice.id}/content/notes/#`;
 			expect((await post("/mqtt/auth", { clientid, username: alice.id, password: alice.token })).result).toBe("allow");
@@ -188,7 +189,8 @@ describe("MQTT hardening", () => {
 		test(`at most ${MQTT_MAX_CONNECTIONS} connections per identity: the 9th is refused, a freed slot is usable`, async () => {
 			const carol = await user(p, root, "carol");
 			const conns = [];
-			for (let i = 0; i < MQTT_MAX_CONNECTIONS; i++) conns.push(await connect(url, { clientId: `carol-${i}-${randomBytes(3).toString("hex")}`, username: carol.id, password: carol.token }));
+			for (let i = 0; i < MQTT_MAX_CONNECTIONS; i++)
+				conns.push(await connect(url, { clientId: `carol-${i}-${randomBytes(3).toString("hex")}`, username: carol.id, password: carol.token }));
 			expect(await refusal(url, { clientId: `carol-9-${randomBytes(3).toString("hex")}`, username: carol.id, password: carol.token })).toBe(5);
 			// Other identities are not affected.
 			const other = await connect(url, { clientId: `bob-${randomBytes(3).toString("hex")}`, username: bob.id, password: bob.token });

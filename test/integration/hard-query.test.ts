@@ -129,7 +129,9 @@ describe("1. write-only and internal fields are never queried", () => {
 
 describe("2. no pattern holds the platform", () => {
 	beforeAll(async () => {
-		await ok(p.http("POST", "/content/notes/bulk", { token: root, body: { items: [{ title: "a".repeat(40) }, { title: "a".repeat(27) + "!" }, { title: `${"a".repeat(39)}!` }] } }));
+		await ok(
+			p.http("POST", "/content/notes/bulk", { token: root, body: { items: [{ title: "a".repeat(40) }, { title: "a".repeat(27) + "!" }, { title: `${"a".repeat(39)}!` }] } }),
+		);
 	});
 
 	async function timed<T>(fn: () => Promise<T>): Promise<{ ms: number; r: T }> {
@@ -175,7 +177,10 @@ describe("2. no pattern holds the platform", () => {
 			msg("populate.match.username"),
 		);
 		await expectError(
-			p.http("POST", "/auth/grants", { token: root, body: { subject: `@x@${DOMAIN}`, action: "read", object: "content:notes", filter: [JSON.stringify({ title: { $regex: "(a)\\1" } })] } }),
+			p.http("POST", "/auth/grants", {
+				token: root,
+				body: { subject: `@x@${DOMAIN}`, action: "read", object: "content:notes", filter: [JSON.stringify({ title: { $regex: "(a)\\1" } })] },
+			}),
 			400,
 			`filter[0]: ${msg("query.title")}`,
 		);
@@ -184,7 +189,8 @@ describe("2. no pattern holds the platform", () => {
 
 describe("4. writes stay inside the grant row filter", () => {
 	let w: { token: string; uid: string };
-	const notes = () => p.http("GET", `/content/notes/count?query=${q({ title: { $regex: "^rowfilter-" } })}&zone=own,share,client`, { token: root }).then((r) => r.body.total as number);
+	const notes = () =>
+		p.http("GET", `/content/notes/count?query=${q({ title: { $regex: "^rowfilter-" } })}&zone=own,share,client`, { token: root }).then((r) => r.body.total as number);
 
 	beforeAll(async () => {
 		w = await user();
@@ -200,7 +206,12 @@ describe("4. writes stay inside the grant row filter", () => {
 		await expectError(call("POST", "/content/notes", { title: "rowfilter-1", tags: ["internal-only"] }), 403, "document is outside the grant filter");
 		await expectError(call("POST", "/content/notes", { title: "rowfilter-2" }), 403, "document is outside the grant filter");
 		await expectError(
-			call("POST", "/content/notes/bulk", { items: [{ title: "rowfilter-3", tags: ["public"] }, { title: "rowfilter-4", tags: ["internal-only"] }] }),
+			call("POST", "/content/notes/bulk", {
+				items: [
+					{ title: "rowfilter-3", tags: ["public"] },
+					{ title: "rowfilter-4", tags: ["internal-only"] },
+				],
+			}),
 			403,
 			"document is outside the grant filter",
 		);
@@ -241,11 +252,23 @@ describe("8. odd keys and bad encodings are 400, never 500", () => {
 	test("dotted and $ keys in props: create, bulk, patch, bulk patch", async () => {
 		const note = (await ok(p.http("POST", "/content/notes", { token: root, body: { title: "keys" } }))).data;
 		await expectError(p.http("POST", "/content/notes", { token: root, body: { title: "t", props: { "a.b": 1 } } }), 400, dotted);
-		await expectError(p.http("POST", "/content/notes", { token: root, body: { title: "t", props: { x: [{ "a.b": 1 }] } } }), 400, "props.x[0]: key 'a.b' must not contain '.' or start with '$'");
-		await expectError(p.http("POST", "/content/notes/bulk", { token: root, body: { items: [{ title: "t", props: { "a.b": 1 } }] } }), 400, "items[0].props: key 'a.b' must not contain '.' or start with '$'");
+		await expectError(
+			p.http("POST", "/content/notes", { token: root, body: { title: "t", props: { x: [{ "a.b": 1 }] } } }),
+			400,
+			"props.x[0]: key 'a.b' must not contain '.' or start with '$'",
+		);
+		await expectError(
+			p.http("POST", "/content/notes/bulk", { token: root, body: { items: [{ title: "t", props: { "a.b": 1 } }] } }),
+			400,
+			"items[0].props: key 'a.b' must not contain '.' or start with '$'",
+		);
 		await expectError(p.http("PATCH", `/content/notes/${note.id}`, { token: root, body: { props: { "a.b": 1 } } }), 400, dotted);
 		await expectError(p.http("PATCH", `/content/notes/bulk?query=${q({ id: note.id })}`, { token: root, body: { props: { "a.b": 1 } } }), 400, dotted);
-		await expectError(p.http("POST", "/content/notes", { token: root, body: { title: "t", props: { deep: { $x: 1 } } } }), 400, "props.deep: key '$x' must not contain '.' or start with '$'");
+		await expectError(
+			p.http("POST", "/content/notes", { token: root, body: { title: "t", props: { deep: { $x: 1 } } } }),
+			400,
+			"props.deep: key '$x' must not contain '.' or start with '$'",
+		);
 		await expectError(p.http("POST", "/content/notes", { token: root, raw: '{"title":"t","props":{"__proto__":{"a":1}}}' }), 400, "props: key '__proto__' is not allowed");
 		await expectError(p.http("POST", "/content/notes", { token: root, body: { title: "t", props: { a: { prototype: 1 } } } }), 400, "props.a: key 'prototype' is not allowed");
 		await expectError(p.http("POST", "/content/notes", { token: root, body: { title: "t", props: { "a\u0000b": 1 } } }), 400, "props: a key must not contain NUL");
@@ -270,11 +293,20 @@ describe("8. odd keys and bad encodings are 400, never 500", () => {
 	function rawPost(pth: string, body: Buffer, headers: Record<string, string>): Promise<{ status: number; body: any }> {
 		const u = new URL(p.url + pth);
 		return new Promise((resolve, reject) => {
-			const req = request({ host: u.hostname, port: u.port, path: u.pathname, method: "POST", headers: { "content-type": "application/json", "content-length": String(body.length), authorization: `Bearer ${root}`, ...headers } }, (res) => {
-				let text = "";
-				res.on("data", (c) => (text += c));
-				res.on("end", () => resolve({ status: res.statusCode!, body: JSON.parse(text) }));
-			});
+			const req = request(
+				{
+					host: u.hostname,
+					port: u.port,
+					path: u.pathname,
+					method: "POST",
+					headers: { "content-type": "application/json", "content-length": String(body.length), authorization: `Bearer ${root}`, ...headers },
+				},
+				(res) => {
+					let text = "";
+					res.on("data", (c) => (text += c));
+					res.on("end", () => resolve({ status: res.statusCode!, body: JSON.parse(text) }));
+				},
+			);
 			req.on("error", reject);
 			req.end(body);
 		});

@@ -6,7 +6,7 @@
  * the action cannot use them for any location, and answers 403 naming them (docs/security.md, "Special actions and
  * field lists").
  */
-import { bootTenancy, ok, STORES, type Tenancy } from "../helpers/tenants";
+import { bootTenancy, ok, type Tenancy } from "../helpers/tenants";
 import { errorBody } from "../helpers/auth";
 import { sleep } from "../helpers/wait";
 
@@ -21,14 +21,15 @@ const POINTS = [
 ];
 const FIELDS = ["name", "address", "description", "tags"];
 
-describe.each(STORES)("coordinates the grant hides on %s", (store) => {
+describe("coordinates the grant hides", () => {
 	let t: Tenancy;
 	let depot: { id: string; lat: number; lng: number };
 	beforeAll(async () => {
-		t = await bootTenancy(store);
+		t = await bootTenancy();
 		const { limited, admin } = t.a;
 		// Tenant a's depot, shared with its limited user (default zones: own, share).
-		depot = (await ok(t.as(admin.token, "POST", "/logistic/locations", { name: "hidden depot", address: "north gate", lat: 35.6892, lng: 51.389, shares: [limited.id] }), "depot")).data;
+		depot = (await ok(t.as(admin.token, "POST", "/logistic/locations", { name: "hidden depot", address: "north gate", lat: 35.6892, lng: 51.389, shares: [limited.id] }), "depot"))
+			.data;
 		// The limited user reads locations without their coordinates, and may resolve, with the same field list.
 		for (const [action, object] of [
 			["read", "logistic:locations"],
@@ -66,7 +67,9 @@ describe.each(STORES)("coordinates the grant hides on %s", (store) => {
 		expect(o.body).toEqual(hidden("read"));
 		// A location outside the view is still not found, as for a foreign id.
 		const foreign = "0123456789abcdef01234567";
-		expect((await t.as(t.a.limited.token, "POST", "/logistic/travels/resolve", { origin: foreign, destination: POINTS[0] })).body).toEqual(errorBody(404, `location ${foreign} not found`));
+		expect((await t.as(t.a.limited.token, "POST", "/logistic/travels/resolve", { origin: foreign, destination: POINTS[0] })).body).toEqual(
+			errorBody(404, `location ${foreign} not found`),
+		);
 		expect((await t.as(t.a.admin.token, "POST", "/logistic/travels/resolve", { origin: odd.id, destination: POINTS[0] })).body).toEqual(
 			errorBody(400, `location ${odd.id} has no valid coordinates`),
 		);

@@ -1,5 +1,5 @@
 /**
- * Saga invariants, on both document stores (CONTRACTS.md "Sagas", docs/sagas.md):
+ * Saga invariants, on both document stores (docs/contracts.md "Sagas", docs/sagas.md):
  * - compensation never writes a platform-managed value back, and any change of a staged document after its stage,
  *   by anyone (a balance move included), is a conflict: aborting a saga never duplicates money;
  * - `add` refuses a `req` nested beyond the platform's depth limit with a 400 (never a 500);
@@ -7,7 +7,7 @@
  *   `expires_at`), and its `ttl` is 5 to 900 like `start`'s.
  */
 import { randomUUID } from "crypto";
-import { bootTenancy, ok, STORES, type Tenancy } from "../helpers/tenants";
+import { bootTenancy, ok, type Tenancy } from "../helpers/tenants";
 import { withStatusProbe } from "../helpers/status-probe";
 import { walletIdOf } from "../../services/financial.service";
 import { waitForValue } from "../helpers/wait";
@@ -16,11 +16,11 @@ jest.setTimeout(120_000);
 
 const H = (saga: string) => ({ "x-saga-session": saga });
 
-describe.each(STORES)("sagas on %s", (store) => {
+describe("sagas", () => {
 	let t: Tenancy;
 
 	beforeAll(async () => {
-		t = await bootTenancy(store);
+		t = await bootTenancy();
 	}, 90_000);
 	afterAll(async () => {
 		await t?.cleanup();
@@ -120,7 +120,7 @@ describe.each(STORES)("sagas on %s", (store) => {
 
 	test("every write kind untouched since its stage is undone exactly (no false conflict on this store)", async () => {
 		const token = t.a.admin.token;
-		const mk = async (n: number) => (await ok(t.as(token, "POST", "/content/notes", { title: `kind-${store}-${n}`, ref: `kind-${store}-${n}` }), "note")).data;
+		const mk = async (n: number) => (await ok(t.as(token, "POST", "/content/notes", { title: `kind-${n}`, ref: `kind-${n}` }), "note")).data;
 		const pre = [await mk(1), await mk(2), await mk(3), await mk(4), await mk(5)];
 		await ok(t.as(token, "DELETE", `/content/notes/${pre[3].id}`), "delete before");
 		const read = async (id: string) => {
@@ -130,7 +130,7 @@ describe.each(STORES)("sagas on %s", (store) => {
 		const images = await Promise.all(pre.map((d) => read(d.id)));
 		const saga = (await ok(t.as(token, "POST", "/essential/sagas/start", { ttl: 60 }), "start")).data;
 		const S = H(saga.id);
-		const created = (await ok(t.as(token, "POST", "/content/notes", { title: "created", ref: `made-${store}` }, S), "create")).data;
+		const created = (await ok(t.as(token, "POST", "/content/notes", { title: "created", ref: `made` }, S), "create")).data;
 		const bulk = (await ok(t.as(token, "POST", "/content/notes/bulk", { items: [{ title: "b1" }, { title: "b2", props: { a: { b: [1, "x"] } } }] }, S), "bulk create")).items;
 		await ok(t.as(token, "PATCH", `/content/notes/${pre[0].id}`, { content: "changed", ref: null, props: { z: 1, a: 2 }, tags: ["t"] }, S), "patch");
 		const q = encodeURIComponent(JSON.stringify({ id: { $in: [pre[1].id, pre[2].id] } }));
@@ -145,8 +145,8 @@ describe.each(STORES)("sagas on %s", (store) => {
 		const stages = await ok(t.as(token, "GET", `/essential/saga-stages?query=${sq}&pagination=${encodeURIComponent(JSON.stringify({ limit: 20 }))}`), "stages");
 		expect(stages.items.map((s: any) => s.state)).toEqual(Array(7).fill("compensated"));
 		// The refs came back with their documents: they are taken again, the one of the undone create is free.
-		expect((await t.as(token, "POST", "/content/notes", { title: "again", ref: `kind-${store}-1` })).status).toBe(409);
-		expect((await t.as(token, "POST", "/content/notes", { title: "again", ref: `made-${store}` })).status).toBe(200);
+		expect((await t.as(token, "POST", "/content/notes", { title: "again", ref: `kind-1` })).status).toBe(409);
+		expect((await t.as(token, "POST", "/content/notes", { title: "again", ref: `made` })).status).toBe(200);
 	});
 
 	test("add: a req nested 10 000 levels deep answers 400 naming the limit", async () => {
@@ -160,7 +160,10 @@ describe.each(STORES)("sagas on %s", (store) => {
 		const arr = "[".repeat(depth) + "]".repeat(depth);
 		const r2 = await t.p.http("POST", "/essential/sagas/add", { token: t.a.admin.token, raw: `{"saga":"${saga.id}","bucket":"content/notes","action":"FIND","req":{"x":${arr}}}` });
 		expect(r2.body).toEqual({ statusCode: 400, message: "req is too deeply nested (at most 16 levels)", error: "Bad Request" });
-		const r3 = await t.p.http("POST", "/essential/sagas/add", { token: t.a.admin.token, raw: `{"saga":"${saga.id}","bucket":"content/notes","action":"FIND","req":{},"res":${req}}` });
+		const r3 = await t.p.http("POST", "/essential/sagas/add", {
+			token: t.a.admin.token,
+			raw: `{"saga":"${saga.id}","bucket":"content/notes","action":"FIND","req":{},"res":${req}}`,
+		});
 		expect(r3.body).toEqual({ statusCode: 400, message: "res is too deeply nested (at most 16 levels)", error: "Bad Request" });
 		// Within the limit (operators kept as text), the stage is recorded.
 		const fine = await t.as(t.a.admin.token, "POST", "/essential/sagas/add", { saga: saga.id, bucket: "content/notes", action: "FIND", req: { query: { n: { $gt: 1 } } } });

@@ -4,15 +4,15 @@
  * out of sight hold a word. Now a caller's scores and order do not move when documents outside its view come or go:
  * another tenant's private posts, or posts of its own tenant that its zones do not reach.
  */
-import { bootTenancy, ok, STORES, type Tenancy } from "../helpers/tenants";
+import { bootTenancy, ok, type Tenancy } from "../helpers/tenants";
 import { sleep } from "../helpers/wait";
 
 const Q = "rust ownership";
 
-describe.each(STORES)("search scores on %s", (store) => {
+describe("search scores", () => {
 	let t: Tenancy;
 	beforeAll(async () => {
-		t = await bootTenancy(store);
+		t = await bootTenancy();
 	}, 180_000);
 	afterAll(() => t?.cleanup());
 

@@ -149,6 +149,21 @@ describe.each(impls)("$name", (impl) => {
 		expect(await kv.ping()).toBe(true);
 	});
 
+	when("keys lists the live keys of a prefix and suffix, without REDIS_PREFIX, glob characters taken literally", async () => {
+		await kv.set("list:a:until", "1", 10_000);
+		await kv.set("list:b:until", "1", 10_000);
+		await kv.set("list:b", "2", 10_000);
+		await kv.set("list:gone:until", "1", 1);
+		await kv.set("listing:c:until", "1", 10_000);
+		await kv.set("list*:d:until", "1", 10_000);
+		await sleep(20);
+		expect((await kv.keys("list:", ":until")).sort()).toEqual(["list:a:until", "list:b:until"]);
+		expect((await kv.keys("list:")).sort()).toEqual(["list:a:until", "list:b", "list:b:until"]);
+		expect(await kv.keys("list*:")).toEqual(["list*:d:until"]);
+		expect(await kv.keys("list:", ":until", 1)).toHaveLength(1);
+		expect(await kv.keys("nothing:")).toEqual([]);
+	});
+
 	when("keys of different instances: shared within one location, separate across prefixes", async () => {
 		if (impl.name === "MemoryKeyValue") {
 			// Each in-process store is its own space.
@@ -172,11 +187,6 @@ describe.each(impls)("$name", (impl) => {
 });
 
 describe("RedisKeyValue specifics", () => {
-	let up = false;
-	beforeAll(async () => {
-		up = redis.up;
-	});
-
 	redis.test("REDIS_PREFIX puts every key under the prefix (raw Redis sees only prefixed keys)", async () => {
 		const prefix = `kvtest:${randomBytes(6).toString("hex")}:`;
 		const kv = new RedisKeyValue(REDIS_URL, prefix);

@@ -64,7 +64,13 @@ binaries.test("every call fails fast with CacheUnavailableError while Redis is d
 	expect(await kv.ping()).toBe(false);
 	await redis.start();
 	// The same client reconnects by itself (retries every ≤ 1 s); the restarted server is empty (no persistence).
-	expect(await eventually(() => kv.ping(), (ok) => ok, 5000)).toBe(true);
+	expect(
+		await eventually(
+			() => kv.ping(),
+			(ok) => ok,
+			5000,
+		),
+	).toBe(true);
 	expect(await kv.get("k")).toBeNull();
 	expect(await kv.incr("n", 10_000)).toBe(1);
 });
@@ -79,7 +85,17 @@ binaries.test("a server that stops answering (SIGSTOP) times out a call after 2 
 	} finally {
 		redis.resume!();
 	}
-	expect(await eventually(() => kv.get("k").then(() => true, () => false), (ok) => ok, 5000)).toBe(true);
+	expect(
+		await eventually(
+			() =>
+				kv.get("k").then(
+					() => true,
+					() => false,
+				),
+			(ok) => ok,
+			5000,
+		),
+	).toBe(true);
 });
 
 binaries.test("a wrong command is not an outage: Redis's reply error stays as it is (a bug answers 500)", async () => {

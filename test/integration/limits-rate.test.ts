@@ -1,5 +1,5 @@
 /**
- * RATE_LIMIT (CONTRACTS.md "Limits the platform keeps"): per principal, and per IP for unauthenticated requests,
+ * RATE_LIMIT (docs/contracts.md "Limits the platform keeps"): per principal, and per IP for unauthenticated requests,
  * when the operator sets it (off by default); 429 `too many requests` with Retry-After (seconds); one token
  * bucket per principal/IP in the shared cache (runtime/kv rateTake), so every gateway agrees.
  */
@@ -7,7 +7,7 @@ import { randomBytes } from "crypto";
 import { rmSync } from "fs";
 import { bootPlatform, needServers, siblingDataDir, type TestPlatform } from "../helpers/platform";
 import { errorBody, sleep } from "../helpers/auth";
-import { otherPrincipal } from "../helpers/stall";
+import { otherPrincipals } from "../helpers/stall";
 import { describeProbe, expectStatusHeldUnder, startStatusProbe, withStatusProbe } from "../helpers/status-probe";
 import { startPlatform, type Platform } from "../../platform";
 import { MemoryKeyValue, RedisKeyValue, type KeyValue } from "../../runtime/kv";
@@ -72,6 +72,8 @@ describe("on the gateway", () => {
 	let dirB = "";
 	/** When the root token's login (this IP's one unauthenticated request) had been counted. */
 	let loggedInAt = 0;
+	/** Three principals of their own (made before any test spends a bucket). */
+	let others: string[] = [];
 
 	beforeAll(async () => {
 		// 30 a minute (one token every 2 s), bursts of 10: no refill can hide the limit within a test. Each test spends
@@ -81,7 +83,10 @@ describe("on the gateway", () => {
 		p = await bootPlatform({ rateLimit: { rate: 0.5, burst: 10 }, transporter: "Fake", namespace: `rate-${id}`, nodeId: `a-${id}` });
 		token = await p.rootToken();
 		loggedInAt = Date.now();
-	});
+		others = await otherPrincipals(p, token, 3);
+		// Making them took 4 of root's 10 tokens: wait for its bucket to be full again (a token every 2 s).
+		await sleep(4 * 2000 + 100);
+	}, 60_000);
 	afterAll(async () => {
 		await gwB?.stop();
 		if (dirB) rmSync(dirB, { recursive: true, force: true });
@@ -99,7 +104,7 @@ describe("on the gateway", () => {
 		expect(r.headers.get("retry-after")).toMatch(/^[12]$/);
 		// Every route of the principal shares the bucket.
 		expect((await p.http("GET", "/auth/verify", { token })).body).toEqual(LIMITED);
-		expect((await p.http("GET", "/content/notes", { token: otherPrincipal(p, token, 7) })).status).toBe(200);
+		expect((await p.http("GET", "/content/notes", { token: others[0] })).status).toBe(200);
 		// /status and /metrics are never limited (health checks).
 		for (let i = 0; i < 15; i++) expect((await p.http("GET", "/status")).status).toBe(200);
 	});
@@ -114,7 +119,7 @@ describe("on the gateway", () => {
 		test("on the same cache agrees", async () => {
 			// A principal of its own: 10 requests at once, half on each gateway, then each refuses the 11th. (At once: a
 			// token comes back every 2 s, which 10 requests one after the other on a loaded machine can reach.)
-			const other = otherPrincipal(p, token, 9);
+			const other = others[1];
 			const onB = async (pth: string) => {
 				const r = await fetch(`${gwB!.url}${pth}`, { headers: { authorization: `Bearer ${other}` } });
 				return { status: r.status, body: await r.json() };
@@ -144,7 +149,7 @@ describe("on the gateway", () => {
 		expect(pub.status).toBe(429);
 		expect(pub.body).toEqual(LIMITED);
 		// An authenticated principal from the same IP has its own bucket.
-		expect((await p.http("GET", "/content/notes", { token: otherPrincipal(p, token, 8) })).status).toBe(200);
+		expect((await p.http("GET", "/content/notes", { token: others[2] })).status).toBe(200);
 	});
 });
 

@@ -1,5 +1,5 @@
 /**
- * POST /auth/check guessing bounds (CONTRACTS.md "Limits the platform keeps"): `window` at most 5; after 30 `NOK`
+ * POST /auth/check guessing bounds (docs/contracts.md "Limits the platform keeps"): `window` at most 5; after 30 `NOK`
  * answers for one session within 15 minutes, 429 until the window passes, counted in the shared cache.
  */
 import { bootPlatform, type TestPlatform } from "../helpers/platform";

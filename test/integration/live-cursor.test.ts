@@ -1,40 +1,36 @@
 /**
- * Issue 25 item 1: live cursors (`/cursor?live=true`, CONTRACTS.md "Realtime: live cursors and MQTT in the browser").
+ * Issue 25 item 1: live cursors (`/cursor?live=true`, docs/contracts.md "Realtime: live cursors and MQTT in the browser").
  * The matches, `event: live`, then enter / update / leave frames decided at every change with the caller's current
  * view (zones, shares, grant row filter and field list, its query and projection); nothing about documents outside
  * it; tenants apart; revocation ends the stream with a 401 frame within 2 s; Last-Event-ID resumes; 410 beyond the
  * retention; the open-cursor limit. On both document stores.
  */
-import { bootTenancy, ok, STORES, type Tenancy } from "../helpers/tenants";
-import { openStream, type LiveStream } from "../helpers/live-sse";
+import { bootTenancy, ok, type Tenancy } from "../helpers/tenants";
+import { changeFrame, liveStreams, type LiveStream } from "../helpers/live-sse";
 import { sharedOutbox } from "../../events/outbox";
+import { loadKeys } from "../../runtime/config";
+import { Positions, streamOf } from "../../services/api/live-position";
 
 jest.setTimeout(120_000);
 
-describe.each(STORES)("live cursors on %s", (store) => {
+describe("live cursors", () => {
 	let T: Tenancy;
-	const open: LiveStream[] = [];
+	const streams = liveStreams(() => T.p.url);
+	const live = streams.live;
 
 	beforeAll(async () => {
-		T = await bootTenancy(store);
+		T = await bootTenancy();
 	});
 	afterAll(async () => {
-		for (const s of open) s.close();
+		streams.closeAll();
 		await T?.cleanup();
 	});
-	afterEach(() => {
-		for (const s of open.splice(0)) s.close();
-	});
+	afterEach(() => streams.closeAll());
 
-	async function live(token: string, qs = "", headers: Record<string, string> = {}, path = "/content/notes/cursor"): Promise<LiveStream> {
-		const s = await openStream(`${T.p.url}${path}?live=true${qs}`, { authorization: `Bearer ${token}`, ...headers });
-		open.push(s);
-		return s;
-	}
 	const untilLive = (s: LiveStream) => s.waitFor((f) => f.event === "live");
 	const note = async (token: string, body: Record<string, unknown>) => (await ok(T.as(token, "POST", "/content/notes", body), "create")).data;
 	const patch = (token: string, id: string, body: Record<string, unknown>) => ok(T.as(token, "PATCH", `/content/notes/${id}`, body), "patch");
-	const change = (s: LiveStream, id: string, op: string, ms = 5000) => s.waitFor((f) => f.event === "change" && JSON.parse(f.data).id === id && JSON.parse(f.data).op === op, ms);
+	const change = changeFrame;
 	/** A marker write the caller sees: every change before it has been decided for this stream once its frame is in. */
 	async function settle(s: LiveStream, token: string) {
 		const m = await note(token, { title: "marker" });
@@ -50,7 +46,7 @@ describe.each(STORES)("live cursors on %s", (store) => {
 		expect(s.headers["content-type"]).toBe("text/event-stream; charset=utf-8");
 		const l = await untilLive(s);
 		expect(l.data).toBe("{}");
-		expect(l.id).toMatch(/^L[0-9a-z]+$/);
+		expect(l.id).toMatch(/^L[A-Za-z0-9_-]{38}$/);
 		const listed = s.frames.slice(0, s.frames.indexOf(l));
 		expect(listed.map((f) => f.id)).toContain(first.id);
 		expect(s.frames.some((f) => f.event === "end")).toBe(false);
@@ -86,7 +82,12 @@ describe.each(STORES)("live cursors on %s", (store) => {
 		await patch(admin.token, shared.id, { content: "after unsharing" });
 		await settle(s, member.token);
 		expect(s.text()).not.toContain(secret.id);
-		expect(s.changes().filter((c) => c.id === shared.id).map((c) => c.op)).toEqual(["enter", "leave"]);
+		expect(
+			s
+				.changes()
+				.filter((c) => c.id === shared.id)
+				.map((c) => c.op),
+		).toEqual(["enter", "leave"]);
 	});
 
 	test("the grant's row filter and field list: moves in and out of the rows enter and leave, hidden fields are in no frame", async () => {
@@ -107,7 +108,12 @@ describe.each(STORES)("live cursors on %s", (store) => {
 		await patch(admin.token, d.id, { title: "while out" });
 		const marker = await note(admin.token, { title: "m", content: "public", shares: [limited.id] });
 		await change(s, marker.id, "enter");
-		expect(s.changes().filter((c) => c.id === d.id).map((c) => c.op)).toEqual(["enter", "update", "leave"]);
+		expect(
+			s
+				.changes()
+				.filter((c) => c.id === d.id)
+				.map((c) => c.op),
+		).toEqual(["enter", "update", "leave"]);
 		// The hidden field's values and name are in no frame.
 		expect(s.text()).not.toMatch(/draft|"content"|while out/);
 	});
@@ -125,7 +131,12 @@ describe.each(STORES)("live cursors on %s", (store) => {
 		await change(s, n.id, "leave");
 		const m = await note(member.token, { title: "marker", content: "urgent" });
 		await change(s, m.id, "enter");
-		expect(s.changes().filter((c) => c.id === n.id).map((c) => c.op)).toEqual(["enter", "leave"]);
+		expect(
+			s
+				.changes()
+				.filter((c) => c.id === n.id)
+				.map((c) => c.op),
+		).toEqual(["enter", "leave"]);
 	});
 
 	test("two tenants: the same names in tenant b see nothing of tenant a, even in the client zone", async () => {
@@ -190,12 +201,14 @@ describe.each(STORES)("live cursors on %s", (store) => {
 		const q = await live(member.token, `&last_event_id=${f1.id}`);
 		await change(q, a1.id, "update");
 
-		// A passed record stays OUTBOX_GRACE_MS (PostgreSQL's positions count from 1; NeDB's are times, L1 long gone):
-		// the first one, passed by every group since the start, goes now.
+		// A position of this stream at the outbox's first record, sealed as the gateway seals it (the deployment's key,
+		// the stream's principal and view). A passed record stays OUTBOX_GRACE_MS (positions count from 1): the first one, passed by every group since the start, goes now.
+		const claims = JSON.parse(Buffer.from(member.token.split(".")[1], "base64url").toString("utf8"));
+		const first = new Positions(loadKeys(T.p.cfg).aesSecret).of(streamOf(claims, "content.notes", { live: "true" }, {})).seal(1);
 		await sharedOutbox(T.p.cfg).prune(1, 168, 0);
-		const gone = await live(member.token, "", { "last-event-id": "L1" });
+		const gone = await live(member.token, "", { "last-event-id": first });
 		const e = await gone.waitFor((f) => f.event === "error");
-		expect(JSON.parse(e.data)).toEqual({ statusCode: 410, message: "Last-Event-ID L1 is older than this stream's retention; reconnect without it to start over", error: "Gone" });
+		expect(JSON.parse(e.data)).toEqual({ statusCode: 410, message: "Last-Event-ID is older than this stream's retention; reconnect without it to start over", error: "Gone" });
 		await gone.ended;
 	});
 
@@ -243,7 +256,10 @@ describe.each(STORES)("live cursors on %s", (store) => {
 			expect(decided.length).toBeGreaterThanOrEqual(40);
 			expect(turns.filter((t) => t > first && t < last).length).toBeGreaterThan(0);
 			for (const s of streams) {
-				const entered = s.changes().filter((c) => made.includes(c.id) && c.op === "enter").map((c) => c.id);
+				const entered = s
+					.changes()
+					.filter((c) => made.includes(c.id) && c.op === "enter")
+					.map((c) => c.id);
 				expect(entered).toEqual(made);
 			}
 		} finally {

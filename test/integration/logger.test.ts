@@ -6,7 +6,7 @@
  */
 import { Pool } from "pg";
 import { bootPlatform, needServers, type TestPlatform } from "../helpers/platform";
-import { payloadOf, sleep } from "../helpers/auth";
+import { payloadOf } from "../helpers/auth";
 import { openRelational, releaseRelational, type NamedStatement, type Relational } from "../../runtime/relational";
 import { insertRows } from "../../workers/logger/audit";
 import { sharedOutbox, type OutboxRecord } from "../../events/outbox";
@@ -16,7 +16,6 @@ import { eventually } from "../helpers/wait";
 const servers = needServers(["PostgreSQL", 5432]);
 
 const q = (v: unknown) => encodeURIComponent(JSON.stringify(v));
-
 
 type Row = Record<string, any>;
 
@@ -43,7 +42,10 @@ async function scenario(p: TestPlatform, db: Relational): Promise<void> {
 	expect((await p.http("DELETE", `/content/notes/${id}`, { token })).status).toBe(200);
 	expect((await p.http("GET", "/status")).status).toBeLessThan(600);
 
-	const rows = await eventually(() => requestRows(db, "/content/notes"), (r) => r.length >= 7);
+	const rows = await eventually(
+		() => requestRows(db, "/content/notes"),
+		(r) => r.length >= 7,
+	);
 	const view = rows.map((r) => ({
 		method: r.method,
 		path: r.path,
@@ -66,7 +68,19 @@ async function scenario(p: TestPlatform, db: Relational): Promise<void> {
 		{ method: "GET", path: "/content/notes", status: 200, action: "content.notes.list", ...col, document_id: null, ...who },
 		{ method: "GET", path: "/content/notes/0123456789abcdef01234567", status: 404, action: "content.notes.get", ...col, document_id: "0123456789abcdef01234567", ...who },
 		// No valid token: the caller is unknown, its address is not.
-		{ method: "GET", path: "/content/notes", status: 401, action: "content.notes.list", ...col, document_id: null, uid: null, aid: null, cid: null, session: null, ip: "127.0.0.1" },
+		{
+			method: "GET",
+			path: "/content/notes",
+			status: 401,
+			action: "content.notes.list",
+			...col,
+			document_id: null,
+			uid: null,
+			aid: null,
+			cid: null,
+			session: null,
+			ip: "127.0.0.1",
+		},
 		{ method: "DELETE", path: `/content/notes/${id}`, status: 200, action: "content.notes.remove", ...col, document_id: id, ...who },
 	]);
 	for (const r of rows) {
@@ -117,7 +131,17 @@ describe("on the embedded PostgreSQL (default)", () => {
 
 	test("the table is versioned under component `logger`", async () => {
 		const { rows } = await db.query<Row>("select version from schema_migrations where component = 'logger' order by version");
-		expect(rows.map((r) => r.version)).toEqual([1]);
+		expect(rows.map((r) => r.version)).toEqual([1, 2, 3]);
+	});
+
+	test("every row is stamped with the database's clock too (recorded_at), whatever the writer's clock says", async () => {
+		// A gateway whose clock is a day behind: its `at` is its own, `recorded_at` the database's.
+		const skewed = Date.now() - 86_400_000;
+		const row = { kind: "change" as const, seq: 4242, at: skewed, op: "c", service: "content", collection: "notes", document_id: "0123456789abcdef0123dcba" };
+		expect(await insertRows(db, [row])).toBe(1);
+		const { rows } = await db.query<{ at: Date; recorded_at: Date; db_now: Date }>("select at, recorded_at, now() as db_now from audit_entries where seq = 4242");
+		expect(rows[0].at.getTime()).toBe(skewed);
+		expect(Math.abs(rows[0].db_now.getTime() - rows[0].recorded_at.getTime())).toBeLessThan(60_000);
 	});
 
 	test("a change record delivered twice is stored once", async () => {
@@ -138,7 +162,10 @@ describe("on the embedded PostgreSQL (default)", () => {
 			clients: [],
 			actor: { uid: "u1", cid: "c1" },
 		}));
-		const stored = () => db.query<Row>("select seq, document_id from audit_entries where kind = 'change' and document_id like $1 order by seq", [`batch${String(base).padStart(8, "0")}%`]).then((r) => r.rows);
+		const stored = () =>
+			db
+				.query<Row>("select seq, document_id from audit_entries where kind = 'change' and document_id like $1 order by seq", [`batch${String(base).padStart(8, "0")}%`])
+				.then((r) => r.rows);
 		const query = db.query.bind(db);
 		let inserts = 0;
 		(db as any).query = (text: string, params?: unknown[]) => {
@@ -188,7 +215,10 @@ describe("on the embedded PostgreSQL (default)", () => {
 		// Change records are stored as the stream hands them over: let the logger catch up first.
 		const last = (await sharedOutbox(p.cfg).readFrom(0, 100_000)).at(-1)!.seq;
 		const consumer = (p.broker.getLocalService("logger") as any).consumer;
-		await eventually(async () => consumer.position(), (pos: number) => pos >= last);
+		await eventually(
+			async () => consumer.position(),
+			(pos: number) => pos >= last,
+		);
 		// The logger shares this store object: count the INSERT statements it sends during the burst.
 		const query = db.query.bind(db);
 		let inserts = 0;
@@ -201,7 +231,10 @@ describe("on the embedded PostgreSQL (default)", () => {
 		const N = 150;
 		await Promise.all(Array.from({ length: N }, () => p.http("GET", "/content/notes/count", { token })));
 		const elapsed = Date.now() - t0;
-		const rows = await eventually(() => requestRows(db, "/content/notes/count"), (r) => r.length >= N);
+		const rows = await eventually(
+			() => requestRows(db, "/content/notes/count"),
+			(r) => r.length >= N,
+		);
 		(db as any).query = query;
 		expect(inserts).toBeGreaterThan(0);
 		expect(inserts).toBeLessThanOrEqual(N / 10);

@@ -9,9 +9,10 @@ import http from "http";
 import net from "net";
 import mqtt, { type MqttClient } from "mqtt";
 import WebSocket from "ws";
-import { bootTenancy, STORES, type Tenancy } from "../helpers/tenants";
+import { bootTenancy, type Tenancy } from "../helpers/tenants";
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
 import { connectHeader } from "../helpers/mqtt-wire";
+import { subscribe } from "../helpers/mqtt-client";
 import { keysOf, sleep } from "../helpers/auth";
 import { bridgePassword, bridgePreamble, MQTT_PREAUTH } from "../../lib/mqtt";
 import { MQTT_MAX_CONNECTIONS } from "../../workers/preserver.worker";
@@ -62,17 +63,6 @@ function closedWithin(client: MqttClient | WebSocket, ms: number): Promise<boole
 	});
 }
 
-/** The granted QoS, or 128 when the broker refused the subscription. */
-async function subscribe(c: MqttClient, filter: string): Promise<number> {
-	try {
-		return (await c.subscribeAsync(filter, { qos: 1 }))[0].qos;
-	} catch (err) {
-		const granted = (err as { packet?: { granted?: Array<number | { qos: number }> } }).packet?.granted;
-		if (granted?.length) return typeof granted[0] === "number" ? granted[0] : granted[0].qos;
-		throw err;
-	}
-}
-
 /** A raw WebSocket on /mqtt, open (optionally as the browser at `ip`, through X-Forwarded-For). */
 function rawSocket(wsUrl: string, ip?: string): Promise<WebSocket> {
 	const ws = new WebSocket(wsUrl, "mqtt", { headers: ip ? { "x-forwarded-for": ip } : {} });
@@ -83,7 +73,7 @@ function rawSocket(wsUrl: string, ip?: string): Promise<WebSocket> {
 	});
 }
 
-describe.each(STORES)("MQTT over WebSocket (%s)", (store) => {
+describe("MQTT over WebSocket", () => {
 	let t: Tenancy;
 	let p: TestPlatform;
 	let wsUrl: string;
@@ -97,7 +87,7 @@ describe.each(STORES)("MQTT over WebSocket (%s)", (store) => {
 	const noteTopic = (owner: string) => `platform/owner/${owner}/content/notes/#`;
 
 	beforeAll(async () => {
-		t = await bootTenancy(store, { trustProxy: true });
+		t = await bootTenancy({ trustProxy: true });
 		p = t.p;
 		wsUrl = `${p.url.replace(/^http/, "ws")}/mqtt`;
 		tcpUrl = (await p.broker.call<{ url: string }, object>("preserver.brokerUrl", {})).url;
@@ -222,8 +212,14 @@ describe.each(STORES)("MQTT over WebSocket (%s)", (store) => {
 		for (const path of ["/", "/mqtt/", "/MQTT", "/content/notes/cursor", "/mqtt/../x", `/${"a".repeat(4000)}`])
 			expect(await upgrade(p.url, path, { "sec-websocket-protocol": "mqtt" })).toMatchObject({ status: 404, body: ENVELOPE(404, MQTT_WS_MESSAGES.path, "Not Found") });
 		for (const protocol of [undefined, "mqttv3.1", "chat", "MQTT", "mqtt5"])
-			expect(await upgrade(p.url, "/mqtt", protocol ? { "sec-websocket-protocol": protocol } : {})).toMatchObject({ status: 400, body: ENVELOPE(400, MQTT_WS_MESSAGES.protocol, "Bad Request") });
-		expect(await upgrade(p.url, "/mqtt", { upgrade: "h2c", "sec-websocket-protocol": "mqtt" })).toMatchObject({ status: 400, body: ENVELOPE(400, MQTT_WS_MESSAGES.notWebSocket, "Bad Request") });
+			expect(await upgrade(p.url, "/mqtt", protocol ? { "sec-websocket-protocol": protocol } : {})).toMatchObject({
+				status: 400,
+				body: ENVELOPE(400, MQTT_WS_MESSAGES.protocol, "Bad Request"),
+			});
+		expect(await upgrade(p.url, "/mqtt", { upgrade: "h2c", "sec-websocket-protocol": "mqtt" })).toMatchObject({
+			status: 400,
+			body: ENVELOPE(400, MQTT_WS_MESSAGES.notWebSocket, "Bad Request"),
+		});
 	});
 
 	test("a bridge preamble is honoured only with the deployment's secret: a forged one is closed unanswered", async () => {
@@ -244,7 +240,12 @@ describe.each(STORES)("MQTT over WebSocket (%s)", (store) => {
 		const real = bridgePassword(keysOf(p).jwtSecret);
 		// The right secret: acknowledged (0), then the broker's CONNACK refusing the anonymous login (code 5).
 		expect([...(await answer(bridgePreamble(real, "10.1.2.3")))]).toEqual([0, 0x20, 2, 0, 5]);
-		for (const forged of [bridgePreamble("guessed", "10.1.2.3"), bridgePreamble(real, "not-an-ip"), bridgePreamble(`${real} x`, "10.1.2.3"), Buffer.concat([Buffer.from([0]), Buffer.alloc(300, 65)])])
+		for (const forged of [
+			bridgePreamble("guessed", "10.1.2.3"),
+			bridgePreamble(real, "not-an-ip"),
+			bridgePreamble(`${real} x`, "10.1.2.3"),
+			Buffer.concat([Buffer.from([0]), Buffer.alloc(300, 65)]),
+		])
 			expect((await answer(forged)).length).toBe(0);
 	});
 

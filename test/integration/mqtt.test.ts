@@ -45,8 +45,9 @@ async function connect(url: string, opts: mqtt.IClientOptions = {}): Promise<Sub
 		}
 		const m = { topic, body };
 		messages.push(m);
-		for (const w of waiters.splice(0)) if (w.topic === topic) w.resolve(m);
-		else waiters.push(w);
+		for (const w of waiters.splice(0))
+			if (w.topic === topic) w.resolve(m);
+			else waiters.push(w);
 	});
 	return {
 		client,
@@ -223,7 +224,10 @@ describe("embedded broker and preserver hooks", () => {
 		expect(await subscribe(s, `platform/owner/${a.id}/content/+/#`)).toBe(128);
 		expect(await subscribe(s, `platform/owner/${a.id}/#`)).toBe(128);
 		// A row-restricted grant is for the REST API only.
-		const g = await p.http("POST", "/auth/grants", { token: root, body: { subject: `${a.id}@${p.root.domain}`, action: "read", object: "content:tickets", filter: ['{"owner":"{{token.uid}}"}'] } });
+		const g = await p.http("POST", "/auth/grants", {
+			token: root,
+			body: { subject: `${a.id}@${p.root.domain}`, action: "read", object: "content:tickets", filter: ['{"owner":"{{token.uid}}"}'] },
+		});
 		expect(g.status).toBe(200);
 		await sleep(100);
 		expect(await subscribe(s, `platform/owner/${a.id}/content/tickets/#`)).toBe(128);
@@ -432,4 +436,3 @@ servers.describe("publisher with Mosquitto (MQTT_URL)", () => {
 		expect(h.info["mqtt broker"].status).toBe("up");
 	});
 });
-

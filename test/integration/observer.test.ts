@@ -15,7 +15,6 @@ let cid: string;
 
 const q = (v: unknown) => encodeURIComponent(JSON.stringify(v));
 
-
 /** The caller's stats of one collection, by period (the `client` zone: stats belong to the tenant). */
 async function statsOf(service: string, collection: string): Promise<Record<string, any>> {
 	const r = await p.http("GET", `/special/stats?zone=client&query=${q({ service, collection })}`, { token });
@@ -28,7 +27,7 @@ async function records(): Promise<OutboxRecord[]> {
 	await out.connect();
 	try {
 		const all: OutboxRecord[] = [];
-		for (let after = 0; ; ) {
+		for (let after = 0; ;) {
 			const batch = await out.readFrom(after, 1000);
 			all.push(...batch);
 			if (batch.length < 1000) return all;
@@ -98,7 +97,10 @@ test("a redelivered change record does not count twice", async () => {
 	const r = await p.http("POST", "/content/notes", { token, body: { title: "once" } });
 	expect(r.status).toBe(200);
 	const id = r.body.data.id;
-	await eventually(() => statsOf("content", "notes"), (s) => s.daily?.created === 1);
+	await eventually(
+		() => statsOf("content", "notes"),
+		(s) => s.daily?.created === 1,
+	);
 	const rec = (await records()).find((x) => x.event.id === id && x.event.op === "c")!;
 	expect(rec).toBeDefined();
 
@@ -118,9 +120,16 @@ test("a batch sums its increments per bucket, skipping what was counted and its 
 	const r = await p.http("POST", "/content/tickets", { token, body: { title: "batched" } });
 	expect(r.status).toBe(200);
 	const rec = (await records()).find((x) => x.event.id === r.body.data.id && x.event.op === "c")!;
-	await eventually(() => statsOf("content", "tickets"), (s) => PERIODS.every((per) => s[per]?.created === 6));
+	await eventually(
+		() => statsOf("content", "tickets"),
+		(s) => PERIODS.every((per) => s[per]?.created === 6),
+	);
 	const before = await statsOf("content", "tickets");
-	const later = (n: number, op: "u" | "d"): OutboxRecord => ({ ...rec, seq: rec.seq + 3_000_000_000 + n, event: { ...rec.event, op, before: op === "d" ? { ...rec.event.after! } : undefined } });
+	const later = (n: number, op: "u" | "d"): OutboxRecord => ({
+		...rec,
+		seq: rec.seq + 3_000_000_000 + n,
+		event: { ...rec.event, op, before: op === "d" ? { ...rec.event.after! } : undefined },
+	});
 	// Already counted, two updates and a delete, and one of the updates twice in the same batch.
 	const batch = [rec, later(1, "u"), later(2, "u"), later(3, "d"), later(1, "u")];
 	expect(await observer().handleChanges(batch)).toEqual({ applied: 9, skipped: 6 });
@@ -140,14 +149,21 @@ test("stats writes append no change events, and writes to special/stats are neve
 	expect(own.status).toBe(405);
 	// A change event of special/stats itself (e.g. a purge) is never counted.
 	const any = all.at(-1)!;
-	const statsEvent: OutboxRecord = { ...any, seq: any.seq + 2_000_000_000, event: { ...any.event, topic: "special.stats", source: { ...any.event.source, db: "special", collection: "stats" } } };
+	const statsEvent: OutboxRecord = {
+		...any,
+		seq: any.seq + 2_000_000_000,
+		event: { ...any.event, topic: "special.stats", source: { ...any.event.source, db: "special", collection: "stats" } },
+	};
 	expect(await observer().handleChange(statsEvent)).toBeNull();
 	await sleep(300);
 	expect(await statsOf("special", "stats")).toEqual({});
 	// The observer consumed everything: its position reached the end of the outbox, with no loop of new events.
 	const last = (await records()).at(-1)!.seq;
 	const consumer = (p.broker.getLocalService("observer") as any).consumer;
-	await eventually(async () => consumer.position(), (pos: number) => pos >= last);
+	await eventually(
+		async () => consumer.position(),
+		(pos: number) => pos >= last,
+	);
 	await sleep(700);
 	expect((await records()).at(-1)!.seq).toBe(last);
 });
@@ -158,7 +174,10 @@ test("each tenant sees the counts of its own documents only", async () => {
 	const c = await p.http("POST", "/domain/clients", { token, body: { name: "tenant", domains: ["tenant.example"], scopes: ["whole"] } });
 	if (c.status !== 200) throw new Error(`client creation failed: ${c.status} ${c.text}`);
 	const tenantId = c.body.data.id as string;
-	for (const [action, object] of [["manage", "content:notes"], ["read", "special:stats"]])
+	for (const [action, object] of [
+		["manage", "content:notes"],
+		["read", "special:stats"],
+	])
 		expect((await p.http("POST", "/auth/grants", { token, body: { subject: `${tenantId}@tenant.example`, action, object } })).status).toBe(200);
 	const before = await statsOf("content", "notes");
 	const t = await p.http("POST", "/auth/token", { body: { grant_type: "client_credential", client_id: tenantId, client_secret: c.body.data.secret } });
@@ -171,9 +190,7 @@ test("each tenant sees the counts of its own documents only", async () => {
 		async () => (await p.http("GET", `/special/stats?query=${q({ service: "content", collection: "notes" })}`, { token: tenant })).body,
 		(b: any) => b.items?.length === 3,
 	);
-	expect(mine.items.map((d: any) => [d.period, d.created, d.clients]).sort()).toEqual(
-		[...PERIODS].sort().map((per) => [per, 1, [tenantId]]),
-	);
+	expect(mine.items.map((d: any) => [d.period, d.created, d.clients]).sort()).toEqual([...PERIODS].sort().map((per) => [per, 1, [tenantId]]));
 	expect(await statsOf("content", "notes")).toEqual(before);
 });
 

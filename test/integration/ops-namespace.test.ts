@@ -34,7 +34,7 @@ afterAll(async () => {
 
 /** A node's settings on the shared database, in namespace `ns`. */
 const nodeCfg = (ns: string) =>
-	({ dataDir: dir, documentStore: "postgres", databaseUrl: pg!.url, namespace: ns, streamRetentionHours: 168, outboxGraceMs: 0, streamPositionTtlMs: TTL_MS }) as unknown as PlatformConfig;
+	({ dataDir: dir, databaseUrl: pg!.url, namespace: ns, streamRetentionHours: 168, outboxGraceMs: 0, streamPositionTtlMs: TTL_MS }) as unknown as PlatformConfig;
 
 /** The production stream of a relay, recording what it is given. */
 function fakeStream() {

@@ -184,7 +184,7 @@ describe("readiness", () => {
 			const url = `http://127.0.0.1:${3110 + offset}/status`;
 			// The probe's own port is up (its `started` ran) while the node is not: the others could not reach it yet.
 			let s = { status: 0, body: undefined as unknown };
-			for (const end = Date.now() + 5000; s.status !== 503 && Date.now() < end; ) s = await get(url).catch(() => s);
+			for (const end = Date.now() + 5000; s.status !== 503 && Date.now() < end;) s = await get(url).catch(() => s);
 			expect(s).toEqual({ ...s, status: 503, body: { status: "error", info: { node: { status: "down", message: "starting" } } } });
 			release();
 			await starting;
@@ -224,7 +224,7 @@ describe("the ops port of every domain service (in-process nodes)", () => {
 			expect(s.body).toEqual({
 				status: "ok",
 				// The document store names its kind (the platform's own choice here: PostgreSQL by default).
-				info: { "document store": { status: "up", kind: p!.cfg.documentStore }, "event stream": { status: "up" }, cache: { status: "up" } },
+				info: { "document store": { status: "up", kind: "postgres" }, "event stream": { status: "up" }, cache: { status: "up" } },
 			});
 		}
 		const m = await get(`${ops("content")}/metrics`);
@@ -251,7 +251,7 @@ describe("the ops port of every domain service (in-process nodes)", () => {
 		expect(s.status).toBe(503);
 		expect(s.body).toEqual({
 			status: "error",
-			info: { "document store": { status: "up", kind: p!.cfg.documentStore }, "event stream": { status: "up" }, cache: { status: "down" } },
+			info: { "document store": { status: "up", kind: "postgres" }, "event stream": { status: "up" }, cache: { status: "down" } },
 		});
 	});
 
@@ -278,7 +278,9 @@ describe("the ops port of every domain service (in-process nodes)", () => {
 		await new Promise<void>((r) => blocker.listen(portOf("content") + offset, "127.0.0.1", r));
 		try {
 			// fatal: the broker's own error log of the failed start is expected here.
-			await expect(start({ services: ["content"], logLevel: "fatal" })).rejects.toThrow(/content: cannot serve \/status and \/metrics on 127\.0\.0\.1:\d+ \(EADDRINUSE\).*OPS_PORT_OFFSET.*SERVICE_PORTS=0/);
+			await expect(start({ services: ["content"], logLevel: "fatal" })).rejects.toThrow(
+				/content: cannot serve \/status and \/metrics on 127\.0\.0\.1:\d+ \(EADDRINUSE\).*OPS_PORT_OFFSET.*SERVICE_PORTS=0/,
+			);
 		} finally {
 			await new Promise((r) => blocker.close(r));
 		}

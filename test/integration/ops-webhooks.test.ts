@@ -9,7 +9,6 @@
 import http from "http";
 import { Context } from "moleculer";
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
-import { STORES } from "../helpers/tenants";
 import { sleep, waitForValue } from "../helpers/wait";
 
 /** A webhook receiver on 127.0.0.1: answers `status`, records the document id and op of every request. */
@@ -41,7 +40,7 @@ type Attempt = { attempt: number; status: number | null };
 /** Every retry 0.3 s apart, never exhausted within a test. */
 const FAST_SCHEDULE = [0, ...Array(60).fill(0.3)];
 
-describe.each(STORES)("webhook deliveries on %s", (documentStore) => {
+describe("webhook deliveries", () => {
 	let p: TestPlatform;
 	let token: string;
 	const receivers: Array<Awaited<ReturnType<typeof receiver>>> = [];
@@ -53,7 +52,7 @@ describe.each(STORES)("webhook deliveries on %s", (documentStore) => {
 	};
 
 	beforeAll(async () => {
-		p = await bootPlatform({ documentStore, webhookAllowPrivate: true, webhookRetrySchedule: FAST_SCHEDULE });
+		p = await bootPlatform({ webhookAllowPrivate: true, webhookRetrySchedule: FAST_SCHEDULE });
 		token = await p.rootToken();
 	}, 120_000);
 	afterAll(async () => {
@@ -190,7 +189,9 @@ describe.each(STORES)("webhook deliveries on %s", (documentStore) => {
 		await waitForValue("three failed attempts", async () => rx.got(n.id).length >= 3);
 		const lines = info.mock.calls.map((c) => String(c[0])).filter((l) => l.includes(`CQRS config ${config.id} `));
 		expect(lines).toHaveLength(1);
-		expect(lines[0]).toMatch(new RegExp(`webhook of CQRS config ${config.id} \\(client ${p.root.client_id}\\) is failing: HTTP 503 \\(delivery \\d+, attempt 1; next attempt in \\d+ s\\)`));
+		expect(lines[0]).toMatch(
+			new RegExp(`webhook of CQRS config ${config.id} \\(client ${p.root.client_id}\\) is failing: HTTP 503 \\(delivery \\d+, attempt 1; next attempt in \\d+ s\\)`),
+		);
 		info.mockRestore();
 	}, 60_000);
 });

@@ -3,17 +3,17 @@
  * has passed stays that long for the readers that tail the outbox without being a group (each node's search index,
  * live cursors); one that stalls less than the grace misses nothing. Without a grace it goes at the next pass.
  */
-import { STORES, bootTenancy, ok, type Tenancy } from "../helpers/tenants";
+import { bootTenancy, ok, type Tenancy } from "../helpers/tenants";
 import { sharedOutbox } from "../../events/outbox";
 import { sleep } from "../helpers/wait";
 
 jest.setTimeout(120_000);
 
-describe.each(STORES)("outbox grace on %s", (store) => {
+describe("outbox grace", () => {
 	let t: Tenancy;
 
 	beforeAll(async () => {
-		t = await bootTenancy(store);
+		t = await bootTenancy();
 	}, 120_000);
 
 	afterAll(async () => {

@@ -1,6 +1,6 @@
 /**
  * Durability across a restart on the same DATA_DIR: documents in every lifecycle state, the change-event outbox
- * (CONTRACTS.md "Change events", spec "Change webhook"), secrets kept out of events, and root seeding done once.
+ * (docs/contracts.md "Change events", spec "Change webhook"), secrets kept out of events, and root seeding done once.
  */
 import { readFileSync, statSync } from "fs";
 import path from "path";
@@ -152,7 +152,7 @@ describe("after a restart", () => {
 		expect(last.event.after).toMatchObject({ content: "after restart" });
 	});
 
-	test("change events per CONTRACTS: c, u, d (no after), r, in the webhook format", async () => {
+	test("change events per docs/contracts.md: c, u, d (no after), r, in the webhook format", async () => {
 		const all = await readOutbox();
 		const of = (id: string) => all.filter((r) => r.event.id === id);
 		const ops = (id: string) => of(id).map((r) => r.event.op);
@@ -221,7 +221,7 @@ describe("after a restart", () => {
 				expect(Object.keys(doc)).not.toContain("secret");
 			}
 		}
-		// What the document store holds (NeDB's files, PostgreSQL's rows): hashes only in users and clients, plaintexts nowhere.
+		// What the document store holds (PostgreSQL's rows): hashes only in users and clients, plaintexts nowhere.
 		const stored = await storedTexts(p);
 		expect(Object.keys(stored)).toEqual(expect.arrayContaining(["_outbox", "identity/users", "domain/clients", "content/notes", "auth/grants"]));
 		for (const [name, raw] of Object.entries(stored)) {

@@ -11,7 +11,7 @@ import { PgStore, unitOfWork } from "../../mixins/stores";
 import { needServers, tempDir } from "../helpers/platform";
 import { hexId, unique } from "../helpers/samples";
 import { recordStatements, testDatabase, type TestDatabase } from "../helpers/pg";
-import { bootTenancy, STORES, type Tenancy } from "../helpers/tenants";
+import { bootTenancy, type Tenancy } from "../helpers/tenants";
 
 const servers = needServers(["PostgreSQL", 5432]);
 
@@ -34,7 +34,7 @@ servers.describe("group commit: concurrent creates in one statement", () => {
 	let recorded: ReturnType<typeof recordStatements>;
 	const statements = () => recorded.statements;
 	beforeAll(async () => {
-		const cfg = { dataDir: dir, documentStore: "postgres" as const, databaseUrl: pg!.url };
+		const cfg = { dataDir: dir, databaseUrl: pg!.url };
 		outbox = new Outbox(cfg);
 		store = new PgStore(cfg, `group_${unique()}`);
 		other = new PgStore(cfg, `group_other_${unique()}`);
@@ -119,10 +119,10 @@ servers.describe("group commit: concurrent creates in one statement", () => {
 	});
 });
 
-describe.each(STORES)("concurrent creates of two tenants, conflicts among them (%s)", (kind) => {
+describe("concurrent creates of two tenants, conflicts among them", () => {
 	let t: Tenancy;
 	beforeAll(async () => {
-		t = await bootTenancy(kind);
+		t = await bootTenancy();
 	}, 180_000);
 	afterAll(async () => {
 		await t?.cleanup();

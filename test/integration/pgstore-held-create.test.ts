@@ -37,7 +37,7 @@ servers.describe("a held insert and its events: one statement", () => {
 	const statements: string[] = [];
 	let spy: jest.SpyInstance;
 	beforeAll(async () => {
-		const cfg = { dataDir: dir, documentStore: "postgres" as const, databaseUrl: pg!.url };
+		const cfg = { dataDir: dir, databaseUrl: pg!.url };
 		outbox = new Outbox(cfg);
 		store = new PgStore(cfg, `held_${unique()}`);
 		await outbox.connect();
@@ -78,7 +78,10 @@ servers.describe("a held insert and its events: one statement", () => {
 	servers.test("a bulk insert held with its events: one statement, every position in order", async () => {
 		const ids = [hexId(2), hexId(3), hexId(4)];
 		const recs = await unitOfWork(async () => {
-			await store.insertMany(ids.map((_id) => ({ _id, deleted_at: null })), { hold: true });
+			await store.insertMany(
+				ids.map((_id) => ({ _id, deleted_at: null })),
+				{ hold: true },
+			);
 			return outbox.append(ids.map(event));
 		});
 		expect(statements).toHaveLength(1);
@@ -188,29 +191,41 @@ servers.describe("creates over HTTP on PostgreSQL: the same answers, positions w
 		const last = (await recordsFrom(0)).at(-1)!.seq;
 		const again = await p!.http("POST", "/content/notes", { token, body: { title, ref } });
 		expect({ status: again.status, body: again.body }).toEqual({ status: 409, body: CONFLICT });
-		const bulk = await p!.http("POST", "/content/notes/bulk", { token, body: { items: [{ title, ref: `other-${unique()}` }, { title, ref }] } });
+		const bulk = await p!.http("POST", "/content/notes/bulk", {
+			token,
+			body: {
+				items: [
+					{ title, ref: `other-${unique()}` },
+					{ title, ref },
+				],
+			},
+		});
 		expect({ status: bulk.status, body: bulk.body }).toEqual({ status: 409, body: CONFLICT });
 		expect(await titled(title)).toBe(0);
 		expect((await recordsFrom(last)).filter((r) => (r.event as any).after?.title === title)).toEqual([]);
 	});
 
-	servers.test("40 concurrent creates, 10 of them conflicting: each created note has one event, positions without gaps", async () => {
-		const ref = `taken-${unique()}`;
-		expect((await p!.http("POST", "/content/notes", { token, body: { title: "taken", ref } })).status).toBe(200);
-		const start = (await recordsFrom(0)).at(-1)!.seq;
-		const title = `burst-${unique()}`;
-		const answers = await Promise.all(
-			Array.from({ length: 40 }, (_, i) => p!.http("POST", "/content/notes", { token, body: { title, content: String(i), ...(i % 4 === 0 ? { ref } : {}) } })),
-		);
-		expect(answers.map((a) => a.status).sort()).toEqual([...Array(30).fill(200), ...Array(10).fill(409)]);
-		for (const a of answers.filter((x) => x.status === 409)) expect(a.body).toEqual(CONFLICT);
-		const created = answers.filter((a) => a.status === 200).map((a) => a.body.data.id as string);
-		const recs = await recordsFrom(start);
-		const mine = recs.filter((r) => created.includes(r.event.id as string));
-		expect(mine.map((r) => r.event.id).sort()).toEqual([...created].sort());
-		// Every position after `start` up to the last is there: the conflicts drew none, nothing aborted after drawing.
-		const seqs = recs.map((r) => r.seq);
-		expect(seqs).toEqual(Array.from({ length: seqs.length }, (_, i) => start + 1 + i));
-		expect(await titled(title)).toBe(30);
-	}, 60_000);
+	servers.test(
+		"40 concurrent creates, 10 of them conflicting: each created note has one event, positions without gaps",
+		async () => {
+			const ref = `taken-${unique()}`;
+			expect((await p!.http("POST", "/content/notes", { token, body: { title: "taken", ref } })).status).toBe(200);
+			const start = (await recordsFrom(0)).at(-1)!.seq;
+			const title = `burst-${unique()}`;
+			const answers = await Promise.all(
+				Array.from({ length: 40 }, (_, i) => p!.http("POST", "/content/notes", { token, body: { title, content: String(i), ...(i % 4 === 0 ? { ref } : {}) } })),
+			);
+			expect(answers.map((a) => a.status).sort()).toEqual([...Array(30).fill(200), ...Array(10).fill(409)]);
+			for (const a of answers.filter((x) => x.status === 409)) expect(a.body).toEqual(CONFLICT);
+			const created = answers.filter((a) => a.status === 200).map((a) => a.body.data.id as string);
+			const recs = await recordsFrom(start);
+			const mine = recs.filter((r) => created.includes(r.event.id as string));
+			expect(mine.map((r) => r.event.id).sort()).toEqual([...created].sort());
+			// Every position after `start` up to the last is there: the conflicts drew none, nothing aborted after drawing.
+			const seqs = recs.map((r) => r.seq);
+			expect(seqs).toEqual(Array.from({ length: seqs.length }, (_, i) => start + 1 + i));
+			expect(await titled(title)).toBe(30);
+		},
+		60_000,
+	);
 });

@@ -82,62 +82,66 @@ servers.describe("commit order without clocks", () => {
 	const dir = tempDir("pgstore-order-");
 	afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-	servers.test("writers committing out of order: a reader advancing by position skips nothing", async () => {
-		const cfg = { dataDir: dir, documentStore: "postgres" as const, databaseUrl: pg!.url };
-		const outbox = new Outbox(cfg);
-		const store = new PgStore(cfg, `order_${unique()}`);
-		await outbox.connect();
-		await store.connect();
-		// Every commit waits a random while: transactions that drew their positions earlier commit later.
-		const query = Client.prototype.query as (...a: any[]) => any;
-		const spy = jest.spyOn(Client.prototype, "query").mockImplementation(function (this: Client, ...args: any[]) {
-			if (args[0] === "commit") return new Promise((r) => setTimeout(r, Math.random() * 25)).then(() => query.apply(this, args));
-			return query.apply(this, args);
-		} as any);
-		const start = (await outbox.readFrom(0, 100_000)).length;
-		const ids: string[] = [];
-		let writing = true;
-		const seen: string[] = [];
-		const reader = (async () => {
-			let pos = 0;
-			for (;;) {
-				const last = !writing;
-				const batch = await outbox.readFrom(pos, 50);
-				for (const r of batch) {
-					seen.push(r.event.id as string);
-					pos = r.seq;
-				}
-				if (last && batch.length < 50) return;
-				await new Promise((r) => setTimeout(r, 2));
-			}
-		})();
-		try {
-			await Promise.all(
-				Array.from({ length: 8 }, async (_, w) => {
-					for (let i = 0; i < 25; i++) {
-						const id = hexId(w * 1000 + i);
-						ids.push(id);
-						await unitOfWork(async () => {
-							await store.insert({ _id: id, deleted_at: null });
-							await new Promise((r) => setTimeout(r, Math.random() * 5));
-							await outbox.append([{ event: { id } as any, clients: [], actor: {} }]);
-						});
+	servers.test(
+		"writers committing out of order: a reader advancing by position skips nothing",
+		async () => {
+			const cfg = { dataDir: dir, databaseUrl: pg!.url };
+			const outbox = new Outbox(cfg);
+			const store = new PgStore(cfg, `order_${unique()}`);
+			await outbox.connect();
+			await store.connect();
+			// Every commit waits a random while: transactions that drew their positions earlier commit later.
+			const query = Client.prototype.query as (...a: any[]) => any;
+			const spy = jest.spyOn(Client.prototype, "query").mockImplementation(function (this: Client, ...args: any[]) {
+				if (args[0] === "commit") return new Promise((r) => setTimeout(r, Math.random() * 25)).then(() => query.apply(this, args));
+				return query.apply(this, args);
+			} as any);
+			const start = (await outbox.readFrom(0, 100_000)).length;
+			const ids: string[] = [];
+			let writing = true;
+			const seen: string[] = [];
+			const reader = (async () => {
+				let pos = 0;
+				for (;;) {
+					const last = !writing;
+					const batch = await outbox.readFrom(pos, 50);
+					for (const r of batch) {
+						seen.push(r.event.id as string);
+						pos = r.seq;
 					}
-				}),
-			);
-		} finally {
-			writing = false;
-			await reader;
-			spy.mockRestore();
-		}
-		expect(seen.length - start).toBeGreaterThanOrEqual(0);
-		const mine = seen.filter((id) => ids.includes(id));
-		expect(new Set(mine).size).toBe(mine.length);
-		expect([...mine].sort()).toEqual([...ids].sort());
-		expect(await store.count({})).toBe(200);
-		await store.disconnect();
-		await outbox.disconnect();
-	}, 60_000);
+					if (last && batch.length < 50) return;
+					await new Promise((r) => setTimeout(r, 2));
+				}
+			})();
+			try {
+				await Promise.all(
+					Array.from({ length: 8 }, async (_, w) => {
+						for (let i = 0; i < 25; i++) {
+							const id = hexId(w * 1000 + i);
+							ids.push(id);
+							await unitOfWork(async () => {
+								await store.insert({ _id: id, deleted_at: null });
+								await new Promise((r) => setTimeout(r, Math.random() * 5));
+								await outbox.append([{ event: { id } as any, clients: [], actor: {} }]);
+							});
+						}
+					}),
+				);
+			} finally {
+				writing = false;
+				await reader;
+				spy.mockRestore();
+			}
+			expect(seen.length - start).toBeGreaterThanOrEqual(0);
+			const mine = seen.filter((id) => ids.includes(id));
+			expect(new Set(mine).size).toBe(mine.length);
+			expect([...mine].sort()).toEqual([...ids].sort());
+			expect(await store.count({})).toBe(200);
+			await store.disconnect();
+			await outbox.disconnect();
+		},
+		60_000,
+	);
 });
 
 servers.describe("the relay on the PostgreSQL outbox", () => {
@@ -170,45 +174,50 @@ servers.describe("the relay on the PostgreSQL outbox", () => {
 		}
 	};
 
-	servers.test("publishes in commit order, marks its position; a crash while publishing or before the mark loses nothing", async () => {
-		const cfg = { dataDir: dir, documentStore: "postgres", databaseUrl: pg!.url, namespace: `relay-${unique()}`, streamRetentionHours: 168 } as unknown as PlatformConfig;
-		const outbox = sharedOutbox(cfg);
-		await outbox.connect();
-		const base = (await outbox.readFrom(0, 1_000_000)).at(-1)?.seq ?? 0;
-		const seqs: number[] = [];
-		for (let i = 0; i < 30; i++) seqs.push(...(await outbox.append(Array.from({ length: 10 }, (_, j) => ({ event: { id: `e${i}-${j}` } as any, clients: [], actor: {} })))).map((r) => r.seq));
-		const logger = { warn: () => undefined, info: () => undefined };
+	servers.test(
+		"publishes in commit order, marks its position; a crash while publishing or before the mark loses nothing",
+		async () => {
+			const cfg = { dataDir: dir, databaseUrl: pg!.url, namespace: `relay-${unique()}`, streamRetentionHours: 168 } as unknown as PlatformConfig;
+			const outbox = sharedOutbox(cfg);
+			await outbox.connect();
+			const base = (await outbox.readFrom(0, 1_000_000)).at(-1)?.seq ?? 0;
+			const seqs: number[] = [];
+			for (let i = 0; i < 30; i++)
+				seqs.push(...(await outbox.append(Array.from({ length: 10 }, (_, j) => ({ event: { id: `e${i}-${j}` } as any, clients: [], actor: {} })))).map((r) => r.seq));
+			const logger = { warn: () => undefined, info: () => undefined };
 
-		// 1. Fails at the 120th publish: retried from the position, nothing skipped.
-		const fail: { at?: number } = { at: 120 };
-		const a = fakeStream(fail);
-		// 2. Marks beyond 150 fail (the node dies before its next mark): a new relay republishes from the last mark,
-		// which only repeats.
-		const original = PgStore.prototype.setOne;
-		const setOne = jest.spyOn(PgStore.prototype, "setOne").mockImplementation(function (this: PgStore, id: string, set: Record<string, unknown>) {
-			if (id.startsWith("relay:") && Number(set.seq) > base + 150) return Promise.reject(new Error("simulated crash before the mark"));
-			return original.call(this, id, set);
-		});
-		const relay1 = new Relay(cfg, a.stream, logger, "node-a");
-		what = () => `a: ${a.published.length} missing ${seqs.filter((s) => !a.published.includes(s))}, leader ${relay1.leader}, position ${relay1.position}`;
-		relay1.start();
-		await until(() => a.published.filter((s) => s > base).length >= 300);
-		await relay1.stop();
-		setOne.mockRestore();
-		const b = fakeStream({});
-		const relay2 = new Relay(cfg, b.stream, logger, "node-b");
-		relay2.start();
-		await outbox.append([{ event: { id: "late" } as any, clients: [], actor: {} }]);
-		await until(() => b.published.includes(Math.max(...seqs) + 1));
-		await relay2.stop();
-		await outbox.disconnect();
+			// 1. Fails at the 120th publish: retried from the position, nothing skipped.
+			const fail: { at?: number } = { at: 120 };
+			const a = fakeStream(fail);
+			// 2. Marks beyond 150 fail (the node dies before its next mark): a new relay republishes from the last mark,
+			// which only repeats.
+			const original = PgStore.prototype.setOne;
+			const setOne = jest.spyOn(PgStore.prototype, "setOne").mockImplementation(function (this: PgStore, id: string, set: Record<string, unknown>) {
+				if (id.startsWith("relay:") && Number(set.seq) > base + 150) return Promise.reject(new Error("simulated crash before the mark"));
+				return original.call(this, id, set);
+			});
+			const relay1 = new Relay(cfg, a.stream, logger, "node-a");
+			what = () => `a: ${a.published.length} missing ${seqs.filter((s) => !a.published.includes(s))}, leader ${relay1.leader}, position ${relay1.position}`;
+			relay1.start();
+			await until(() => a.published.filter((s) => s > base).length >= 300);
+			await relay1.stop();
+			setOne.mockRestore();
+			const b = fakeStream({});
+			const relay2 = new Relay(cfg, b.stream, logger, "node-b");
+			relay2.start();
+			await outbox.append([{ event: { id: "late" } as any, clients: [], actor: {} }]);
+			await until(() => b.published.includes(Math.max(...seqs) + 1));
+			await relay2.stop();
+			await outbox.disconnect();
 
-		const all = [...a.published, ...b.published].filter((s) => s > base);
-		// Everything, each record at least once; in order within each relay's run.
-		expect([...new Set(all)].sort((x, y) => x - y)).toEqual([...seqs, Math.max(...seqs) + 1]);
-		for (const run of [a.published, b.published]) expect(run.every((s, i) => i === 0 || s > run[i - 1])).toBe(true);
-		// Repeats only of what was published after the last mark.
-		expect(all.length - new Set(all).size).toBeLessThanOrEqual(300);
-		expect(b.published.length).toBeGreaterThan(1);
-	}, 60_000);
+			const all = [...a.published, ...b.published].filter((s) => s > base);
+			// Everything, each record at least once; in order within each relay's run.
+			expect([...new Set(all)].sort((x, y) => x - y)).toEqual([...seqs, Math.max(...seqs) + 1]);
+			for (const run of [a.published, b.published]) expect(run.every((s, i) => i === 0 || s > run[i - 1])).toBe(true);
+			// Repeats only of what was published after the last mark.
+			expect(all.length - new Set(all).size).toBeLessThanOrEqual(300);
+			expect(b.published.length).toBeGreaterThan(1);
+		},
+		60_000,
+	);
 });

@@ -7,36 +7,20 @@
  * - the plan: the owned half's page is an index scan in sort order (no Sort node above it), its total an index-only scan;
  * - a table made before the column gets it (and its indexes) on start, with the data, once.
  */
-import { rmSync } from "fs";
 import { Client } from "pg";
 import { PgStore, type StoredDoc } from "../../mixins/stores";
 import { ownerSplit, Params } from "../../mixins/stores/pg.query";
 import { openRelational, releaseRelational } from "../../runtime/relational";
-import { tempDir } from "../helpers/platform";
 import { hexId, unique } from "../helpers/samples";
-import { testDatabase, type TestDatabase } from "../helpers/pg";
+import { storeDatabase } from "../helpers/pg";
 
 jest.setTimeout(120_000);
 
-const dir = tempDir("pgstore-owner-");
-let pg: TestDatabase | undefined;
-const cfg = () => ({ dataDir: dir, databaseUrl: pg!.url });
-const up = () => !!pg;
-
-beforeAll(async () => {
-	pg = await testDatabase();
-}, 30_000);
-afterAll(async () => {
-	if (pg) {
-		await releaseRelational(cfg()).catch(() => undefined);
-		await pg.drop();
-	}
-	rmSync(dir, { recursive: true, force: true });
-});
+const { up, cfg } = storeDatabase("pgstore-owner-");
 
 function rng(seed: number) {
 	let s = seed >>> 0;
-	return () => ((s = (s * 1664525 + 1013904223) >>> 0) / 2 ** 32);
+	return () => (s = (s * 1664525 + 1013904223) >>> 0) / 2 ** 32;
 }
 
 const USERS = ["u0", "u1", "u2", "u3", "u4"];
@@ -78,7 +62,16 @@ function zoneQueries(x: string): Record<string, unknown>[] {
 	];
 }
 
-const SORTS: Array<Record<string, 1 | -1> | undefined> = [{ created_at: -1 }, { created_at: 1 }, { _id: 1 }, { _id: -1 }, { id: -1 }, { n: 1 }, { created_at: -1, n: 1 }, undefined];
+const SORTS: Array<Record<string, 1 | -1> | undefined> = [
+	{ created_at: -1 },
+	{ created_at: 1 },
+	{ _id: 1 },
+	{ _id: -1 },
+	{ id: -1 },
+	{ n: 1 },
+	{ created_at: -1, n: 1 },
+	undefined,
+];
 const WINDOWS = [
 	{ skip: 0, limit: 20 },
 	{ skip: 5, limit: 7 },
@@ -223,7 +216,9 @@ describe("the owner zone's index (PostgreSQL)", () => {
 		const db = await openRelational(cfg());
 		try {
 			// The table as the version before made it, with documents in it.
-			await db.query(`create table ${table} (id text collate "C" primary key, body json not null, doc jsonb generated always as (body::jsonb) stored) with (toast_tuple_target = 8160)`);
+			await db.query(
+				`create table ${table} (id text collate "C" primary key, body json not null, doc jsonb generated always as (body::jsonb) stored) with (toast_tuple_target = 8160)`,
+			);
 			const docs = randomDocs(300);
 			await db.query(`insert into ${table} (id, body) select x->>'_id', x from json_array_elements($1::json) x`, [JSON.stringify(docs)]);
 			const file = async () => (await db.query<{ f: string }>(`select pg_relation_filenode(to_regclass($1))::text as f`, [table])).rows[0].f;
@@ -241,7 +236,9 @@ describe("the owner zone's index (PostgreSQL)", () => {
 				const wrong = await db.query(`select id from ${table} where owner is distinct from (case jsonb_typeof(doc->'owner') when 'string' then doc->>'owner' end)`);
 				expect(wrong.rows).toEqual([]);
 				expect((await db.query(`select count(*)::int as n from ${table} where owner is not null`)).rows[0].n).toBe(docs.filter((d) => typeof d.owner === "string").length);
-				const indexes = (await db.query<{ n: string }>(`select indexname as n from pg_indexes where tablename = $1`, [`docs/${name}`])).rows.map((r) => r.n.replace(/^docs_[0-9a-f]{12}_/, ""));
+				const indexes = (await db.query<{ n: string }>(`select indexname as n from pg_indexes where tablename = $1`, [`docs/${name}`])).rows.map((r) =>
+					r.n.replace(/^docs_[0-9a-f]{12}_/, ""),
+				);
 				expect(indexes).toEqual(expect.arrayContaining(["owner_created", "owner_id", "owner_array"]));
 				// The documents as they were, served by the split statements.
 				for (const q of zoneQueries("u2")) {

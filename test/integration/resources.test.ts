@@ -7,6 +7,7 @@
  * Memory is compared after full collections (V8's gc, exposed at run time below): without them, whether the
  * burst's garbage is collected before the measurement is up to V8, and a heap left 80 MB larger failed the check.
  */
+// jest-solo: times the event loop under a storm of requests (the /status bound; test/run.mjs)
 import net from "net";
 import v8 from "v8";
 import vm from "vm";
@@ -14,7 +15,7 @@ import { describeProbe, expectStatusHeldUnder, inTurns, startStatusProbe } from 
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
 import { aesOf, errorBody, sleep } from "../helpers/auth";
 import { unique } from "../helpers/samples";
-import { bigNotes, otherPrincipal, stalledStream, type Stalled } from "../helpers/stall";
+import { bigNotes, otherPrincipals, stalledStream, type Stalled } from "../helpers/stall";
 import { encryptEnvelope } from "../../lib/crypto";
 import { totp } from "../../lib/totp";
 import { connectHeader } from "../helpers/mqtt-wire";
@@ -102,7 +103,7 @@ test("50 stalled cursors, 500 TOTP checks and 20 oversized MQTT packets at once:
 	const probe = startStatusProbe(p.url); // over the attack, not the test's own gc() calls
 
 	// 1. 50 stalled cursors: 7 principals × 7, plus one more for root (8: its cap), and the 9th of root refused.
-	const principals = [token, ...Array.from({ length: 6 }, (_, i) => otherPrincipal(p, token, i + 1))];
+	const principals = [token, ...(await otherPrincipals(p, token, 6))];
 	const stalled: Stalled[] = [];
 	const opening = [];
 	for (let i = 0; i < 50; i++) opening.push(stalledStream(p.url, cursorPath, principals[i % 7]));
@@ -134,7 +135,9 @@ test("50 stalled cursors, 500 TOTP checks and 20 oversized MQTT packets at once:
 	for (const s of stalled) s.destroy();
 	for (const m of mqtt) m.destroy();
 	console.log(`resources: ${describeProbe(await expectStatusHeldUnder(probe))}`);
-	console.log(`resources: /status median ${median.toFixed(1)} ms, max ${times[times.length - 1].toFixed(1)} ms; RSS before ${(before / MB).toFixed(0)} MB, during ${(during / MB).toFixed(0)} MB; mqtt ${mqttResults ? mqttResults.map((r) => `${(r.sent / MB).toFixed(1)}${r.closedByServer ? "c" : ""}`).join(" ") : "still open after 10 s"}`);
+	console.log(
+		`resources: /status median ${median.toFixed(1)} ms, max ${times[times.length - 1].toFixed(1)} ms; RSS before ${(before / MB).toFixed(0)} MB, during ${(during / MB).toFixed(0)} MB; mqtt ${mqttResults ? mqttResults.map((r) => `${(r.sent / MB).toFixed(1)}${r.closedByServer ? "c" : ""}`).join(" ") : "still open after 10 s"}`,
+	);
 	expect(median).toBeLessThan(100);
 	expect(times[times.length - 1]).toBeLessThan(500);
 
@@ -147,7 +150,10 @@ test("50 stalled cursors, 500 TOTP checks and 20 oversized MQTT packets at once:
 		if (after - before <= 50 * MB || Date.now() > until) break;
 		await sleep(500);
 	}
-	const mu = (m: NodeJS.MemoryUsage) => Object.entries(m).map(([k, v]) => `${k} ${(v / MB).toFixed(0)}`).join(", ");
+	const mu = (m: NodeJS.MemoryUsage) =>
+		Object.entries(m)
+			.map(([k, v]) => `${k} ${(v / MB).toFixed(0)}`)
+			.join(", ");
 	console.log(`resources: RSS after ${(after / MB).toFixed(0)} MB (before: ${mu(beforeAll_)}; after: ${mu(process.memoryUsage())})`);
 	// Growth is what it bounds: in a jest worker that ran other files before, a full GC may also return memory those
 	// left behind, so the process can end below where this test started.

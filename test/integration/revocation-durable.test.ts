@@ -1,5 +1,5 @@
 /**
- * Revocation holds whatever the cache loses (issue 9 items 3a-3d; CONTRACTS.md "Tenants", last lines, and "Tokens
+ * Revocation holds whatever the cache loses (issue 9 items 3a-3d; docs/contracts.md "Tenants", last lines, and "Tokens
  * and sessions"), through HTTP on the embedded default:
  * - a logged-out JWT and a deleted APT stay refused after a restart (the embedded cache starts empty: the session
  *   record in identity/sessions is what refuses them), and the login failure counter survives the restart;
@@ -11,7 +11,7 @@
 import { readFileSync, statSync } from "fs";
 import path from "path";
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
-import { apiKey, createClient, createUser, errorBody, kvOf, tokenOf } from "../helpers/auth";
+import { apiKey, createClient, createUser, errorBody, kvOf, rootAccountCounter, tokenOf } from "../helpers/auth";
 import { blacklistKey } from "../../middlewares/authenticate";
 import { drained } from "../helpers/stream";
 
@@ -20,7 +20,13 @@ let http: TestPlatform["http"];
 let rootJwt: string;
 
 const REVOKED = errorBody(401, "session is revoked");
-const rootLogin = (extra: Record<string, unknown> = {}) => ({ grant_type: "password", client_id: p.root.client_id, username: p.root.username, password: p.root.password, ...extra });
+const rootLogin = (extra: Record<string, unknown> = {}) => ({
+	grant_type: "password",
+	client_id: p.root.client_id,
+	username: p.root.username,
+	password: p.root.password,
+	...extra,
+});
 const DAY = 24 * 3600 * 1000;
 
 beforeAll(async () => {
@@ -97,11 +103,11 @@ describe("after a restart of the embedded platform (its cache starts empty)", ()
 		expect(statSync(file).mode & 0o777).toBe(0o600);
 		// Only the failure counters are kept there (no leases, no cached APT records).
 		const kept = Object.keys(JSON.parse(readFileSync(file, "utf8")));
-		expect(kept).toContain("auth:fail:198.51.100.23");
+		expect(kept).toContain(rootAccountCounter(p, "198.51.100.23"));
 		expect(kept.every((k) => k.startsWith("auth:fail:"))).toBe(true);
 		const r = await http("POST", "/auth/token", { headers, body: rootLogin() });
 		expect(r.status).toBe(429);
-		expect(r.body).toEqual(errorBody(429, "too many failed login attempts from this IP"));
+		expect(r.body).toEqual(errorBody(429, "too many failed login attempts for this account from this IP"));
 		// Counted per IP: another address logs in.
 		expect((await http("POST", "/auth/token", { headers: { "x-forwarded-for": "198.51.100.24" }, body: rootLogin() })).status).toBe(200);
 	});
@@ -182,7 +188,9 @@ describe("user and client changes revoke at once", () => {
 		const u = await userWithTokens();
 		expect((await http("PATCH", `/identity/users/${u.user.id}`, { token: rootJwt, body: { password: "a-brand-new-Secret-9" } })).status).toBe(200);
 		await expectAllRefused(u);
-		expect((await http("POST", "/auth/token", { body: { grant_type: "password", client_id: p.root.client_id, username: u.username, password: "a-brand-new-Secret-9" } })).status).toBe(200);
+		expect(
+			(await http("POST", "/auth/token", { body: { grant_type: "password", client_id: p.root.client_id, username: u.username, password: "a-brand-new-Secret-9" } })).status,
+		).toBe(200);
 	});
 
 	test("a patch that changes neither status nor password revokes nothing", async () => {

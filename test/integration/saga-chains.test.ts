@@ -1,16 +1,16 @@
 /**
- * Saga compensation over a chain of stages on one document (CONTRACTS.md "Sagas": every stage undone newest first; a
+ * Saga compensation over a chain of stages on one document (docs/contracts.md "Sagas": every stage undone newest first; a
  * document someone else changed after a stage is left alone), on both document stores, with two tenants. Every write
  * stores a new revision (the document's ETag) and undoing a stage gives the document a revision of its own: undoing a
  * later stage of the same saga is not "someone else's change" to an earlier stage, but a write by anyone else still is.
  */
-import { STORES, bootTenancy, ok, type Tenancy } from "../helpers/tenants";
+import { bootTenancy, ok, type Tenancy } from "../helpers/tenants";
 
 jest.setTimeout(180_000);
 
 const NOT_FOUND = { statusCode: 404, message: "document not found", error: "Not Found" };
 
-describe.each(STORES)("saga compensation over chained stages on %s", (store) => {
+describe("saga compensation over chained stages", () => {
 	let t: Tenancy;
 	let admin: string;
 	const H = (saga: string) => ({ "x-saga-session": saga });
@@ -21,11 +21,19 @@ describe.each(STORES)("saga compensation over chained stages on %s", (store) => 
 		(await ok(t.as(admin, "PATCH", `/content/notes/${id}`, body, saga ? H(saga) : undefined), "patch")).data as Record<string, any>;
 	const read = async (id: string, token = admin) => t.as(token, "GET", `/content/notes/${id}`, undefined, { "x-exclude-soft-delete-query": "1" });
 	const stagesOf = async (saga: string) =>
-		(await ok(t.as(admin, "GET", `/essential/saga-stages?query=${encodeURIComponent(JSON.stringify({ saga }))}&pagination=${encodeURIComponent(JSON.stringify({ limit: 100, sort: { created_at: 1 } }))}`), "stages"))
-			.items as Array<Record<string, any>>;
+		(
+			await ok(
+				t.as(
+					admin,
+					"GET",
+					`/essential/saga-stages?query=${encodeURIComponent(JSON.stringify({ saga }))}&pagination=${encodeURIComponent(JSON.stringify({ limit: 100, sort: { created_at: 1 } }))}`,
+				),
+				"stages",
+			)
+		).items as Array<Record<string, any>>;
 
 	beforeAll(async () => {
-		t = await bootTenancy(store);
+		t = await bootTenancy();
 		admin = t.a.admin.token;
 	}, 180_000);
 

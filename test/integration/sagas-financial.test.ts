@@ -27,7 +27,7 @@ async function party(grants: Array<[string, string]>): Promise<Party> {
 	for (const [action, object] of grants)
 		expect((await p.http("POST", "/auth/grants", { token: root, body: { subject: `${u.id}@${p.root.domain}`, action, object } })).status).toBe(200);
 	const wallet = walletIdOf(u.id);
-	await waitForValue("the wallet", async () => (await p.broker.getLocalService("financial") as any).collectionStore("wallets").findOne({ id: wallet }));
+	await waitForValue("the wallet", async () => ((await p.broker.getLocalService("financial")) as any).collectionStore("wallets").findOne({ id: wallet }));
 	const token = (await tokenOf(p.http, { grant_type: "password", client_id: p.root.client_id, username, password })).access_token;
 	return { id: u.id, token, wallet };
 }
@@ -68,7 +68,10 @@ test("transfer then verify: balances moved; abort: balances restored exactly and
 	await deposit(a.wallet, 1000);
 	expect(await balance(a.wallet)).toBe(1000);
 
-	const t1 = await p.http("POST", "/financial/transactions/init", { token: a.token, body: { amount: 300, currency: "USD", payers: [{ wallet: a.wallet, amount: 300 }], payees: [{ wallet: b.wallet, amount: 300 }] } });
+	const t1 = await p.http("POST", "/financial/transactions/init", {
+		token: a.token,
+		body: { amount: 300, currency: "USD", payers: [{ wallet: a.wallet, amount: 300 }], payees: [{ wallet: b.wallet, amount: 300 }] },
+	});
 	expect(t1.status).toBe(200);
 	expect(t1.body.data).toMatchObject({ amount: 300, type: "TRANSFER", state: "PENDING", owner: a.id });
 	expect(t1.body.data.saga).toMatch(/^[0-9a-f]{24}$/);
@@ -79,7 +82,11 @@ test("transfer then verify: balances moved; abort: balances restored exactly and
 	expect(Date.parse(v.body.data.verified_at)).toBeGreaterThan(0);
 	expect((await p.http("GET", `/financial/transactions/${t1.body.data.id}/verify`, { token: a.token })).body.data).toEqual(v.body.data);
 	// A verified transaction cannot be aborted.
-	expect((await p.http("GET", `/financial/transactions/${t1.body.data.id}/abort`, { token: a.token })).body).toEqual({ statusCode: 409, message: `transaction ${t1.body.data.id} is verified`, error: "Conflict" });
+	expect((await p.http("GET", `/financial/transactions/${t1.body.data.id}/abort`, { token: a.token })).body).toEqual({
+		statusCode: 409,
+		message: `transaction ${t1.body.data.id} is verified`,
+		error: "Conflict",
+	});
 	expect([await balance(a.wallet), await balance(b.wallet)]).toEqual([700, 300]);
 	// The saga it links to exists and is committed.
 	const saga = await p.http("GET", `/essential/sagas/${t1.body.data.saga}`, { token: a.token });
@@ -87,7 +94,10 @@ test("transfer then verify: balances moved; abort: balances restored exactly and
 	const stored = await (p.broker.getLocalService("essential") as any).collectionStore("sagas").findOne({ id: t1.body.data.saga });
 	expect(stored).toMatchObject({ state: "COMMITTED", owner: a.id });
 
-	const t2 = await p.http("POST", "/financial/transactions/init", { token: a.token, body: { amount: 200, payers: [{ wallet: a.wallet, amount: 200 }], payees: [{ wallet: b.wallet, amount: 200 }] } });
+	const t2 = await p.http("POST", "/financial/transactions/init", {
+		token: a.token,
+		body: { amount: 200, payers: [{ wallet: a.wallet, amount: 200 }], payees: [{ wallet: b.wallet, amount: 200 }] },
+	});
 	expect([await balance(a.wallet), await balance(b.wallet)]).toEqual([500, 500]);
 	const ab = await p.http("GET", `/financial/transactions/${t2.body.data.id}/abort`, { token: a.token });
 	expect(ab.status).toBe(200);
@@ -95,7 +105,11 @@ test("transfer then verify: balances moved; abort: balances restored exactly and
 	expect(Date.parse(ab.body.data.canceled_at)).toBeGreaterThan(0);
 	expect([await balance(a.wallet), await balance(b.wallet)]).toEqual([700, 300]);
 	expect((await p.http("GET", `/financial/transactions/${t2.body.data.id}/abort`, { token: a.token })).body.data).toEqual(ab.body.data);
-	expect((await p.http("GET", `/financial/transactions/${t2.body.data.id}/verify`, { token: a.token })).body).toEqual({ statusCode: 409, message: `transaction ${t2.body.data.id} is cancelled`, error: "Conflict" });
+	expect((await p.http("GET", `/financial/transactions/${t2.body.data.id}/verify`, { token: a.token })).body).toEqual({
+		statusCode: 409,
+		message: `transaction ${t2.body.data.id} is cancelled`,
+		error: "Conflict",
+	});
 	expect([await balance(a.wallet), await balance(b.wallet)]).toEqual([700, 300]);
 });
 
@@ -103,7 +117,10 @@ test("insufficient balance: 409, nothing changed; bad bodies: 400; another's wal
 	const a = await party(PAYER_GRANTS);
 	const b = await party(PAYER_GRANTS);
 	await deposit(a.wallet, 100);
-	const over = await p.http("POST", "/financial/transactions/init", { token: a.token, body: { amount: 101, payers: [{ wallet: a.wallet, amount: 101 }], payees: [{ wallet: b.wallet, amount: 101 }] } });
+	const over = await p.http("POST", "/financial/transactions/init", {
+		token: a.token,
+		body: { amount: 101, payers: [{ wallet: a.wallet, amount: 101 }], payees: [{ wallet: b.wallet, amount: 101 }] },
+	});
 	expect(over.body).toEqual({ statusCode: 409, message: "insufficient balance", error: "Conflict" });
 	expect([await balance(a.wallet), await balance(b.wallet)]).toEqual([100, 0]);
 	const list = await p.http("GET", "/financial/transactions", { token: a.token });
@@ -117,7 +134,10 @@ test("insufficient balance: 409, nothing changed; bad bodies: 400; another's wal
 		expect(r.body).toEqual({ statusCode: 400, message, error: "Bad Request" });
 	}
 	// b's wallet is not in a's view: taking money from it answers 404.
-	const steal = await p.http("POST", "/financial/transactions/init", { token: a.token, body: { amount: 1, payers: [{ wallet: b.wallet, amount: 1 }], payees: [{ wallet: a.wallet, amount: 1 }] } });
+	const steal = await p.http("POST", "/financial/transactions/init", {
+		token: a.token,
+		body: { amount: 1, payers: [{ wallet: b.wallet, amount: 1 }], payees: [{ wallet: a.wallet, amount: 1 }] },
+	});
 	expect(steal.body).toEqual({ statusCode: 404, message: `wallet ${b.wallet} not found`, error: "Not Found" });
 	// Money only enters with a DEPOSIT, which needs manage on wallets.
 	const dep = await p.http("POST", "/financial/transactions/init", { token: a.token, body: { type: "DEPOSIT", amount: 5, payees: [{ wallet: a.wallet, amount: 5 }] } });
@@ -134,16 +154,27 @@ test("expiry: the saga's ttl passes before verify → balances restored exactly,
 	const a = await party(PAYER_GRANTS);
 	const b = await party(PAYER_GRANTS);
 	await deposit(a.wallet, 500);
-	const t = await p.http("POST", "/financial/transactions/init", { token: a.token, body: { amount: 120, ttl: 5, payers: [{ wallet: a.wallet, amount: 120 }], payees: [{ wallet: b.wallet, amount: 120 }] } });
+	const t = await p.http("POST", "/financial/transactions/init", {
+		token: a.token,
+		body: { amount: 120, ttl: 5, payers: [{ wallet: a.wallet, amount: 120 }], payees: [{ wallet: b.wallet, amount: 120 }] },
+	});
 	expect(t.status).toBe(200);
 	expect([await balance(a.wallet), await balance(b.wallet)]).toEqual([380, 120]);
-	const failed = await waitForValue("FAILED", async () => {
-		const r = await p.http("GET", `/financial/transactions/${t.body.data.id}`, { token: a.token });
-		return r.body.data.state === "FAILED" ? r.body.data : null;
-	}, 25_000);
+	const failed = await waitForValue(
+		"FAILED",
+		async () => {
+			const r = await p.http("GET", `/financial/transactions/${t.body.data.id}`, { token: a.token });
+			return r.body.data.state === "FAILED" ? r.body.data : null;
+		},
+		25_000,
+	);
 	expect(Date.parse(failed.failed_at)).toBeGreaterThan(0);
 	expect([await balance(a.wallet), await balance(b.wallet)]).toEqual([500, 0]);
-	expect((await p.http("GET", `/financial/transactions/${t.body.data.id}/verify`, { token: a.token })).body).toEqual({ statusCode: 409, message: `transaction ${t.body.data.id} is failed`, error: "Conflict" });
+	expect((await p.http("GET", `/financial/transactions/${t.body.data.id}/verify`, { token: a.token })).body).toEqual({
+		statusCode: 409,
+		message: `transaction ${t.body.data.id} is failed`,
+		error: "Conflict",
+	});
 });
 
 test("50 concurrent transfers from one wallet never overdraw it; the sum of all balances stays constant", async () => {
@@ -154,7 +185,10 @@ test("50 concurrent transfers from one wallet never overdraw it; the sum of all 
 	expect(await total()).toBe(1000);
 	const results = await Promise.all(
 		Array.from({ length: 50 }, (_, i) =>
-			p.http("POST", "/financial/transactions/init", { token: a.token, body: { amount: 30, payers: [{ wallet: a.wallet, amount: 30 }], payees: [{ wallet: others[i % 2].wallet, amount: 30 }] } }),
+			p.http("POST", "/financial/transactions/init", {
+				token: a.token,
+				body: { amount: 30, payers: [{ wallet: a.wallet, amount: 30 }], payees: [{ wallet: others[i % 2].wallet, amount: 30 }] },
+			}),
 		),
 	);
 	const ok = results.filter((r) => r.status === 200);
@@ -171,7 +205,11 @@ test("50 concurrent transfers from one wallet never overdraw it; the sum of all 
 });
 
 test("an invoice is paid once: PAID, paid_at, transaction; a second payment answers 409", async () => {
-	const seller = await party([["write", "financial:invoices"], ["read", "financial:invoices"], ["payment", "financial:invoices"]]);
+	const seller = await party([
+		["write", "financial:invoices"],
+		["read", "financial:invoices"],
+		["payment", "financial:invoices"],
+	]);
 	const buyer = await party(PAYER_GRANTS);
 	await deposit(buyer.wallet, 250);
 	const inv = await p.http("POST", "/financial/invoices", { token: seller.token, body: { amount: 200, currency: "USD", status: "ISSUED", shares: [buyer.id] } });
@@ -202,9 +240,15 @@ test("a credit the payee already spent cannot be taken back: abort answers 409, 
 	const b = await party(PAYER_GRANTS);
 	const c = await party(PAYER_GRANTS);
 	await deposit(a.wallet, 100);
-	const t = await p.http("POST", "/financial/transactions/init", { token: a.token, body: { amount: 100, payers: [{ wallet: a.wallet, amount: 100 }], payees: [{ wallet: b.wallet, amount: 100 }] } });
+	const t = await p.http("POST", "/financial/transactions/init", {
+		token: a.token,
+		body: { amount: 100, payers: [{ wallet: a.wallet, amount: 100 }], payees: [{ wallet: b.wallet, amount: 100 }] },
+	});
 	expect(t.status).toBe(200);
-	const spend = await p.http("POST", "/financial/transactions/init", { token: b.token, body: { amount: 100, payers: [{ wallet: b.wallet, amount: 100 }], payees: [{ wallet: c.wallet, amount: 100 }] } });
+	const spend = await p.http("POST", "/financial/transactions/init", {
+		token: b.token,
+		body: { amount: 100, payers: [{ wallet: b.wallet, amount: 100 }], payees: [{ wallet: c.wallet, amount: 100 }] },
+	});
 	expect(spend.status).toBe(200);
 	const ab = await p.http("GET", `/financial/transactions/${t.body.data.id}/abort`, { token: a.token });
 	expect(ab.body).toEqual({ statusCode: 409, message: `transaction ${t.body.data.id} cannot be cancelled: a payee already spent its credit`, error: "Conflict" });

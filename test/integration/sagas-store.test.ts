@@ -1,21 +1,16 @@
 /**
  * Conformance of the two compare-and-set methods sagas and wallets rely on (DocumentStore.updateIf/replaceIf):
- * NeDB always, PostgreSQL on the local server (skipped with a message when it does not answer), MongoDB when
- * MONGO_URI is set. The concurrency case is the wallet's: many conditional decrements
+ * PgStore on the local server (skipped with a message when it does not answer). The concurrency case is the wallet's: many conditional decrements
  * race, none overdraws.
  */
 import { rmSync } from "fs";
-import path from "path";
-import { NedbStore, PgStore, type DocumentStore } from "../../mixins/stores";
-import { MongoStore } from "../../mixins/stores/mongo.store";
+import { PgStore, type DocumentStore } from "../../mixins/stores";
 import { testDatabase, type TestDatabase } from "../helpers/pg";
 import { tempDir } from "../helpers/platform";
 import { unique } from "../helpers/samples";
 
 const dir = tempDir("sagas-store-");
-const impls: Array<{ name: string; make(): DocumentStore; unavailable?(): boolean }> = [{ name: "NedbStore", make: () => new NedbStore(path.join(dir, `s-${unique()}.db`)) }];
-if (process.env.MONGO_URI) impls.push({ name: "MongoStore", make: () => new MongoStore(process.env.MONGO_URI!, `sagas_${unique()}`) });
-else console.warn("SKIPPED: MongoDB conformance of updateIf/replaceIf: MONGO_URI is not set");
+const impls: Array<{ name: string; make(): DocumentStore; unavailable?(): boolean }> = [];
 
 let pg: TestDatabase | undefined;
 let pgChecked = false;

@@ -1,5 +1,5 @@
 /**
- * Sagas (CONTRACTS.md "Sagas"): start, commit, abort and add with their state rules and idempotence; staged writes
+ * Sagas (docs/contracts.md "Sagas"): start, commit, abort and add with their state rules and idempotence; staged writes
  * of every kind undone by abort and by expiry; a conflicting document left alone; compensation run twice changes
  * nothing more; the authority layer on the special actions.
  */
@@ -113,15 +113,30 @@ describe("saga operations", () => {
 
 	test("add records an external stage; a saga not in flight answers 409, an unknown one 404, a bad body 400", async () => {
 		const s = await start();
-		const r = await p.http("POST", "/essential/sagas/add", { token: root, body: { saga: s.id, bucket: "content/notes", action: "INSERT_MANY", req: { body: { title: "outside" } }, res: { ok: 1 } } });
+		const r = await p.http("POST", "/essential/sagas/add", {
+			token: root,
+			body: { saga: s.id, bucket: "content/notes", action: "INSERT_MANY", req: { body: { title: "outside" } }, res: { ok: 1 } },
+		});
 		expect(r.status).toBe(200);
-		expect(r.body.data).toMatchObject({ saga: s.id, bucket: "content/notes", action: "INSERT_MANY", req: { body: { title: "outside" } }, res: { ok: 1 }, state: "external", owner: p.root.user_id });
+		expect(r.body.data).toMatchObject({
+			saga: s.id,
+			bucket: "content/notes",
+			action: "INSERT_MANY",
+			req: { body: { title: "outside" } },
+			res: { ok: 1 },
+			state: "external",
+			owner: p.root.user_id,
+		});
 		expect(r.body.data.images).toBeUndefined();
 		const bad = await p.http("POST", "/essential/sagas/add", { token: root, body: { saga: s.id, bucket: "nope/none", action: "FIND", req: {} } });
 		expect(bad.status).toBe(400);
 		expect(bad.body.message).toBe("bucket must be a collection of the catalog (`service/collection`)");
 		const badAction = await p.http("POST", "/essential/sagas/add", { token: root, body: { saga: s.id, bucket: "content/notes", action: "DROP", req: {} } });
-		expect(badAction.body).toEqual({ statusCode: 400, message: "action must be one of COUNT_DOCUMENTS, INSERT_MANY, FIND_ONE, FIND, FIND_ONE_AND_UPDATE, FIND_ONE_AND_DELETE, UPDATE_MANY", error: "Bad Request" });
+		expect(badAction.body).toEqual({
+			statusCode: 400,
+			message: "action must be one of COUNT_DOCUMENTS, INSERT_MANY, FIND_ONE, FIND, FIND_ONE_AND_UPDATE, FIND_ONE_AND_DELETE, UPDATE_MANY",
+			error: "Bad Request",
+		});
 		const unknown = await p.http("POST", "/essential/sagas/add", { token: root, body: { saga: "0123456789abcdef01234567", bucket: "content/notes", action: "FIND", req: {} } });
 		expect(unknown.body).toEqual({ statusCode: 404, message: "saga 0123456789abcdef01234567 not found", error: "Not Found" });
 		// The external stage is not undone by the platform: abort succeeds and leaves it as it was.
@@ -154,7 +169,11 @@ async function stagedWrites(saga: string, tag: string) {
 	expect(bulk.status).toBe(200);
 	const patched = await p.http("PATCH", `/content/notes/${pre[0].id}`, { token: root, headers: H(saga), body: { content: "changed", description: "new field" } });
 	expect(patched.status).toBe(200);
-	const bulkPatched = await p.http("PATCH", `/content/notes/bulk?query=${encodeURIComponent(JSON.stringify({ title: { $in: [`${tag}-pre-2`, `${tag}-pre-3`] } }))}`, { token: root, headers: H(saga), body: { content: "bulk changed" } });
+	const bulkPatched = await p.http("PATCH", `/content/notes/bulk?query=${encodeURIComponent(JSON.stringify({ title: { $in: [`${tag}-pre-2`, `${tag}-pre-3`] } }))}`, {
+		token: root,
+		headers: H(saga),
+		body: { content: "bulk changed" },
+	});
 	expect(bulkPatched.status).toBe(200);
 	expect(bulkPatched.body.total).toBe(2);
 	const removed = await p.http("DELETE", `/content/notes/${pre[1].id}`, { token: root, headers: H(saga) });
@@ -182,9 +201,22 @@ describe("staged writes", () => {
 	test("create, bulk create, patch, bulk patch, delete, restore and destroy are each undone by abort, with their change events", async () => {
 		const s = await start();
 		const x = await stagedWrites(s.id, `ab-${randomBytes(3).toString("hex")}`);
-		const stages = await p.http("GET", `/essential/saga-stages?query=${encodeURIComponent(JSON.stringify({ saga: s.id }))}&pagination=${encodeURIComponent(JSON.stringify({ limit: 100, sort: { created_at: 1 } }))}`, { token: root });
+		const stages = await p.http(
+			"GET",
+			`/essential/saga-stages?query=${encodeURIComponent(JSON.stringify({ saga: s.id }))}&pagination=${encodeURIComponent(JSON.stringify({ limit: 100, sort: { created_at: 1 } }))}`,
+			{ token: root },
+		);
 		expect(stages.status).toBe(200);
-		expect(stages.body.items.map((st: any) => st.action)).toEqual(["INSERT_MANY", "INSERT_MANY", "FIND_ONE_AND_UPDATE", "UPDATE_MANY", "FIND_ONE_AND_UPDATE", "FIND_ONE_AND_UPDATE", "FIND_ONE_AND_DELETE", "FIND"]);
+		expect(stages.body.items.map((st: any) => st.action)).toEqual([
+			"INSERT_MANY",
+			"INSERT_MANY",
+			"FIND_ONE_AND_UPDATE",
+			"UPDATE_MANY",
+			"FIND_ONE_AND_UPDATE",
+			"FIND_ONE_AND_UPDATE",
+			"FIND_ONE_AND_DELETE",
+			"FIND",
+		]);
 		expect(stages.body.items.every((st: any) => st.state === "done" && st.bucket === "content/notes" && st.images === undefined)).toBe(true);
 		expect(stages.body.items[0].req).toMatchObject({ body: { title: expect.stringMatching(/-created$/) } });
 		expect(stages.body.items[0].res).toMatchObject({ data: { id: x.inserted[0] } });
@@ -201,7 +233,11 @@ describe("staged writes", () => {
 		expect(await eventsOf(x.pre[2].id)).toEqual(["c", "u", "u"]);
 		expect(await eventsOf(x.pre[3].id)).toEqual(["c", "d", "r", "d"]);
 		expect(await eventsOf(x.pre[0].id)).toEqual(["c", "u", "u"]);
-		const after = await p.http("GET", `/essential/saga-stages?query=${encodeURIComponent(JSON.stringify({ saga: s.id }))}&pagination=${encodeURIComponent(JSON.stringify({ limit: 100 }))}`, { token: root });
+		const after = await p.http(
+			"GET",
+			`/essential/saga-stages?query=${encodeURIComponent(JSON.stringify({ saga: s.id }))}&pagination=${encodeURIComponent(JSON.stringify({ limit: 100 }))}`,
+			{ token: root },
+		);
 		expect(after.body.items.map((st: any) => st.state).sort()).toEqual([...Array(8).fill("compensated")]);
 
 		// Compensation run again (a retry, another node) changes nothing more.
@@ -249,7 +285,10 @@ describe("staged writes", () => {
 		// Someone else's saga: 404, as if it did not exist.
 		const username = `sg-${randomBytes(4).toString("hex")}`;
 		await createUser(p.http, root, { username, password: "pw-saga-user-1", subjects: [] });
-		for (const [action, object] of [["write", "content:notes"], ["start", "essential:sagas"]])
+		for (const [action, object] of [
+			["write", "content:notes"],
+			["start", "essential:sagas"],
+		])
 			expect((await p.http("POST", "/auth/grants", { token: root, body: { subject: `${username}@${p.root.domain}`, action, object } })).status).toBe(200);
 		const t = (await tokenOf(p.http, { grant_type: "password", client_id: p.root.client_id, username, password: "pw-saga-user-1" })).access_token;
 		const mine = await start();
@@ -275,7 +314,8 @@ describe("staged writes", () => {
 		const t = (await tokenOf(p.http, { grant_type: "password", client_id: p.root.client_id, username, password: "pw-saga-user-2" })).access_token;
 		const noGrant = await p.http("POST", "/essential/sagas/start", { token: t, body: { ttl: 10 } });
 		expect(noGrant.body).toEqual({ statusCode: 403, message: "no grant for start on essential:sagas", error: "Forbidden" });
-		const scoped = (await tokenOf(p.http, { grant_type: "password", client_id: p.root.client_id, username, password: "pw-saga-user-2", scopes: ["read:content:notes"] })).access_token;
+		const scoped = (await tokenOf(p.http, { grant_type: "password", client_id: p.root.client_id, username, password: "pw-saga-user-2", scopes: ["read:content:notes"] }))
+			.access_token;
 		const noScope = await p.http("POST", "/essential/sagas/start", { token: scoped, body: { ttl: 10 } });
 		expect(noScope.body).toEqual({ statusCode: 403, message: "token scope does not cover start:essential:sagas", error: "Forbidden" });
 		// A fixed segment never falls through to GET /:id.
@@ -284,7 +324,10 @@ describe("staged writes", () => {
 		for (const d of DOMAINS)
 			for (const c of d.collections)
 				for (const sp of (c.specials ?? []).filter((x) => !x.implemented))
-					expect((await p.http(sp.method, `/${d.name}/${c.name}/${sp.path.replace(":id", "0123456789abcdef01234567")}`, { token: root, body: sp.method === "GET" ? undefined : {} })).status).toBe(404);
+					expect(
+						(await p.http(sp.method, `/${d.name}/${c.name}/${sp.path.replace(":id", "0123456789abcdef01234567")}`, { token: root, body: sp.method === "GET" ? undefined : {} }))
+							.status,
+					).toBe(404);
 	});
 });
 
@@ -305,7 +348,11 @@ describe("expiry", () => {
 		expect(Date.parse(done.aborted_at) - expiresAt).toBeLessThan(15_000);
 		await expectUndone(x);
 		// Committing it now: 409.
-		expect((await p.http("GET", `/essential/sagas/${s.id}/commit`, { token: root })).body).toEqual({ statusCode: 409, message: `saga ${s.id} is not in flight`, error: "Conflict" });
+		expect((await p.http("GET", `/essential/sagas/${s.id}/commit`, { token: root })).body).toEqual({
+			statusCode: 409,
+			message: `saga ${s.id} is not in flight`,
+			error: "Conflict",
+		});
 	});
 
 	test("several watchers scanning at once compensate each saga once (one undo event per document, one ABORTED change per saga)", async () => {
@@ -320,10 +367,14 @@ describe("expiry", () => {
 		await sleep(Math.max(0, Date.parse(sagas[sagas.length - 1].expires_at) - Date.now() + 20));
 		// The platform's own watcher plus four more scans racing it.
 		await Promise.all(Array.from({ length: 4 }, () => p.broker.call("essential.sagas.expire", { limit: 100 })));
-		await waitForValue("all compensated", async () => {
-			const r = await p.http("GET", `/essential/sagas?query=${encodeURIComponent(JSON.stringify({ id: { $in: sagas.map((s) => s.id) }, state: "ABORTED" }))}`, { token: root });
-			return r.body.total === sagas.length;
-		}, 20_000);
+		await waitForValue(
+			"all compensated",
+			async () => {
+				const r = await p.http("GET", `/essential/sagas?query=${encodeURIComponent(JSON.stringify({ id: { $in: sagas.map((s) => s.id) }, state: "ABORTED" }))}`, { token: root });
+				return r.body.total === sagas.length;
+			},
+			20_000,
+		);
 		for (const id of created) expect(await eventsOf(id)).toEqual(["c", "d"]);
 		const all = await sharedOutbox(p.cfg).readFrom(0, 1_000_000);
 		for (const s of sagas) expect(all.filter((r) => r.event.id === s.id && r.event.after?.state === "ABORTED").length).toBe(1);
@@ -334,7 +385,12 @@ describe("the raw pattern cannot bypass the saga rules", () => {
 	test("a patch of state, ttl, job or session answers 400; expires_at and stage states are set by the platform only", async () => {
 		const s = await start();
 		await p.http("GET", `/essential/sagas/${s.id}/commit`, { token: root });
-		for (const [k, v] of [["state", "AWAITING"], ["ttl", 600], ["job", "00000000-0000-4000-8000-000000000000"], ["session", "ab"]] as const) {
+		for (const [k, v] of [
+			["state", "AWAITING"],
+			["ttl", 600],
+			["job", "00000000-0000-4000-8000-000000000000"],
+			["session", "ab"],
+		] as const) {
 			const r = await p.http("PATCH", `/essential/sagas/${s.id}`, { token: root, body: { [k]: v } });
 			expect(r.body).toEqual({ statusCode: 400, message: `${k} is managed by the saga operations (start, commit, abort)`, error: "Bad Request" });
 		}
@@ -358,11 +414,19 @@ describe("write-ahead stages", () => {
 		const notesStore = (p.broker.getLocalService("content") as any).collectionStore("notes");
 		// 1: the stage was recorded, the process died before the write: nothing to undo.
 		const never = platformDoc({ title: "never written" }, { owner: claims.uid, cid: claims.cid });
-		const b1: any = await p.broker.call("essential.saga-stages.begin", { saga: s.id, bucket: "content/notes", action: "INSERT_MANY", req: {}, images: [{ kind: "insert", id: never._id, after: stampOf(never) }] }, { meta });
+		const b1: any = await p.broker.call(
+			"essential.saga-stages.begin",
+			{ saga: s.id, bucket: "content/notes", action: "INSERT_MANY", req: {}, images: [{ kind: "insert", id: never._id, after: stampOf(never) }] },
+			{ meta },
+		);
 		await p.broker.call("essential.saga-stages.complete", { stage: b1.stage, lease: b1.lease, res: null }, { meta });
 		// 2: the write happened, the process died before completing the stage (the lease is released by its TTL; here by hand).
 		const written = platformDoc({ title: "written, never acknowledged" }, { owner: claims.uid, cid: claims.cid });
-		const b2: any = await p.broker.call("essential.saga-stages.begin", { saga: s.id, bucket: "content/notes", action: "INSERT_MANY", req: {}, images: [{ kind: "insert", id: written._id, after: stampOf(written) }] }, { meta });
+		const b2: any = await p.broker.call(
+			"essential.saga-stages.begin",
+			{ saga: s.id, bucket: "content/notes", action: "INSERT_MANY", req: {}, images: [{ kind: "insert", id: written._id, after: stampOf(written) }] },
+			{ meta },
+		);
 		await notesStore.insert(written);
 		const { releaseLease } = await import("../../runtime/lock");
 		const { kvOf } = await import("../helpers/auth");

@@ -1,5 +1,5 @@
 /**
- * Issue 12 part 2 (CONTRACTS.md "Other special actions", docs/search.md): `GET /{content/posts|career/products|
+ * Issue 12 part 2 (docs/contracts.md "Other special actions", docs/search.md): `GET /{content/posts|career/products|
  * conjoint/messages}/search`. Ranking on a fixed corpus; the caller's view decides (zones, grant rows, hidden fields
  * never matched nor returned), also for the best match; the index follows creates, patches, deletes, restores and
  * destroys within 2 s, and is rebuilt after a restart.
@@ -25,7 +25,8 @@ async function user(grants: Array<{ action: string; object: string; field?: stri
 	const username = `se-${randomBytes(4).toString("hex")}`;
 	const u = await createUser(p.http, root, { username, password: PASSWORD, subjects: [] });
 	for (const g of grants) await ok(p.http("POST", "/auth/grants", { token: root, body: { subject: `${u.id}@${p.root.domain}`, ...g } }), `grant ${g.action}`);
-	const token = (await tokenOf(p.http, { grant_type: "password", client_id: p.root.client_id, username, password: PASSWORD, ...(scopes ? { scopes } : {}) })).access_token as string;
+	const token = (await tokenOf(p.http, { grant_type: "password", client_id: p.root.client_id, username, password: PASSWORD, ...(scopes ? { scopes } : {}) }))
+		.access_token as string;
 	return { id: u.id as string, token };
 }
 
@@ -137,7 +138,10 @@ describe("ranking on a fixed corpus", () => {
 
 describe("the caller's view decides, never the index", () => {
 	test("a document outside the view never appears, also when it is the best match", async () => {
-		const u = await user([{ action: "search", object: "content:posts" }, { action: "write", object: "content:posts" }]);
+		const u = await user([
+			{ action: "search", object: "content:posts" },
+			{ action: "write", object: "content:posts" },
+		]);
 		// Root's post is the best match by far, but root's (own zone): outside u's view.
 		const best = await create(root, "/content/posts", { title: "zebra zebra zebra", content: "zebra zebra zebra zebra" });
 		const mine = await create(u.token, "/content/posts", { title: "a note", content: "one zebra" });
@@ -165,7 +169,10 @@ describe("the caller's view decides, never the index", () => {
 	});
 
 	test("hidden fields are neither matched nor returned", async () => {
-		const w = await user([{ action: "write", object: "content:posts" }, { action: "search", object: "content:posts" }]);
+		const w = await user([
+			{ action: "write", object: "content:posts" },
+			{ action: "search", object: "content:posts" },
+		]);
 		const r = await user([{ action: "search", object: "content:posts", field: ["title"] }]);
 		const doc = await create(w.token, "/content/posts", { title: "visible heading", content: "secret narwhal words", shares: [r.id] });
 		// Matched through the content: not for r, whose grant reads the title only.

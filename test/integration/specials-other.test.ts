@@ -1,5 +1,5 @@
 /**
- * Issue 12 parts 3 and 4 (CONTRACTS.md "Other special actions"): collect (special/stats), generate
+ * Issue 12 parts 3 and 4 (docs/contracts.md "Other special actions"): collect (special/stats), generate
  * (conjoint/accounts), resolve (logistic/locations, logistic/travels) with their exact answers, 400s and 404s; then,
  * for every special of this part and the three searches, the authority layer: allowed, no scope, no grant, outside
  * the view, other tenant (two tenants set up by the operator, as in tenancy-users.test.ts).
@@ -50,7 +50,9 @@ withStatusProbe(() => p.url);
 describe("collect: the caller's tenant's stats summed over the range", () => {
 	let seq = 1;
 	const inc = (service: string, collection: string, counter: string, day: string, clients: string[], n = 1) =>
-		Promise.all(Array.from({ length: n }, () => p.broker.call("special.stats.increment", { seq: seq++, service, collection, counter, ts_ms: Date.parse(`${day}T12:00:00Z`), clients })));
+		Promise.all(
+			Array.from({ length: n }, () => p.broker.call("special.stats.increment", { seq: seq++, service, collection, counter, ts_ms: Date.parse(`${day}T12:00:00Z`), clients })),
+		);
 	const OTHER = "0123456789abcdef01234567";
 
 	beforeAll(async () => {
@@ -77,9 +79,15 @@ describe("collect: the caller's tenant's stats summed over the range", () => {
 
 	test("monthly and yearly, one service, one collection, open bounds", async () => {
 		const m = await post(root, "/special/stats/collect?zone=client", { period: "monthly", service: "content", collection: "notes", from: "2025-01", to: "2025-02-28" });
-		expect(m.body).toEqual({ items: [{ service: "content", collection: "notes", period: "monthly", from: "2025-01", to: "2025-02", created: 3, updated: 2, deleted: 1, restored: 0 }], total: 1 });
+		expect(m.body).toEqual({
+			items: [{ service: "content", collection: "notes", period: "monthly", from: "2025-01", to: "2025-02", created: 3, updated: 2, deleted: 1, restored: 0 }],
+			total: 1,
+		});
 		const y = await post(root, "/special/stats/collect?zone=client", { period: "yearly", service: "content", to: "2024" });
-		expect(y.body).toEqual({ items: [{ service: "content", collection: "notes", period: "yearly", from: "2024", to: "2024", created: 1, updated: 0, deleted: 0, restored: 0 }], total: 1 });
+		expect(y.body).toEqual({
+			items: [{ service: "content", collection: "notes", period: "yearly", from: "2024", to: "2024", created: 1, updated: 0, deleted: 0, restored: 0 }],
+			total: 1,
+		});
 	});
 
 	test("a user reads its tenant's stats (zone client by default); fields its grant hides are not summed", async () => {
@@ -111,7 +119,10 @@ describe("collect: the caller's tenant's stats summed over the range", () => {
 
 describe("generate: one messaging account per user", () => {
 	test("the first call creates it, later (and concurrent) calls answer the same", async () => {
-		const u = await user([["generate", "conjoint:accounts"], ["read", "conjoint:accounts"]]);
+		const u = await user([
+			["generate", "conjoint:accounts"],
+			["read", "conjoint:accounts"],
+		]);
 		const answers = await Promise.all(Array.from({ length: 6 }, (_, i) => post(u.token, "/conjoint/accounts/generate", i === 0 ? { name: "Ann" } : {})));
 		for (const a of answers) expect(a.status).toBe(200);
 		const id = accountIdOf(u.id);
@@ -124,7 +135,10 @@ describe("generate: one messaging account per user", () => {
 	});
 
 	test("a soft-deleted account answers 409; restored, it is answered again", async () => {
-		const u = await user([["generate", "conjoint:accounts"], ["write", "conjoint:accounts"]]);
+		const u = await user([
+			["generate", "conjoint:accounts"],
+			["write", "conjoint:accounts"],
+		]);
 		const a = (await ok(post(u.token, "/conjoint/accounts/generate", { name: "Bea" }), "generate")).data;
 		expect(a).toMatchObject({ name: "Bea", user: u.id });
 		await ok(p.http("DELETE", `/conjoint/accounts/${a.id}`, { token: u.token }), "delete");
@@ -158,7 +172,12 @@ describe("resolve: locations and travels", () => {
 	let u: Awaited<ReturnType<typeof user>>;
 
 	beforeAll(async () => {
-		u = await user([["resolve", "logistic:locations"], ["resolve", "logistic:travels"], ["write", "logistic:locations"], ["read", "logistic:locations"]]);
+		u = await user([
+			["resolve", "logistic:locations"],
+			["resolve", "logistic:travels"],
+			["write", "logistic:locations"],
+			["read", "logistic:locations"],
+		]);
 		ids.paris = (await ok(post(u.token, "/logistic/locations", { name: "Paris office", address: "Rue de Rivoli", ...PARIS }), "paris")).data.id;
 		ids.london = (await ok(post(u.token, "/logistic/locations", { name: "London depot", address: "Thames wharf", ...LONDON }), "london")).data.id;
 		ids.nocoords = (await ok(post(u.token, "/logistic/locations", { name: "Somewhere" }), "nocoords")).data.id;
@@ -307,8 +326,12 @@ describe("the authority layer on every special: allowed, no scope, no grant, out
 		await seed("root", root);
 		// Counts no real write makes here (tickets): A 5, B 2.
 		let seq = 900_000;
-		for (const [client, n] of [[A.id, 5], [B.id, 2]] as const)
-			for (let i = 0; i < n; i++) await p.broker.call("special.stats.increment", { seq: seq++, service: "content", collection: "tickets", counter: "created", ts_ms: Date.now(), clients: [client] });
+		for (const [client, n] of [
+			[A.id, 5],
+			[B.id, 2],
+		] as const)
+			for (let i = 0; i < n; i++)
+				await p.broker.call("special.stats.increment", { seq: seq++, service: "content", collection: "tickets", counter: "created", ts_ms: Date.now(), clients: [client] });
 	});
 
 	test("allowed: each special answers 200 to a user holding its scope and grant", async () => {
@@ -332,7 +355,11 @@ describe("the authority layer on every special: allowed, no scope, no grant, out
 	});
 
 	test("no grant: 403 naming the action and the object (a read or manage grant is not enough)", async () => {
-		const u = await user([["read", "content:posts"], ["write", "conjoint:accounts"], ["read", "special:stats"]]);
+		const u = await user([
+			["read", "content:posts"],
+			["write", "conjoint:accounts"],
+			["read", "special:stats"],
+		]);
 		for (const [action, object] of SPECIALS) {
 			const r = await call(u.token, "root", object);
 			expect({ object, status: r.status, body: r.body }).toEqual({ object, status: 403, body: errorBody(403, `no grant for ${action} on ${object}`) });
@@ -342,7 +369,8 @@ describe("the authority layer on every special: allowed, no scope, no grant, out
 	test("outside the view: never a document of the view's outside (empty or 404)", async () => {
 		// A user of the root tenant with every grant but no documents of its own: root's documents are outside.
 		const u = await user([...SPECIALS.map(([action, object]) => [action, object] as [string, string]), ["read", "logistic:locations"]]);
-		for (const object of ["content:posts", "career:products", "conjoint:messages"]) expect({ object, body: (await call(u.token, "root", object)).body }).toEqual({ object, body: { items: [], total: 0 } });
+		for (const object of ["content:posts", "career:products", "conjoint:messages"])
+			expect({ object, body: (await call(u.token, "root", object)).body }).toEqual({ object, body: { items: [], total: 0 } });
 		// Stats belong to the client: a user reads them in the client zone (collect's default), none in its own.
 		expect((await call(u.token, "root", "special:stats", "zone=own")).body).toEqual({ items: [], total: 0 });
 		expect((await call(u.token, "root", "logistic:locations")).body).toEqual(errorBody(404, "no location with coordinates found"));
@@ -355,7 +383,10 @@ describe("the authority layer on every special: allowed, no scope, no grant, out
 	});
 
 	test("other tenant: B's admin never reaches A's documents, stats or account", async () => {
-		for (const [who, t, other] of [["A", A, "B"], ["B", B, "A"]] as const) {
+		for (const [who, t, other] of [
+			["A", A, "B"],
+			["B", B, "A"],
+		] as const) {
 			for (const object of ["content:posts", "career:products", "conjoint:messages"]) {
 				const r = await call(t.admin, who, object, "zone=client");
 				const key = object === "content:posts" ? "post" : object === "career:products" ? "product" : "message";
@@ -375,13 +406,36 @@ describe("the authority layer on every special: allowed, no scope, no grant, out
 
 describe("no input yields a 500", () => {
 	test("odd bodies and parameters on every special answer 4xx in the error shape", async () => {
-		const bodies: unknown[] = [null, [], "x", 1, true, {}, { lat: null, lng: null }, { lat: 1e309 }, { origin: {}, destination: [] }, { origin: { lat: 1, lng: 1, x: 1 }, destination: "a".repeat(24) },
-			{ period: ["daily"] }, { period: "daily", from: {}, to: [] }, { period: "daily", service: "content", collection: {} }, { name: { $ne: 1 } }, { query: ["a"] }, { query: { $regex: "a" } }, { __proto__: { lat: 1 } }];
+		const bodies: unknown[] = [
+			null,
+			[],
+			"x",
+			1,
+			true,
+			{},
+			{ lat: null, lng: null },
+			// eslint-disable-next-line no-loss-of-precision -- Infinity as JSON's 1e309 reaches the server
+			{ lat: 1e309 },
+			{ origin: {}, destination: [] },
+			{ origin: { lat: 1, lng: 1, x: 1 }, destination: "a".repeat(24) },
+			{ period: ["daily"] },
+			{ period: "daily", from: {}, to: [] },
+			{ period: "daily", service: "content", collection: {} },
+			{ name: { $ne: 1 } },
+			{ query: ["a"] },
+			{ query: { $regex: "a" } },
+			{ __proto__: { lat: 1 } },
+		];
 		const paths = ["/special/stats/collect", "/conjoint/accounts/generate", "/logistic/locations/resolve", "/logistic/travels/resolve"];
 		for (const path of paths)
 			for (const body of bodies) {
 				const r = await p.http("POST", path, { token: root, body });
-				expect({ path, body, status: r.status < 500, shape: r.status === 200 || (r.body?.statusCode === r.status && typeof r.body.message === "string") }).toEqual({ path, body, status: true, shape: true });
+				expect({ path, body, status: r.status < 500, shape: r.status === 200 || (r.body?.statusCode === r.status && typeof r.body.message === "string") }).toEqual({
+					path,
+					body,
+					status: true,
+					shape: true,
+				});
 			}
 		for (const path of paths) {
 			const r = await p.http("POST", path, { token: root, raw: "{not json" });

@@ -175,11 +175,10 @@ describe("embedded stream over the outbox", () => {
 		const seqs = await append(4);
 		const calls: number[][] = [];
 		const positions: number[] = [];
-		let c: Consumer | undefined;
 		// The handler waits for the consumer: the first batch may be read before consumeBatches answers.
 		let started!: () => void;
 		const ready = new Promise<void>((r) => (started = r));
-		c = await stream.consumeBatches(
+		const c: Consumer = await stream.consumeBatches(
 			"batch-retry",
 			async (recs) => {
 				await ready;
@@ -232,7 +231,10 @@ describe("embedded stream across a full platform restart", () => {
 		const a = await create("a");
 		const b = await create("b");
 		await waitFor(() => notes(first).length === 2, "the first two notes");
-		expect(notes(first).map((r) => [r.event.op, r.event.id])).toEqual([["c", a], ["c", b]]);
+		expect(notes(first).map((r) => [r.event.op, r.event.id])).toEqual([
+			["c", a],
+			["c", b],
+		]);
 		await c.stop();
 
 		const down = await create("written while the group is down");

@@ -1,5 +1,5 @@
 /**
- * Tenant boundary (issue 8, items 2-4; CONTRACTS.md "Tenants"), against a platform with two tenants set up through
+ * Tenant boundary (issue 8, items 2-4; docs/contracts.md "Tenants"), against a platform with two tenants set up through
  * the API by the operator (root): clients A (a.example) and B (b.example), a tenant admin each with manage on
  * context:configs, users in both tenants with the same group name `team-x.example` and role `@editor`.
  *
@@ -58,7 +58,7 @@ async function ok<T = any>(r: Promise<HttpResult<T>>, what: string): Promise<T> 
 
 const call = (token: string, method: string, url: string, body?: unknown, headers?: Record<string, string>) => p.http(method, url, { token, body, headers });
 
-/** A grant written by the operator, which may name any registered domain in a grant subject (CONTRACTS.md "Tenants"). */
+/** A grant written by the operator, which may name any registered domain in a grant subject (docs/contracts.md "Tenants"). */
 async function grant(body: { subject: string; action: string; object: string }): Promise<void> {
 	const r = await call(root, "POST", "/auth/grants", body);
 	if (r.status !== 200) throw new Error(`grant: ${r.status} ${r.text}`);
@@ -123,7 +123,7 @@ async function waitFor<T>(what: string, fn: () => T | undefined | null | false, 
 	}
 }
 
-/** The stored (sealed) form of a config, as the store holds it (NeDB's file, or PostgreSQL's row). */
+/** The stored (sealed) form of a config, as the store holds it (PostgreSQL's row). */
 async function storedConfig(id: string): Promise<Record<string, any>> {
 	const lines = (await storedText(p, "context/configs")).split("\n").filter(Boolean);
 	const docs = lines.map((l) => JSON.parse(l)).filter((d) => d._id === id);
@@ -178,7 +178,9 @@ describe("the group zone stays in the caller's tenant", () => {
 		expect((await ok(call(userB.token, "GET", `/content/notes?zone=group,client&query=${q}`), "B query")).items.map((d: any) => d.id)).toEqual([mineB.id]);
 		expectError(await call(userB.token, "GET", `${url}?zone=group`), NOT_FOUND, "get");
 		expectError(await call(userB.token, "PATCH", `${url}?zone=group`, { title: "pwned" }), NOT_FOUND, "patch");
-		expect(await ok(call(userB.token, "PATCH", `/content/notes/bulk?zone=group&query=${encodeURIComponent(JSON.stringify({ id: note.id }))}`, { title: "pwned" }), "bulk")).toEqual({ total: 0 });
+		expect(await ok(call(userB.token, "PATCH", `/content/notes/bulk?zone=group&query=${encodeURIComponent(JSON.stringify({ id: note.id }))}`, { title: "pwned" }), "bulk")).toEqual(
+			{ total: 0 },
+		);
 		expectError(await call(userB.token, "DELETE", `${url}?zone=group`), NOT_FOUND, "delete");
 		expectError(await call(userB.token, "DELETE", `${url}/destroy?zone=group`), NOT_FOUND, "destroy");
 		expectError(await call(userB.token, "GET", url, undefined, { "x-zone": "group" }), NOT_FOUND, "get via x-zone");
@@ -216,8 +218,16 @@ describe("context/configs: eid is the caller's client", () => {
 		expect(upper.eid).toBe(B.id);
 		expectError(await call(adminB.token, "PATCH", `/context/configs/${own.id}`, { eid: A.id }), NOT_CALLERS, "patch eid");
 		expectError(await call(adminB.token, "PATCH", `/context/configs/${own.id}`, { eid: null }), badRequest("eid must not be null"), "patch eid null");
-		expectError(await call(adminB.token, "PATCH", `/context/configs/${own.id}`, { value: rbac("a.example") }), badRequest(`value[0].domain: 'a.example' is not a domain of client ${B.id}`), "patch domain");
-		expectError(await call(adminB.token, "PATCH", `/context/configs/bulk?query=${encodeURIComponent(JSON.stringify({ key: "RBAC" }))}`, { eid: A.id }), NOT_CALLERS, "bulk patch eid");
+		expectError(
+			await call(adminB.token, "PATCH", `/context/configs/${own.id}`, { value: rbac("a.example") }),
+			badRequest(`value[0].domain: 'a.example' is not a domain of client ${B.id}`),
+			"patch domain",
+		);
+		expectError(
+			await call(adminB.token, "PATCH", `/context/configs/bulk?query=${encodeURIComponent(JSON.stringify({ key: "RBAC" }))}`, { eid: A.id }),
+			NOT_CALLERS,
+			"bulk patch eid",
+		);
 		const after = (await ok(call(adminB.token, "GET", `/context/configs/${own.id}`), "get")).data;
 		expect(after.eid).toBe(B.id);
 
@@ -267,12 +277,16 @@ describe("context/configs: eid is the caller's client", () => {
 describe("CQRS credentials are not an oracle for the platform key", () => {
 	test("a value sealed for a CQRS config is not a valid x-api-key; its key cannot change; no bulk patch of key or value", async () => {
 		// A strict token of A's user, and the ApiToken an attacker in B wants for it.
-		const strict = (await ok(p.http("POST", "/auth/token", { body: { grant_type: "password", client_id: A.id, username: userA.username, password: userA.password, strict: true } }), "strict")).data.access_token;
+		const strict = (
+			await ok(p.http("POST", "/auth/token", { body: { grant_type: "password", client_id: A.id, username: userA.username, password: userA.password, strict: true } }), "strict")
+		).data.access_token;
 		const wanted = JSON.stringify({ cid: A.id, client_id: A.id, expiration_date: new Date(Date.now() + 3_600_000).toISOString() });
 		// The same ApiToken sealed with the contract key is accepted: the refusal below is about the key, nothing else.
 		expect((await call(strict, "GET", "/auth/verify", undefined, { "x-api-key": apiKey(p, JSON.parse(wanted)) })).status).toBe(200);
 
-		const cfg = (await ok(call(adminB.token, "POST", "/context/configs", { key: "CQRS", eid: B.id, value: { webhook: rxB.url("/oracle"), authorization: wanted } }), "oracle config")).data;
+		const cfg = (
+			await ok(call(adminB.token, "POST", "/context/configs", { key: "CQRS", eid: B.id, value: { webhook: rxB.url("/oracle"), authorization: wanted } }), "oracle config")
+		).data;
 		expect(cfg.value).toEqual({ webhook: rxB.url("/oracle") });
 		// The attack: switch the key off CQRS to have the sealed value shown.
 		expectError(await call(adminB.token, "PATCH", `/context/configs/${cfg.id}`, { key: "NOTE" }), badRequest("key cannot change while the config holds credentials"), "key change");
@@ -293,7 +307,8 @@ describe("CQRS credentials are not an oracle for the platform key", () => {
 		const sealed = (await storedConfig(cfg.id)).value.authorization as string;
 		expect(sealed.startsWith("aes:")).toBe(true);
 		const wire = sealed.slice(4);
-		for (const k of [Buffer.from(wire).toString("base64"), wire]) expectError(await call(strict, "GET", "/auth/verify", undefined, { "x-api-key": k }), forbidden("api-key is not valid"), "sealed as x-api-key");
+		for (const k of [Buffer.from(wire).toString("base64"), wire])
+			expectError(await call(strict, "GET", "/auth/verify", undefined, { "x-api-key": k }), forbidden("api-key is not valid"), "sealed as x-api-key");
 		// Credentials removed (null), the key may change.
 		await ok(call(adminB.token, "PATCH", `/context/configs/${cfg.id}`, { value: { webhook: rxB.url("/oracle"), authorization: null } }), "drop credentials");
 		expect((await ok(call(adminB.token, "PATCH", `/context/configs/${cfg.id}`, { key: "NOTE" }), "key change without credentials")).data.key).toBe("NOTE");
@@ -302,7 +317,9 @@ describe("CQRS credentials are not an oracle for the platform key", () => {
 	test("an `aes:` string in a body is plaintext: sealed, and delivered literally, never decrypted", async () => {
 		// What a TOTP secret or an x-api-key looks like sealed with the contract key.
 		const contractSealed = `aes:${aesOf(p).encrypt("JBSWY3DPEHPK3PXP")}`;
-		const cfg = (await ok(call(adminB.token, "POST", "/context/configs", { key: "CQRS", eid: B.id, value: { webhook: rxB.url("/literal"), authorization: contractSealed } }), "config")).data;
+		const cfg = (
+			await ok(call(adminB.token, "POST", "/context/configs", { key: "CQRS", eid: B.id, value: { webhook: rxB.url("/literal"), authorization: contractSealed } }), "config")
+		).data;
 		expect(cfg.value).toEqual({ webhook: rxB.url("/literal") });
 		expect((await storedConfig(cfg.id)).value.authorization).not.toBe(contractSealed);
 		const n1 = (await ok(call(userB.token, "POST", "/content/notes", { title: "literal" }), "note")).data;
@@ -311,7 +328,8 @@ describe("CQRS credentials are not an oracle for the platform key", () => {
 
 		// A config that becomes CQRS by a key change: what its value held is plaintext too, sealed now.
 		const other = `aes:${aesOf(p).encrypt("another-seed")}`;
-		const note = (await ok(call(adminB.token, "POST", "/context/configs", { key: "NOTE", eid: B.id, value: { webhook: rxB.url("/became"), authorization: other } }), "note config")).data;
+		const note = (await ok(call(adminB.token, "POST", "/context/configs", { key: "NOTE", eid: B.id, value: { webhook: rxB.url("/became"), authorization: other } }), "note config"))
+			.data;
 		// Redaction does not wait for the key: `authorization` and `secret` are hidden in any config.
 		expect(note.value).toEqual({ webhook: rxB.url("/became") });
 		const became = (await ok(call(adminB.token, "PATCH", `/context/configs/${note.id}`, { key: "CQRS" }), "to CQRS")).data;

@@ -1,5 +1,5 @@
 /**
- * The tenant boundary as a matrix (CONTRACTS.md "Tenants"; docs/security.md). Two tenants are set up the way an operator
+ * The tenant boundary as a matrix (docs/contracts.md "Tenants"; docs/security.md). Two tenants are set up the way an operator
  * would: each a client with its own domain, a tenant admin holding manage on every service and every special action,
  * and ordinary users whose roles (`@editor`) and groups (`team-x.example`) have the same names in both tenants. Then, for every
  * collection of the catalog and every zone, nothing of one tenant is readable, writable, routable (webhook, MQTT) or
@@ -62,7 +62,8 @@ async function tenant(name: "a" | "b"): Promise<Tenant> {
 	const client = { id: c.id as string, secret: c.secret as string };
 	// The operator may name any registered domain in a grant subject.
 	await grant(root, `${client.id}@${domain}`, "manage", "identity:users");
-	const cc = (await ok(p.http("POST", "/auth/token", { body: { grant_type: "client_credential", client_id: client.id, client_secret: client.secret } }), "cc token")).data.access_token;
+	const cc = (await ok(p.http("POST", "/auth/token", { body: { grant_type: "client_credential", client_id: client.id, client_secret: client.secret } }), "cc token")).data
+		.access_token;
 	const pw = (who: string) => `pw-${who}-${name}-Secret1`;
 	const adminDoc = (await ok(as(cc, "POST", "/identity/users", { username: `admin-${name}`, password: pw("admin"), subjects: ["@admin"] }), "admin user")).data;
 	// Same user name, role and group names in both tenants.
@@ -126,7 +127,13 @@ describe("every collection: tenant A's documents are invisible and untouchable f
 				expect(cur.status).toBe(200);
 				expect(parseSse(cur.text).filter((f) => f.id === doc.id)).toEqual([]);
 				const z = { "x-zone": zone };
-				for (const [m, suffix] of [["GET", ""], ["PATCH", ""], ["DELETE", ""], ["PUT", "/restore"], ["DELETE", "/destroy"]] as const) {
+				for (const [m, suffix] of [
+					["GET", ""],
+					["PATCH", ""],
+					["DELETE", ""],
+					["PUT", "/restore"],
+					["DELETE", "/destroy"],
+				] as const) {
 					const r = await as(who.token, m, `/${path}/${doc.id}${suffix}`, m === "PATCH" ? patchBody(path, 9) : undefined, z);
 					expect({ what: `${m} ${path}/:id${suffix} ${zone}`, status: r.status, body: r.body }).toEqual({
 						what: `${m} ${path}/:id${suffix} ${zone}`,
@@ -166,12 +173,20 @@ describe("every special action: scope, grant and the tenant's view apply", () =>
 	const bodyOf = (x: (typeof specials)[number]) => (x.sp.method === "GET" ? undefined : x.c.path === "financial/invoices" ? { wallet: walletOfB } : {});
 	beforeAll(async () => {
 		// A user of B without any grant, and B's admin with a token narrowed to one scope.
-		const cc = (await ok(p.http("POST", "/auth/token", { body: { grant_type: "client_credential", client_id: B().client.id, client_secret: B().client.secret } }), "cc")).data.access_token;
+		const cc = (await ok(p.http("POST", "/auth/token", { body: { grant_type: "client_credential", client_id: B().client.id, client_secret: B().client.secret } }), "cc")).data
+			.access_token;
 		await ok(as(cc, "POST", "/identity/users", { username: "nobody", password: "pw-nobody-Secret1" }), "nobody");
 		nobody = (await ok(login(B().client, "nobody", "pw-nobody-Secret1"), "nobody login")).data.access_token;
 		// B's admin's own wallet: a payment body that is valid on B's side, so only the invoice's tenant decides.
 		walletOfB = (await waitForValue("B admin's wallet", async () => (await as(B().admin.token, "GET", "/financial/wallets")).body.items?.[0]?.id)) as string;
-		narrow = (await ok(p.http("POST", "/auth/token", { body: { grant_type: "password", client_id: B().client.id, username: "admin-b", password: "pw-admin-b-Secret1", scopes: ["read:content:notes"] } }), "narrow")).data.access_token;
+		narrow = (
+			await ok(
+				p.http("POST", "/auth/token", {
+					body: { grant_type: "password", client_id: B().client.id, username: "admin-b", password: "pw-admin-b-Secret1", scopes: ["read:content:notes"] },
+				}),
+				"narrow",
+			)
+		).data.access_token;
 	});
 
 	test("there are routed special actions to check", () => {
@@ -181,11 +196,20 @@ describe("every special action: scope, grant and the tenant's view apply", () =>
 	test.each(specials.map((x) => [`${x.sp.method} /${x.c.path}/${x.sp.path}`, x]))("%s", async (_name, x) => {
 		const id = created.get(x.c.path)?.id ?? "0123456789abcdef01234567";
 		const pth = specialPath(x.c.path, x.sp, id);
-		const call = (token: string) => (x.sp.multipart ? p.http(x.sp.method, pth, { token, raw: MULTIPART, headers: { "content-type": `multipart/form-data; boundary=${BOUNDARY}` } }) : as(token, x.sp.method, pth, bodyOf(x)));
+		const call = (token: string) =>
+			x.sp.multipart
+				? p.http(x.sp.method, pth, { token, raw: MULTIPART, headers: { "content-type": `multipart/form-data; boundary=${BOUNDARY}` } })
+				: as(token, x.sp.method, pth, bodyOf(x));
 		const noScope = await call(narrow);
-		expect({ status: noScope.status, body: noScope.body }).toEqual({ status: 403, body: { statusCode: 403, message: `token scope does not cover ${x.sp.action}:${x.object}`, error: "Forbidden" } });
+		expect({ status: noScope.status, body: noScope.body }).toEqual({
+			status: 403,
+			body: { statusCode: 403, message: `token scope does not cover ${x.sp.action}:${x.object}`, error: "Forbidden" },
+		});
 		const noGrant = await call(nobody);
-		expect({ status: noGrant.status, body: noGrant.body }).toEqual({ status: 403, body: { statusCode: 403, message: `no grant for ${x.sp.action} on ${x.object}`, error: "Forbidden" } });
+		expect({ status: noGrant.status, body: noGrant.body }).toEqual({
+			status: 403,
+			body: { statusCode: 403, message: `no grant for ${x.sp.action} on ${x.object}`, error: "Forbidden" },
+		});
 		if (x.byId) {
 			// A's document, addressed by B's admin (scope and grant held): not found, as if it did not exist.
 			expect(created.has(x.c.path)).toBe(true);

@@ -1,5 +1,5 @@
 /**
- * Issue 8 "Tenant boundary" (items 1, 5, 6, 8; CONTRACTS.md "Tenants"): two tenants set up through the API by the
+ * Issue 8 "Tenant boundary" (items 1, 5, 6, 8; docs/contracts.md "Tenants"): two tenants set up through the API by the
  * operator, then every reproduced attack, each asserted to fail with its exact answer, and the positive paths.
  *
  * Tenants: client A (a.example), client B (b.example), client C (c.example, lists A as a coworker). Each tenant's admin
@@ -8,7 +8,7 @@
  */
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
 import { readConfig } from "../../runtime/config";
-import { createClient, errorBody as authErrorBody, kvOf, payloadOf, tokenOf } from "../helpers/auth";
+import { clearLoginFailures, createClient, errorBody as authErrorBody, kvOf, payloadOf, tokenOf } from "../helpers/auth";
 import { GROUP_RULE } from "../../lib/validate";
 
 function errorBody(status: number, message: string) {
@@ -33,7 +33,6 @@ let alice: { id: string };
 let bob: { id: string };
 
 const PASSWORD = "Tenant-Pass-123!";
-const FAILS = "auth:fail:127.0.0.1";
 const ADMIN_OBJECTS = ["identity:users", "domain:clients", "auth:grants", "auth:apts", "context:configs", "content:notes"];
 
 async function ok(r: Promise<{ status: number; text: string; body: any }>, what: string): Promise<any> {
@@ -81,7 +80,7 @@ afterAll(async () => {
 	await p?.cleanup();
 });
 
-beforeEach(() => kvOf(p).del(FAILS));
+beforeEach(() => clearLoginFailures(p));
 
 describe("item 1: a user logs in only through its tenant's client (or a client listing the tenant as a coworker)", () => {
 	test("the admin of B cannot create a user named after A's admin id (24-hex)", async () => {
@@ -107,7 +106,8 @@ describe("item 1: a user logs in only through its tenant's client (or a client l
 		const r = await login(A.id, "spy");
 		expect(r.status).toBe(401);
 		expect(r.body).toEqual(errorBody(401, "username or password is invalid"));
-		expect(await kvOf(p).get(FAILS)).toBe("1");
+		// On A's client (the client the login went through), from this IP.
+		expect(await kvOf(p).get(`auth:fail:ip:${A.id}:127.0.0.1`)).toBe("1");
 		// Through its own client the same user logs in.
 		const own = await login(B.id, "spy");
 		expect(own.status).toBe(200);
@@ -201,7 +201,12 @@ describe("item 5: domains are owned; client scopes capped; the operator grants a
 		expect((await http("PATCH", `/domain/clients/${mine.id}`, { token: A.admin, body: { domains: ["side.a.example", "side2.a.example"] } })).status).toBe(200);
 		const bulk = await http("POST", "/domain/clients/bulk", {
 			token: A.admin,
-			body: { items: [{ name: "one", domains: ["twin.example"] }, { name: "two", domains: ["twin.example"] }] },
+			body: {
+				items: [
+					{ name: "one", domains: ["twin.example"] },
+					{ name: "two", domains: ["twin.example"] },
+				],
+			},
 		});
 		expect(bulk.body).toEqual(errorBody(409, "domain twin.example is already registered"));
 		const bulk2 = await http("POST", "/domain/clients/bulk", { token: A.admin, body: { items: [{ name: "three", domains: ["b.example"] }] } });
@@ -221,13 +226,9 @@ describe("item 5: domains are owned; client scopes capped; the operator grants a
 
 	test("a tenant admin grants only its client's domains, with the message naming the client", async () => {
 		const r = await http("POST", "/auth/grants", { token: A.admin, body: { subject: `${p.root.user_id}@root.local`, action: "manage", object: "identity:users" } });
-		expect(r.body).toEqual(
-			errorBody(400, `subject: domain 'root.local' is not registered for client ${A.id} (register it on that client, or grant as the operator)`),
-		);
+		expect(r.body).toEqual(errorBody(400, `subject: domain 'root.local' is not registered for client ${A.id} (register it on that client, or grant as the operator)`));
 		const r2 = await http("POST", "/auth/grants", { token: A.admin, body: { subject: "@editor@b.example", action: "read", object: "content:notes" } });
-		expect(r2.body).toEqual(
-			errorBody(400, `subject: domain 'b.example' is not registered for client ${A.id} (register it on that client, or grant as the operator)`),
-		);
+		expect(r2.body).toEqual(errorBody(400, `subject: domain 'b.example' is not registered for client ${A.id} (register it on that client, or grant as the operator)`));
 		expect((await http("POST", "/auth/grants", { token: A.admin, body: { subject: "@editor@a.example", action: "read", object: "content:notes" } })).status).toBe(200);
 	});
 

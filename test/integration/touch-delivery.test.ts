@@ -38,9 +38,9 @@ interface Hit {
 
 let p: TestPlatform;
 let smtp: SMTPServer;
-let mails: Mail[] = [];
-let pushHits: Hit[] = [];
-let smsHits: Hit[] = [];
+const mails: Mail[] = [];
+const pushHits: Hit[] = [];
+const smsHits: Hit[] = [];
 let pushServer: http.Server;
 let smsServer: http.Server;
 let pushBase = "";
@@ -109,11 +109,19 @@ beforeAll(async () => {
 		smsHits.push({ method: req.method!, url: req.url!, headers: req.headers, body });
 		if (req.url!.startsWith("/v1/")) {
 			if (kavFailures-- > 0) return res.writeHead(503).end("try later");
-			return res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ return: { status: 200, message: "تایید شد" }, entries: [{ messageid: 8792343, status: 1 }] }));
+			return res
+				.writeHead(200, { "content-type": "application/json" })
+				.end(JSON.stringify({ return: { status: 200, message: "تایید شد" }, entries: [{ messageid: 8792343, status: 1 }] }));
 		}
 		const form = new URLSearchParams(body.toString());
 		res.writeHead(201, { "content-type": "application/json" }).end(
-			JSON.stringify({ sid: `SM${randomBytes(8).toString("hex")}`, account_sid: TW_SID, to: form.get("To"), status: "queued", uri: `/2010-04-01/Accounts/${TW_SID}/Messages/SM1.json` }),
+			JSON.stringify({
+				sid: `SM${randomBytes(8).toString("hex")}`,
+				account_sid: TW_SID,
+				to: form.get("To"),
+				status: "queued",
+				uri: `/2010-04-01/Accounts/${TW_SID}/Messages/SM1.json`,
+			}),
 		);
 	});
 
@@ -124,7 +132,13 @@ beforeAll(async () => {
 		smsProviders: { twilio: { url: smsBase, key: `${TW_SID}:${TW_TOKEN}`, from: "+15005550006" } },
 	});
 	leak = new LeakWatch(p);
-	for (const [v, k] of [[SMTP_PASS, "smtp password"], [KAV_KEY, "kavenegar key"], [TW_TOKEN, "twilio token"], [TW_SID, "twilio sid"]] as const) leak.secret(v, k, true);
+	for (const [v, k] of [
+		[SMTP_PASS, "smtp password"],
+		[KAV_KEY, "kavenegar key"],
+		[TW_TOKEN, "twilio token"],
+		[TW_SID, "twilio sid"],
+	] as const)
+		leak.secret(v, k, true);
 	token = await p.rootToken();
 });
 
@@ -216,7 +230,9 @@ describe("email", () => {
 			const ids: string[] = [];
 			for (let i = 0; i < 12; i++) ids.push((await sendEmail(email(100 + i))).data.id);
 			await until(async () => {
-				const r = await get(`/touch/emails?query=${encodeURIComponent(JSON.stringify({ id: { $in: ids }, state: "SENT" }))}&pagination=${encodeURIComponent(JSON.stringify({ limit: 100 }))}`);
+				const r = await get(
+					`/touch/emails?query=${encodeURIComponent(JSON.stringify({ id: { $in: ids }, state: "SENT" }))}&pagination=${encodeURIComponent(JSON.stringify({ limit: 100 }))}`,
+				);
 				return r.body.total === 12;
 			});
 			await sleep(1500);
@@ -328,10 +344,14 @@ describe("web push", () => {
 		await sendPush({ push: sub, title: "retry", body: "me" });
 		const q = encodeURIComponent(JSON.stringify({ to: sub }));
 		const items = await until(async () => {
-			const l = (await get(`/touch/push-histories?query=${q}&sort=${encodeURIComponent(JSON.stringify({ attempt: 1 }))}`)).body;
+			const l = (await get(`/touch/push-histories?query=${q}&pagination=${encodeURIComponent(JSON.stringify({ sort: { attempt: 1 } }))}`)).body;
 			return l.items?.some((i: any) => i.status === "SENT") ? l.items : undefined;
 		});
-		expect(items.map((i: any) => [i.attempt, i.status])).toEqual([[1, "RETRIED"], [2, "RETRIED"], [3, "SENT"]]);
+		expect(items.map((i: any) => [i.attempt, i.status])).toEqual([
+			[1, "RETRIED"],
+			[2, "RETRIED"],
+			[3, "SENT"],
+		]);
 		expect(items[0].res).toEqual({ status: 500, body: "busy" });
 		await sleep(800);
 		expect(pushHits.filter((h) => h.url === "/push/flaky/1")).toHaveLength(3);
@@ -341,7 +361,10 @@ describe("web push", () => {
 		await expect(sendPush({ push: "f".repeat(24), title: "t", body: "b" })).rejects.toMatchObject({ code: 404 });
 		await expect(sendPush({ title: "t", body: "b" })).rejects.toMatchObject({ code: 400, message: "push or session is required" });
 		await expect(sendPush({ push: "f".repeat(24), title: "t", body: "x".repeat(2990), data: { y: "z".repeat(100) } })).rejects.toMatchObject({ code: 400 });
-		await expect(sendPush({ push: "f".repeat(24), title: "t", body: "b", keys: {} })).rejects.toMatchObject({ code: 400, message: "keys is not allowed in a push (push, session, title, body, url, data)" });
+		await expect(sendPush({ push: "f".repeat(24), title: "t", body: "b", keys: {} })).rejects.toMatchObject({
+			code: 400,
+			message: "keys is not allowed in a push (push, session, title, body, url, data)",
+		});
 	});
 
 	test("subscription keys are sealed at rest: no data file holds them", async () => {
@@ -358,7 +381,10 @@ describe("web push", () => {
 
 describe("sms", () => {
 	test("kavenegar with the tenant's SMS config: retried after a 503, then SENT once, with the provider's exact wire shape", async () => {
-		const cfg = await leak.http("POST", "/context/configs", { token, body: { key: "SMS", eid: (jwt.decode(token) as any).cid, value: { kavenegar: { url: smsBase, key: KAV_KEY, from: "10004346" } } } });
+		const cfg = await leak.http("POST", "/context/configs", {
+			token,
+			body: { key: "SMS", eid: (jwt.decode(token) as any).cid, value: { kavenegar: { url: smsBase, key: KAV_KEY, from: "10004346" } } },
+		});
 		expect(cfg.body).toMatchObject({ data: {} });
 		expect(cfg.status).toBe(200);
 		expect(cfg.body.data.value).toEqual({ kavenegar: { url: smsBase, from: "10004346" } });
@@ -384,9 +410,22 @@ describe("sms", () => {
 	});
 
 	test("twilio from a template: one request per receptor, form To/From/Body, HTTP Basic sid:token; the answer is kept without the sid", async () => {
-		expect((await leak.http("POST", "/context/configs", { token, body: { key: "SMS_TEMPLATE", eid: (jwt.decode(token) as any).cid, value: { name: "otp", text: "Your code is {{code}}" } } })).status).toBe(200);
-		await expect(sendSmsTemplate({ provider: "twilio", receptors: ["+14155550100"], template: "otp", params: {} })).rejects.toMatchObject({ code: 400, message: "params.code is required by the template" });
-		await expect(sendSmsTemplate({ provider: "twilio", receptors: ["+14155550100"], template: "nope", params: {} })).rejects.toMatchObject({ code: 404, message: "SMS template nope is not defined" });
+		expect(
+			(
+				await leak.http("POST", "/context/configs", {
+					token,
+					body: { key: "SMS_TEMPLATE", eid: (jwt.decode(token) as any).cid, value: { name: "otp", text: "Your code is {{code}}" } },
+				})
+			).status,
+		).toBe(200);
+		await expect(sendSmsTemplate({ provider: "twilio", receptors: ["+14155550100"], template: "otp", params: {} })).rejects.toMatchObject({
+			code: 400,
+			message: "params.code is required by the template",
+		});
+		await expect(sendSmsTemplate({ provider: "twilio", receptors: ["+14155550100"], template: "nope", params: {} })).rejects.toMatchObject({
+			code: 404,
+			message: "SMS template nope is not defined",
+		});
 		const before = smsHits.length;
 		const r = await sendSmsTemplate({ provider: "twilio", receptors: ["+14155550100", "+14155550101"], template: "otp", params: { code: "4321" } });
 		expect(r.data).toMatchObject({ message: "Your code is 4321", template: "otp", state: "QUEUED" });

@@ -31,7 +31,7 @@ interface Mail {
 let p: TestPlatform;
 let smtp: SMTPServer | undefined;
 let smtpPort = 0;
-let mails: Mail[] = [];
+const mails: Mail[] = [];
 let token = "";
 let tlsDir = "";
 let pushServer: https.Server;
@@ -112,7 +112,10 @@ function parseMime(raw: string): Part {
 	if (boundary) {
 		const segments = text.split(`--${boundary}`);
 		// segments[0] is the preamble; the one after the closing delimiter starts with "--".
-		const parts = segments.slice(1).filter((s) => !s.startsWith("--")).map((s) => parseMime(s.replace(/^\r\n/, "").replace(/\r\n$/, "")));
+		const parts = segments
+			.slice(1)
+			.filter((s) => !s.startsWith("--"))
+			.map((s) => parseMime(s.replace(/^\r\n/, "").replace(/\r\n$/, "")));
 		return { headers, body: Buffer.alloc(0), parts };
 	}
 	const cte = (headers["content-transfer-encoding"] ?? "7bit").toLowerCase();
@@ -136,10 +139,29 @@ beforeAll(async () => {
 	smtpPort = await startSmtp(0);
 	tlsDir = mkdtempSync(path.join(os.tmpdir(), "touch-tls-"));
 	// A self-signed certificate for 127.0.0.1 (node:crypto cannot write X.509 certificates): openssl on the machine.
-	execFileSync("openssl", [
-		"req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-subj", "/CN=127.0.0.1",
-		"-addext", "subjectAltName=IP:127.0.0.1", "-days", "1", "-keyout", path.join(tlsDir, "key.pem"), "-out", path.join(tlsDir, "ca.pem"),
-	], { stdio: "ignore" });
+	execFileSync(
+		"openssl",
+		[
+			"req",
+			"-x509",
+			"-newkey",
+			"ec",
+			"-pkeyopt",
+			"ec_paramgen_curve:prime256v1",
+			"-nodes",
+			"-subj",
+			"/CN=127.0.0.1",
+			"-addext",
+			"subjectAltName=IP:127.0.0.1",
+			"-days",
+			"1",
+			"-keyout",
+			path.join(tlsDir, "key.pem"),
+			"-out",
+			path.join(tlsDir, "ca.pem"),
+		],
+		{ stdio: "ignore" },
+	);
 	pushServer = https.createServer({ key: readFileSync(path.join(tlsDir, "key.pem")), cert: readFileSync(path.join(tlsDir, "ca.pem")) }, (req, res) => {
 		const chunks: Buffer[] = [];
 		req.on("data", (c) => chunks.push(c));
@@ -318,7 +340,14 @@ describe("HTTPS push service and SMS provider trusted through TLS_CA_FILE", () =
 		const before = pushHits.length;
 		const untrusted = await attemptWith({ ...p.cfg, tlsCaFile: undefined }, push);
 		expect(untrusted).toMatchObject({ ok: false, permanent: false, reason: "DEPTH_ZERO_SELF_SIGNED_CERT" });
-		const sms: Job = { collection: "smss", id: "c".repeat(24), attempt: 1, created_at: new Date().toISOString(), doc: { provider: "twilio", receptors: ["+14155550100"], message: "m" }, sms: { url: pushBase, key: "ACx:y", from: "+15005550006" } };
+		const sms: Job = {
+			collection: "smss",
+			id: "c".repeat(24),
+			attempt: 1,
+			created_at: new Date().toISOString(),
+			doc: { provider: "twilio", receptors: ["+14155550100"], message: "m" },
+			sms: { url: pushBase, key: "ACx:y", from: "+15005550006" },
+		};
 		expect(await attemptWith({ ...p.cfg, tlsCaFile: undefined }, sms)).toMatchObject({ ok: false, reason: "DEPTH_ZERO_SELF_SIGNED_CERT" });
 		expect(pushHits.length).toBe(before);
 		// The same with the CA file: delivered.

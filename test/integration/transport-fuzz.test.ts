@@ -113,7 +113,10 @@ describe("truncated bodies: a clear 400", () => {
 	});
 
 	test("a body shorter than its Content-Length, then the client half-closes: 400 in the spec's shape", async () => {
-		const routes = [...JSON_ROUTES().map((r) => ({ path: r.path, type: "application/json", body: `{"a":1`, auth: r.auth })), { path: "/special/files/upload", type: multipart("b"), body: `${FILE_HEAD("b")}abc`, auth: true }];
+		const routes = [
+			...JSON_ROUTES().map((r) => ({ path: r.path, type: "application/json", body: `{"a":1`, auth: r.auth })),
+			{ path: "/special/files/upload", type: multipart("b"), body: `${FILE_HEAD("b")}abc`, auth: true },
+		];
 		for (const r of routes) {
 			const got = await rawRequest(port, post(r.path, { "Content-Type": r.type, "Content-Length": 10_000 }, r.auth), { chunks: [r.body], after: "end", timeoutMs: 5000 });
 			expect({ path: r.path, got }).toEqual({ path: r.path, got: bad(400, "the request ended before its body was complete") });
@@ -139,15 +142,27 @@ describe("bad boundaries: a clear 400", () => {
 		// A multipart body on a JSON route is refused as an unsupported media type (the token route also reads forms).
 		for (const r of JSON_ROUTES()) {
 			const got = await rawRequest(port, post(r.path, { "Content-Type": multipart("real"), "Content-Length": Buffer.byteLength(body) }, r.auth), { chunks: [body] });
-			expect({ path: r.path, got }).toEqual({ path: r.path, got: bad(415, r.path === "/auth/token" ? "this endpoint reads a JSON or form body: send Content-Type: application/json or application/x-www-form-urlencoded, not multipart/form-data" : "this endpoint reads a JSON body: send Content-Type: application/json, not multipart/form-data") });
+			expect({ path: r.path, got }).toEqual({
+				path: r.path,
+				got: bad(
+					415,
+					r.path === "/auth/token"
+						? "this endpoint reads a JSON or form body: send Content-Type: application/json or application/x-www-form-urlencoded, not multipart/form-data"
+						: "this endpoint reads a JSON body: send Content-Type: application/json, not multipart/form-data",
+				),
+			});
 		}
 		await stillUp();
 	});
 
 	test("a malformed chunked body: 400 in the spec's shape", async () => {
-		const got = await rawRequest(port, head(port, "POST", "/content/notes", { Authorization: `Bearer ${token}`, "Content-Type": "application/json", "Transfer-Encoding": "chunked" }), {
-			chunks: ["zz\r\n{}\r\n0\r\n\r\n"],
-		});
+		const got = await rawRequest(
+			port,
+			head(port, "POST", "/content/notes", { Authorization: `Bearer ${token}`, "Content-Type": "application/json", "Transfer-Encoding": "chunked" }),
+			{
+				chunks: ["zz\r\n{}\r\n0\r\n\r\n"],
+			},
+		);
 		expect(got).toEqual(bad(400, "malformed HTTP request"));
 		await stillUp();
 	});
@@ -156,11 +171,14 @@ describe("bad boundaries: a clear 400", () => {
 describe("connections cut mid-body: the process stays up", () => {
 	test("every route, cut after part of the body (uploads: during the authority check and while storing)", async () => {
 		const cuts: Array<Promise<RawAnswer>> = [];
-		for (const r of JSON_ROUTES()) cuts.push(rawRequest(port, post(r.path, { "Content-Type": "application/json", "Content-Length": 1000 }, r.auth), { chunks: [`{"title":"`], after: "destroy" }));
+		for (const r of JSON_ROUTES())
+			cuts.push(rawRequest(port, post(r.path, { "Content-Type": "application/json", "Content-Length": 1000 }, r.auth), { chunks: [`{"title":"`], after: "destroy" }));
 		for (let i = 0; i < 6; i++) {
 			// The head and the first bytes of the file at once: the cut lands before the part is handed to the special
 			// domain (the authority check is awaited first) or while it is being stored.
-			cuts.push(rawRequest(port, upload({ "Content-Type": multipart("b"), "Content-Length": 1_000_000 }), { chunks: [`${FILE_HEAD("b")}${"x".repeat(i * 20_000)}`], after: "destroy" }));
+			cuts.push(
+				rawRequest(port, upload({ "Content-Type": multipart("b"), "Content-Length": 1_000_000 }), { chunks: [`${FILE_HEAD("b")}${"x".repeat(i * 20_000)}`], after: "destroy" }),
+			);
 		}
 		const answers = await Promise.all(cuts);
 		for (const a of answers) expect(a.status === 0 || (a.status >= 400 && a.status < 500)).toBe(true);

@@ -5,12 +5,11 @@
  */
 import { randomBytes } from "crypto";
 import { bootPlatform, dataDirHoldingOutbox, type TestPlatform } from "../helpers/platform";
-import { createUser, sleep, tokenOf } from "../helpers/auth";
+import { createUser, tokenOf } from "../helpers/auth";
 import { sharedOutbox, type OutboxRecord } from "../../events/outbox";
 import { createStore, type StoredDoc } from "../../mixins/stores";
 import { WALLET_GROUP, walletIdOf } from "../../services/financial.service";
 import { waitForValue } from "../helpers/wait";
-
 
 function financialOf(p: TestPlatform): any {
 	return p.broker.getLocalService("financial");
@@ -52,7 +51,16 @@ describe("wallets of new users", () => {
 			expect(r.status).toBe(200);
 			return r.body.total === 1 ? r.body : null;
 		});
-		expect(list.items[0]).toMatchObject({ id: walletIdOf(user.id), user: user.id, currency: "USD", balance: 0, owner: user.id, clients: [p.root.client_id], deleted_at: null, version: "1.0.0" });
+		expect(list.items[0]).toMatchObject({
+			id: walletIdOf(user.id),
+			user: user.id,
+			currency: "USD",
+			balance: 0,
+			owner: user.id,
+			clients: [p.root.client_id],
+			deleted_at: null,
+			version: "1.0.0",
+		});
 
 		// The user, granted read on wallets, finds it in its own zone.
 		const g = await p.http("POST", "/auth/grants", { token: root, body: { subject: `${user.id}@${p.root.domain}`, action: "read", object: "financial:wallets" } });

@@ -1,6 +1,6 @@
 /**
  * The watcher (workers/watcher.worker.ts) keeps the caches of every node in sync from the change stream: revocations
- * of sessions and APTs, grant and RBAC changes, client and CQRS configuration changes.
+ * of sessions and APTs, grant and RBAC changes, users' roles, groups and state, client and CQRS configuration changes.
  */
 import { randomBytes } from "crypto";
 import type { ServiceSchema } from "moleculer";
@@ -9,7 +9,6 @@ import { kvOf, sleep, tokenOf } from "../helpers/auth";
 import type { OutboxRecord } from "../../events/outbox";
 import { blacklistKey } from "../../middlewares/authenticate";
 import { waitForValue } from "../helpers/wait";
-
 
 describe("watcher", () => {
 	let p: TestPlatform;
@@ -29,6 +28,7 @@ describe("watcher", () => {
 				"auth.apt.revoked": on("auth.apt.revoked"),
 				"domain.client.changed": on("domain.client.changed"),
 				"context.cqrs.changed": on("context.cqrs.changed"),
+				"identity.user.changed": on("identity.user.changed"),
 			},
 		};
 		p.broker.createService(probe);
@@ -97,7 +97,12 @@ describe("watcher", () => {
 		for (let i = 0; i < 20; i++) await watcher().handleChange(grants);
 		await sleep(300);
 		expect(count("authority.changed") - before).toBe(1);
-		const rbac = rec({ topic: "context.configs", op: "c", source: { name: "platform", db: "context", collection: "configs" }, after: { id: "a", key: "RBAC", eid: "e", value: [] } });
+		const rbac = rec({
+			topic: "context.configs",
+			op: "c",
+			source: { name: "platform", db: "context", collection: "configs" },
+			after: { id: "a", key: "RBAC", eid: "e", value: [] },
+		});
 		await watcher().handleChange(rbac);
 		await sleep(300);
 		expect(count("authority.changed") - before).toBe(2);
@@ -108,8 +113,50 @@ describe("watcher", () => {
 		expect(count("authority.changed") - before).toBe(2);
 	});
 
+	test("a user's roles, groups, username, state or existence changed → identity.user.changed, by the write path and again by the watcher", async () => {
+		const u = await p.http("POST", "/identity/users", {
+			token: root,
+			body: { username: `watched-${Date.now().toString(36)}`, password: "watched-Secret-1", subjects: ["@editor"] },
+		});
+		expect(u.status).toBe(200);
+		const id = u.body.data.id;
+		const heard = () => seen.filter((s) => s.event === "identity.user.changed" && s.params.ids?.[0] === id).length;
+		expect((await p.http("PATCH", `/identity/users/${id}`, { token: root, body: { subjects: [] } })).status).toBe(200);
+		await waitForValue("both broadcasts", async () => heard() === 2);
+		// Other fields do not touch a token: nothing is broadcast for them (neither by the write path nor the watcher).
+		expect((await p.http("PATCH", `/identity/users/${id}`, { token: root, body: { tags: ["x"] } })).status).toBe(200);
+		const users = { name: "platform", db: "identity", collection: "users" };
+		await watcher().handleChange(
+			rec({
+				topic: "identity.users",
+				op: "u",
+				id,
+				source: users,
+				before: { id, subjects: [], status: "ACTIVE", tags: [] },
+				after: { id, subjects: [], status: "ACTIVE", tags: ["x"] },
+			}),
+		);
+		await watcher().handleChange(rec({ topic: "identity.users", op: "c", id, source: users, after: { id, subjects: ["@editor"] } }));
+		await sleep(300);
+		expect(heard()).toBe(2);
+		for (const [op, before, after] of [
+			["u", { id, subjects: ["@editor"] }, { id, subjects: ["@editor", "team.example"] }],
+			["u", { id, status: "ACTIVE" }, { id, status: "INACTIVE" }],
+			["u", { id, username: "a-name" }, { id, username: "b-name" }],
+			["d", { id }, undefined],
+			["r", { id }, { id }],
+		] as const) {
+			const n = heard();
+			await watcher().handleChange(rec({ topic: "identity.users", op, id, source: users, before, after }));
+			await waitForValue(`the broadcast of ${op} ${JSON.stringify(after)}`, async () => heard() === n + 1);
+			expect(seen.filter((s) => s.event === "identity.user.changed").pop()?.params).toEqual({ ids: [id] });
+		}
+	});
+
 	test("CQRS configuration changes are broadcast with the client ids concerned", async () => {
-		await watcher().handleChange(rec({ topic: "context.configs", op: "u", before: { id: "a", key: "CQRS", eid: "c1", value: {} }, after: { id: "a", key: "CQRS", eid: "c2", value: {} } }));
+		await watcher().handleChange(
+			rec({ topic: "context.configs", op: "u", before: { id: "a", key: "CQRS", eid: "c1", value: {} }, after: { id: "a", key: "CQRS", eid: "c2", value: {} } }),
+		);
 		expect(seen.filter((s) => s.event === "context.cqrs.changed").pop()?.params).toEqual({ eids: ["c1", "c2"] });
 	});
 });

@@ -58,12 +58,25 @@ describe("isPublicAddress", () => {
 		expect(isPublicAddress(ip)).toBe(false);
 	});
 
-	test.each(["8.8.8.8", "1.1.1.1", "93.184.216.34", "172.15.255.255", "172.32.0.1", "192.169.0.1", "11.0.0.1", "169.253.1.1", "2606:4700:4700::1111", "2001:4860:4860::8888", "::ffff:8.8.8.8", "64:ff9b::808:808", "2002:808:808::1", "::ffff:0:808:808", "2001:0:808:808:0:0:f7f7:f7f7"])(
-		"%s is public",
-		(ip) => {
-			expect(isPublicAddress(ip)).toBe(true);
-		},
-	);
+	test.each([
+		"8.8.8.8",
+		"1.1.1.1",
+		"93.184.216.34",
+		"172.15.255.255",
+		"172.32.0.1",
+		"192.169.0.1",
+		"11.0.0.1",
+		"169.253.1.1",
+		"2606:4700:4700::1111",
+		"2001:4860:4860::8888",
+		"::ffff:8.8.8.8",
+		"64:ff9b::808:808",
+		"2002:808:808::1",
+		"::ffff:0:808:808",
+		"2001:0:808:808:0:0:f7f7:f7f7",
+	])("%s is public", (ip) => {
+		expect(isPublicAddress(ip)).toBe(true);
+	});
 });
 
 describe("resolveTarget", () => {
@@ -71,7 +84,19 @@ describe("resolveTarget", () => {
 
 	test("refuses hosts resolving to private addresses, and literal private IPs", async () => {
 		const r = resolver({ "internal.example": ["10.1.2.3"], "mixed.example": ["8.8.8.8", "192.168.1.1"], localhost: ["127.0.0.1", "::1"] });
-		for (const url of ["http://internal.example/x", "http://mixed.example/x", "http://localhost:8080/", "http://127.0.0.1/", "http://[::1]:9000/", "http://[fe80::1]/", "https://169.254.169.254/latest/meta-data", "http://0.0.0.0:80/", "http://[::ffff:0:7f00:1]:3010/", "http://[2002:7f00:1::]/", "http://[64:ff9b::a9fe:a9fe]/"])
+		for (const url of [
+			"http://internal.example/x",
+			"http://mixed.example/x",
+			"http://localhost:8080/",
+			"http://127.0.0.1/",
+			"http://[::1]:9000/",
+			"http://[fe80::1]/",
+			"https://169.254.169.254/latest/meta-data",
+			"http://0.0.0.0:80/",
+			"http://[::ffff:0:7f00:1]:3010/",
+			"http://[2002:7f00:1::]/",
+			"http://[64:ff9b::a9fe:a9fe]/",
+		])
 			await expect(resolveTarget(url, false, r)).rejects.toBeInstanceOf(AddressRefused);
 	});
 

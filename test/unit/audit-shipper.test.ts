@@ -16,7 +16,11 @@ test("entries leave in batches of at most maxBatch, each entry once, in order", 
 	const s = new AuditShipper(async (b) => void got.push(b), opts());
 	for (let i = 0; i < 8; i++) s.push(entry(i));
 	await waitFor(() => s.shipped === 8, "8 shipped");
-	expect(got.map((b) => b.entries.map((e) => e.request_id))).toEqual([["r0", "r1", "r2"], ["r3", "r4", "r5"], ["r6", "r7"]]);
+	expect(got.map((b) => b.entries.map((e) => e.request_id))).toEqual([
+		["r0", "r1", "r2"],
+		["r3", "r4", "r5"],
+		["r6", "r7"],
+	]);
 	expect(new Set(got.map((b) => b.id)).size).toBe(3);
 	expect(s.pending).toBe(0);
 });

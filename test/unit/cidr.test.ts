@@ -2,15 +2,27 @@ import { ApiError } from "../../lib/errors";
 import { IpAllowList, isIpOrCidr, normalizeIp } from "../../lib/cidr";
 
 describe("isIpOrCidr", () => {
-	it.each(["127.0.0.1", "10.0.0.0/8", "0.0.0.0/0", "192.168.1.1/32", "::1", "2001:db8::/32", "::/0", "fe80::1/128", "::ffff:127.0.0.1", "::ffff:10.0.0.0/104"])(
-		"accepts %s",
-		(s) => expect(isIpOrCidr(s)).toBe(true),
+	it.each(["127.0.0.1", "10.0.0.0/8", "0.0.0.0/0", "192.168.1.1/32", "::1", "2001:db8::/32", "::/0", "fe80::1/128", "::ffff:127.0.0.1", "::ffff:10.0.0.0/104"])("accepts %s", (s) =>
+		expect(isIpOrCidr(s)).toBe(true),
 	);
 
-	it.each(["", "localhost", "256.0.0.1", "1.2.3", "10.0.0.0/33", "10.0.0.0/", "10.0.0.0/-1", "10.0.0.0/08", "10.0.0.0/+8", "10.0.0.0/8/8", "::1/129", "2001:db8::/x", " 1.2.3.4", "fe80::1%eth0", "1.2.3.4/8 "])(
-		"rejects %p",
-		(s) => expect(isIpOrCidr(s)).toBe(false),
-	);
+	it.each([
+		"",
+		"localhost",
+		"256.0.0.1",
+		"1.2.3",
+		"10.0.0.0/33",
+		"10.0.0.0/",
+		"10.0.0.0/-1",
+		"10.0.0.0/08",
+		"10.0.0.0/+8",
+		"10.0.0.0/8/8",
+		"::1/129",
+		"2001:db8::/x",
+		" 1.2.3.4",
+		"fe80::1%eth0",
+		"1.2.3.4/8 ",
+	])("rejects %p", (s) => expect(isIpOrCidr(s)).toBe(false));
 });
 
 describe("normalizeIp", () => {

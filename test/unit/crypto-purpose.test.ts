@@ -1,4 +1,4 @@
-/** Per-purpose keys (CONTRACTS.md "Tenants": sealed values use keys derived per purpose from AES_SECRET). */
+/** Per-purpose keys (docs/contracts.md "Tenants": sealed values use keys derived per purpose from AES_SECRET). */
 import { createDecipheriv, hkdfSync } from "crypto";
 import { Aes, CQRS_CREDENTIALS, decryptEnvelope } from "../../lib/crypto";
 

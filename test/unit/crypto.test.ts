@@ -1,14 +1,5 @@
 import { createCipheriv, createHash, randomBytes } from "crypto";
-import {
-	Aes,
-	decryptEnvelope,
-	encryptEnvelope,
-	isObjectId,
-	objectId,
-	randomToken,
-	safeEqual,
-	sha256Hex,
-} from "../../lib/crypto";
+import { Aes, decryptEnvelope, encryptEnvelope, isObjectId, objectId, randomToken, safeEqual, sha256Hex } from "../../lib/crypto";
 
 const WIRE = /^[A-Za-z0-9_-]{16}\.[A-Za-z0-9_-]{22,}$/;
 
@@ -58,7 +49,9 @@ describe("Aes", () => {
 		expect(aes.decrypt(`${flip(iv, 0)}.${body}`)).toBeNull();
 		expect(aes.decrypt(`${iv}.${flip(body, 0)}`)).toBeNull(); // ciphertext
 		expect(aes.decrypt(`${iv}.${flip(body, bodyLen - 1)}`)).toBeNull(); // tag
-		const truncatedTag = Buffer.from(body, "base64url").subarray(0, bodyLen - 4).toString("base64url");
+		const truncatedTag = Buffer.from(body, "base64url")
+			.subarray(0, bodyLen - 4)
+			.toString("base64url");
 		expect(aes.decrypt(`${iv}.${truncatedTag}`)).toBeNull();
 	});
 

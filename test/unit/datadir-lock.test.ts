@@ -136,12 +136,12 @@ test("a copy of a held DATA_DIR (its record, its socket file) is not held", asyn
 
 test("no lock where the node keeps no store in DATA_DIR (documents and relational store on a DATABASE_URL)", async () => {
 	const dir = mkdtempSync(path.join(root, "shared-"));
-	const cfg = { dataDir: dir, documentStore: "postgres" as const, databaseUrl: "postgres://db/platform" };
+	const cfg = { dataDir: dir, databaseUrl: "postgres://db/platform" };
 	expect(await lockDataDir(cfg)).toBeUndefined();
 	expect(await lockDataDir(cfg)).toBeUndefined();
 	expect(readdirSync(dir)).toEqual([]);
-	// NeDB documents, or no DATABASE_URL (the embedded PostgreSQL): locked.
-	for (const other of [{ ...cfg, documentStore: "nedb" as const }, { ...cfg, databaseUrl: undefined }]) {
+	// No DATABASE_URL (the embedded PostgreSQL): locked.
+	for (const other of [{ ...cfg, databaseUrl: undefined }]) {
 		const l = await lockDataDir(other);
 		expect(l).toBeDefined();
 		await l!.release();

@@ -135,8 +135,9 @@ describe("failover settings", () => {
 	const keys = ["HEARTBEAT_INTERVAL_MS", "HEARTBEAT_TIMEOUT_MS", "REQUEST_TIMEOUT_MS", "FAILOVER_WAIT_MS"];
 	const saved = Object.fromEntries(keys.map((k) => [k, process.env[k]]));
 	afterEach(() => {
-		for (const k of keys) if (saved[k] === undefined) delete process.env[k];
-		else process.env[k] = saved[k];
+		for (const k of keys)
+			if (saved[k] === undefined) delete process.env[k];
+			else process.env[k] = saved[k];
 	});
 	const set = (env: Record<string, string>) => {
 		for (const k of keys) delete process.env[k];

@@ -40,7 +40,18 @@ describe("field descriptions", () => {
 
 	test("the document shows the meaning of the grant, config, client, APT and user fields", () => {
 		const s = doc.components.schemas;
-		for (const [schema, field] of [["AuthGrants", "subject"], ["AuthGrants", "action"], ["AuthGrants", "object"], ["Grant", "subject"], ["ContextConfigs", "eid"], ["ContextConfigs", "key"], ["DomainClients", "domains"], ["DomainClients", "coworkers"], ["AuthApts", "scopes"], ["IdentityUsers", "subjects"]]) {
+		for (const [schema, field] of [
+			["AuthGrants", "subject"],
+			["AuthGrants", "action"],
+			["AuthGrants", "object"],
+			["Grant", "subject"],
+			["ContextConfigs", "eid"],
+			["ContextConfigs", "key"],
+			["DomainClients", "domains"],
+			["DomainClients", "coworkers"],
+			["AuthApts", "scopes"],
+			["IdentityUsers", "subjects"],
+		]) {
 			const p = s[schema]?.properties?.[field];
 			expect({ schema, field, description: typeof p?.description === "string" && p.description.length > 10 }).toEqual({ schema, field, description: true });
 		}
@@ -53,7 +64,13 @@ describe("field descriptions", () => {
 		const forms = [...text.matchAll(/`([^`]+)`/g)].map((m) => m[1]).filter((f) => f.includes("@"));
 		expect(forms.length).toBeGreaterThanOrEqual(4);
 		const concrete = (f: string) =>
-			f.replace("<uid|aid|cid>", "65f1c0a2b3c4d5e6f7a8b9c0").replace("<username>", "alice").replace("<group>", "team@example.com").replace(/<domain>|\bdomain\b/, "acme.example").replace("<cid>", "65f1c0a2b3c4d5e6f7a8b9c1").replace("@role", "@editor");
+			f
+				.replace("<uid|aid|cid>", "65f1c0a2b3c4d5e6f7a8b9c0")
+				.replace("<username>", "alice")
+				.replace("<group>", "team@example.com")
+				.replace(/<domain>|\bdomain\b/, "acme.example")
+				.replace("<cid>", "65f1c0a2b3c4d5e6f7a8b9c1")
+				.replace("@role", "@editor");
 		for (const f of forms) expect(() => validateGrant({ subject: concrete(f), action: "read", object: "content:notes" }, ["acme.example"])).not.toThrow();
 		expect(() => validateGrant({ subject: "@editor", action: "read", object: "content:notes" }, ["acme.example"])).toThrow("needs a domain suffix");
 	});

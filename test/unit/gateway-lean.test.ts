@@ -7,7 +7,6 @@ import { ServiceBroker } from "moleculer";
 import { AliasIndex } from "../../services/api/alias-index";
 import { LeanMetricsMiddleware } from "../../runtime/metrics";
 import { allRoutes } from "../../lib/routes";
-// eslint-disable-next-line @typescript-eslint/no-var-requires
 const Alias = require("moleculer-web/src/alias");
 
 function aliasesOf(paths: Array<[string, string]>) {
@@ -95,7 +94,9 @@ describe("lean metrics", () => {
 				await b.call("m.bad").catch(() => undefined);
 			}
 			const shape = (b: ServiceBroker, name: string) =>
-				(b.metrics.getMetric(name) as any).snapshot().map((i: any) => ({ labels: i.labels, value: i.value, count: i.count, sum: typeof i.sum === "number" ? "number" : undefined, buckets: i.buckets }));
+				(b.metrics.getMetric(name) as any)
+					.snapshot()
+					.map((i: any) => ({ labels: i.labels, value: i.value, count: i.count, sum: typeof i.sum === "number" ? "number" : undefined, buckets: i.buckets }));
 			expect(shape(lean, "t.h")).toEqual(shape(plain, "t.h"));
 			const h = (lean.metrics.getMetric("t.h") as any).snapshot();
 			expect(h.find((i: any) => i.labels.k === "big").buckets).toEqual({ 0.001: 0, 0.0025: 0, 0.1: 1, 1: 2, 2.5: 3 });
@@ -110,7 +111,9 @@ describe("lean metrics", () => {
 			expect(time.count).toBe(3);
 			// Each call lands in every bucket at or above its own duration: counts never fall from one bound to the
 			// next, and the widest bound (10 s) holds all three (a call's duration on a loaded machine is not fixed).
-			const bounds = Object.keys(time.buckets).map(Number).sort((a, b) => a - b);
+			const bounds = Object.keys(time.buckets)
+				.map(Number)
+				.sort((a, b) => a - b);
 			const counts = bounds.map((b) => time.buckets[b]);
 			expect(counts).toEqual([...counts].sort((a, b) => a - b));
 			expect(bounds[bounds.length - 1]).toBeGreaterThanOrEqual(10_000);

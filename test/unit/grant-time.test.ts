@@ -55,7 +55,8 @@ function randomCron(r: () => number): string {
 }
 
 const offsetChanges = (tz: string, a: number, b: number) => {
-	const off = (t: number) => new Date(new Date(t).toLocaleString("en-US", { timeZone: tz })).getTime() - new Date(new Date(t).toLocaleString("en-US", { timeZone: "UTC" })).getTime();
+	const off = (t: number) =>
+		new Date(new Date(t).toLocaleString("en-US", { timeZone: tz })).getTime() - new Date(new Date(t).toLocaleString("en-US", { timeZone: "UTC" })).getTime();
 	return off(a) !== off(b);
 };
 

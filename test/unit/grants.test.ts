@@ -1,13 +1,4 @@
-import {
-	expandRbac,
-	fieldsAllowed,
-	Grant,
-	GrantIndex,
-	matchNothing,
-	pickFields,
-	timeWindowOpen,
-	validateGrant,
-} from "../../lib/grants";
+import { expandRbac, fieldsAllowed, Grant, GrantIndex, matchNothing, pickFields, timeWindowOpen, validateGrant } from "../../lib/grants";
 import type { TokenClaims } from "../../lib/types";
 import { SCENARIO_UID, scenarioGrants, scenarioRequest, scenarioToken } from "../../bench/grant-scenario";
 
@@ -102,7 +93,14 @@ describe("validateGrant: action, object, field, filter, location, time", () => {
 		bad({ location: ["10.0.0.1", "example.com"] }, /^location\[1\]: /);
 	});
 	test("time", () => {
-		expect(ok({ time: [{ cron_exp: "0 9 * * 1-5", duration: 3600 }, { cron_exp: "*/10 * * * * *", duration: 5 }] })).not.toThrow();
+		expect(
+			ok({
+				time: [
+					{ cron_exp: "0 9 * * 1-5", duration: 3600 },
+					{ cron_exp: "*/10 * * * * *", duration: 5 },
+				],
+			}),
+		).not.toThrow();
 		bad({ time: [{ cron_exp: "* * * *", duration: 60 }] }, /^time\[0\]\.cron_exp: a cron expression has 5 or 6 fields, got 4/);
 		bad({ time: [{ cron_exp: "* * * * * * *", duration: 60 }] }, /^time\[0\]\.cron_exp: .*got 7/);
 		bad({ time: [{ cron_exp: "61 * * * *", duration: 60 }] }, /^time\[0\]\.cron_exp: invalid cron expression/);
@@ -142,9 +140,7 @@ describe("expandRbac", () => {
 		expect(expandRbac({ domain: "x" })).toEqual([]);
 	});
 	test("virtual grants decide like stored grants", () => {
-		const index = new GrantIndex(
-			expandRbac([{ domain: "root.local", roles: { editor: ["p"] }, permissions: { p: ["write:content:notes"] } }]),
-		);
+		const index = new GrantIndex(expandRbac([{ domain: "root.local", roles: { editor: ["p"] }, permissions: { p: ["write:content:notes"] } }]));
 		expect(index.decide({ subjects: SUBJECTS, action: "read", object: "content:notes", token }).granted).toBe(true);
 		expect(index.decide({ subjects: SUBJECTS, action: "manage", object: "content:notes", token }).granted).toBe(false);
 	});
@@ -162,10 +158,19 @@ describe("GrantIndex.decide: subject, action, object", () => {
 
 	test("elevation table both ways; other actions exact", () => {
 		const cases: [string, string, boolean][] = [
-			["manage", "manage", true], ["manage", "write", true], ["manage", "read", true],
-			["write", "manage", false], ["write", "write", true], ["write", "read", true],
-			["read", "manage", false], ["read", "write", false], ["read", "read", true],
-			["send", "send", true], ["manage", "send", false], ["send", "read", false], ["publish", "publish", true],
+			["manage", "manage", true],
+			["manage", "write", true],
+			["manage", "read", true],
+			["write", "manage", false],
+			["write", "write", true],
+			["write", "read", true],
+			["read", "manage", false],
+			["read", "write", false],
+			["read", "read", true],
+			["send", "send", true],
+			["manage", "send", false],
+			["send", "read", false],
+			["publish", "publish", true],
 		];
 		for (const [held, asked, expected] of cases) {
 			const index = new GrantIndex([g({ action: held })]);
@@ -303,12 +308,7 @@ describe("GrantIndex.decide: fields and row filters", () => {
 			g({ filter: ['{"$and":[{"region":"{{token.profile.region}}"},{"domain":"{{token.domain}}"}]}', '{"public":true}'] }),
 		]);
 		expect(d.rowFilter).toEqual({
-			$or: [
-				{ owner: UID },
-				{ department: { $in: ["sales", "all"] } },
-				{ $and: [{ region: "eu" }, { domain: "root.local" }] },
-				{ public: true },
-			],
+			$or: [{ owner: UID }, { department: { $in: ["sales", "all"] } }, { $and: [{ region: "eu" }, { domain: "root.local" }] }, { public: true }],
 		});
 	});
 
@@ -338,7 +338,7 @@ describe("GrantIndex.decide: fields and row filters", () => {
 	test("row filters are fresh copies each decision", () => {
 		const index = new GrantIndex([g({ filter: ['{"tags":{"$in":["a"]}}'] })]);
 		const d1 = index.decide({ subjects: SUBJECTS, action: "read", object: "content:notes", token });
-		((d1.rowFilter as { tags: { $in: string[] } }).tags.$in).push("MUTATED");
+		(d1.rowFilter as { tags: { $in: string[] } }).tags.$in.push("MUTATED");
 		const d2 = index.decide({ subjects: SUBJECTS, action: "read", object: "content:notes", token });
 		expect(d2.rowFilter).toEqual({ tags: { $in: ["a"] } });
 	});
@@ -357,7 +357,10 @@ describe("fieldsAllowed / pickFields", () => {
 			title: "T",
 			secret: "s",
 			props: { color: "red", size: 3 },
-			items: [{ name: "a", price: 1 }, { name: "b", price: 2 }],
+			items: [
+				{ name: "a", price: 1 },
+				{ name: "b", price: 2 },
+			],
 			meta: { a: 1 },
 		};
 		expect(pickFields(doc, ["title", "props.color", "items.name", "meta.a", "meta"])).toEqual({

@@ -64,7 +64,8 @@ describe("where a group name enters", () => {
 		for (const v of ACCEPTED) expect(userSubjectProblem(v, "subjects[0]")).toBeNull();
 		expect(userSubjectProblem("@editor", "subjects[0]")).toBeNull();
 		// (`@example.com` is a role: roles keep their own rule.)
-		for (const [v] of REFUSED.filter(([x]) => x && !/\s/.test(x) && !x.startsWith("@"))) expect(userSubjectProblem(v, "subjects[3]")).toBe(`subjects[3]: must be a role (@name) or ${GROUP_RULE}`);
+		for (const [v] of REFUSED.filter(([x]) => x && !/\s/.test(x) && !x.startsWith("@")))
+			expect(userSubjectProblem(v, "subjects[3]")).toBe(`subjects[3]: must be a role (@name) or ${GROUP_RULE}`);
 		expect(userSubjectProblem("team x.example", "subjects[0]")).toBe("subjects[0]: must not contain whitespace");
 		expect(userSubjectProblem(7, "subjects[0]")).toBe("subjects[0]: must be a non-empty string");
 	});

@@ -18,7 +18,7 @@ describe("rooms and their imports", () => {
 	it("every file of the project belongs to a room", () => {
 		expect([...sources.keys()].filter((f) => !roomOf(f))).toEqual([]);
 		// The rooms the issue names are all there, and the scan sees them.
-		for (const room of ["catalog", "lib", "runtime", "stores", "engine", "events", "authority", "services", "workers", "start"]) {
+		for (const room of ["catalog", "lib", "runtime", "stores", "engine", "events", "authority", "services", "workers", "start", "console"]) {
 			expect([...sources.keys()].some((f) => roomOf(f)?.name === room)).toBe(true);
 		}
 	});
@@ -42,6 +42,15 @@ describe("rooms and their imports", () => {
 				"runtime/kv.ts (runtime) -> mixins/stores/unit (stores)",
 			].sort(),
 		);
+	});
+
+	it("the browser console imports nothing of the server, and no Node module; its .tsx files are read too", () => {
+		const fake = new Map<string, string>([
+			["console/views/grants.tsx", 'import { grantProblems } from "../../lib/grants";\nimport { api } from "../api";'],
+			["console/api.ts", 'import { readFileSync } from "node:fs";\nimport { h } from "preact";'],
+		]);
+		expect(wrongArrows(fake).map(describeArrow).sort()).toEqual(["console/api.ts (console) -> node:fs (banned module)", "console/views/grants.tsx (console) -> lib/grants (lib)"]);
+		expect([...sources.keys()].filter((f) => f.startsWith("console/") && f.endsWith(".tsx")).length).toBeGreaterThan(0);
 	});
 
 	it("reads every form of import, and not the paths comments mention", () => {

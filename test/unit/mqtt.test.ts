@@ -6,7 +6,16 @@ import type { TokenClaims } from "../../lib/types";
 const UID = "64a000000000000000000001";
 const CID = "64c000000000000000000002";
 const token = (over: Partial<TokenClaims> = {}): TokenClaims => ({
-	type: "access", strict: false, cid: CID, uid: UID, scope: "whole", domain: "d.local", subject: `${UID}@d.local`, session: "s", client_id: CID, ...over,
+	type: "access",
+	strict: false,
+	cid: CID,
+	uid: UID,
+	scope: "whole",
+	domain: "d.local",
+	subject: `${UID}@d.local`,
+	session: "s",
+	client_id: CID,
+	...over,
 });
 const grants = (...g: Grant[]) => new GrantIndex(g);
 const readNotes: Grant = { subject: `${UID}@d.local`, action: "read", object: "content:notes" };
@@ -91,9 +100,11 @@ describe("authorizeSubscribe", () => {
 		expect(allow(`platform/owner/${UID}/content/+/#`)).toBe(false);
 		expect(allow(`platform/owner/${UID}/#`)).toBe(false);
 		const all = grants(
-			...["auth", "domain", "context", "essential", "financial", "general", "identity", "special", "touch", "content", "logistic", "conjoint", "career", "thing"].map(
-				(s) => ({ subject: `${UID}@d.local`, action: "manage", object: `${s}:*` }),
-			),
+			...["auth", "domain", "context", "essential", "financial", "general", "identity", "special", "touch", "content", "logistic", "conjoint", "career", "thing"].map((s) => ({
+				subject: `${UID}@d.local`,
+				action: "manage",
+				object: `${s}:*`,
+			})),
 		);
 		expect(allow(`platform/owner/${UID}/#`, token(), all)).toBe(true);
 		expect(allow(`platform/owner/${UID}/+/notes/#`, token(), grants(readNotes))).toBe(true);

@@ -1,5 +1,5 @@
 /**
- * The OpenAPI document declares ETag/If-None-Match/If-Match where the gateway honours them (CONTRACTS.md "Retries and
+ * The OpenAPI document declares ETag/If-None-Match/If-Match where the gateway honours them (docs/contracts.md "Retries and
  * concurrent writers"): every by-id read answers `ETag` and 304, every by-id write (PATCH, DELETE, PUT restore,
  * DELETE destroy, each special addressed by id) takes `If-Match` and may answer 412 `precondition failed`.
  */
@@ -27,12 +27,24 @@ describe("OpenAPI: ETag, If-None-Match, If-Match, 304 and 412", () => {
 	test("every by-id write and special declares If-Match and 412 precondition failed", () => {
 		const writes = byId.filter((r) => (r.op && ["patch", "remove", "restore", "destroy"].includes(r.op)) || r.special);
 		const specials = writes.filter((r) => r.special).map((r) => `${r.method} ${r.path}`);
-		expect(specials).toEqual(expect.arrayContaining(["POST /financial/invoices/:id/payment", "GET /financial/transactions/:id/verify", "GET /financial/transactions/:id/abort", "GET /essential/sagas/:id/commit", "GET /essential/sagas/:id/abort"]));
+		expect(specials).toEqual(
+			expect.arrayContaining([
+				"POST /financial/invoices/:id/payment",
+				"GET /financial/transactions/:id/verify",
+				"GET /financial/transactions/:id/abort",
+				"GET /essential/sagas/:id/commit",
+				"GET /essential/sagas/:id/abort",
+			]),
+		);
 		for (const r of writes) {
 			const op = opOf(r.method, r.path);
 			expect([r.path, paramNames(op)]).toEqual([r.path, expect.arrayContaining(["If-Match"])]);
 			expect(op.responses["412"]).toEqual({ $ref: "#/components/responses/PreconditionFailed" });
 		}
-		expect(doc.components.responses.PreconditionFailed.content["application/json"].example).toEqual({ statusCode: 412, message: "precondition failed", error: "Precondition Failed" });
+		expect(doc.components.responses.PreconditionFailed.content["application/json"].example).toEqual({
+			statusCode: 412,
+			message: "precondition failed",
+			error: "Precondition Failed",
+		});
 	});
 });

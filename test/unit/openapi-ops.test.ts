@@ -37,17 +37,28 @@ describe("the OpenAPI document", () => {
 
 	test("a user's password: at least 8 characters, on create and patch", () => {
 		for (const name of ["IdentityUsersCreate", "IdentityUsersPatch"]) {
-			expect(doc.components.schemas[name].properties.password).toMatchObject({ minLength: 8, writeOnly: true, description: expect.stringContaining("at least 8 characters (NIST SP 800-63B)") });
+			expect(doc.components.schemas[name].properties.password).toMatchObject({
+				minLength: 8,
+				writeOnly: true,
+				description: expect.stringContaining("at least 8 characters (NIST SP 800-63B)"),
+			});
 		}
 	});
 
 	test("every operation with a JSON body lists 415; the bulk body is { items }", () => {
-		for (const [p, method] of [["/content/notes", "post"], ["/content/notes/{id}", "patch"], ["/auth/token", "post"], ["/auth/can", "post"]])
+		for (const [p, method] of [
+			["/content/notes", "post"],
+			["/content/notes/{id}", "patch"],
+			["/auth/token", "post"],
+			["/auth/can", "post"],
+		])
 			expect({ p, method, has415: "415" in op(p, method).responses }).toEqual({ p, method, has415: true });
 		expect("415" in op("/content/notes", "get").responses).toBe(false);
 		const bulk = op("/content/notes/bulk", "post").requestBody.content["application/json"].schema;
 		expect(bulk).toMatchObject({ type: "object", required: ["items"], properties: { items: { type: "array" } } });
-		const ref = op("/content/notes/{id}", "get").parameters.map(resolve).find((x: Obj) => x.name === "ref");
+		const ref = op("/content/notes/{id}", "get")
+			.parameters.map(resolve)
+			.find((x: Obj) => x.name === "ref");
 		expect(ref).toMatchObject({ in: "query", schema: { enum: ["true", "false"] } });
 	});
 
@@ -74,9 +85,10 @@ describe("docs/api.md says what the server does", () => {
 		expect(cursor).toContain('source.addEventListener("end", () => source.close());');
 	});
 
-	test("the messages: invalid token, a missing content-type, 415, the password length", () => {
+	test("the messages: a refused bearer and its WWW-Authenticate, a missing content-type, 415, the password length", () => {
 		const errors = section(api, "## Errors");
-		expect(errors).toContain("`invalid token`");
+		expect(errors).toContain('`Bearer error="invalid_token", error_description="..."`');
+		expect(errors).not.toContain("`invalid token`");
 		expect(errors).toMatch(/\| 415 \|/);
 		expect(api).toContain("400 `content-type is missing: ...`");
 		expect(api).toContain("`password` has at least 8 characters (NIST SP 800-63B");

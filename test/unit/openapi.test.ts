@@ -14,6 +14,8 @@ const resolve = (s: Obj): Obj => {
 	const [, , kind, name] = s.$ref.split("/");
 	return doc.components[kind][name];
 };
+/** A document in an answer: read in full (`<Name>Full`) or narrowed by a projection or a grant's field list. */
+const view = (name: string, narrowed = name) => ({ anyOf: [{ $ref: `#/components/schemas/${name}Full` }, { $ref: `#/components/schemas/${narrowed}` }] });
 const paramNames = (o: Obj): string[] => (o.parameters ?? []).map((p: Obj) => resolve(p)).map((p: Obj) => `${p.in}:${p.name}`);
 
 describe("openApiDocument", () => {
@@ -32,26 +34,34 @@ describe("openApiDocument", () => {
 		for (const r of routes) {
 			const path = toOpenApiPath(r.path);
 			expect(doc.paths[path]?.[r.method.toLowerCase()]).toBeDefined();
-			expect(op(path, r.method.toLowerCase()).operationId).toBe(r.action.replace(/\./g, "_"));
+			expect(op(path, r.method.toLowerCase()).operationId).toBe(r.operationId ?? r.action.replace(/\./g, "_"));
 		}
 		const count = Object.values(doc.paths as Obj).reduce((n, item: Obj) => n + Object.keys(item).length, 0);
-		// Plus the gateway's own GET /status and GET /metrics.
-		expect(count).toBe(routes.length + 2);
-		expect(Object.keys(doc.paths).filter((p) => !routes.some((r) => toOpenApiPath(r.path) === p)).sort()).toEqual(["/metrics", "/status"]);
+		// Plus the gateway's own GET /status, GET /metrics and this document's GET /api-json and /api-json/{service}.
+		expect(count).toBe(routes.length + 4);
+		expect(
+			Object.keys(doc.paths)
+				.filter((p) => !routes.some((r) => toOpenApiPath(r.path) === p))
+				.sort(),
+		).toEqual(["/api-json", "/api-json/{service}", "/metrics", "/status"]);
 	});
 
 	it("gives every collection its 11 operations with unique operationIds and the collection tag", () => {
 		const ids = new Set<string>();
 		for (const { domain: d, collection: c } of COLLECTIONS) {
 			const tag = `${d.name}/${c.name}`;
-			const ops = Object.values(doc.paths as Obj).flatMap((item: Obj) => Object.values(item)).filter((o: Obj) => o.tags.includes(tag));
+			const ops = Object.values(doc.paths as Obj)
+				.flatMap((item: Obj) => Object.values(item))
+				.filter((o: Obj) => o.tags.includes(tag));
 			// The 11 operations, plus the collection's built special actions (catalog `implemented`) and public routes (file download).
 			const specials = (c.specials ?? []).filter((s) => s.implemented).length + publicCollectionRoutes().filter((r) => r.collection === c).length;
 			expect(ops).toHaveLength(Object.keys(STANDARD_OPS).length + specials);
 			expect(ops).toHaveLength(11 + specials);
 			for (const o of ops) ids.add(o.operationId);
 		}
-		const all = Object.values(doc.paths as Obj).flatMap((item: Obj) => Object.values(item)).map((o: Obj) => o.operationId);
+		const all = Object.values(doc.paths as Obj)
+			.flatMap((item: Obj) => Object.values(item))
+			.map((o: Obj) => o.operationId);
 		expect(new Set(all).size).toBe(all.length);
 		const specials = COLLECTIONS.reduce((n, { collection: c }) => n + (c.specials ?? []).filter((s) => s.implemented).length, 0);
 		expect(ids.size).toBe(COLLECTIONS.length * 11 + specials + publicCollectionRoutes().length);
@@ -60,7 +70,7 @@ describe("openApiDocument", () => {
 
 	it("uses the spec's envelopes", () => {
 		const base = "/content/notes";
-		const note = { $ref: "#/components/schemas/ContentNotes" };
+		const note = view("ContentNotes");
 		expect(content(op(base, "get"))).toEqual({
 			type: "object",
 			required: ["items", "total"],
@@ -167,14 +177,17 @@ describe("openApiDocument", () => {
 		expect(doc.components.schemas.IdentityUsersCreate.anyOf).toEqual([{ required: ["username"] }, { required: ["email"] }, { required: ["phone"] }]);
 		// Values revealed once by a create response.
 		expect(doc.components.schemas.AuthAptsCreated.properties.token.writeOnly).toBeUndefined();
-		expect(content(op("/auth/apts", "post")).properties.data).toEqual({ $ref: "#/components/schemas/AuthAptsCreated" });
-		for (const { domain: d, collection: c } of COLLECTIONS)
-			for (const suffix of ["", "Create", "Patch"]) expect(doc.components.schemas[schemaName(d, c) + suffix]).toBeDefined();
+		expect(content(op("/auth/apts", "post")).properties.data).toEqual(view("AuthApts", "AuthAptsCreated"));
+		for (const { domain: d, collection: c } of COLLECTIONS) for (const suffix of ["", "Create", "Patch"]) expect(doc.components.schemas[schemaName(d, c) + suffix]).toBeDefined();
 	});
 
 	it("has the spec's auth schemas", () => {
-		for (const n of ["TokenRequest", "TokenResponse", "TokenClaims", "CanRequest", "CanResponse", "TotpCheck", "ApiToken", "Grant"]) expect(doc.components.schemas[n]).toBeDefined();
-		expect(doc.components.schemas.TokenRequest.required).toEqual(["grant_type", "client_id"]);
+		for (const n of ["TokenRequest", "TokenResponse", "TokenClaims", "CanRequest", "CanResponse", "TotpCheck", "ApiToken", "Grant"])
+			expect(doc.components.schemas[n]).toBeDefined();
+		// client_id (and client_secret) also come as `Authorization: Basic`: the body alone cannot require them.
+		expect(doc.components.schemas.TokenRequest.required).toEqual(["grant_type"]);
+		expect(doc.components.schemas.TokenForm.required).toEqual(["grant_type"]);
+		expect(doc.components.schemas.TokenForm.properties.scope.type).toBe("string");
 		expect(doc.components.schemas.TokenRequest.properties.grant_type.enum).toEqual(["password", "refresh_token", "client_credential", "authorization_code", "client_credentials"]);
 	});
 
@@ -189,7 +202,12 @@ describe("openApiDocument", () => {
 				for (const [k, x] of Object.entries(v)) {
 					if (k === "$ref") {
 						refs++;
-						const target = String(x).startsWith("#/") ? String(x).slice(2).split("/").reduce((o: any, key) => o?.[key], doc) : undefined;
+						const target = String(x).startsWith("#/")
+							? String(x)
+									.slice(2)
+									.split("/")
+									.reduce((o: any, key) => o?.[key], doc)
+							: undefined;
 						if (target === undefined) missing.push(`${at}: ${String(x)}`);
 					} else walk(x, `${at}/${k}`);
 				}
@@ -207,8 +225,8 @@ describe("special actions in the OpenAPI document", () => {
 		expect(start.operationId).toBe("essential_sagas_start");
 		expect(start.description).toContain("start:essential:sagas");
 		expect(start.requestBody.content["application/json"].schema).toMatchObject({ required: ["ttl"], properties: { ttl: { type: "integer", minimum: 5 } } });
-		expect(start.responses["200"].content["application/json"].schema.properties.data).toEqual({ $ref: "#/components/schemas/EssentialSagas" });
-		expect(doc.paths["/essential/sagas/add"].post.responses["200"].content["application/json"].schema.properties.data).toEqual({ $ref: "#/components/schemas/EssentialSagaStages" });
+		expect(start.responses["200"].content["application/json"].schema.properties.data).toEqual(view("EssentialSagas"));
+		expect(doc.paths["/essential/sagas/add"].post.responses["200"].content["application/json"].schema.properties.data).toEqual(view("EssentialSagaStages"));
 		for (const op of ["abort", "commit"]) {
 			const o = doc.paths[`/essential/sagas/{id}/${op}`].get;
 			expect(o.description).toContain(`${op}:essential:sagas`);
@@ -219,7 +237,8 @@ describe("special actions in the OpenAPI document", () => {
 		expect(doc.paths["/financial/transactions/{id}/abort"].get.description).toContain("init:financial:transactions");
 		expect(doc.paths["/financial/invoices/{id}/payment"].post.requestBody.content["application/json"].schema.required).toEqual(["wallet"]);
 		for (const { domain: d, collection: c } of COLLECTIONS)
-			for (const s of (c.specials ?? []).filter((x) => !x.implemented)) expect(doc.paths[`/${d.name}/${c.name}/${s.path.replace(":id", "{id}")}`]?.[s.method.toLowerCase()]).toBeUndefined();
+			for (const s of (c.specials ?? []).filter((x) => !x.implemented))
+				expect(doc.paths[`/${d.name}/${c.name}/${s.path.replace(":id", "{id}")}`]?.[s.method.toLowerCase()]).toBeUndefined();
 		// Internal fields never appear, platform-set ones are read-only and not in the create body.
 		expect(doc.components.schemas.EssentialSagaStages.properties.images).toBeUndefined();
 		expect(doc.components.schemas.EssentialSagas.properties.expires_at.readOnly).toBe(true);

@@ -55,7 +55,19 @@ function downCache(): KeyValue {
 	const down = async () => {
 		throw new CacheUnavailableError("Connection is closed.");
 	};
-	return { kind: "redis", get: down, set: down, take: down, del: down, incr: down, setIfAbsent: down, rateTake: down, ping: async () => false, close: async () => undefined };
+	return {
+		kind: "redis",
+		get: down,
+		set: down,
+		take: down,
+		del: down,
+		incr: down,
+		setIfAbsent: down,
+		rateTake: down,
+		keys: down,
+		ping: async () => false,
+		close: async () => undefined,
+	};
 }
 
 describe("authentication while the cache is down", () => {

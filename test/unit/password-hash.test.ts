@@ -28,7 +28,8 @@ test("argon2id hashing, verification and rejected strings start no worker thread
 	await verifySecret("warm-up", hash);
 	const before = await threads();
 	await expect(verifySecret("warm-up", await hashSecret("warm-up"))).resolves.toBe(true);
-	for (const junk of ["", "garbage", "$2a$10$short", "$argon2i$v=19$m=19456,t=2,p=1$c2FsdHNhbHRzYWx0$" + "a".repeat(43)]) await expect(verifySecret("x", junk)).resolves.toBe(false);
+	for (const junk of ["", "garbage", "$2a$10$short", "$argon2i$v=19$m=19456,t=2,p=1$c2FsdHNhbHRzYWx0$" + "a".repeat(43)])
+		await expect(verifySecret("x", junk)).resolves.toBe(false);
 	expect(await threads()).toBe(before);
 	await expect(verifySecret("old", bcrypt.hashSync("old", 4))).resolves.toBe(true);
 	expect(await threads()).toBe(before + 1);
@@ -39,7 +40,15 @@ describe("new hashes", () => {
 		expect({ m: ARGON2_MEMORY_KIB, t: ARGON2_PASSES, p: ARGON2_LANES }).toEqual({ m: 19456, t: 2, p: 1 });
 		const hash = await hashSecret("correct horse");
 		expect(hash).toMatch(/^\$argon2id\$v=19\$m=19456,t=2,p=1\$[A-Za-z0-9+/]{22}\$[A-Za-z0-9+/]{43}$/);
-		expect(argon2.parseOptions(hash)).toEqual({ algorithm: argon2.Algorithm.Argon2id, version: argon2.Version.V0x13, memoryCost: 19456, timeCost: 2, parallelism: 1, outputLen: 32, saltLen: 16 });
+		expect(argon2.parseOptions(hash)).toEqual({
+			algorithm: argon2.Algorithm.Argon2id,
+			version: argon2.Version.V0x13,
+			memoryCost: 19456,
+			timeCost: 2,
+			parallelism: 1,
+			outputLen: 32,
+			saltLen: 16,
+		});
 		// The library itself verifies it (a standard PHC string, nothing of our own in it).
 		await expect(argon2.verify(hash, "correct horse")).resolves.toBe(true);
 		expect(needsRehash(hash)).toBe(false);

@@ -1,17 +1,6 @@
 import { ApiError } from "../../lib/errors";
 import { SafeRegExp } from "../../lib/safe-regex";
-import {
-	MAX_DEPTH,
-	MAX_IN,
-	MAX_REGEX,
-	parseJsonParam,
-	parsePagination,
-	parsePopulate,
-	parseProjection,
-	parseQuery,
-	parseZones,
-	referencedFields,
-} from "../../lib/query-safety";
+import { MAX_DEPTH, MAX_IN, MAX_REGEX, parseJsonParam, parsePagination, parsePopulate, parseProjection, parseQuery, parseZones, referencedFields } from "../../lib/query-safety";
 
 /** Asserts `fn` throws the platform's 400 with exactly `message`. */
 function rejects(fn: () => unknown, message: string): void {
@@ -66,9 +55,8 @@ describe("parseJsonParam", () => {
 		expect(parseJsonParam("query", "null")).toBeNull();
 	});
 
-	it.each([["{a:1}"], ["{"], ["undefined"], [5], [true], [null], [new Date()], [/x/], [new Map()]])(
-		"rejects %p naming the parameter",
-		(raw) => rejects(() => parseJsonParam("pagination", raw), "pagination must be valid JSON"),
+	it.each([["{a:1}"], ["{"], ["undefined"], [5], [true], [null], [new Date()], [/x/], [new Map()]])("rejects %p naming the parameter", (raw) =>
+		rejects(() => parseJsonParam("pagination", raw), "pagination must be valid JSON"),
 	);
 });
 
@@ -79,9 +67,7 @@ describe("parseQuery: shape", () => {
 		expect(parseQuery("{}")).toEqual({});
 	});
 
-	it.each(["[1]", "5", '"x"', "null", "true"])("rejects the non-object %s", (raw) =>
-		rejects(() => parseQuery(raw), "query must be a JSON object"),
-	);
+	it.each(["[1]", "5", '"x"', "null", "true"])("rejects the non-object %s", (raw) => rejects(() => parseQuery(raw), "query must be a JSON object"));
 
 	it("rejects invalid JSON", () => rejects(() => parseQuery("{'a':1}"), "query must be valid JSON"));
 
@@ -206,7 +192,7 @@ describe("parseQuery: operators", () => {
 		rejects(() => parseQuery({ a: { $not: {} } }), msg);
 		rejects(() => parseQuery({ a: { $not: ["x"] } }), msg);
 		rejects(() => parseQuery({ a: { $not: "(" } }), "$not is not a valid regular expression");
-		rejects(() => parseQuery({ a: { $not: "x".repeat(MAX_REGEX + 1) } }), "$not is too long");
+		rejects(() => parseQuery({ a: { $not: "x".repeat(MAX_REGEX + 1) } }), "$not is too long (at most 256 characters)");
 		rejects(() => parseQuery({ a: { $not: "(?=a)b" } }), "query.a: $not uses syntax that cannot be matched in linear time");
 	});
 
@@ -223,7 +209,7 @@ describe("parseQuery: operators", () => {
 });
 
 describe("parseQuery: $eq", () => {
-	it("rewrites a lone $eq to the plain value (NeDB has no $eq)", () => {
+	it("rewrites a lone $eq to the plain value (one form per meaning)", () => {
 		expect(parseQuery({ a: { $eq: 5 } })).toEqual({ a: 5 });
 		expect(parseQuery('{"a":{"$eq":null},"b":{"$eq":"x"}}')).toEqual({ a: null, b: "x" });
 		expect(parseQuery({ $or: [{ a: { $eq: true } }] })).toEqual({ $or: [{ a: true }] });
@@ -250,26 +236,24 @@ describe("parseQuery: $regex", () => {
 	});
 
 	it("compiles without flags, dedupes repeated flags and keeps sibling operators", () => {
-		expect(((parseQuery({ a: { $regex: "x" } }).a as { $regex: RegExp }).$regex).flags).toBe("");
-		expect(((parseQuery({ a: { $regex: "x", $options: "ii" } }).a as { $regex: RegExp }).$regex).flags).toBe("i");
+		expect((parseQuery({ a: { $regex: "x" } }).a as { $regex: RegExp }).$regex.flags).toBe("");
+		expect((parseQuery({ a: { $regex: "x", $options: "ii" } }).a as { $regex: RegExp }).$regex.flags).toBe("i");
 		expect(parseQuery({ a: { $regex: "x", $ne: "xx" } })).toEqual({ a: { $regex: /x/, $ne: "xx" } });
 	});
 
 	it("validates $options", () => {
-		for (const o of ["x", "g", "u", "ix", 1, ["i"], null])
-			rejects(() => parseQuery({ a: { $regex: "x", $options: o } }), "$options may only contain i, m and s");
+		for (const o of ["x", "g", "u", "ix", 1, ["i"], null]) rejects(() => parseQuery({ a: { $regex: "x", $options: o } }), "$options may only contain i, m and s");
 		rejects(() => parseQuery({ a: { $options: "i" } }), "$options requires $regex");
 	});
 
 	it("bounds the pattern length", () => {
 		expect(parseQuery({ a: { $regex: "a".repeat(MAX_REGEX) } })).toBeDefined();
-		rejects(() => parseQuery({ a: { $regex: "a".repeat(MAX_REGEX + 1) } }), "$regex is too long");
+		rejects(() => parseQuery({ a: { $regex: "a".repeat(MAX_REGEX + 1) } }), "$regex is too long (at most 256 characters)");
 	});
 
 	it("rejects non-strings and patterns that do not compile", () => {
 		for (const v of [1, null, { a: 1 }, ["x"]]) rejects(() => parseQuery({ a: { $regex: v } }), "$regex must be a string");
-		for (const v of ["(", "[a-", "a{2,1}", "*a", "(?<n>a)(?<n>b)"])
-			rejects(() => parseQuery({ a: { $regex: v } }), "$regex is not a valid regular expression");
+		for (const v of ["(", "[a-", "a{2,1}", "*a", "(?<n>a)(?<n>b)"]) rejects(() => parseQuery({ a: { $regex: v } }), "$regex is not a valid regular expression");
 	});
 
 	it.each(["(a+)+", "(a*)*", "(.*)*", "(a+)*", "^(\\w+\\s?)+$", "((a+))+", "(?:a+)+", "(a+?)+", "(a+){2,}", "(a{2,})+", "x(b|c+)+y", "([a-z]+)*", "(.*a){9}$", "^(a|a)+$"])(
@@ -321,7 +305,7 @@ describe("parseQuery: $regex", () => {
 	});
 
 	it("keeps the JS spellings RE2 lacks: \\u escapes, named groups", () => {
-		const t = (src: string, s: string) => ((parseQuery({ a: { $regex: src } }).a as { $regex: RegExp }).$regex).test(s);
+		const t = (src: string, s: string) => (parseQuery({ a: { $regex: src } }).a as { $regex: RegExp }).$regex.test(s);
 		expect(t("\\u00e9t\\u00e9", "été")).toBe(true);
 		expect(t("(?<y>\\d{4})-", "2024-")).toBe(true);
 		expect(t("\\\\u0041", "\\u0041")).toBe(true);
@@ -359,9 +343,7 @@ describe("parseQuery: field names and prototype pollution", () => {
 		rejects(() => parseQuery({ [name]: 1 }), `invalid field name ${name}`),
 	);
 
-	it.each(["a", "_id", "A_b-c", "a.b.c", "items.0.qty", "a.-b"])("accepts the field name %p", (name) =>
-		expect(parseQuery({ [name]: 1 })).toEqual({ [name]: 1 }),
-	);
+	it.each(["a", "_id", "A_b-c", "a.b.c", "items.0.qty", "a.-b"])("accepts the field name %p", (name) => expect(parseQuery({ [name]: 1 })).toEqual({ [name]: 1 }));
 });
 
 describe("parseQuery: exact values", () => {
@@ -389,8 +371,8 @@ describe("parseQuery: exact values", () => {
 describe("parseQuery: depth", () => {
 	it(`allows ${MAX_DEPTH} levels and refuses more`, () => {
 		expect(parseQuery(nested(MAX_DEPTH))).toEqual(nested(MAX_DEPTH));
-		rejects(() => parseQuery(nested(MAX_DEPTH + 1)), "query is too deeply nested");
-		rejects(() => parseQuery(JSON.stringify(nested(MAX_DEPTH + 1))), "query is too deeply nested");
+		rejects(() => parseQuery(nested(MAX_DEPTH + 1)), "query is too deeply nested (at most 8 levels)");
+		rejects(() => parseQuery(JSON.stringify(nested(MAX_DEPTH + 1))), "query is too deeply nested (at most 8 levels)");
 	});
 
 	it("counts arrays and operator objects as levels", () => {
@@ -398,13 +380,13 @@ describe("parseQuery: depth", () => {
 		expect(parseQuery({ $or: [{ a: { $elemMatch: { b: { $in: [1] } } } }] })).toBeDefined();
 		const deep = (arrays: number) => ({ a: JSON.parse("[".repeat(arrays) + "1" + "]".repeat(arrays)) });
 		expect(parseQuery(deep(MAX_DEPTH - 1))).toEqual(deep(MAX_DEPTH - 1));
-		rejects(() => parseQuery(deep(MAX_DEPTH)), "query is too deeply nested");
-		rejects(() => parseQuery({ $or: [{ $and: [{ $or: [{ $and: [{ a: 1 }] }] }] }] }), "query is too deeply nested");
+		rejects(() => parseQuery(deep(MAX_DEPTH)), "query is too deeply nested (at most 8 levels)");
+		rejects(() => parseQuery({ $or: [{ $and: [{ $or: [{ $and: [{ a: 1 }] }] }] }] }), "query is too deeply nested (at most 8 levels)");
 	});
 
 	it("refuses very deep input without exhausting the stack", () => {
 		const raw = '{"a":'.repeat(50_000) + "1" + "}".repeat(50_000);
-		rejects(() => parseQuery(raw), "query is too deeply nested");
+		rejects(() => parseQuery(raw), "query is too deeply nested (at most 8 levels)");
 	});
 });
 
@@ -418,24 +400,13 @@ describe("referencedFields", () => {
 	});
 
 	it("walks $or, $and and query-level $not at any depth", () => {
-		expect(fields({ $or: [{ a: 1 }, { $and: [{ b: 1 }, { $or: [{ c: 1 }] }] }], $not: { d: 1, $or: [{ e: 1 }] } })).toEqual([
-			"a",
-			"b",
-			"c",
-			"d",
-			"e",
-		]);
+		expect(fields({ $or: [{ a: 1 }, { $and: [{ b: 1 }, { $or: [{ c: 1 }] }] }], $not: { d: 1, $or: [{ e: 1 }] } })).toEqual(["a", "b", "c", "d", "e"]);
 	});
 
 	it("reports $elemMatch parents, and parent.child for its sub-query form", () => {
 		expect(fields({ items: { $elemMatch: { $gt: 1 } } })).toEqual(["items"]);
 		expect(fields({ items: { $elemMatch: { qty: { $gt: 1 }, "sku.code": "x" } } })).toEqual(["items", "items.qty", "items.sku.code"]);
-		expect(fields({ items: { $elemMatch: { $or: [{ secret: 1 }, { tag: { $elemMatch: { k: 1 } } }] } } })).toEqual([
-			"items",
-			"items.secret",
-			"items.tag",
-			"items.tag.k",
-		]);
+		expect(fields({ items: { $elemMatch: { $or: [{ secret: 1 }, { tag: { $elemMatch: { k: 1 } } }] } } })).toEqual(["items", "items.secret", "items.tag", "items.tag.k"]);
 		expect(fields({ $or: [{ x: { $not: { $elemMatch: { hidden: 1 } } } }] })).toEqual(["x", "x.hidden"]);
 	});
 
@@ -485,8 +456,7 @@ describe("parsePagination", () => {
 		rejects(() => parsePagination({ sort: "a" }), "pagination.sort must be a JSON object");
 		rejects(() => parsePagination({ sort: [["a", 1]] }), "pagination.sort must be a JSON object");
 		rejects(() => parsePagination({ sort: { a: 1, b: 1, c: 1, d: 1, e: 1, f: 1 } }), "pagination.sort accepts at most 5 fields");
-		for (const v of [0, 2, "up", null, true])
-			rejects(() => parsePagination({ sort: { a: v } }), 'pagination.sort.a must be 1, -1, "asc" or "desc"');
+		for (const v of [0, 2, "up", null, true]) rejects(() => parsePagination({ sort: { a: v } }), 'pagination.sort.a must be 1, -1, "asc" or "desc"');
 		rejects(() => parsePagination({ sort: { "1a": 1 } }), "invalid field name 1a");
 		rejects(() => parsePagination({ sort: { $natural: 1 } }), "invalid field name $natural");
 		rejects(() => parsePagination('{"sort":{"__proto__":1}}'), "forbidden key __proto__");
@@ -534,10 +504,7 @@ describe("parsePopulate", () => {
 	});
 
 	it("accepts a JSON array or object of specs", () => {
-		expect(parsePopulate('[{"path":"author","select":["name","email"]},"editor"]')).toEqual([
-			{ path: "author", select: ["name", "email"] },
-			{ path: "editor" },
-		]);
+		expect(parsePopulate('[{"path":"author","select":["name","email"]},"editor"]')).toEqual([{ path: "author", select: ["name", "email"] }, { path: "editor" }]);
 		expect(parsePopulate('{"path":"author","select":"name email,name"}')).toEqual([{ path: "author", select: ["name", "email"] }]);
 		expect(parsePopulate({ path: "author", select: "" })).toEqual([{ path: "author" }]);
 		expect(parsePopulate([{ path: "a" }, { path: "b", select: "x,y" }])).toEqual([{ path: "a" }, { path: "b", select: ["x", "y"] }]);
@@ -549,7 +516,7 @@ describe("parsePopulate", () => {
 		expect(parsePopulate({ path: "a", match: '{"b":1}' })).toEqual([{ path: "a", match: { b: 1 } }]);
 		rejects(() => parsePopulate({ path: "a", match: { $where: "1" } }), "operator $where is not allowed");
 		rejects(() => parsePopulate({ path: "a", match: [1] }), "populate.match must be a JSON object");
-		rejects(() => parsePopulate({ path: "a", match: nested(MAX_DEPTH + 1) }), "populate.match is too deeply nested");
+		rejects(() => parsePopulate({ path: "a", match: nested(MAX_DEPTH + 1) }), "populate.match is too deeply nested (at most 8 levels)");
 	});
 
 	it("rejects malformed specs", () => {
@@ -570,7 +537,10 @@ describe("parsePopulate", () => {
 	});
 
 	it("accepts at most 10 paths", () => {
-		const paths = (n: number) => range(n).map((i) => `p${i}`).join(",");
+		const paths = (n: number) =>
+			range(n)
+				.map((i) => `p${i}`)
+				.join(",");
 		expect(parsePopulate(paths(10))).toHaveLength(10);
 		rejects(() => parsePopulate(paths(11)), "populate accepts at most 10 paths");
 	});

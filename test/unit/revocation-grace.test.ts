@@ -16,7 +16,8 @@ const SECRET = "x".repeat(48);
 function setup({ clustered = true } = {}) {
 	const kv = new MemoryKeyValue();
 	const live = { calls: 0, live: true };
-	const call = async (action: string) => (action === "identity.sessions.live" ? (live.calls++, { live: live.live }) : null);
+	const call = async (action: string, params: { id: string }) =>
+		action === "identity.sessions.live" ? (live.calls++, { live: live.live }) : action === "identity.users.byId" ? { id: params.id, subjects: [], status: "ACTIVE" } : null;
 	const broker = { call, transit: clustered ? {} : undefined } as unknown as ServiceBroker;
 	const jwt = new JwtKeys(SECRET);
 	const auth = new Authenticator({ jwt, aes: new Aes(SECRET), kv, broker, trustProxy: false });
@@ -64,7 +65,15 @@ test("announceRevocation broadcasts and waits for every available gateway's api.
 	let slowDone = false;
 	const broker = {
 		broadcast: (event: string, payload: unknown) => broadcasts.push([event, payload]),
-		registry: { getActionEndpoints: () => ({ endpoints: [{ id: "gw-a", isAvailable: true }, { id: "gw-b", isAvailable: true }, { id: "gw-gone", isAvailable: false }] }) },
+		registry: {
+			getActionEndpoints: () => ({
+				endpoints: [
+					{ id: "gw-a", isAvailable: true },
+					{ id: "gw-b", isAvailable: true },
+					{ id: "gw-gone", isAvailable: false },
+				],
+			}),
+		},
 		call: async (action: string, params: unknown, opts: { nodeID?: string }) => {
 			calls.push({ action, params, nodeID: opts.nodeID });
 			if (opts.nodeID === "gw-b") {
@@ -77,7 +86,10 @@ test("announceRevocation broadcasts and waits for every available gateway's api.
 	} as unknown as ServiceBroker;
 	await announceRevocation(broker, { sessions: ["s1"], hashes: ["h1"] });
 	expect(slowDone).toBe(true);
-	expect(broadcasts).toEqual([["auth.session.revoked", { session: "s1" }], ["auth.apt.revoked", { hash: "h1" }]]);
+	expect(broadcasts).toEqual([
+		["auth.session.revoked", { session: "s1" }],
+		["auth.apt.revoked", { hash: "h1" }],
+	]);
 	expect(calls).toEqual([
 		{ action: "api.revoke", params: { sessions: ["s1"], hashes: ["h1"] }, nodeID: "gw-a" },
 		{ action: "api.revoke", params: { sessions: ["s1"], hashes: ["h1"] }, nodeID: "gw-b" },

@@ -59,8 +59,18 @@ test("documents outside the given set change no score, however many and however 
 	]);
 	const visible = CORPUS.map(([id]) => id);
 	for (const q of ["rust ownership", "owner", "rust bridges"]) {
-		const expected = ranked(alone, q, visible.filter((id) => alone.matches(q, alone.fields).includes(id)));
-		expect(ranked(crowded, q, visible.filter((id) => crowded.matches(q, crowded.fields).includes(id)))).toEqual(expected);
+		const expected = ranked(
+			alone,
+			q,
+			visible.filter((id) => alone.matches(q, alone.fields).includes(id)),
+		);
+		expect(
+			ranked(
+				crowded,
+				q,
+				visible.filter((id) => crowded.matches(q, crowded.fields).includes(id)),
+			),
+		).toEqual(expected);
 	}
 	// The other documents are found, and ranked, when they are in the set.
 	expect(crowded.matches("rust", crowded.fields)).toHaveLength(204);

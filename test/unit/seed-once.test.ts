@@ -1,27 +1,37 @@
 /**
- * runtime/seed-once.ts on a NeDB store (the claim logic is the store's unique `_id`, the same on every store): of
- * concurrent callers one runs the job; a claim whose holder stopped beating is taken over; a failed job frees the
+ * runtime/seed-once.ts on PgStore (a database of its own on the local server; skipped with a message when it does not
+ * answer): the claim logic is the store's unique `_id`. Of concurrent callers one runs the job; a claim whose holder stopped beating is taken over; a failed job frees the
  * claim; a job found done before claims existed is not run again.
  */
 import { rmSync } from "fs";
-import path from "path";
-import { NedbStore } from "../../mixins/stores";
+import { PgStore } from "../../mixins/stores";
+import { testDatabase, type TestDatabase } from "../helpers/pg";
+import { unique } from "../helpers/samples";
 import { runOnce } from "../../runtime/seed-once";
 import { tempDir } from "../helpers/platform";
 
 let dir: string;
-let store: NedbStore;
+let store: PgStore;
+let pg: TestDatabase | undefined;
+
+beforeAll(async () => {
+	pg = await testDatabase();
+}, 30_000);
+afterAll(() => pg?.drop());
 
 beforeEach(async () => {
 	dir = tempDir();
-	store = new NedbStore(path.join(dir, "_seed.db"));
-	await store.connect();
+	store = new PgStore({ dataDir: dir, databaseUrl: pg?.url }, `_seed_${unique()}`);
+	if (pg) await store.connect();
 });
 
 afterEach(async () => {
-	await store.disconnect();
+	if (pg) await store.disconnect();
 	rmSync(dir, { recursive: true, force: true });
 });
+
+/** Each case needs the server (testDatabase printed why when it does not answer). */
+const test = (name: string, fn: () => Promise<void>, ms?: number) => global.test(name, async () => (pg ? fn() : undefined), ms);
 
 const never = async () => false;
 
@@ -66,7 +76,13 @@ test("a failed job frees the claim at once, so the next caller runs it", async (
 
 test("a job already done before claims existed is recorded as done without running", async () => {
 	let runs = 0;
-	const r = await runOnce(store, "root", { holder: "n1" }, async () => true, async () => void runs++);
+	const r = await runOnce(
+		store,
+		"root",
+		{ holder: "n1" },
+		async () => true,
+		async () => void runs++,
+	);
 	expect(r).toEqual({ ran: false, by: "an earlier start" });
 	expect(runs).toBe(0);
 	expect(await runOnce(store, "root", { holder: "n2" }, never, async () => void runs++)).toEqual({ ran: false, by: "an earlier start" });

@@ -24,7 +24,16 @@ async function closedPort(): Promise<number> {
 function runFixture(port: number, env: Record<string, string> = {}) {
 	const r = spawnSync(
 		process.execPath,
-		[path.join(ROOT, "node_modules", "jest", "bin", "jest.js"), "--config", path.join(ROOT, "jest.config.js"), "--roots", "<rootDir>/test/fixtures", "--testMatch", "**/needs-server.fixture.ts", "--json"],
+		[
+			path.join(ROOT, "node_modules", "jest", "bin", "jest.js"),
+			"--config",
+			path.join(ROOT, "jest.config.js"),
+			"--roots",
+			"<rootDir>/test/fixtures",
+			"--testMatch",
+			"**/needs-server.fixture.ts",
+			"--json",
+		],
 		{ cwd: ROOT, encoding: "utf8", env: { ...process.env, FIXTURE_PORT: String(port), REQUIRE_SERVERS: "", ...env } },
 	);
 	return JSON.parse(r.stdout) as { numPassedTests: number; numPendingTests: number; numFailedTests: number; numFailedTestSuites: number; success: boolean };

@@ -29,7 +29,7 @@ function probe(): Probe {
 		const dir = require("fs").mkdtempSync(require("path").join(require("os").tmpdir(), "uow-reads-"));
 		const hooksOn = () => Promise.resolve().then(() => executionAsyncId() !== 0);
 		(async () => {
-			const cfg = { ...readConfig(), dataDir: dir, documentStore: "postgres", logLevel: "error" };
+			const cfg = { ...readConfig(), dataDir: dir, logLevel: "error" };
 			const broker = new ServiceBroker({ ...brokerOptions(cfg), metrics: { enabled: false }, skipProcessEventRegistration: true });
 			const seen = {};
 			const action = (op) => ({ collection: { service: "probe", collection: "things", op, level: "read" }, handler: async () => { await Promise.resolve(); seen[op] = inUnit(); return op; } });
@@ -47,7 +47,11 @@ function probe(): Probe {
 			console.log(JSON.stringify(out));
 		})();
 	`;
-	const out = execFileSync(process.execPath, ["--import", "tsx", "-e", code], { cwd: ROOT, encoding: "utf8", env: { ...process.env, NODE_OPTIONS: "", TEST_CRASH_AFTER_COMMIT: "" } });
+	const out = execFileSync(process.execPath, ["--import", "tsx", "-e", code], {
+		cwd: ROOT,
+		encoding: "utf8",
+		env: { ...process.env, NODE_OPTIONS: "", TEST_CRASH_AFTER_COMMIT: "" },
+	});
 	return JSON.parse(out.trim().split("\n").pop()!);
 }
 

@@ -53,7 +53,17 @@ describe("Poster", () => {
 				expect(g.url).toBe("/in/hook?x=1&y=%C3%A9");
 				expect(g.body.equals(bytes)).toBe(true);
 				const pairs = headerPairs(g.rawHeaders);
-				expect(pairs.map(([k]) => k)).toEqual(["content-type", "user-agent", "webhook-id", "webhook-timestamp", "authorization", "webhook-signature", "content-length", "host", "connection"]);
+				expect(pairs.map(([k]) => k)).toEqual([
+					"content-type",
+					"user-agent",
+					"webhook-id",
+					"webhook-timestamp",
+					"authorization",
+					"webhook-signature",
+					"content-length",
+					"host",
+					"connection",
+				]);
 				const h = Object.fromEntries(pairs);
 				expect(h["content-length"]).toBe(String(bytes.length));
 				expect(h.host).toBe(`127.0.0.1:${rx.port}`);

@@ -39,7 +39,9 @@ test("a body given as bytes signs like its text; each secret keeps its own key",
 	// Non-ASCII and a lone surrogate (sent as U+FFFD): the signature covers the UTF-8 bytes that go on the wire.
 	const text = JSON.stringify({ title: "naïve 東京 \ud800", n: 1 });
 	const bytes = Buffer.from(text);
-	const expected = createHmac("sha256", Buffer.from("k1")).update(Buffer.concat([Buffer.from("msg_1.1700000000."), bytes])).digest("base64");
+	const expected = createHmac("sha256", Buffer.from("k1"))
+		.update(Buffer.concat([Buffer.from("msg_1.1700000000."), bytes]))
+		.digest("base64");
 	expect(sign("k1", "msg_1", 1700000000, text)).toBe(`v1,${expected}`);
 	expect(sign("k1", "msg_1", 1700000000, bytes)).toBe(`v1,${expected}`);
 	expect(verify("k1", "msg_1", 1700000000, bytes, `v1,${expected}`)).toBe(true);
@@ -47,8 +49,16 @@ test("a body given as bytes signs like its text; each secret keeps its own key",
 	const whsec = `whsec_${Buffer.from("raw key bytes").toString("base64")}`;
 	const k2 = sign("k2", "msg_1", 1700000000, bytes);
 	const w = sign(whsec, "msg_1", 1700000000, bytes);
-	expect(k2).toBe(`v1,${createHmac("sha256", "k2").update(Buffer.concat([Buffer.from("msg_1.1700000000."), bytes])).digest("base64")}`);
-	expect(w).toBe(`v1,${createHmac("sha256", Buffer.from("raw key bytes")).update(Buffer.concat([Buffer.from("msg_1.1700000000."), bytes])).digest("base64")}`);
+	expect(k2).toBe(
+		`v1,${createHmac("sha256", "k2")
+			.update(Buffer.concat([Buffer.from("msg_1.1700000000."), bytes]))
+			.digest("base64")}`,
+	);
+	expect(w).toBe(
+		`v1,${createHmac("sha256", Buffer.from("raw key bytes"))
+			.update(Buffer.concat([Buffer.from("msg_1.1700000000."), bytes]))
+			.digest("base64")}`,
+	);
 	expect(sign("k1", "msg_1", 1700000000, bytes)).toBe(`v1,${expected}`);
 	const h = webhookHeaders({ id: "msg_1", body: bytes, secret: "k1", now: 1_700_000_000_000 });
 	expect(h["webhook-signature"]).toBe(`v1,${expected}`);

@@ -2,8 +2,12 @@
  * The dispatcher's durable queue and its history, in the relational store: one `deliveries` row per (change event,
  * client) and one `delivery_attempts` row per HTTP attempt. Pending rows are the retry queue (they survive restarts);
  * a row is worked on by one dispatcher at a time (a lease: `locked_by`/`locked_until`, taken with SKIP LOCKED), and
- * only the oldest pending row of a (client, document) is eligible, which keeps per-document order per client.
+ * only the oldest pending row of a (client, document) is eligible, which keeps per-document order per client. The
+ * pending rows of each config are a queue of their own: a claim takes from every config's queue in turn, each up to
+ * the number of rows the claimer lets that config have (CLAIM).
  */
+import type { DeliveryView, Page } from "../../lib/contracts";
+import { deliveryView } from "../../lib/deliveries";
 import type { Migration, Relational } from "../../runtime/relational";
 
 export const MIGRATIONS: Migration[] = [
@@ -57,13 +61,38 @@ export const MIGRATIONS: Migration[] = [
 		// earlier position was written before the config existed and is not delivered to it, whatever the clocks say.
 		up: `create table config_births (config_id text primary key, seq bigint not null, recorded_at timestamptz not null default now());`,
 	},
+	{
+		version: 3,
+		// Each config's pending rows in claim order (a row without a config is in the queue named ''): the claim finds the
+		// configs that have pending rows by skipping along this index, and walks each one's queue from its head. `ts_ms`:
+		// the change's time (the event's ts_ms), from which a delivery's lag is measured (null on rows queued before).
+		up: `
+			create index deliveries_queue on deliveries ((coalesce(config_id, '')), next_at, seq) where status = 'pending';
+			drop index deliveries_due;
+			alter table deliveries add column ts_ms bigint;
+		`,
+	},
+	{
+		version: 4,
+		// A config's deliveries newest first (GET /context/configs/:id/deliveries, a page at a time from a `before` id):
+		// one index walk per page, whatever the config's history.
+		up: `create index deliveries_config on deliveries (config_id, id);`,
+	},
 ];
+
+/**
+ * Every table MIGRATIONS creates, in an order their rows can be inserted in (a delivery before its attempts): a backup
+ * holds these (data-backup.ts), and test/integration/backup.test.ts fails on a table of the platform missing here.
+ */
+export const TABLES = ["deliveries", "delivery_attempts", "config_births"];
 
 export type DeliveryStatus = "pending" | "delivered" | "failed" | "disabled";
 
 export interface NewDelivery {
 	event_id: string;
 	seq: number;
+	/** The change event's ts_ms (the delivery's lag is measured from it). */
+	ts_ms?: number;
 	client_id: string;
 	config_id: string | null;
 	url: string | null;
@@ -98,6 +127,8 @@ export interface DeliveryRow {
 /** A claimed row: what a delivery attempt and its settle need, with its payload as the exact JSON text to post. */
 export interface ClaimedDelivery extends Pick<DeliveryRow, "id" | "event_id" | "client_id" | "config_id" | "url" | "attempts"> {
 	body: string;
+	/** The change's ts_ms (null on a row queued before it was recorded). */
+	ts_ms: number | null;
 }
 
 export interface AttemptRecord {
@@ -135,7 +166,9 @@ function withoutUserinfo(url: string): string {
 		return u.toString();
 	} catch {
 		// Not parseable: drop anything up to an `@` before the first `/` after the scheme (userinfo-like).
-		return String(url).replace(/^([a-z][a-z0-9+.-]*:\/\/)[^/?#]*@/i, "$1").slice(0, 2000);
+		return String(url)
+			.replace(/^([a-z][a-z0-9+.-]*:\/\/)[^/?#]*@/i, "$1")
+			.slice(0, 2000);
 	}
 }
 
@@ -179,32 +212,58 @@ function settleText(n: number): string {
  * The claim stays a plain (unnamed) statement: planned on every call for the queue as it is then, never with a
  * generic plan cached on the connection. It runs in one transaction with the planner settings CLAIM_PLAN: claims come
  * in bursts, when the queue holds far more pending rows than the table's statistics say (autovacuum gathers them long
- * after the burst), and planned from those statistics the claim read every due row, looked up each one's predecessor
- * and sorted them all before taking its `limit` (O(pending rows) per claim: 3-7 ms with 2 000 queued). With them the
- * only plan left is the queue's order: the index on next_at walked from its head (enqueue makes the rows of a batch due
- * 1 µs apart, in seq order, so that rows due at one instant, sorted by seq, are few), each row's predecessor looked up by index, stopping once `limit` rows are
- * taken. The same rows are claimed as before; only the work to find them changes.
+ * after the burst), and planned from those statistics a claim reads every due row, looks up each one's predecessor and
+ * sorts them all before taking its `limit` (O(pending rows) per claim). With them the only plan left is the one along
+ * the index deliveries_queue: the configs with pending rows found by skipping from one config to the next, and each
+ * config's queue walked from its head, each row's predecessor looked up by index, stopping once that config's share is
+ * taken. The cost is O(configs with pending rows + rows taken), whatever their backlog. The few rows taken are still
+ * sorted (into turns): with sorts priced out by the settings, such a plan's cost would pass the JIT's threshold and
+ * the server would compile it on every claim (seconds on a busy host), so JIT is off for the claim too.
  */
-export const CLAIM_PLAN = `select ${["enable_seqscan", "enable_bitmapscan", "enable_sort", "enable_hashjoin", "enable_mergejoin", "enable_material"].map((s) => `set_config('${s}', 'off', true)`).join(", ")}`;
-export const CLAIM = `update deliveries d set locked_by = $1, locked_until = now() + make_interval(secs => $3), updated_at = now()
-			 where d.id in (
-				select c.id from deliveries c
-				where c.status = 'pending' and c.next_at <= now() and (c.locked_until is null or c.locked_until < now())
-				  and not exists (
-					select 1 from deliveries e
-					where e.status = 'pending' and e.client_id = c.client_id and e.topic = c.topic
-					  and e.document_id = c.document_id and (e.seq < c.seq or (e.seq = c.seq and e.id < c.id))
-				  )
-				order by c.next_at, c.seq
+export const CLAIM_PLAN = `select ${["enable_seqscan", "enable_bitmapscan", "enable_sort", "enable_hashjoin", "enable_mergejoin", "enable_material", "jit"].map((s) => `set_config('${s}', 'off', true)`).join(", ")}`;
+/**
+ * Fair across configs: each config's queue gives at most its share (`$5`, a JSON object of config id to a number of
+ * rows, for the configs the claimer holds back; `$4` for every other config), its rows in (next_at, seq) order; then
+ * the claim takes the first row of every config, then the second, ... (earliest due first within a round), up to
+ * `$2`. So one config's backlog, however long, never stands in front of another config's rows. `$1` owner, `$3`
+ * lease in seconds.
+ */
+export const CLAIM = `with recursive queues (q) as (
+				(select coalesce(config_id, '') from deliveries where status = 'pending' order by coalesce(config_id, '') limit 1)
+				union all
+				select (select coalesce(n.config_id, '') from deliveries n where n.status = 'pending' and coalesce(n.config_id, '') > queues.q order by coalesce(n.config_id, '') limit 1)
+				from queues where queues.q is not null
+			 ),
+			 shares (q, share) as (select q, coalesce(($5::jsonb ->> q)::integer, $4) from queues where q is not null),
+			 taken as (
+				select t.id from shares
+				cross join lateral (
+					select r.id, r.next_at, r.seq, row_number() over (order by r.next_at, r.seq) as turn from (
+						select c.id, c.next_at, c.seq from deliveries c
+						where coalesce(c.config_id, '') = shares.q and c.status = 'pending' and c.next_at <= now()
+						  and (c.locked_until is null or c.locked_until < now())
+						  and not exists (
+							select 1 from deliveries e
+							where e.status = 'pending' and e.client_id = c.client_id and e.topic = c.topic
+							  and e.document_id = c.document_id and (e.seq < c.seq or (e.seq = c.seq and e.id < c.id))
+						  )
+						order by c.next_at, c.seq
+						limit shares.share
+						for update skip locked
+					) r
+				) t
+				where shares.share > 0
+				order by t.turn, t.next_at, t.seq
 				limit $2
-				for update skip locked
 			 )
-			 returning d.id, d.event_id, d.client_id, d.config_id, d.url, d.attempts, d.payload::text as body`;
+			 update deliveries d set locked_by = $1, locked_until = now() + make_interval(secs => $3), updated_at = now()
+			 from taken where d.id = taken.id
+			 returning d.id, d.event_id, d.client_id, d.config_id, d.url, d.attempts, d.payload::text as body, d.ts_ms::float8 as ts_ms`;
 /** A prepared (named) statement: a lookup by primary key, parsed and planned once per connection. */
 const RELEASE =
 	"update deliveries set locked_by = null, locked_until = null, next_at = greatest(next_at, now() + make_interval(secs => $3)), updated_at = now() where id = $1 and locked_by = $2";
 
-/** Rows per insert statement (11 parameters each, well under PostgreSQL's 65 535). */
+/** Rows per insert statement (12 parameters each, well under PostgreSQL's 65 535). */
 const ENQUEUE_CHUNK = 500;
 
 const COLUMNS = "id, event_id, seq, client_id, config_id, url, topic, op, document_id, status, attempts, next_at, last_status, last_error, created_at, delivered_at";
@@ -221,15 +280,13 @@ export class DeliveryStore {
 		for (let i = 0; i < rows.length; i += ENQUEUE_CHUNK) {
 			const chunk = rows.slice(i, i + ENQUEUE_CHUNK);
 			const params: unknown[] = [];
-			// Each row is due 1 µs after the previous one: the queue's index on next_at alone then orders a batch as
-			// (next_at, seq) does, and the claim's walk stops after the rows it takes (CLAIM).
-			const values = chunk.map((r, j) => {
+			const values = chunk.map((r) => {
 				const at = params.length;
-				params.push(r.event_id, r.seq, r.client_id, r.config_id, storableUrl(r.url), r.topic, r.op, r.document_id, r.body, r.status, r.last_error ?? null);
-				return `($${at + 1}, $${at + 2}, $${at + 3}, $${at + 4}, $${at + 5}, $${at + 6}, $${at + 7}, $${at + 8}, $${at + 9}::json, $${at + 10}, $${at + 11}, ${j ? `now() + interval '${j} microseconds'` : "now()"})`;
+				params.push(r.event_id, r.seq, r.client_id, r.config_id, storableUrl(r.url), r.topic, r.op, r.document_id, r.body, r.status, r.last_error ?? null, r.ts_ms ?? null);
+				return `($${at + 1}, $${at + 2}, $${at + 3}, $${at + 4}, $${at + 5}, $${at + 6}, $${at + 7}, $${at + 8}, $${at + 9}::json, $${at + 10}, $${at + 11}, $${at + 12})`;
 			});
 			const res = await this.db.query(
-				`insert into deliveries (event_id, seq, client_id, config_id, url, topic, op, document_id, payload, status, last_error, next_at)
+				`insert into deliveries (event_id, seq, client_id, config_id, url, topic, op, document_id, payload, status, last_error, ts_ms)
 				 values ${values.join(", ")} on conflict (event_id, client_id) do nothing`,
 				params,
 			);
@@ -240,16 +297,19 @@ export class DeliveryStore {
 
 	/**
 	 * Takes up to `limit` due rows for `owner` for `leaseSec`: pending, due, not leased by a live worker, and the
-	 * oldest pending row of their (client, document), so a later event never overtakes an earlier one.
+	 * oldest pending row of their (client, document), so a later event never overtakes an earlier one. Fair across
+	 * configs (CLAIM): at most `share` rows of one config, or what `shares` says for that config (keyed by config id,
+	 * '' for rows without one; 0 holds the config back), taken from every config in turn.
 	 */
-	async claim(owner: string, limit: number, leaseSec: number): Promise<ClaimedDelivery[]> {
-		if (!Number.isInteger(limit) || !Number.isFinite(leaseSec)) throw new TypeError("claim: limit must be an integer and leaseSec a number");
+	async claim(owner: string, limit: number, leaseSec: number, share = limit, shares: ReadonlyMap<string, number> = new Map()): Promise<ClaimedDelivery[]> {
+		if (!Number.isInteger(limit) || !Number.isInteger(share) || !Number.isFinite(leaseSec)) throw new TypeError("claim: limit and share must be integers and leaseSec a number");
+		for (const n of shares.values()) if (!Number.isInteger(n)) throw new TypeError("claim: every share must be an integer");
 		// One round trip: the settings and the claim as one simple query, which PostgreSQL runs as one transaction
 		// (the settings, local to it, end with it). A simple query has no parameters: the values are written in it.
 		const client = await this.db.client();
 		try {
-			const values = [client.escapeLiteral(owner), String(limit), String(leaseSec)];
-			const res = (await client.query(`${CLAIM_PLAN}; ${CLAIM.replace(/\$([123])\b/g, (_, i: string) => values[Number(i) - 1])}`)) as unknown as Array<{ rows: ClaimedDelivery[] }>;
+			const values = [client.escapeLiteral(owner), String(limit), String(leaseSec), String(share), client.escapeLiteral(JSON.stringify(Object.fromEntries(shares)))];
+			const res = (await client.query(`${CLAIM_PLAN}; ${CLAIM.replace(/\$([1-5])\b/g, (_, i: string) => values[Number(i) - 1])}`)) as unknown as Array<{ rows: ClaimedDelivery[] }>;
 			return res[1].rows;
 		} finally {
 			client.release();
@@ -356,8 +416,25 @@ export class DeliveryStore {
 		return rows;
 	}
 
+	/**
+	 * The deliveries of config `configId` made for client `clientId`, newest first: `limit` of them older than the
+	 * delivery `before` (when given), as the public route shows them (DeliveryView: no payload, URL or lease).
+	 */
+	async page(configId: string, clientId: string, opts: { status?: DeliveryStatus; before?: string; limit: number }): Promise<Page<DeliveryView>> {
+		const params: unknown[] = [configId, clientId, opts.limit + 1];
+		let where = "config_id = $1 and client_id = $2";
+		if (opts.status !== undefined) where += ` and status = $${params.push(opts.status)}`;
+		if (opts.before !== undefined) where += ` and id < $${params.push(opts.before)}`;
+		const { rows } = await this.db.query<DeliveryRow>(`select ${COLUMNS} from deliveries where ${where} order by id desc limit $3`, params);
+		const more = rows.length > opts.limit;
+		const items = rows.slice(0, opts.limit).map(deliveryView);
+		return { items, next: more ? items[items.length - 1].id : null };
+	}
+
 	async attempts(deliveryId: string): Promise<Array<{ attempt: number; url: string | null; status: number | null; error: string | null; duration_ms: number; at: Date }>> {
-		const { rows } = await this.db.query<any>("select attempt, url, status, error, duration_ms, at from delivery_attempts where delivery_id = $1 order by attempt, id", [deliveryId]);
+		const { rows } = await this.db.query<any>("select attempt, url, status, error, duration_ms, at from delivery_attempts where delivery_id = $1 order by attempt, id", [
+			deliveryId,
+		]);
 		return rows;
 	}
 

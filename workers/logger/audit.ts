@@ -5,6 +5,7 @@
  * document, are unique, so an event or a change record delivered twice is stored once.
  */
 import type { AuditRequest } from "../../lib/audit";
+import type { AuditFilter, AuditView, Page } from "../../lib/contracts";
 import { storableText, type Migration, type Relational } from "../../runtime/relational";
 
 export const AUDIT_TABLE = "audit_entries";
@@ -48,9 +49,38 @@ export const MIGRATIONS: Migration[] = [
 			create index ${AUDIT_TABLE}_document on ${AUDIT_TABLE} (document_id) where document_id is not null;
 		`,
 	},
+	// A request answered with a kept answer under its Idempotency-Key: true (null for every other row).
+	{ version: 2, up: `alter table ${AUDIT_TABLE} add column replayed boolean` },
+	// The database's clock when the row was stored, beside `at` (the gateway's clock when the request ended): one clock
+	// for every gateway, so a gateway whose clock is off shows as `recorded_at - at` beyond the batching delay. Rows stored
+	// before this column keep it null.
+	{ version: 3, up: `alter table ${AUDIT_TABLE} add column recorded_at timestamptz; alter table ${AUDIT_TABLE} alter column recorded_at set default now()` },
 ];
 
-const COLUMNS = ["at", "kind", "request_id", "seq", "uid", "aid", "cid", "session", "ip", "method", "path", "action", "service", "collection", "document_id", "op", "status", "duration_ms"] as const;
+/** Every table MIGRATIONS creates: a backup holds these (data-backup.ts). */
+export const TABLES = [AUDIT_TABLE];
+
+const COLUMNS = [
+	"at",
+	"kind",
+	"request_id",
+	"seq",
+	"uid",
+	"aid",
+	"cid",
+	"session",
+	"ip",
+	"method",
+	"path",
+	"action",
+	"service",
+	"collection",
+	"document_id",
+	"op",
+	"status",
+	"duration_ms",
+	"replayed",
+] as const;
 /** Rows per INSERT statement (parameters stay far below PostgreSQL's 65 535). */
 export const ROWS_PER_INSERT = 500;
 
@@ -87,6 +117,7 @@ function valuesOf(r: AuditRow): unknown[] {
 		str(r.op, 4),
 		int(r.status),
 		num(r.duration_ms),
+		r.replayed === true ? true : null,
 	];
 }
 
@@ -192,4 +223,37 @@ export class AuditWriter {
 	get pending(): number {
 		return this.rows.length;
 	}
+}
+
+/** What the public route shows of an entry (lib/contracts.ts AuditView): every column but the session id. */
+const VIEW_COLUMNS = "id, at, kind, method, path, action, service, collection, document_id, op, status, duration_ms, uid, aid, cid, ip, replayed";
+
+/** `%`, `_` and `\` of a LIKE pattern taken as themselves. */
+const likeLiteral = (s: string) => s.replace(/[\\%_]/g, (c) => `\\${c}`);
+
+/**
+ * A page of the audit trail, newest first (by `at`, then `id`): the entries matching every filter given, older than
+ * the entry `before` when given. `(at, id)` walks the indexes on `at` and `(cid, at)` backwards: one page costs its
+ * rows, not the trail's length.
+ */
+export async function auditPage(db: Relational, f: AuditFilter): Promise<Page<AuditView>> {
+	const params: unknown[] = [];
+	const where: string[] = [];
+	const eq = (col: string, v: unknown) => v !== undefined && where.push(`${col} = $${params.push(v)}`);
+	eq("cid", f.cid);
+	eq("kind", f.kind);
+	eq("action", f.action);
+	eq("uid", f.uid);
+	eq("status", f.status);
+	if (f.from !== undefined) where.push(`at >= $${params.push(f.from)}`);
+	if (f.to !== undefined) where.push(`at <= $${params.push(f.to)}`);
+	if (f.path !== undefined) where.push(`path like $${params.push(`${likeLiteral(f.path)}%`)}`);
+	if (f.before !== undefined) where.push(`(at, id) < (select at, id from ${AUDIT_TABLE} where id = $${params.push(f.before)})`);
+	const { rows } = await db.query<Record<string, unknown>>(
+		`select ${VIEW_COLUMNS} from ${AUDIT_TABLE} ${where.length ? `where ${where.join(" and ")}` : ""} order by at desc, id desc limit $${params.push(f.limit + 1)}`,
+		params,
+	);
+	const more = rows.length > f.limit;
+	const items = rows.slice(0, f.limit).map((r) => ({ ...r, id: String(r.id), at: new Date(r.at as Date).toISOString() }) as unknown as AuditView);
+	return { items, next: more ? items[items.length - 1].id : null };
 }

@@ -66,14 +66,18 @@ export class Delivery {
 	/** TLS_CA_FILE's certificates with the default ones, for push and SMS requests; undefined = the default ones. */
 	private readonly ca?: string[];
 
-	constructor(private broker: Broker, private cfg: PlatformConfig, private logger: Logger) {
+	constructor(
+		private broker: Broker,
+		private cfg: PlatformConfig,
+		private logger: Logger,
+	) {
 		this.owner = `${broker.nodeID}:${randomBytes(6).toString("hex")}`;
 		if (cfg.tlsCaFile) {
 			let pem: string;
 			try {
 				pem = readFileSync(cfg.tlsCaFile, "utf8");
 			} catch (err) {
-				throw new Error(`TLS_CA_FILE ${cfg.tlsCaFile} cannot be read: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+				throw new Error(`TLS_CA_FILE ${cfg.tlsCaFile} cannot be read: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`, { cause: err });
 			}
 			this.ca = [...rootCertificates, pem];
 		}
@@ -103,25 +107,33 @@ export class Delivery {
 		this.mailer?.close();
 	}
 
-	/** /status entries: SMTP reachable (when SMTP_URL is set), Web Push keys, each SMS provider set in the environment. */
-	async checks(): Promise<Record<string, boolean>> {
-		const out: Record<string, boolean> = {};
-		if (this.cfg.smtpUrl) {
-			if (Date.now() - this.smtpCheckedAt > SMTP_CHECK_MS) {
-				this.smtpCheckedAt = Date.now();
-				this.smtpUp = await Promise.race([
-					this.transport()!.verify().then(() => true, () => false),
-					new Promise<boolean>((r) => setTimeout(() => r(false), 1500)),
-				]);
+	/** /status checks: SMTP reachable (when SMTP_URL is set), Web Push keys, each SMS provider set in the environment. */
+	checks(): Record<string, () => Promise<boolean>> {
+		const out: Record<string, () => Promise<boolean>> = {};
+		if (this.cfg.smtpUrl)
+			out["smtp"] = async () => {
+				if (Date.now() - this.smtpCheckedAt > SMTP_CHECK_MS) {
+					this.smtpCheckedAt = Date.now();
+					this.smtpUp = await Promise.race([
+						this.transport()!
+							.verify()
+							.then(
+								() => true,
+								() => false,
+							),
+						new Promise<boolean>((r) => setTimeout(() => r(false), 1500)),
+					]);
+				}
+				return this.smtpUp;
+			};
+		out["web push (vapid)"] = async () => {
+			try {
+				return !!loadVapid(this.cfg).publicKey;
+			} catch {
+				return false;
 			}
-			out["smtp"] = this.smtpUp;
-		}
-		try {
-			out["web push (vapid)"] = !!loadVapid(this.cfg).publicKey;
-		} catch {
-			out["web push (vapid)"] = false;
-		}
-		for (const [p, c] of Object.entries(this.cfg.smsProviders)) out[`sms ${p}`] = !!(c.url && c.key);
+		};
+		for (const [p, c] of Object.entries(this.cfg.smsProviders)) out[`sms ${p}`] = async () => !!(c.url && c.key);
 		return out;
 	}
 
@@ -189,7 +201,14 @@ export class Delivery {
 
 	private transport(): Transporter | undefined {
 		if (!this.cfg.smtpUrl) return undefined;
-		this.mailer ??= nodemailer.createTransport({ url: this.cfg.smtpUrl, pool: true, connectionTimeout: 10_000, greetingTimeout: 10_000, socketTimeout: SEND_TIMEOUT_MS, logger: false } as any);
+		this.mailer ??= nodemailer.createTransport({
+			url: this.cfg.smtpUrl,
+			pool: true,
+			connectionTimeout: 10_000,
+			greetingTimeout: 10_000,
+			socketTimeout: SEND_TIMEOUT_MS,
+			logger: false,
+		} as any);
 		return this.mailer;
 	}
 
@@ -296,7 +315,15 @@ export class Delivery {
 		} catch (err) {
 			return { ok: false, permanent: true, reason: `the subscription cannot be encrypted to: ${(err as Error).message}` };
 		}
-		const a = await guardedRequest(details.endpoint, details.method, details.headers as Record<string, string>, details.body ?? null, this.cfg.webhookAllowPrivate, SEND_TIMEOUT_MS, this.ca);
+		const a = await guardedRequest(
+			details.endpoint,
+			details.method,
+			details.headers as Record<string, string>,
+			details.body ?? null,
+			this.cfg.webhookAllowPrivate,
+			SEND_TIMEOUT_MS,
+			this.ca,
+		);
 		if (a.detail) this.logger.warn(`publisher: push ${job.id} not sent: ${a.detail}`);
 		const info = { status: a.status, body: answerOf(a.body) };
 		if (a.status !== null && a.status >= 200 && a.status < 300) return { ok: true, info };

@@ -21,7 +21,15 @@ export interface HttpAnswer {
 
 const MAX_ANSWER = 64 * 1024;
 
-export async function guardedRequest(raw: string, method: string, headers: Record<string, string>, body: string | Buffer | null, allowPrivate: boolean, timeoutMs: number, ca?: string[]): Promise<HttpAnswer> {
+export async function guardedRequest(
+	raw: string,
+	method: string,
+	headers: Record<string, string>,
+	body: string | Buffer | null,
+	allowPrivate: boolean,
+	timeoutMs: number,
+	ca?: string[],
+): Promise<HttpAnswer> {
 	let target;
 	try {
 		target = await resolveTarget(raw, allowPrivate);

@@ -1,0 +1,24 @@
+/**
+ * A read whose filter pins one id is a primary-key read, the rest of the filter matched in memory
+ * (mixins/stores/pg.store.ts findOne): which filters pin an id, and which do not.
+ */
+import { pinnedId } from "../../mixins/stores/pg.store";
+
+describe("pinnedId", () => {
+	it("an id equal to a string at the top, with $eq, or in a top-level $and (nested too)", () => {
+		expect(pinnedId({ _id: "a1" })).toBe("a1");
+		expect(pinnedId({ _id: { $eq: "a1" }, deleted_at: null })).toBe("a1");
+		expect(pinnedId({ $and: [{ $or: [{ owner: "u" }, { shares: "u" }] }, { _id: "a1" }] })).toBe("a1");
+		expect(pinnedId({ $and: [{ deleted_at: null }, { $and: [{ _id: "a1" }] }] })).toBe("a1");
+	});
+
+	it("no id pinned: a set of ids, an id under $or or $not, an operator beside $eq, a non-string id", () => {
+		expect(pinnedId({})).toBeUndefined();
+		expect(pinnedId({ _id: { $in: ["a1"] } })).toBeUndefined();
+		expect(pinnedId({ $or: [{ _id: "a1" }, { _id: "a2" }] })).toBeUndefined();
+		expect(pinnedId({ $not: { _id: "a1" } })).toBeUndefined();
+		expect(pinnedId({ _id: { $eq: "a1", $ne: "a2" } })).toBeUndefined();
+		expect(pinnedId({ _id: 7 })).toBeUndefined();
+		expect(pinnedId({ _id: { $eq: { x: 1 } } })).toBeUndefined();
+	});
+});

@@ -49,16 +49,20 @@ export class TextPrometheusReporter extends BasePrometheus {
 	generatePrometheusResponse(): string {
 		const out: string[] = [];
 		const num = (v: unknown) => (typeof v === "number" && Number.isFinite(v) ? String(v) : v === Infinity ? "+Inf" : "NaN");
-		const esc = (v: unknown) =>
-			String(v ?? "")
-				.replace(/\\/g, "\\\\")
-				.replace(/\n/g, "\\n")
-				.replace(/"/g, '\\"');
-		const labels = (item: Record<string, unknown> | undefined, extra: Record<string, string> = {}) => {
-			const all: Record<string, unknown> = { ...(this.defaultLabels ?? {}), ...(item ?? {}), ...extra };
-			const parts = Object.entries(all).map(([k, v]) => `${snake(k)}="${esc(v)}"`);
-			return parts.length ? `{${parts.join(",")}}` : "";
+		// A scrape renders every series of every metric (1 600 lines, 240 KB on a platform of 14 services) in one turn of the
+		// loop: each item's label text is built once (buckets append only `le`), label names are converted once per scrape.
+		const names = new Map<string, string>();
+		const labelText = (item: Record<string, unknown> | undefined): string => {
+			const all: Record<string, unknown> = { ...(this.defaultLabels ?? {}), ...(item ?? {}) };
+			let text = "";
+			for (const k in all) {
+				let name = names.get(k);
+				if (name === undefined) names.set(k, (name = snake(k)));
+				text += `${text ? "," : ""}${name}="${escapeLabel(all[k])}"`;
+			}
+			return text;
 		};
+		const withLabels = (text: string, extra?: string) => (text ? (extra ? `{${text},${extra}}` : `{${text}}`) : extra ? `{${extra}}` : "");
 		this.registry.store.forEach((metric: any) => {
 			if (!this.matchMetricName(metric.name) || metric.name.startsWith("os.datetime")) return;
 			const snapshot = metric.snapshot();
@@ -72,21 +76,28 @@ export class TextPrometheusReporter extends BasePrometheus {
 				.replace(/\n/g, "\\n");
 			out.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`);
 			for (const item of snapshot) {
-				if (metric.type === "info") out.push(`${name}${labels(item.labels, { value: String(item.value) })} 1`);
+				const text = labelText(item.labels);
+				if (metric.type === "info") out.push(`${name}${withLabels(text, `value="${escapeLabel(item.value)}"`)} 1`);
 				else if (type === "histogram") {
 					const les = Object.keys(item.buckets ?? {})
 						.map(Number)
 						.sort((a, b) => a - b);
-					for (const le of les) out.push(`${name}_bucket${labels(item.labels, { le: String(le) })} ${num(item.buckets[le])}`);
-					out.push(`${name}_bucket${labels(item.labels, { le: "+Inf" })} ${num(item.count ?? 0)}`);
-					out.push(`${name}_sum${labels(item.labels)} ${num(item.sum ?? 0)}`);
-					out.push(`${name}_count${labels(item.labels)} ${num(item.count ?? 0)}`);
-				} else out.push(`${name}${labels(item.labels)} ${num(item.value)}`);
+					for (const le of les) out.push(`${name}_bucket${withLabels(text, `le="${le}"`)} ${num(item.buckets[le])}`);
+					out.push(`${name}_bucket${withLabels(text, 'le="+Inf"')} ${num(item.count ?? 0)}`);
+					out.push(`${name}_sum${withLabels(text)} ${num(item.sum ?? 0)}`);
+					out.push(`${name}_count${withLabels(text)} ${num(item.count ?? 0)}`);
+				} else out.push(`${name}${withLabels(text)} ${num(item.value)}`);
 			}
 			out.push("");
 		});
 		return out.join("\n");
 	}
+}
+
+/** A label value in the exposition format: backslash, newline and double quote escaped. */
+function escapeLabel(v: unknown): string {
+	const s = String(v ?? "");
+	return /[\\\n"]/.test(s) ? s.replace(/\\/g, "\\\\").replace(/\n/g, "\\n").replace(/"/g, '\\"') : s;
 }
 
 /** `nodeID` → `node_id`, `heapSize` → `heap_size`; already snake names stay. */

@@ -148,13 +148,13 @@ describe("2. no pattern holds the platform", () => {
 	])("%s on %s answers within a second and /status is not delayed", async (pattern, op) => {
 		const pth = op === "count" ? "/content/notes/count" : op === "list" ? "/content/notes" : "/content/notes/cursor";
 		const query = p.http("GET", `${pth}?query=${q({ title: { $regex: pattern } })}`, { token: root });
-		// Fired while the query runs, on the same event loop.
-		const status = timed(() => p.http("GET", "/status"));
-		const [{ ms: qms, r }, { ms: sms, r: s }] = await Promise.all([timed(() => query), status]);
+		// Fired while the query runs, on the same event loop; how long the platform held the loop meanwhile is the
+		// file's status probe's to judge (withStatusProbe: under 100 ms), not this request's wall time on a busy machine.
+		const status = p.http("GET", "/status");
+		const [{ ms: qms, r }, s] = await Promise.all([timed(() => query), status]);
 		expect(r.status).toBe(200);
 		expect(s.status).toBe(200);
 		expect(qms).toBeLessThan(1000);
-		expect(sms).toBeLessThan(500);
 		if (op === "count") expect(r.body.total).toBe(1); // "a" × 40
 	});
 

@@ -8,6 +8,11 @@ import { EventEmitter } from "events";
 import type { ChangeEvent } from "../lib/change-event";
 import { locationOf, type DocumentStore, type StoreConfig } from "../mixins/stores";
 import { PgOutbox } from "../mixins/stores/pg.outbox";
+import { trackProgress } from "../runtime/health";
+import { ChangeFeed } from "./feed";
+
+/** The feed's entry in /status while it cannot read the outbox. */
+export const FEED_STAGE = "change feed";
 
 /** Who caused a change: for audit and per-client routing, never part of the webhook payload itself. */
 export interface ChangeActor {
@@ -33,27 +38,36 @@ export interface OutboxRecord {
 	ns?: string;
 }
 
-/**
- * The consumer groups waiting for new records are signalled (`readable`) this long after the first append of a burst,
- * once for all the appends in between: each then reads them as one batch, instead of waking up, reading and storing
- * its position once per record. (Each node's search index wakes on `appended`, at once: a search right after a write
- * finds it.)
- */
-export const READ_LINGER_MS = 10;
-
 export class Outbox extends EventEmitter {
 	/** The transactional outbox table (mixins/stores/pg.outbox.ts). */
 	private readonly pg: PgOutbox;
 	private connecting?: Promise<void>;
 	private users = 0;
-	private lingering?: NodeJS.Timeout;
+	private connected = false;
 	/** Stamped on every record appended here. */
 	private readonly ns?: string;
+	/**
+	 * The process's one reader of this outbox (events/feed.ts), running while anyone waits for `readable`: the consumer
+	 * groups, the relay, the search index and the live cursors read what it read, from memory.
+	 */
+	readonly feed: ChangeFeed<OutboxRecord>;
 
 	constructor(cfg: StoreConfig & { namespace?: string }) {
 		super();
 		this.ns = cfg.namespace;
 		this.pg = new PgOutbox(cfg);
+		this.feed = new ChangeFeed<OutboxRecord>({
+			head: () => this.pg.head(),
+			readFrom: (after, limit, deadlineMs) => this.readStored(after, limit, deadlineMs).then((recs) => recs.map(deepFreeze)),
+			listen: (onNotify, onLost) => this.pg.listen(onNotify, onLost),
+		}, { track: () => trackProgress(cfg, FEED_STAGE) });
+		this.feed.on("readable", () => this.emit("readable"));
+		this.on("newListener", (event) => {
+			if (event === "readable" && this.connected) void this.feed.start().catch(() => undefined);
+		});
+		this.on("removeListener", (event) => {
+			if (event === "readable" && !this.listenerCount("readable")) void this.feed.stop();
+		});
 	}
 
 	/** Whether a write and its events commit together: always (one transaction on PostgreSQL). */
@@ -68,7 +82,10 @@ export class Outbox extends EventEmitter {
 
 	connect(): Promise<void> {
 		this.users++;
-		this.connecting ??= this.pg.connect();
+		this.connecting ??= this.pg.connect().then(() => {
+			this.connected = true;
+			if (this.listenerCount("readable")) void this.feed.start().catch(() => undefined);
+		});
 		return this.connecting;
 	}
 
@@ -76,8 +93,8 @@ export class Outbox extends EventEmitter {
 		if (--this.users > 0) return;
 		await this.connecting;
 		this.connecting = undefined;
-		if (this.lingering) clearTimeout(this.lingering);
-		this.lingering = undefined;
+		this.connected = false;
+		await this.feed.stop();
 		await this.pg.disconnect();
 	}
 
@@ -92,18 +109,23 @@ export class Outbox extends EventEmitter {
 		return out;
 	}
 
-	/** `appended` at once (with the records), `readable` once per burst (READ_LINGER_MS) for the waiting readers. */
+	/** `appended` at once (with the records); the feed reads them once per burst and signals `readable`. */
 	private appended(out: OutboxRecord[]): void {
 		this.emit("appended", out);
-		if (this.lingering || !this.listenerCount("readable")) return;
-		this.lingering = setTimeout(() => {
-			this.lingering = undefined;
-			this.emit("readable");
-		}, READ_LINGER_MS);
+		this.feed.signal();
 	}
 
+	/**
+	 * The records after `after`, from the feed's memory when it holds them (read-only: every reader shares them), else
+	 * from the outbox. A reader caught up with the feed gets none until the feed has read further (`readable`).
+	 */
 	async readFrom(after: number, limit = 100): Promise<OutboxRecord[]> {
-		return (await this.pg.readFrom<Omit<OutboxRecord, "seq">>(after, limit)).map(({ seq, rec }) => ({ ...rec, seq }) as OutboxRecord);
+		return this.feed.read(after, limit) ?? this.readStored(after, limit);
+	}
+
+	/** The records after `after` as the outbox holds them now (not the feed's memory). */
+	async readStored(after: number, limit = 100, deadlineMs?: number): Promise<OutboxRecord[]> {
+		return (await this.pg.readFrom<Omit<OutboxRecord, "seq">>(after, limit, deadlineMs)).map(({ seq, rec }) => ({ ...rec, seq }) as OutboxRecord);
 	}
 
 	/** The last pass asked for: the next one starts after it. */
@@ -130,6 +152,15 @@ export class Outbox extends EventEmitter {
 	ping(): Promise<boolean> {
 		return this.pg.ping();
 	}
+}
+
+/** Freezes a record and everything in it: the feed hands the same objects to every reader of the process. */
+function deepFreeze<T>(v: T): T {
+	if (v && typeof v === "object" && !Object.isFrozen(v)) {
+		Object.freeze(v);
+		for (const k of Object.keys(v)) deepFreeze((v as Record<string, unknown>)[k]);
+	}
+	return v;
 }
 
 /** STREAM_RETENTION_HOURS default: the longest a consumer may stay behind before its events go. */

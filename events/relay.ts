@@ -33,6 +33,8 @@ import { Progress, trackProgress, withTimeout } from "../runtime/health";
 const LOCK_TTL_MS = 15_000;
 const RENEW_MS = 5_000;
 const POLL_MS = 500;
+/** An idle relay looks again after this even without a signal (the outbox's feed signals every record it reads). */
+const IDLE_MS = 5000;
 const BATCH = 100;
 /** The relay's entry in /status while it is stalled. */
 export const RELAY_STAGE = "event relay";
@@ -82,7 +84,13 @@ export class Relay {
 	private loop?: Promise<void>;
 	private renewer?: NodeJS.Timeout;
 	private wake?: () => void;
-	private onAppend = () => this.wake?.();
+	/** Set by the outbox's `readable` (its feed read new records); a sleep that finds it set returns at once. */
+	private signalled = false;
+	private onReadable = () => {
+		this.signalled = true;
+		// Another relay publishes: this one looks again at its lock's renewal, not at every record.
+		if (this.leader) this.wake?.();
+	};
 	/**
 	 * Whether it moves (/status `event relay`, `platform_pipeline_stalled`): each published record or a read that found nothing
 	 * due moves it, as does another relay holding the lock; a step hung on a dependency, or failures, do not.
@@ -124,7 +132,7 @@ export class Relay {
 
 	start(): void {
 		this.progress = trackProgress(this.cfg, RELAY_STAGE);
-		this.outbox.on("appended", this.onAppend);
+		this.outbox.on("readable", this.onReadable);
 		this.renewer = setInterval(() => void this.renew(), Math.min(RENEW_MS, this.heartbeatMs));
 		this.renewer.unref();
 		this.loop = this.run();
@@ -133,7 +141,7 @@ export class Relay {
 	async stop(): Promise<void> {
 		this.stopped = true;
 		if (this.renewer) clearInterval(this.renewer);
-		this.outbox.off("appended", this.onAppend);
+		this.outbox.off("readable", this.onReadable);
 		this.wake?.();
 		this.progress.close();
 		// A loop (or a prune) waiting on a dependency that hangs ends by the dependency's own timeouts; the stop does not
@@ -242,14 +250,15 @@ export class Relay {
 					await this.sleep(RENEW_MS);
 					continue;
 				}
+				this.signalled = false;
 				const all = await this.progress.step("reading the outbox", () => this.outbox.readFrom(this.position, BATCH));
 				const horizon = this.settleMs ? Date.now() * 1000 - this.settleMs * 1000 : Infinity;
 				const batch = all.filter((r) => r.seq <= horizon);
 				if (!batch.length) {
 					this.progress.moved();
 					// Not yet settled: look again when the first one is; else wait for an append or the next poll.
-					const wait = all.length ? Math.min(POLL_MS, Math.ceil((all[0].seq - horizon) / 1000) + 1) : POLL_MS;
-					await this.sleep(wait);
+					if (all.length) await this.sleep(Math.min(POLL_MS, Math.ceil((all[0].seq - horizon) / 1000) + 1));
+					else if (!this.signalled) await this.sleep(IDLE_MS);
 					continue;
 				}
 				let moved = false;

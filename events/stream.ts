@@ -57,6 +57,8 @@ export interface ChangeStream {
 }
 
 const POLL_MS = 500;
+/** A group with nothing to read looks again after this even without a signal (the outbox's feed signals every record it reads). */
+const IDLE_MS = 5000;
 const BATCH = 100;
 const RETRY_MS = [100, 500, 2000, 5000];
 
@@ -106,7 +108,7 @@ export class OutboxStream implements ChangeStream {
 
 	/** Whether every group has passed every event appended so far (tests and operators: "the workers caught up"). */
 	async drained(): Promise<boolean> {
-		return (await this.outbox.readFrom(await this.passedAll(), 1)).length === 0;
+		return (await this.outbox.readStored(await this.passedAll(), 1)).length === 0;
 	}
 
 	/**
@@ -201,7 +203,7 @@ export class OutboxStream implements ChangeStream {
 				}
 				if (!batch.length) {
 					progress.moved();
-					await sleep(POLL_MS, true);
+					await sleep(IDLE_MS, true);
 					continue;
 				}
 				try {
@@ -223,7 +225,7 @@ export class OutboxStream implements ChangeStream {
 				this.pruner.schedule();
 				// A short batch took everything there was: the next read waits for the records appended meanwhile to be
 				// signalled (at once if they already were), so that they come as one batch.
-				if (batch.length < max) await sleep(POLL_MS, true);
+				if (batch.length < max) await sleep(IDLE_MS, true);
 			}
 			await save();
 		})();

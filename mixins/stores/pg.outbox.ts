@@ -20,8 +20,13 @@ import { commitUnit, openTransaction, takeHeld, unitDeadline, type Held } from "
 /** The outbox's table and the sequence its positions are drawn from (a backup restores both: data-backup.ts). */
 export const OUTBOX_TABLE = "_outbox";
 export const OUTBOX_SEQUENCE = "_outbox_seq";
+/** The channel every append notifies at its commit (events/feed.ts listens on it). */
+export const OUTBOX_CHANNEL = "platform_outbox";
 const TABLE = `"${OUTBOX_TABLE}"`;
 const SEQUENCE = `"${OUTBOX_SEQUENCE}"`;
+const LOCK = "pg_advisory_xact_lock(hashtext('platform-outbox-append'))";
+/** Delivered to the listeners when the append's transaction commits, once per transaction (PostgreSQL folds repeats). */
+const NOTIFY = `pg_notify('${OUTBOX_CHANNEL}', '')`;
 /**
  * One statement, one round trip: the lock is an InitPlan of a one-time filter, so it is taken before the first
  * position is drawn; the n-th smallest position goes to the n-th record. With `held` (a document write the unit of
@@ -33,13 +38,12 @@ function appendSql(held?: string, heldParams = 0): string {
 	const $n = (i: number) => `$${heldParams + i}`;
 	return (
 		`with ${held ? `d as (${held} returning 1), ` : ""}s as materialized (select nextval('${SEQUENCE}') as seq from generate_series(1, ${$n(1)}::int) ` +
-		`where (select count(*) from (select pg_advisory_xact_lock(hashtext('platform-outbox-append'))${held ? " from (select count(*) from d) w" : ""}) l) = 1), ` +
+		`where (select count(*) from (select ${LOCK}, ${NOTIFY}${held ? " from (select count(*) from d) w" : ""}) l) = 1), ` +
 		`n as (select seq, row_number() over (order by seq) as i from s) ` +
 		`insert into ${TABLE} (seq, rec) select n.seq, u.r from n join unnest(${$n(2)}::jsonb[]) with ordinality u(r, o) on u.o = n.i returning seq`
 	);
 }
 const APPEND = appendSql();
-const LOCK = "pg_advisory_xact_lock(hashtext('platform-outbox-append'))";
 
 /**
  * Group commit: the appends of several units that need no transaction of their own (a held create, or events alone)
@@ -55,7 +59,7 @@ function groupSql(tables: string[]): string {
 	const n = tables.length;
 	return (
 		`with ${inserts}s as materialized (select nextval('${SEQUENCE}') as seq from generate_series(1, $${n + 1}::int) ` +
-		`where (select count(*) from (select ${LOCK}${counted}) l) = 1), ` +
+		`where (select count(*) from (select ${LOCK}, ${NOTIFY}${counted}) l) = 1), ` +
 		`n as (select seq, row_number() over (order by seq) as i from s) ` +
 		`insert into ${TABLE} (seq, rec) select n.seq, u.r from n join unnest($${n + 2}::jsonb[]) with ordinality u(r, o) on u.o = n.i returning seq`
 	);
@@ -79,11 +83,21 @@ function deadlineOf(members: Member[]): number | undefined {
 	return ends.length ? Math.max(1, Math.min(...ends) - Date.now()) : undefined;
 }
 
+/** The outbox listener's statements (LISTEN, its health checks) answer within this, else its connection is given up. */
+const LISTEN_ANSWER_MS = 2000;
+
 /** Members of one group statement at most (their records are one array parameter). */
 const MAX_GROUP = 256;
 
 /** A failed group statement's error that one member's data can cause (a duplicate key, a value PostgreSQL refuses). */
 const byMember = (err: unknown) => err instanceof ApiError || /^2[23]/.test(String((err as { code?: unknown })?.code ?? ""));
+
+/** A LISTEN on the outbox's channel (events/feed.ts). */
+export interface Listening {
+	/** Resolves true while the connection answers within its time. */
+	check(): Promise<boolean>;
+	close(): void;
+}
 
 export interface PgOutboxRow<T> {
 	seq: number;
@@ -220,9 +234,49 @@ export class PgOutbox {
 		return rows.map((r) => Number(r.seq)).sort((a, b) => a - b);
 	}
 
-	async readFrom<T>(after: number, limit: number): Promise<PgOutboxRow<T>[]> {
-		const { rows } = await this.d.read(`select seq, rec from ${TABLE} where seq > $1 order by seq limit $2`, [after, limit]);
+	/** With `deadlineMs`, a read without an answer by then fails and its connection is given up (a silent server). */
+	async readFrom<T>(after: number, limit: number, deadlineMs?: number): Promise<PgOutboxRow<T>[]> {
+		const text = `select seq, rec from ${TABLE} where seq > $1 order by seq limit $2`;
+		const { rows } = deadlineMs === undefined ? await this.d.read(text, [after, limit]) : await this.d.aloneWithin(deadlineMs, text, [after, limit]);
 		return rows.map((r) => ({ seq: Number(r.seq), rec: r.rec as T }));
+	}
+
+	/**
+	 * LISTEN on OUTBOX_CHANNEL on a connection of its own (held from the pool until closed): `onNotify` at every
+	 * committed append of any process, `onLost` once when the connection fails. `check` answers whether it still
+	 * answers within LISTEN_ANSWER_MS; a silent one is destroyed (its notifications would never come).
+	 */
+	async listen(onNotify: () => void, onLost: () => void): Promise<Listening> {
+		const c = await this.d.rel.client(LISTEN_ANSWER_MS);
+		let closed = false;
+		const close = (err?: Error) => {
+			if (closed) return;
+			closed = true;
+			c.off("notification", notified);
+			c.off("error", failed);
+			c.off("end", failed);
+			c.release(err ?? true);
+		};
+		const notified = (m: { channel: string }) => m.channel === OUTBOX_CHANNEL && onNotify();
+		const failed = () => {
+			if (closed) return;
+			close(new Error("the outbox listener's connection ended"));
+			onLost();
+		};
+		c.on("notification", notified);
+		c.on("error", failed);
+		c.on("end", failed);
+		try {
+			await c.query(`listen ${OUTBOX_CHANNEL}`);
+		} catch (err) {
+			close(err as Error);
+			throw err;
+		}
+		return {
+			// Each statement of this checkout is bound to LISTEN_ANSWER_MS (rel.client): past it the connection is destroyed.
+			check: async () => !closed && !!(await c.query("select 1").then(() => true, () => false)),
+			close: () => close(),
+		};
 	}
 
 	/** Removes what every consumer has passed, and what is older than the retention whoever lags. */

@@ -3,9 +3,9 @@
  * then one `event: change` frame per change of the caller's view, read from the durable change stream (the outbox),
  * in commit order.
  *
- * - The feed: each gateway reads the outbox after its position (woken by this process's appends, and reading a shared
- *   store every LIVE_POLL_MS, so changes written through any node arrive) and keeps the newest LIVE_RING records for
- *   resumption. A position is sealed for its stream (./live-position.ts): a position of another stream is refused.
+ * - The feed: each gateway reads the outbox after its position through the process's change feed (events/feed.ts:
+ *   woken by this process's appends and by PostgreSQL's notification of any node's) and keeps the newest LIVE_RING
+ *   records for resumption. A position is sealed for its stream (./live-position.ts): a position of another stream is refused.
  * - Catch-up (a resume, and the changes between the listing's start and the stream joining the feed): the stream's
  *   own collection only, each document once, as it is at the end of the catch-up (catchUp).
  * - Who a change can concern: subscribers are indexed by zone keys (own and share: `u:<identity>`; group:
@@ -36,8 +36,8 @@ import { Positions, streamOf, type StreamPositions } from "./live-position";
 
 /** Records kept in memory for resumption (Last-Event-ID) on this gateway; older positions are read from the outbox. */
 export const LIVE_RING = 20_000;
-/** How often a gateway reads a shared store's outbox for changes written through other nodes. */
-export const LIVE_POLL_MS = 50;
+/** The hub looks again after this even without a signal (the outbox's feed signals every record it reads, any node's). */
+const LIVE_IDLE_MS = 5000;
 /** How often each stream's token is checked again (revocation, logout, deactivation, expiry: 401 within 2 s). */
 export const LIVE_SWEEP_MS = 1000;
 /** A comment line at least this often (docs/contracts.md "Realtime: live cursors and MQTT in the browser": at least every 15 s). */
@@ -181,8 +181,6 @@ export class LiveCursors {
 		this.signalled = true;
 		this.wake?.();
 	};
-	/** A shared store (another node's writes are in it): read it every LIVE_POLL_MS; alone, appends signal. */
-	private readonly pollMs: number;
 	private readonly positions: Positions;
 
 	/** `secret`: the deployment's AES_SECRET, which positions are sealed with (every gateway opens every other's). */
@@ -195,7 +193,6 @@ export class LiveCursors {
 	) {
 		this.outbox = sharedOutbox(cfg);
 		this.positions = new Positions(secret);
-		this.pollMs = this.sharedStore ? LIVE_POLL_MS : 1000;
 	}
 
 	/** Documents and outbox in a database other nodes share (DATABASE_URL). */
@@ -315,7 +312,9 @@ export class LiveCursors {
 	 */
 	private async reach(seq: number): Promise<void> {
 		if (this.position >= seq) return;
-		// One wake: a read in flight when it comes is followed by another at once (`signalled`).
+		// The feed reads now (one in flight reads once more); its `readable` wakes the hub. One wake of the hub too: a
+		// read of its own in flight is followed by another at once (`signalled`).
+		void this.outbox.feed.wake();
 		this.onReadable();
 		const deadline = performance.now() + LIVE_REACH_MS;
 		while (this.position < seq && !this.stopped && performance.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 5));
@@ -534,7 +533,7 @@ export class LiveCursors {
 				continue;
 			}
 			if (!recs.length || !index) {
-				await this.sleep(this.pollMs);
+				await this.sleep(LIVE_IDLE_MS);
 				continue;
 			}
 			// In slices of LIVE_SLICE_MS: the records are decided in order, and each one's position moves with it, so a

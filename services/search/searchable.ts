@@ -31,7 +31,8 @@ import type { DocumentStore, StoredDoc } from "../../mixins/stores";
 
 const BUILD_BATCH = 1000;
 const TAIL_BATCH = 500;
-const POLL_MS = 500;
+/** The tail looks again after this even without a signal (the outbox's feed signals every record it reads). */
+const POLL_MS = 5000;
 /**
  * The tail starts this far before the build's first read: events racing the build are replayed (harmless). On
  * PostgreSQL it starts at the newest position read before the build instead.
@@ -100,9 +101,8 @@ export function searchableMixin(domain: DomainDef, names: string[]): Partial<Ser
 			let position = (Date.now() - START_MARGIN_MS) * 1000;
 			let stopped = false;
 			let wake: (() => void) | undefined;
-			// New records signalled (the outbox's `appended`, at every append: a search right after a write on this node
-			// finds it; under load the appends made while a batch is indexed are read as the next batch): the next wait
-			// ends at once.
+			// New records signalled (the outbox's `readable`: its feed read records of any node; under load the appends made
+			// while a batch is indexed are read as the next batch): the next wait ends at once.
 			let signalled = false;
 			// The newest position of a change to these collections appended on this node, and the searches waiting for
 			// the tail to pass it: the write was answered, so a search that follows it must find it, not race the read.
@@ -138,14 +138,17 @@ export function searchableMixin(domain: DomainDef, names: string[]): Partial<Ser
 			};
 			const onAppended = (recs: OutboxRecord[]) => {
 				for (const r of recs) if (r.event && topics.has(r.event.topic) && r.seq > mine) mine = r.seq;
+			};
+			const onReadable = () => {
 				signalled = true;
 				wake?.();
 			};
 			state.ready = (async () => {
 				await outbox.connect();
 				if (outbox.transactional) position = await outbox.head();
-				outbox.setMaxListeners(outbox.getMaxListeners() + 1);
+				outbox.setMaxListeners(outbox.getMaxListeners() + 2);
 				outbox.on("appended", onAppended);
+				outbox.on("readable", onReadable);
 				for (const c of cols) await build(this.collectionStore(c.name), indexes.get(c.name)!);
 			})();
 			await state.ready;
@@ -182,7 +185,8 @@ export function searchableMixin(domain: DomainDef, names: string[]): Partial<Ser
 				passed();
 				await loop;
 				outbox.off("appended", onAppended);
-				outbox.setMaxListeners(Math.max(10, outbox.getMaxListeners() - 1));
+				outbox.off("readable", onReadable);
+				outbox.setMaxListeners(Math.max(10, outbox.getMaxListeners() - 2));
 				await outbox.disconnect();
 			};
 		},

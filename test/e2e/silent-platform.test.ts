@@ -211,14 +211,15 @@ async function partition(which: keyof typeof proxy, silentMs: number, detected: 
 
 const entry = (s: { body: any }, key: string) => s.body?.info?.[key] as { status: string; message?: string } | undefined;
 
-servers.test("PostgreSQL silent: /status and the metrics name the stalled relay; the platform recovers by itself, no event lost or dead-lettered", () =>
+// The stage that cannot read is the process's change feed (events/feed.ts), which the relay and the groups read from.
+servers.test("PostgreSQL silent: /status and the metrics name the stalled change feed; the platform recovers by itself, no event lost or dead-lettered", () =>
 	partition(
 		"pg",
 		14_000,
-		(s) => s.status === 503 && entry(s, "event relay")?.status === "down" && /^stalled: no progress for \d+ s/.test(entry(s, "event relay")?.message ?? ""),
+		(s) => s.status === 503 && entry(s, "change feed")?.status === "down" && /^stalled: no progress for \d+ s/.test(entry(s, "change feed")?.message ?? ""),
 		async () => {
 			const m = await gw("GET", "/metrics");
-			expect(m.text).toMatch(/^platform_pipeline_stalled\{[^}]*stage="event relay"\} 1$/m);
+			expect(m.text).toMatch(/^platform_pipeline_stalled\{[^}]*stage="change feed"\} 1$/m);
 		},
 	),
 );

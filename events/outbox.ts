@@ -56,11 +56,14 @@ export class Outbox extends EventEmitter {
 		super();
 		this.ns = cfg.namespace;
 		this.pg = new PgOutbox(cfg);
-		this.feed = new ChangeFeed<OutboxRecord>({
-			head: () => this.pg.head(),
-			readFrom: (after, limit, deadlineMs) => this.readStored(after, limit, deadlineMs).then((recs) => recs.map(deepFreeze)),
-			listen: (onNotify, onLost) => this.pg.listen(onNotify, onLost),
-		}, { track: () => trackProgress(cfg, FEED_STAGE) });
+		this.feed = new ChangeFeed<OutboxRecord>(
+			{
+				head: () => this.pg.head(),
+				readFrom: (after, limit, deadlineMs) => this.readFrom(after, limit, deadlineMs).then((recs) => recs.map(deepFreeze)),
+				listen: (onNotify, onLost) => this.pg.listen(onNotify, onLost),
+			},
+			{ track: () => trackProgress(cfg, FEED_STAGE) },
+		);
 		this.feed.on("readable", () => this.emit("readable"));
 		this.on("newListener", (event) => {
 			if (event === "readable" && this.connected) void this.feed.start().catch(() => undefined);
@@ -116,15 +119,16 @@ export class Outbox extends EventEmitter {
 	}
 
 	/**
-	 * The records after `after`, from the feed's memory when it holds them (read-only: every reader shares them), else
-	 * from the outbox. A reader caught up with the feed gets none until the feed has read further (`readable`).
+	 * For the readers that wait for `readable`: the records after `after`, from the feed's memory when it holds them
+	 * (read-only: every reader shares them), else from the outbox. A reader caught up with the feed gets none until the
+	 * feed has read further, which `readable` signals.
 	 */
-	async readFrom(after: number, limit = 100): Promise<OutboxRecord[]> {
-		return this.feed.read(after, limit) ?? this.readStored(after, limit);
+	async readFed(after: number, limit = 100): Promise<OutboxRecord[]> {
+		return this.feed.read(after, limit) ?? this.readFrom(after, limit);
 	}
 
-	/** The records after `after` as the outbox holds them now (not the feed's memory). */
-	async readStored(after: number, limit = 100, deadlineMs?: number): Promise<OutboxRecord[]> {
+	/** The records after `after` as the outbox holds them now. */
+	async readFrom(after: number, limit = 100, deadlineMs?: number): Promise<OutboxRecord[]> {
 		return (await this.pg.readFrom<Omit<OutboxRecord, "seq">>(after, limit, deadlineMs)).map(({ seq, rec }) => ({ ...rec, seq }) as OutboxRecord);
 	}
 

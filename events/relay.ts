@@ -251,7 +251,7 @@ export class Relay {
 					continue;
 				}
 				this.signalled = false;
-				const all = await this.progress.step("reading the outbox", () => this.outbox.readFrom(this.position, BATCH));
+				const all = await this.progress.step("reading the outbox", () => this.outbox.readFed(this.position, BATCH));
 				const horizon = this.settleMs ? Date.now() * 1000 - this.settleMs * 1000 : Infinity;
 				const batch = all.filter((r) => r.seq <= horizon);
 				if (!batch.length) {

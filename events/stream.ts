@@ -108,7 +108,7 @@ export class OutboxStream implements ChangeStream {
 
 	/** Whether every group has passed every event appended so far (tests and operators: "the workers caught up"). */
 	async drained(): Promise<boolean> {
-		return (await this.outbox.readStored(await this.passedAll(), 1)).length === 0;
+		return (await this.outbox.readFrom(await this.passedAll(), 1)).length === 0;
 	}
 
 	/**
@@ -195,7 +195,7 @@ export class OutboxStream implements ChangeStream {
 				// Records appended from here on signal again.
 				signalled = false;
 				try {
-					batch = await progress.step("reading the outbox", () => this.outbox.readFrom(position, max));
+					batch = await progress.step("reading the outbox", () => this.outbox.readFed(position, max));
 				} catch (err) {
 					progress.failed(err);
 					await sleep(POLL_MS, false);

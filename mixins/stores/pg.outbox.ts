@@ -274,7 +274,12 @@ export class PgOutbox {
 		}
 		return {
 			// Each statement of this checkout is bound to LISTEN_ANSWER_MS (rel.client): past it the connection is destroyed.
-			check: async () => !closed && !!(await c.query("select 1").then(() => true, () => false)),
+			check: async () =>
+				!closed &&
+				!!(await c.query("select 1").then(
+					() => true,
+					() => false,
+				)),
 			close: () => close(),
 		};
 	}

@@ -329,7 +329,7 @@ export class LiveCursors {
 		const docs = new Map<string, { was: boolean; last: OutboxRecord }>();
 		let at = base;
 		while (at < end && !sub.closed) {
-			const recs = at >= this.floor ? this.ringAfter(at) : await this.outbox.readFrom(at, READ_BATCH);
+			const recs = at >= this.floor ? this.ringAfter(at) : await this.outbox.readFed(at, READ_BATCH);
 			// Nothing after `at` up to `end` (a store that lost them): read as caught up, as the feed would.
 			if (!recs.length) at = end;
 			const index = await grantCache.get(this.broker);
@@ -525,7 +525,7 @@ export class LiveCursors {
 			let index: GrantIndex | undefined;
 			this.signalled = false;
 			try {
-				recs = await this.outbox.readFrom(this.position, READ_BATCH);
+				recs = await this.outbox.readFed(this.position, READ_BATCH);
 				if (recs.length) index = await grantCache.get(this.broker);
 			} catch (err) {
 				this.logger.warn("live cursors: reading the change stream failed, retrying", (err as Error)?.message);

@@ -157,7 +157,7 @@ export function searchableMixin(domain: DomainDef, names: string[]): Partial<Ser
 					let batch: OutboxRecord[] = [];
 					signalled = false;
 					try {
-						batch = await outbox.readFrom(position, TAIL_BATCH);
+						batch = await outbox.readFed(position, TAIL_BATCH);
 					} catch {
 						batch = [];
 					}

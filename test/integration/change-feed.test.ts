@@ -25,7 +25,8 @@ function feedOver(pg: PgOutbox, opts: { pollMs?: number; ring?: number } = {}): 
 	return new ChangeFeed<Rec>(
 		{
 			head: () => pg.head(),
-			readFrom: async (after, limit, deadlineMs) => (await pg.readFrom<{ n: number }>(after, limit, deadlineMs)).map((r: PgOutboxRow<{ n: number }>) => ({ seq: r.seq, n: r.rec.n })),
+			readFrom: async (after, limit, deadlineMs) =>
+				(await pg.readFrom<{ n: number }>(after, limit, deadlineMs)).map((r: PgOutboxRow<{ n: number }>) => ({ seq: r.seq, n: r.rec.n })),
 			listen: (onNotify, onLost) => pg.listen(onNotify, onLost),
 		},
 		{ pollMs: opts.pollMs ?? 3_600_000, ring: opts.ring },
@@ -138,8 +139,8 @@ servers.describe("the change feed", () => {
 			const got = new Promise<void>((resolve) => outbox.once("readable", () => resolve()));
 			await writer.append([record(7), record(8)]);
 			await got;
-			const a = await outbox.readFrom(from, 10);
-			const b = await outbox.readFrom(from, 10);
+			const a = await outbox.readFed(from, 10);
+			const b = await outbox.readFed(from, 10);
 			expect(a.map((r) => (r as unknown as Rec).n)).toEqual([7, 8]);
 			expect(b[0]).toBe(a[0]);
 			expect(() => {
@@ -147,7 +148,7 @@ servers.describe("the change feed", () => {
 			}).toThrow(TypeError);
 			expect(a[0].event.id).toBe("e7");
 			// A reader not in the feed's span reads the outbox itself.
-			expect((await outbox.readFrom(from - 1_000_000, 1000)).map((r) => r.seq)).toEqual(
+			expect((await outbox.readFed(from - 1_000_000, 1000)).map((r) => r.seq)).toEqual(
 				(await admin.query("select seq from _outbox where seq > $1 order by seq limit 1000", [from - 1_000_000])).rows.map((r) => Number(r.seq)),
 			);
 		} finally {

@@ -21,6 +21,16 @@ import { freeOpsOffset, freePort } from "../helpers/ports";
 const ok: Health = { status: "ok", info: { cache: { status: "up" } } };
 const portOf = (name: string) => DOMAINS.find((d) => d.name === name)!.restPort;
 
+/** The TCP ports this process's servers listen on now (every platform of this file runs in it). */
+function listeningPorts(): number[] {
+	const handles = (process as unknown as { _getActiveHandles(): Array<Partial<net.Server>> })._getActiveHandles();
+	return handles
+		.filter((h) => h.listening === true && typeof h.address === "function")
+		.map((srv) => srv.address!())
+		.filter((a): a is net.AddressInfo => !!a && typeof a === "object")
+		.map((a) => a.port);
+}
+
 async function get(url: string, init?: RequestInit) {
 	const res = await fetch(url, init);
 	const text = await res.text();
@@ -266,6 +276,11 @@ describe("the ops port of every domain service (in-process nodes)", () => {
 			const s = await get(`${ops(d.name)}/status`);
 			expect([d.name, s.status]).toEqual([d.name, 200]);
 		}
+		// Calls between services travel over the transporter: the spec's gRPC ports (kept in the catalog as its data)
+		// have no listener, while every ops port does (docs/decisions.md, "No internal gRPC ports").
+		const listening = listeningPorts();
+		for (const d of DOMAINS)
+			expect({ domain: d.name, ops: listening.includes(d.restPort + offset), grpc: listening.includes(d.grpcPort) }).toEqual({ domain: d.name, ops: true, grpc: false });
 	});
 
 	test("SERVICE_PORTS=0 keeps a node without the gateway off the ops ports", async () => {

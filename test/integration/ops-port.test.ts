@@ -3,7 +3,7 @@
  * in-process nodes (ports shifted by a free OPS_PORT_OFFSET so no standard port is touched).
  */
 import net from "net";
-import { mkdtempSync, rmSync } from "fs";
+import { mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from "fs";
 import os from "os";
 import path from "path";
 import type { Server } from "http";
@@ -21,14 +21,28 @@ import { freeOpsOffset, freePort } from "../helpers/ports";
 const ok: Health = { status: "ok", info: { cache: { status: "up" } } };
 const portOf = (name: string) => DOMAINS.find((d) => d.name === name)!.restPort;
 
-/** The TCP ports this process's servers listen on now (every platform of this file runs in it). */
+/**
+ * The TCP ports this process listens on now (every platform of this file runs in it): its socket descriptors
+ * (/proc/self/fd) matched against the kernel's tables of listening sockets (/proc/net/tcp, tcp6: state 0A).
+ */
 function listeningPorts(): number[] {
-	const handles = (process as unknown as { _getActiveHandles(): Array<Partial<net.Server>> })._getActiveHandles();
-	return handles
-		.filter((h) => h.listening === true && typeof h.address === "function")
-		.map((srv) => srv.address!())
-		.filter((a): a is net.AddressInfo => !!a && typeof a === "object")
-		.map((a) => a.port);
+	const inodes = new Set<string>();
+	for (const fd of readdirSync("/proc/self/fd")) {
+		try {
+			const m = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/self/fd/${fd}`));
+			if (m) inodes.add(m[1]);
+		} catch {
+			/* closed since the listing */
+		}
+	}
+	const ports: number[] = [];
+	for (const table of ["/proc/net/tcp", "/proc/net/tcp6"])
+		for (const line of readFileSync(table, "utf8").split("\n").slice(1)) {
+			// sl, local address:port (hex), remote address, state, queues, timers, retransmits, uid, timeout, inode
+			const f = line.trim().split(/\s+/);
+			if (f[3] === "0A" && inodes.has(f[9])) ports.push(parseInt(f[1].split(":")[1], 16));
+		}
+	return ports;
 }
 
 async function get(url: string, init?: RequestInit) {

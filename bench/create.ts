@@ -1,6 +1,6 @@
 /**
- * Create load as the peer bench runs it (`npx tsx bench/create.ts`): a platform child process (DOCUMENT_STORE as in
- * the environment), a normal user with read and write grants on content:notes, POST /content/notes of a 1 KB note
+ * Create load as the peer bench runs it (`npx tsx bench/create.ts`): a platform child process (PostgreSQL:
+ * DATABASE_URL as in the environment, else the embedded server), a normal user with read and write grants on content:notes, POST /content/notes of a 1 KB note
  * with 50 connections, then the time the in-process workers take to consume the backlog (the child's CPU falls
  * idle). PROFILE=dir profiles the child, BENCH_PLATFORM_DIR runs another checkout (bench/process.ts).
  */
@@ -26,7 +26,7 @@ export interface CreateRow {
 	 * less sensitive than req/s to other jobs sharing the machine.
 	 */
 	cpuMsPerCreate: number;
-	/** The same for the PostgreSQL server processes below the platform (DOCUMENT_STORE=postgres, embedded), else 0. */
+	/** The same for the embedded PostgreSQL server's processes below the platform; 0 with DATABASE_URL. */
 	pgCpuMsPerCreate: number;
 }
 
@@ -121,7 +121,7 @@ export async function createScenario(env: Record<string, string> = {}): Promise<
 
 if (require.main === module)
 	createScenario()
-		.then((row) => console.log(JSON.stringify({ store: process.env.DOCUMENT_STORE ?? "nedb", ...row })))
+		.then((row) => console.log(JSON.stringify({ store: "postgres", ...row })))
 		.catch((err) => {
 			console.error(err);
 			process.exit(1);

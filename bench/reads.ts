@@ -1,6 +1,6 @@
 /**
  * A normal user's reads as the peer bench runs them (`npx tsx bench/reads.ts`): a platform child process
- * (DOCUMENT_STORE as in the environment), 10 000 notes of which 100 are the user's (it holds read and write grants on
+ * (PostgreSQL: DATABASE_URL as in the environment, else the embedded server), 10 000 notes of which 100 are the user's (it holds read and write grants on
  * content:notes), every 10th note soft-deleted; then get by id rotating over 50 of the user's live ids and the user's
  * list of its 20 newest, 50 connections each. Reported per scenario: req/s, p50/p99 (ms) and the CPU time the
  * platform process tree used per request (from /proc), the figure that predicts a platform pinned to one core.
@@ -182,7 +182,7 @@ if (require.main === module)
 				const rs = rows.filter((r) => `${r.dir}\t${r.scenario}` === k);
 				console.log(
 					JSON.stringify({
-						store: process.env.DOCUMENT_STORE ?? "nedb",
+						store: "postgres",
 						platform: rs[0].dir,
 						scenario: rs[0].scenario,
 						rounds: rs.length,

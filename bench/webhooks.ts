@@ -180,7 +180,7 @@ if (require.main === module) {
 	const children: ChildProcess[] = [];
 	const dirs: string[] = [];
 	webhookScenario(children, dirs, true)
-		.then((r) => console.log(JSON.stringify({ store: process.env.DOCUMENT_STORE ?? "nedb", ...r })))
+		.then((r) => console.log(JSON.stringify({ store: "postgres", ...r })))
 		.catch((err) => {
 			console.error(err);
 			process.exitCode = 1;

@@ -1,184 +1,37 @@
 /**
  * The authority layer: one Moleculer middleware around every collection action (and every special action that
  * declares `authority`). In the spec's order: scope, grant, then query enforcement, producing the access plan the
- * collection engine executes. Nothing reads or writes collection data without passing here.
+ * collection engine executes. Nothing reads or writes collection data without passing here. The decisions themselves
+ * are pure (lib/authority.ts); this file takes their inputs from the call's context and keeps the plan in it.
  */
 import type { Middleware } from "moleculer";
 import type { CollectionActionMeta, CollectionParams, Ctx, SpecialActionMeta } from "../mixins/collection.mixin";
-import { findCollection, PLATFORM_FIELDS, SETTABLE_FIELDS, type CollectionDef } from "../catalog";
-import { ApiError, forbidden, notFound, unauthorized } from "../lib/errors";
-import { fieldsAllowed, type Decision, type GrantIndex } from "../lib/grants";
+import { findCollection, type CollectionDef } from "../catalog";
+import { checkGrant, checkScope, enforce as enforceRequest, type EnforceRequest } from "../lib/authority";
+import { ApiError, notFound, unauthorized } from "../lib/errors";
+import type { Decision, GrantIndex } from "../lib/grants";
 import type { AccessPlan } from "../lib/plan";
-import { parsePagination, parsePopulate, parseProjection, parseQuery, parseZones, neverQueried, referencedFields, type Filter, type PopulateSpec } from "../lib/query-safety";
-import { hasParsedScope, parseScopes, type ParsedScopes } from "../lib/scopes";
 import type { TokenClaims } from "../lib/types";
-import { reduceGroupsInQuery, zoneFilter } from "../lib/zones";
 import { grantCache } from "./grant-cache";
 
-const OBJECT_ID = /^[0-9a-f]{24}$/i;
-const READ_OPS = new Set(["list", "count", "cursor", "get"]);
-const BY_ID_OPS = new Set(["get", "patch", "remove", "restore", "destroy"]);
-const WRITE_BODY_OPS = new Set(["create", "bulkCreate", "patch", "bulkPatch"]);
+export { and, checkGrant, checkScope, subjectsOf, type EnforceRequest } from "../lib/authority";
 
-/** Parsed scopes per scope string: tokens repeat, parsing need not. */
-const scopeCache = new Map<string, ParsedScopes>();
-function scopesOf(scope: string): ParsedScopes {
-	let p = scopeCache.get(scope);
-	if (!p) {
-		if (scopeCache.size > 10_000) scopeCache.clear();
-		scopeCache.set(scope, (p = parseScopes(scope)));
-	}
-	return p;
+/** What query enforcement reads of a collection call: its parameters, and the request's headers and address. */
+function requestOf(ctx: Ctx): EnforceRequest {
+	return { query: ctx.params.query, id: ctx.params.params?.id, body: ctx.params.body, headers: ctx.meta.headers, ip: ctx.meta.ip };
 }
 
-export function subjectsOf(token: TokenClaims): string[] {
-	return token.subject ? token.subject.split(" ").filter(Boolean) : [];
-}
-
-/** Layer 1: the token's scope must cover `{level}:{service}:{collection}`; 403 before any grant lookup. */
-export function checkScope(token: TokenClaims, action: string, service: string, collection: string): void {
-	const required = `${action}:${service}:${collection}`;
-	if (!hasParsedScope(scopesOf(token.scope ?? ""), required)) throw forbidden(`token scope does not cover ${required}`);
-}
-
-/** Layer 2: a grant for the action on `service:collection` (or `service:*`); 403 otherwise. */
-export function checkGrant(index: GrantIndex, token: TokenClaims, action: string, object: string, ip?: string): Decision {
-	const d = index.decide({ subjects: subjectsOf(token), action, object, ip, tz: token.tz, token });
-	if (!d.granted) {
-		if (d.reason === "location") throw forbidden(`request ip is outside the grant location`);
-		if (d.reason === "time") throw forbidden(`request is outside the grant time window`);
-		throw forbidden(`no grant for ${action} on ${object}`);
-	}
-	return d;
-}
-
-function refuseHidden(referenced: string[], allowed: string[] | null, what: string): void {
-	const hidden = fieldsAllowed(referenced, allowed);
-	if (hidden.length) throw forbidden(`${what} ${hidden[0]} is not allowed`);
-}
-
-/** 403 like a hidden field, whatever the grants say. */
-function refuseNeverQueried(col: CollectionDef, referenced: string[], what: string): void {
-	const bad = referenced.find((f) => neverQueried(col, f));
-	if (bad !== undefined) throw forbidden(`${what} ${bad} is not allowed`);
-}
-
-/**
- * AND of conditions, flattened into one object where keys do not collide (the SQL translation reads the owner zone
- * from top-level conditions, pg.query.ts ownerSplit), the most selective condition (id/ref) last and top-level.
- * Colliding keys keep their meaning inside `$and`.
- */
-export function and(parts: Array<Filter | null | undefined>): Filter {
-	const out: Filter = {};
-	const rest: Filter[] = [];
-	for (const p of parts) {
-		if (!p) continue;
-		for (const [k, v] of Object.entries(p)) {
-			if (k === "$and" && Array.isArray(v)) rest.push(...(v as Filter[]));
-			else if (Object.prototype.hasOwnProperty.call(out, k)) rest.push({ [k]: v });
-			else out[k] = v;
-		}
-	}
-	if (!rest.length) return out;
-	// Keep the id/ref condition last among the top-level keys.
-	const { id, ref, ...others } = out as Record<string, unknown>;
-	return { ...others, $and: rest, ...(ref !== undefined ? { ref } : {}), ...(id !== undefined ? { id } : {}) };
-}
-
-/** Layer 3: query enforcement. Returns the plan; every referenced field must be readable. */
+/** Layer 3 on a collection call (lib/authority.ts `enforce`): the plan for the call's parameters and headers. */
 export function enforce(ctx: Ctx, index: GrantIndex, col: CollectionDef, meta: CollectionActionMeta, decision: Decision, token: TokenClaims): AccessPlan {
-	const q = (ctx.params.query ?? {}) as Record<string, unknown>;
-	const headers = ctx.meta.headers ?? {};
-	const allowed = decision.fields;
-	const isRead = READ_OPS.has(meta.op) || meta.op === "bulkPatch";
-
-	// The parsers take the raw parameters (strings, or qs objects) and parse JSON themselves, once.
-	const userQuery = isRead ? reduceGroupsInQuery(parseQuery(q.query), token.groups ?? []) : {};
-	const pagination = meta.op === "list" || meta.op === "cursor" ? parsePagination(q.pagination) : undefined;
-	const projection = meta.op === "list" || meta.op === "cursor" || meta.op === "get" ? parseProjection(q.projection) : undefined;
-	let populate: PopulateSpec[] = meta.op === "list" || meta.op === "cursor" || meta.op === "get" ? parsePopulate(q.populate) : [];
-
-	refuseNeverQueried(col, referencedFields(userQuery), "query field");
-	if (pagination?.sort) refuseNeverQueried(col, Object.keys(pagination.sort), "sort field");
-	if (projection) refuseNeverQueried(col, Object.keys(projection), "projection field");
-	for (const p of populate) {
-		refuseNeverQueried(col, [p.path], "populate path");
-		// match and select name fields of the target collection: the nested call would refuse them too, but not when
-		// it is dropped for want of a grant; refused here whatever the grants say.
-		const rel = col.fields[p.path]?.relation?.split("/");
-		const target = rel ? findCollection(rel[0], rel[1])?.collection : undefined;
-		if (target && p.match) refuseNeverQueried(target, referencedFields(p.match), "query field");
-		if (target && p.select) refuseNeverQueried(target, p.select, "projection field");
-	}
-	refuseHidden(referencedFields(userQuery), allowed, "query field");
-	if (pagination?.sort) refuseHidden(Object.keys(pagination.sort), allowed, "sort field");
-	if (projection) refuseHidden(Object.keys(projection), allowed, "projection field");
-	if (populate.length) {
-		for (const p of populate) if (!col.fields[p.path]?.relation) throw new ApiError(400, `${p.path} cannot be populated`);
-		refuseHidden(
-			populate.map((p) => p.path),
-			allowed,
-			"populate path",
-		);
-		// Paths whose target the caller holds no read grant for are dropped silently; the nested call re-checks all.
-		populate = populate.filter((p) => {
-			const [svc, target] = col.fields[p.path].relation!.split("/");
-			return (
-				hasParsedScope(scopesOf(token.scope ?? ""), `read:${svc}:${target}`) &&
-				index.decide({ subjects: subjectsOf(token), action: "read", object: `${svc}:${target}`, ip: ctx.meta.ip, tz: token.tz, token }).granted
-			);
-		});
-	}
-	if (WRITE_BODY_OPS.has(meta.op)) {
-		const body = ctx.params.body as Record<string, unknown> | undefined;
-		const items = meta.op === "bulkCreate" && Array.isArray(body?.items) ? (body!.items as unknown[]) : [body];
-		for (const it of items) if (it && typeof it === "object") refuseHidden(Object.keys(it), allowed, "field");
-	}
-
-	// The soft-delete condition, unless the header; restore and destroy address soft-deleted documents too.
-	const softDelete = meta.op === "restore" || meta.op === "destroy" || headers["x-exclude-soft-delete-query"] !== undefined ? null : { deleted_at: null };
-	const zones = zoneFilter(parseZones(q.zone ?? headers["x-zone"]), token);
-
-	let idCond: Filter | null = null;
-	if (BY_ID_OPS.has(meta.op)) {
-		const id = ctx.params.params?.id;
-		const byRef = meta.op === "get" && (q.ref === "true" || q.ref === true);
-		if (typeof id !== "string" || (!byRef && !OBJECT_ID.test(id))) throw notFound();
-		// A lookup by ref is a condition on the `ref` field: like any query field it must be readable.
-		if (byRef) refuseHidden(["ref"], allowed, "query field");
-		idCond = byRef ? { ref: id } : { id: id.toLowerCase() };
-	}
-
-	// Response fields: the grant's allowlist narrowed by an inclusion projection, minus an exclusion projection.
-	let fields = allowed;
-	if (projection) {
-		const keys = Object.keys(projection);
-		if (Object.values(projection)[0] === 1) fields = keys.filter((k) => !allowed || allowed.includes(k) || allowed.includes(k.split(".")[0]));
-		else fields = (allowed ?? [...Object.keys(col.fields), ...COMMON_OUTPUT]).filter((f) => !keys.includes(f));
-	}
-
-	return {
-		filter: and([softDelete, zones, decision.rowFilter, userQuery, idCond]),
-		fields,
-		sort: pagination?.sort,
-		skip: pagination?.skip ?? 0,
-		limit: pagination?.limit ?? 10,
-		populate,
-		token,
-		// Every document a write leaves behind must stay inside the grant's rows (checked by the engine).
-		...(WRITE_BODY_OPS.has(meta.op) && decision.rowFilter ? { writeFilter: decision.rowFilter } : {}),
-	};
+	return enforceRequest(requestOf(ctx), index, col, meta.op, decision, token);
 }
-
-/** Every common field a document can return (the catalog's platform and settable fields), `id` excepted. */
-const COMMON_OUTPUT = [...Object.keys(PLATFORM_FIELDS), ...Object.keys(SETTABLE_FIELDS)].filter((f) => f !== "id");
 
 /**
  * The caller's view of one collection for a special action: scope `<action>:<service>:<collection>`, a grant for
  * that action, then the plan (zones + the grant's row filter, and `id` when given). Also used by handlers that
  * address documents of another collection (a payer's wallet: `write` on financial:wallets).
  */
-export async function callerView(ctx: Ctx, service: string, collection: string, action: string, id?: string): Promise<import("../lib/plan").AccessPlan> {
+export async function callerView(ctx: Ctx, service: string, collection: string, action: string, id?: string): Promise<AccessPlan> {
 	const ref = findCollection(service, collection);
 	if (!ref) throw notFound();
 	const token = ctx.meta.token;
@@ -187,14 +40,10 @@ export async function callerView(ctx: Ctx, service: string, collection: string, 
 	checkScope(token, action, service, collection);
 	const index = grantCache.loaded() ?? (await grantCache.get(ctx));
 	const decision = checkGrant(index, token, action, `${service}:${collection}`, ctx.meta.ip);
-	const meta = { service, collection, op: id !== undefined ? "get" : "count", level: action } as unknown as CollectionActionMeta;
 	// By id, of the request's query only its zone counts (`?zone=`, as for GET; the header `x-zone` is in ctx.meta).
-	const zone = (ctx.params.query as Record<string, unknown> | undefined)?.zone;
-	const view = {
-		params: { params: id !== undefined ? { id } : {}, query: id !== undefined ? (zone !== undefined ? { zone } : {}) : ctx.params.query },
-		meta: ctx.meta,
-	} as unknown as Ctx;
-	return enforce(view, index, ref.collection, meta, decision, token);
+	const zone = ctx.params.query?.zone;
+	const query = id !== undefined ? (zone !== undefined ? { zone } : {}) : ctx.params.query;
+	return enforceRequest({ query, id, headers: ctx.meta.headers, ip: ctx.meta.ip }, index, ref.collection, id !== undefined ? "get" : "count", decision, token);
 }
 
 /**

@@ -2,7 +2,7 @@
  * The authority decision at the moment of delivery: the one function every push path (live cursors and their resume,
  * MQTT delivery) asks before a document, or part of one, leaves for a client that is not making a request right now.
  *
- * It is the request path's own decision (checkScope, checkGrant, enforce of ./authority.ts), taken again for each
+ * It is the request path's own decision (checkScope, checkGrant, enforce of lib/authority.ts), taken again for each
  * change with the grant index of the moment: a grant deleted or narrowed, a role removed (the token's subjects as the
  * authenticator last resolved them) or a row filter changed applies to the next change, as it would to the next GET.
  * A document is delivered only when the caller's view (zones, row filter, the watcher's own query) admits it, and
@@ -15,9 +15,9 @@ import type { AccessPlan } from "../lib/plan";
 import { present } from "../lib/present";
 import { RegexBudget, SafeRegExp } from "../lib/safe-regex";
 import type { Doc, TokenClaims } from "../lib/types";
-import type { CollectionActionMeta, Ctx } from "../mixins/collection.mixin";
+import type { CollectionActionMeta } from "../mixins/collection.mixin";
 import { matchesFilter } from "../lib/query";
-import { checkGrant, checkScope, enforce } from "./authority";
+import { checkGrant, checkScope, enforce } from "../lib/authority";
 
 /** Who receives changes of one collection, and through which query (the live cursor's, or none for MQTT). */
 export interface Watcher {
@@ -48,8 +48,7 @@ export function viewAt(w: Watcher, index: GrantIndex): AccessPlan {
 	const decision = checkGrant(index, token, meta.level, `${meta.service}:${meta.collection}`, w.ip);
 	const v = w.view;
 	if (v && v.index === index && v.subject === token.subject && samePolicies(v.policies, decision.policies)) return v.plan;
-	const ctx = { params: { query: w.query }, meta: { headers: w.headers, ip: w.ip } } as unknown as Ctx;
-	const plan = enforce(ctx, index, w.col, meta, decision, token);
+	const plan = enforce({ query: w.query, headers: w.headers, ip: w.ip }, index, w.col, meta.op, decision, token);
 	w.view = { index, policies: decision.policies, subject: token.subject, plan };
 	return plan;
 }

@@ -3,7 +3,7 @@
  * in-process nodes (ports shifted by a free OPS_PORT_OFFSET so no standard port is touched).
  */
 import net from "net";
-import { mkdtempSync, rmSync } from "fs";
+import { mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from "fs";
 import os from "os";
 import path from "path";
 import type { Server } from "http";
@@ -20,6 +20,30 @@ import { freeOpsOffset, freePort } from "../helpers/ports";
 
 const ok: Health = { status: "ok", info: { cache: { status: "up" } } };
 const portOf = (name: string) => DOMAINS.find((d) => d.name === name)!.restPort;
+
+/**
+ * The TCP ports this process listens on now (every platform of this file runs in it): its socket descriptors
+ * (/proc/self/fd) matched against the kernel's tables of listening sockets (/proc/net/tcp, tcp6: state 0A).
+ */
+function listeningPorts(): number[] {
+	const inodes = new Set<string>();
+	for (const fd of readdirSync("/proc/self/fd")) {
+		try {
+			const m = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/self/fd/${fd}`));
+			if (m) inodes.add(m[1]);
+		} catch {
+			/* closed since the listing */
+		}
+	}
+	const ports: number[] = [];
+	for (const table of ["/proc/net/tcp", "/proc/net/tcp6"])
+		for (const line of readFileSync(table, "utf8").split("\n").slice(1)) {
+			// sl, local address:port (hex), remote address, state, queues, timers, retransmits, uid, timeout, inode
+			const f = line.trim().split(/\s+/);
+			if (f[3] === "0A" && inodes.has(f[9])) ports.push(parseInt(f[1].split(":")[1], 16));
+		}
+	return ports;
+}
 
 async function get(url: string, init?: RequestInit) {
 	const res = await fetch(url, init);
@@ -266,6 +290,11 @@ describe("the ops port of every domain service (in-process nodes)", () => {
 			const s = await get(`${ops(d.name)}/status`);
 			expect([d.name, s.status]).toEqual([d.name, 200]);
 		}
+		// Calls between services travel over the transporter: the spec's gRPC ports (kept in the catalog as its data)
+		// have no listener, while every ops port does (docs/decisions.md, "No internal gRPC ports").
+		const listening = listeningPorts();
+		for (const d of DOMAINS)
+			expect({ domain: d.name, ops: listening.includes(d.restPort + offset), grpc: listening.includes(d.grpcPort) }).toEqual({ domain: d.name, ops: true, grpc: false });
 	});
 
 	test("SERVICE_PORTS=0 keeps a node without the gateway off the ops ports", async () => {

@@ -1,7 +1,10 @@
 /**
- * The OpenAPI document and the docs agree with the server (issue "Operating it", item 9): the token endpoint's HTTP
- * Basic client authentication, the bulk body, `?ref=true`, the cursor's resume and end, requested scopes, the password
- * rule, 415 on JSON bodies, and the heartbeat a node of one's own must keep (docs/production.md).
+ * The OpenAPI document agrees with the server (issue "Operating it", item 9): the token endpoint's HTTP Basic client
+ * authentication, the bulk body, `?ref=true`, the cursor's resume and end, requested scopes, the password rule, 415 on
+ * JSON bodies; and docs/production.md's configuration of a node of one's own holds the platform's heartbeat values.
+ * What docs/api.md promises of these is the server's behaviour, tested as such: test/integration/ops-messages.test.ts
+ * (content types, 415, WWW-Authenticate, the password rule), ops-conformance.test.ts (bulk body, `?ref=true`),
+ * firsthour-sse.test.ts (the end frame, Last-Event-ID).
  */
 import { readFileSync } from "fs";
 import path from "path";
@@ -69,32 +72,6 @@ describe("the OpenAPI document", () => {
 	});
 });
 
-describe("docs/api.md says what the server does", () => {
-	const api = read("api.md");
-
-	test("bulk create takes { items: [...] } and a get by ref is ?ref=true with the ref in the path", () => {
-		expect(api).not.toContain("(body: an array)");
-		expect(api).toContain('`POST /<service>/<collection>/bulk` | create up to 1000 together (body: `{ "items": [ {...}, ... ] }`)');
-		expect(api).not.toContain("`?ref=` instead of an id");
-		expect(api).toContain("`GET .../<ref>?ref=true` finds it by its `ref` instead");
-	});
-
-	test("the cursor's Last-Event-ID resume and its end", () => {
-		const cursor = section(api, "## Cursor");
-		expect(cursor).toContain("`Last-Event-ID: <document id>`");
-		expect(cursor).toContain('source.addEventListener("end", () => source.close());');
-	});
-
-	test("the messages: a refused bearer and its WWW-Authenticate, a missing content-type, 415, the password length", () => {
-		const errors = section(api, "## Errors");
-		expect(errors).toContain('`Bearer error="invalid_token", error_description="..."`');
-		expect(errors).not.toContain("`invalid token`");
-		expect(errors).toMatch(/\| 415 \|/);
-		expect(api).toContain("400 `content-type is missing: ...`");
-		expect(api).toContain("`password` has at least 8 characters (NIST SP 800-63B");
-	});
-});
-
 test("docs/production.md: a node of one's own keeps the platform's heartbeat, and how to add a service", () => {
 	const own = section(read("production.md"), "## A service of your own");
 	const cfg = readConfig();
@@ -102,11 +79,4 @@ test("docs/production.md: a node of one's own keeps the platform's heartbeat, an
 	expect(own).toContain(`heartbeatInterval: ${cfg.heartbeatIntervalMs / 1000}, heartbeatTimeout: ${cfg.heartbeatTimeoutMs / 1000}`);
 	expect(own).toContain("Moleculer's default interval of 10 s");
 	for (const step of ["catalog/domains/<name>.ts", "services/<name>.service.ts", "serviceCatalog"]) expect(own).toContain(step);
-});
-
-test("docs/decisions.md gives the reasons for special/stats, restores of sessions and APTs, and the gRPC ports", () => {
-	const decisions = read("decisions.md");
-	expect(decisions).toContain("**`special/stats` refuses writes**");
-	expect(decisions).toContain("A new login or a new APT is the way back.");
-	expect(decisions).toContain("**No internal gRPC ports.**");
 });

@@ -19,9 +19,9 @@ import { requirePlan } from "../../lib/plan";
 import { present } from "../../lib/present";
 import { identityOf, type RequestMeta } from "../../lib/types";
 import { checkNesting, isPlainObject } from "../../lib/validate";
-import { platformDoc, type CollectionHooks, type Ctx } from "../../mixins/collection.mixin";
+import { platformDoc, type CollectionHooks, type Ctx, type EngineService } from "../../mixins/collection.mixin";
 import type { Image, Outcome, SettleReason } from "../../mixins/saga-staging";
-import type { DocumentStore, StoredDoc } from "../../mixins/stores";
+import type { StoredDoc } from "../../mixins/stores";
 
 export const MIN_TTL = 5;
 export const MAX_TTL = 900;
@@ -35,7 +35,7 @@ const SAGAS = essential.collections.find((c) => c.name === "sagas")!;
 const STAGES = essential.collections.find((c) => c.name === "saga-stages")!;
 const BUCKETS = new Set(COLLECTIONS.map((c) => c.path));
 
-type Svc = { broker: any; collectionStore(name: string): DocumentStore; recordChanges(ctx: Ctx, name: string, changes: any[]): Promise<void> };
+type Svc = EngineService;
 
 const leaseKey = (id: string) => `saga:${id}`;
 const nowIso = () => new Date().toISOString();
@@ -107,7 +107,7 @@ async function stagesOf(svc: Svc, saga: string, states: string[]): Promise<Store
 async function settleStage(ctx: Ctx, stage: StoredDoc, images: Image[], reason: SettleReason, conflicted = false): Promise<Outcome[]> {
 	const [service, collection] = String(stage.bucket).split("/");
 	if (!images.length) return [];
-	return ctx.call(`${service}.${collection}.settle`, { images, reason, conflicted }, { meta: { headers: {} } } as any);
+	return ctx.call(`${service}.${collection}.settle`, { images, reason, conflicted }, { meta: { headers: {} } });
 }
 
 /**
@@ -378,14 +378,14 @@ export const sagaActions = {
 	"sagas.expire": {
 		visibility: "public",
 		handler(this: Svc, ctx: Ctx) {
-			return expireSagas(this, ctx, Number((ctx.params as any)?.limit) || 100);
+			return expireSagas(this, ctx, Number((ctx.params as { limit?: unknown } | undefined)?.limit) || 100);
 		},
 	},
 	/** For financial: start a saga for the caller. */
 	"sagas.open": {
 		visibility: "public",
 		async handler(this: Svc, ctx: Ctx) {
-			return startSaga(this, ctx, (ctx.params as any).ttl);
+			return startSaga(this, ctx, (ctx.params as { ttl?: unknown }).ttl);
 		},
 	},
 	/** For financial: commit or abort a saga by id (its own authority check done by the caller). */
@@ -403,7 +403,7 @@ export const sagaActions = {
 	"sagas.visible": {
 		visibility: "public",
 		async handler(this: Svc, ctx: Ctx) {
-			const id = (ctx.params as any).id;
+			const id = (ctx.params as { id?: unknown }).id;
 			if (typeof id !== "string" || !OBJECT_ID.test(id) || !ctx.meta.token) return false;
 			const saga = await this.collectionStore("sagas").findOne({ id: id.toLowerCase(), deleted_at: null });
 			return !!saga && saga.owner === identityOf(ctx.meta.token);

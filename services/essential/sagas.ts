@@ -8,6 +8,7 @@
  * to end. State changes are also conditional on the store (`AWAITING` → ...), so two nodes never both commit or
  * both compensate, and a compensation never runs beside a staged write of the same saga.
  */
+import type { ServiceSchema } from "moleculer";
 import { randomUUID } from "crypto";
 import { COLLECTIONS } from "../../catalog";
 import { essential, SAGA_STAGE_ACTIONS } from "../../catalog/domains/essential";
@@ -283,7 +284,7 @@ interface BeginParams {
  * Internal actions of the essential service (never routed): the engine's stage bookkeeping for staged writes, the
  * watcher's expiry scan, and the saga operations financial transactions run on.
  */
-export const sagaActions = {
+export const sagaActions: ServiceSchema["actions"] = {
 	/** Before a staged write's first store write: checks the saga, holds it, records the stage `pending` with its images. */
 	"saga-stages.begin": {
 		visibility: "public",

@@ -424,7 +424,7 @@ class LineReader {
 		return r.value;
 	}
 	/** The next line as a framing record (an object whose first key is `@`). */
-	async frame(): Promise<Record<string, any>> {
+	async frame(): Promise<Record<string, unknown>> {
 		const line = await this.next();
 		if (line === undefined) throw new BackupError("the backup is cut short (no `complete` record): nothing restored");
 		if (!line.startsWith('{"@":')) throw new BackupError(`the backup is damaged at line ${this.lineNo}: a record was expected`);
@@ -619,7 +619,8 @@ export async function restoreBackup(cfg: PlatformConfig, input: Readable, log: L
 	let frame = await r.frame();
 	const keys: Array<{ name: string; content: string }> = [];
 	for (; frame["@"] === "file"; frame = await r.frame()) {
-		if (!KEY_FILES.includes(frame.name)) throw new BackupError(`the backup is damaged at line ${r.lineNo}: file ${frame.name} is not one a backup holds`);
+		if (typeof frame.name !== "string" || !KEY_FILES.includes(frame.name))
+			throw new BackupError(`the backup is damaged at line ${r.lineNo}: file ${frame.name} is not one a backup holds`);
 		keys.push({ name: frame.name, content: String(frame.content) });
 	}
 	checkKeyFiles(cfg, keys);

@@ -1,5 +1,5 @@
 /** The one place for broker settings: transporter, logging, metrics, middlewares. */
-import type { BrokerOptions, Middleware } from "moleculer";
+import type { BrokerOptions, MetricsReporterOptions, Middleware } from "moleculer";
 import type { PlatformConfig } from "./runtime/config";
 import { AuthorityMiddleware } from "./middlewares/authority";
 import { countHandlesSafely, LeanMetricsMiddleware, TextPrometheusReporter } from "./runtime/metrics";
@@ -48,6 +48,7 @@ export function brokerOptions(cfg?: PlatformConfig): BrokerOptions | Promise<Bro
 			// The registry's view of the cluster (nodes, endpoints per service and per event) tells an operator which
 			// replicas and listeners this node knows; its per-action endpoints (hundreds of lines) are left out.
 			reporter: [
+				// Moleculer takes a reporter instance where its typings name only a reporter's options.
 				new TextPrometheusReporter({
 					includes: [
 						"moleculer.request.**",
@@ -63,7 +64,7 @@ export function brokerOptions(cfg?: PlatformConfig): BrokerOptions | Promise<Bro
 						"process.**",
 						"os.memory.**",
 					],
-				}) as any,
+				}) as unknown as MetricsReporterOptions,
 			],
 		},
 		tracing: { enabled: false },

@@ -62,10 +62,11 @@ export async function idle(pid: number, maxS = 180): Promise<number> {
 	return maxS;
 }
 
-async function post(base: string, p: string, body: unknown, headers: Record<string, string>): Promise<any> {
+/** Every answer this reads is one document's: a user, a grant, a token. */
+async function post(base: string, p: string, body: unknown, headers: Record<string, string>): Promise<{ data: { id: string; access_token: string } }> {
 	const r = await fetch(`${base}${p}`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
 	if (r.status !== 200) throw new Error(`${p}: ${r.status} ${await r.text()}`);
-	return r.json();
+	return r.json() as Promise<{ data: { id: string; access_token: string } }>;
 }
 
 /** A user holding read and write grants on content:notes (as the peer bench seeds it); its access token. */

@@ -7,6 +7,7 @@
  */
 import { spawn, type ChildProcess } from "child_process";
 import { mkdtempSync, rmSync } from "fs";
+import type { AddressInfo } from "net";
 import os from "os";
 import path from "path";
 import { SMTPServer } from "smtp-server";
@@ -51,7 +52,7 @@ export function smtpReceiver(): Promise<Receiver> {
 	});
 	s.on("error", () => undefined); // a pooled connection reset when the platform stops
 	return new Promise((resolve) =>
-		s.listen(0, "127.0.0.1", () => resolve({ port: (s.server.address() as any).port, got, close: () => new Promise<void>((r) => s.close(() => r())) })),
+		s.listen(0, "127.0.0.1", () => resolve({ port: (s.server.address() as AddressInfo).port, got, close: () => new Promise<void>((r) => s.close(() => r())) })),
 	);
 }
 
@@ -73,7 +74,7 @@ export async function emailBench(base: string, token: string, rx: Receiver, dura
 						headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
 						body: JSON.stringify({ to: [`bench${c}@example.com`], from: "bench@example.com", subject: `bench ${c}/${n}`, text: "x".repeat(500) }),
 					});
-					const body = (await r.json()) as any;
+					const body = (await r.json()) as { data: { id: string } };
 					if (r.status !== 200) throw new Error(String(r.status));
 					started.set(body.data.id, at);
 				} catch {

@@ -155,7 +155,8 @@ async function gatewayLoop(base: string): Promise<{ p99: number; max: number }> 
 	return { p99: read("process_eventloop_delay_p99_seconds"), max: read("process_eventloop_delay_max_seconds") };
 }
 
-async function call(base: string, method: string, p: string, token: string | undefined, body?: unknown): Promise<any> {
+/** The platform's JSON answer, as the caller says it is shaped (`T`). */
+async function call<T = unknown>(base: string, method: string, p: string, token: string | undefined, body?: unknown): Promise<T> {
 	const r = await fetch(`${base}${p}`, {
 		method,
 		headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), ...(body ? { "content-type": "application/json" } : {}) },
@@ -237,17 +238,18 @@ export async function splitBench(): Promise<SplitRow> {
 		if (GATEWAY_NICE !== undefined) os.setPriority(gateway.pid, GATEWAY_NICE);
 		await waitForHttp(`${base}/status`, nodes, { timeoutMs: 180_000 });
 		const root = JSON.parse(readFileSync(path.join(domain.dataDir, "bootstrap.json"), "utf8"));
-		const token = async (body: Record<string, string>) => (await call(base, "POST", "/auth/token", undefined, body)).data.access_token as string;
+		const token = async (body: Record<string, string>) => (await call<{ data: { access_token: string } }>(base, "POST", "/auth/token", undefined, body)).data.access_token;
 		const rootToken = await token({ grant_type: "password", client_id: root.client_id, username: root.username, password: root.password });
 
 		// Two tenants: a client each (its own domain) that manages its users; their role @editor manages content.
 		const tenants: Array<{ id: string; token: string }> = [];
 		for (const name of ["a", "b"]) {
 			const dom = `${name}.example`;
-			const c = (await call(base, "POST", "/domain/clients", rootToken, { name: `tenant ${name}`, domains: [dom], scopes: ["whole"] })).data;
+			const c = (await call<{ data: { id: string; secret: string } }>(base, "POST", "/domain/clients", rootToken, { name: `tenant ${name}`, domains: [dom], scopes: ["whole"] }))
+				.data;
 			await call(base, "POST", "/auth/grants", rootToken, { subject: `${c.id}@${dom}`, action: "manage", object: "identity:users" });
 			await call(base, "POST", "/auth/grants", rootToken, { subject: `@editor@${dom}`, action: "manage", object: "content:*" });
-			tenants.push({ id: c.id as string, token: await token({ grant_type: "client_credential", client_id: c.id, client_secret: c.secret }) });
+			tenants.push({ id: c.id, token: await token({ grant_type: "client_credential", client_id: c.id, client_secret: c.secret }) });
 		}
 		const users = await pool(
 			Array.from({ length: USERS }, (_, i) => i),
@@ -256,15 +258,15 @@ export async function splitBench(): Promise<SplitRow> {
 				const t = tenants[i % 2];
 				const username = `live-${i}`;
 				const password = `pw-live-${i}-Secret1`;
-				const u = (await call(base, "POST", "/identity/users", t.token, { username, password, subjects: ["@editor"] })).data;
-				return { id: u.id as string, token: await token({ grant_type: "password", client_id: t.id, username, password }) };
+				const u = (await call<{ data: { id: string } }>(base, "POST", "/identity/users", t.token, { username, password, subjects: ["@editor"] })).data;
+				return { id: u.id, token: await token({ grant_type: "password", client_id: t.id, username, password }) };
 			},
 		);
 		// One note per user, shared with the next user of its tenant.
 		const notes = await pool(
 			users,
 			4,
-			async (u, i) => (await call(base, "POST", "/content/notes", u.token, { title: "n", shares: [users[(i + 2) % USERS].id] })).data.id as string,
+			async (u, i) => (await call<{ data: { id: string } }>(base, "POST", "/content/notes", u.token, { title: "n", shares: [users[(i + 2) % USERS].id] })).data.id,
 		);
 
 		/** Arrival times of the frames of each change (`<note>:<content>`), matched with the write's answer at the end. */

@@ -3,7 +3,7 @@
  * grant decision.
  */
 import { performance } from "perf_hooks";
-import { ServiceBroker } from "moleculer";
+import { ServiceBroker, type Context } from "moleculer";
 import { Aes } from "../lib/crypto";
 import { hashSecret, verifySecret } from "../runtime/password-hash";
 import { GrantIndex, type Grant } from "../lib/grants";
@@ -36,7 +36,7 @@ export async function micro(): Promise<Array<{ name: string; us: number; note?: 
 	// user its tokens are decided with (read once per user per 30 s), holding the token's subject `x@root.local`.
 	broker.createService({
 		name: "identity",
-		actions: { "sessions.live": () => ({ live: true }), "users.byId": (ctx: any) => ({ id: ctx.params.id, username: "x", subjects: [], status: "ACTIVE" }) },
+		actions: { "sessions.live": () => ({ live: true }), "users.byId": (ctx: Context<{ id: string }>) => ({ id: ctx.params.id, username: "x", subjects: [], status: "ACTIVE" }) },
 	});
 	await broker.start();
 	const a = new Authenticator({ jwt, aes, kv, broker, trustProxy: false });

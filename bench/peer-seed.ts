@@ -14,10 +14,11 @@ export interface PeerSeed {
 	deleted: string[];
 }
 
-async function call(base: string, method: string, p: string, body: unknown, headers: Record<string, string>): Promise<any> {
+/** The platform's JSON answer, as the caller says it is shaped (`T`). */
+async function call<T = unknown>(base: string, method: string, p: string, body: unknown, headers: Record<string, string>): Promise<T> {
 	const r = await fetch(`${base}${p}`, { method, headers: { "content-type": "application/json", ...headers }, body: body === undefined ? undefined : JSON.stringify(body) });
 	if (r.status !== 200) throw new Error(`${method} ${p}: ${r.status} ${await r.text()}`);
-	return r.json();
+	return r.json() as Promise<T>;
 }
 
 export async function peerSeed(base: string, rootAuth: Record<string, string>, domain: string, clientId: string, users = 100, perUser = 100): Promise<PeerSeed> {
@@ -27,10 +28,10 @@ export async function peerSeed(base: string, rootAuth: Record<string, string>, d
 		const username = `bench-user-${u}`;
 		const password = `Bench#user-${u}-pw`;
 		await call(base, "POST", "/identity/users", { username, password, email: `${username}@bench.local`, subjects: ["@bench"] }, rootAuth);
-		const login = await call(base, "POST", "/auth/token", { grant_type: "password", client_id: clientId, username, password }, {});
+		const login = await call<{ data: { access_token: string } }>(base, "POST", "/auth/token", { grant_type: "password", client_id: clientId, username, password }, {});
 		const auth = { authorization: `Bearer ${login.data.access_token}` };
 		const items = Array.from({ length: perUser }, (_, i) => kbNote(u * perUser + i));
-		const ids = ((await call(base, "POST", "/content/notes/bulk", { items }, auth)).items as { id: string }[]).map((x) => x.id);
+		const ids = (await call<{ items: { id: string }[] }>(base, "POST", "/content/notes/bulk", { items }, auth)).items.map((x) => x.id);
 		const deleted = ids.filter((_, i) => i % 10 === 9);
 		for (const id of deleted) await call(base, "DELETE", `/content/notes/${id}`, undefined, auth);
 		if (u === 0) first = { token: login.data.access_token, live: ids.filter((_, i) => i % 10 !== 9), deleted };

@@ -63,15 +63,17 @@ async function main() {
 			method: "POST",
 			headers: { "content-type": "application/json" },
 			body: JSON.stringify({ grant_type: "password", client_id: root.client_id, username: root.username, password: root.password }),
-		}).then((r) => r.json() as Promise<any>);
-		const token = login.data.access_token as string;
+		}).then((r) => r.json() as Promise<{ data: { access_token: string } }>);
+		const token = login.data.access_token;
 		const auth = { authorization: `Bearer ${token}`, "content-type": "application/json" };
 		for (let i = 0; i < DOCS; i += 1000) {
 			const items = Array.from({ length: 1000 }, (_, j) => ({ title: `note ${i + j}`, content: "x".repeat(200), tags: [(i + j) % 2 ? "odd" : "even"], props: { n: i + j } }));
 			const r = await fetch(`${base}/content/notes/bulk`, { method: "POST", headers: auth, body: JSON.stringify({ items }) });
 			if (r.status !== 200) throw new Error(`seeding failed: ${r.status} ${await r.text()}`);
 		}
-		const one = await fetch(`${base}/content/notes?pagination=${encodeURIComponent(JSON.stringify({ limit: 1 }))}`, { headers: auth }).then((r) => r.json() as Promise<any>);
+		const one = await fetch(`${base}/content/notes?pagination=${encodeURIComponent(JSON.stringify({ limit: 1 }))}`, { headers: auth }).then(
+			(r) => r.json() as Promise<{ items: Array<{ id: string }> }>,
+		);
 		const doc = one.items[0];
 		const docFile = path.join(dataDir, "ceiling-doc.json");
 		writeFileSync(docFile, JSON.stringify(doc));
@@ -105,7 +107,7 @@ async function main() {
 					headers: auth,
 					requests: [
 						{
-							setupRequest: (req: any) => ({
+							setupRequest: (req) => ({
 								...req,
 								path: `/content/notes?query=${encodeURIComponent(JSON.stringify({ tags: "odd", "props.n": { $gte: Math.floor(Math.random() * DOCS) } }))}&pagination=${pag}`,
 							}),
@@ -127,7 +129,7 @@ async function main() {
 					headers: { authorization: `Bearer ${user}` },
 					requests: [
 						{
-							setupRequest: (req: any) => ({
+							setupRequest: (req) => ({
 								...req,
 								path: `/content/notes?query=${encodeURIComponent(JSON.stringify({ "props.n": { $gte: Math.floor(Math.random() * 100) } }))}&pagination=${pag}`,
 							}),
@@ -188,7 +190,8 @@ async function userToken(base: string, rootAuth: Record<string, string>, root: {
 	const post = (p: string, body: unknown, headers = rootAuth) =>
 		fetch(`${base}${p}`, { method: "POST", headers, body: JSON.stringify(body) }).then(async (r) => {
 			if (r.status !== 200) throw new Error(`${p}: ${r.status} ${await r.text()}`);
-			return r.json() as Promise<any>;
+			// Every answer this reads is one document's: a user, a grant, a token.
+			return r.json() as Promise<{ data: { id: string; access_token: string } }>;
 		});
 	const u = await post("/identity/users", { username: "bench-user", password: "bench-password-1" });
 	await post("/auth/grants", { subject: `${u.data.id}@${root.domain}`, action: "manage", object: "content:notes" });

@@ -13,7 +13,8 @@ export interface SagaRow {
 
 const pct = (xs: number[], q: number) => (xs.length ? xs.slice().sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(q * xs.length))] : 0);
 
-async function call(base: string, token: string, method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<any> {
+/** The platform's JSON answer, as the caller says it is shaped (`T`). */
+async function call<T = unknown>(base: string, token: string, method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<T> {
 	const r = await fetch(base + path, {
 		method,
 		headers: { authorization: `Bearer ${token}`, "content-type": "application/json", ...headers },
@@ -21,7 +22,7 @@ async function call(base: string, token: string, method: string, path: string, b
 	});
 	const j = await r.json().catch(() => null);
 	if (r.status !== 200) throw new Error(`${method} ${path}: ${r.status} ${JSON.stringify(j)}`);
-	return j;
+	return j as T;
 }
 
 export async function sagaBench(base: string, token: string, durationS: number, clients = 10): Promise<SagaRow> {
@@ -35,7 +36,7 @@ export async function sagaBench(base: string, token: string, durationS: number, 
 			while (Date.now() < until) {
 				const t0 = performance.now();
 				try {
-					const s = (await call(base, token, "POST", "/essential/sagas/start", { ttl: 60 })).data.id as string;
+					const s = (await call<{ data: { id: string } }>(base, token, "POST", "/essential/sagas/start", { ttl: 60 })).data.id;
 					for (let i = 0; i < 3; i++) await call(base, token, "POST", "/content/notes", { title: `saga ${c}-${n}-${i}` }, { "x-saga-session": s });
 					await call(base, token, "GET", `/essential/sagas/${s}/commit`);
 					lat.push(performance.now() - t0);
@@ -61,7 +62,7 @@ export async function sagaBench(base: string, token: string, durationS: number, 
 export async function expiryBench(base: string, token: string, count = 20): Promise<{ count: number; p50: number; max: number }> {
 	const sagas: Array<{ id: string; expires_at: string }> = [];
 	for (let i = 0; i < count; i++) {
-		const s = (await call(base, token, "POST", "/essential/sagas/start", { ttl: 5 })).data;
+		const s = (await call<{ data: { id: string; expires_at: string } }>(base, token, "POST", "/essential/sagas/start", { ttl: 5 })).data;
 		await call(base, token, "POST", "/content/notes", { title: `expiring ${i}` }, { "x-saga-session": s.id });
 		sagas.push(s);
 	}
@@ -71,7 +72,7 @@ export async function expiryBench(base: string, token: string, count = 20): Prom
 		await new Promise((r) => setTimeout(r, 250));
 		for (const s of sagas) {
 			if (delays.has(s.id)) continue;
-			const d = (await call(base, token, "GET", `/essential/sagas/${s.id}`)).data;
+			const d = (await call<{ data: { state: string; aborted_at: string } }>(base, token, "GET", `/essential/sagas/${s.id}`)).data;
 			if (d.state === "ABORTED") delays.set(s.id, Date.parse(d.aborted_at) - Date.parse(s.expires_at));
 		}
 	}

@@ -49,8 +49,10 @@ export async function searchBench(base: string, auth: Record<string, string>, du
 	// The index follows the bulk writes through the outbox: wait until the last post is searchable.
 	const last = `post ${SEARCH_DOCS - 1}`;
 	for (const until = Date.now() + 30_000; Date.now() < until; await new Promise((r) => setTimeout(r, 200))) {
-		const r = (await fetch(`${base}/content/posts/search?q=${encodeURIComponent(String(SEARCH_DOCS - 1))}`, { headers: auth }).then((x) => x.json())) as any;
-		if (r.items?.some((d: any) => String(d.title).startsWith(last))) break;
+		const r = (await fetch(`${base}/content/posts/search?q=${encodeURIComponent(String(SEARCH_DOCS - 1))}`, { headers: auth }).then((x) => x.json())) as {
+			items?: Array<{ title?: unknown }>;
+		};
+		if (r.items?.some((d) => String(d.title).startsWith(last))) break;
 	}
 	// The workers drain the 10 000 creates (the observer counts them): measured once they are done, not against them.
 	for (const until = Date.now() + 120_000; Date.now() < until; await new Promise((r) => setTimeout(r, 500))) {
@@ -58,13 +60,13 @@ export async function searchBench(base: string, auth: Record<string, string>, du
 			method: "POST",
 			headers: auth,
 			body: JSON.stringify({ period: "yearly", service: "content", collection: "posts" }),
-		}).then((x) => x.json())) as any;
+		}).then((x) => x.json())) as { items?: Array<{ created?: number }> };
 		if ((r.items?.[0]?.created ?? 0) >= SEARCH_DOCS) break;
 	}
 	const rows: SearchRow[] = [];
 	const page = encodeURIComponent(JSON.stringify({ limit: 20 }));
 	const run = async (name: string, pathOf: () => string, note: string) => {
-		const r = await autocannon({ url: base, connections, duration, headers: auth, requests: [{ setupRequest: (req: any) => ({ ...req, path: pathOf() }) }] });
+		const r = await autocannon({ url: base, connections, duration, headers: auth, requests: [{ setupRequest: (req) => ({ ...req, path: pathOf() }) }] });
 		if (r.non2xx || r.errors) console.warn(`${name}: ${r.non2xx} non-2xx, ${r.errors} errors`);
 		const row = { name, rps: Math.round(r.requests.average), p50: r.latency.p50, p99: r.latency.p99, note };
 		console.log(`${name}: ${row.rps} req/s p50 ${row.p50} ms p99 ${row.p99} ms`);

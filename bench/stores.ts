@@ -47,7 +47,9 @@ async function scenarios(): Promise<Record<string, { rps: number; p99: number }>
 			if (r.status !== 200) throw new Error(`seeding failed: ${r.status} ${await r.text()}`);
 		}
 		console.log(`${store}: seeded; the workers handled the seed's events in ${await quiet(child.pid!)} ms`);
-		const one = (await fetch(`${base}/content/notes?pagination=${encodeURIComponent(JSON.stringify({ limit: 1 }))}`, { headers: auth }).then((r) => r.json())) as any;
+		const one = (await fetch(`${base}/content/notes?pagination=${encodeURIComponent(JSON.stringify({ limit: 1 }))}`, { headers: auth }).then((r) => r.json())) as {
+			items: Array<{ id: string }>;
+		};
 		const pag = encodeURIComponent(JSON.stringify({ limit: 20, sort: { created_at: -1 } }));
 		const out: Record<string, { rps: number; p99: number }> = {};
 		out.get = await run({ url: `${base}/content/notes/${one.items[0].id}`, headers: auth });
@@ -56,7 +58,7 @@ async function scenarios(): Promise<Record<string, { rps: number; p99: number }>
 			headers: auth,
 			requests: [
 				{
-					setupRequest: (req: any) => ({
+					setupRequest: (req) => ({
 						...req,
 						path: `/content/notes?query=${encodeURIComponent(JSON.stringify({ tags: "odd", "props.n": { $gte: Math.floor(Math.random() * DOCS) } }))}&pagination=${pag}`,
 					}),

@@ -172,7 +172,7 @@ export async function webhookScenario(children: ChildProcess[], dirs: string[], 
 		method: "POST",
 		headers: { "content-type": "application/json" },
 		body: JSON.stringify({ grant_type: "password", client_id: root.client_id, username: root.username, password: root.password }),
-	}).then((r) => r.json() as Promise<any>);
+	}).then((r) => r.json() as Promise<{ data: { access_token: string } }>);
 	return webhookBench(base, login.data.access_token, root.client_id, child.pid, drain);
 }
 

@@ -225,7 +225,7 @@ export function authorizePublish(root: string, publisher: boolean, topic: string
  * The message body: the change event as the webhooks carry it (secret and write-only fields are already stripped by
  * the outbox), minus the webhook credentials a CQRS configuration keeps in its free-form `value`.
  */
-export function mqttPayload(event: { topic?: string; after?: Record<string, unknown>; before?: Record<string, unknown> } & Record<string, unknown>): string {
+export function mqttPayload(event: { topic?: string; after?: Record<string, unknown>; before?: Record<string, unknown> }): string {
 	if (event.topic !== "context.configs") return JSON.stringify(event);
 	const scrub = (d: Record<string, unknown> | undefined) => {
 		if (!d || !d.value || typeof d.value !== "object" || Array.isArray(d.value)) return d;

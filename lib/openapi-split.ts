@@ -6,7 +6,18 @@
 import { DOMAINS } from "../catalog";
 import { openApiDocument } from "./openapi";
 
-type Json = Record<string, any>;
+type Json = Record<string, unknown>;
+
+/** What this reads of the full document (lib/openapi.ts builds it). */
+interface FullDocument {
+	openapi: string;
+	info: { title: string; description?: string; [field: string]: unknown };
+	servers?: unknown;
+	security?: unknown;
+	tags: Array<{ name: string }>;
+	paths: Json;
+	components: Record<string, Json | undefined>;
+}
 
 export const DOC_SERVICES: readonly string[] = DOMAINS.map((d) => d.name);
 
@@ -29,11 +40,11 @@ export function openApiServiceDocument(service: string): object | null {
 	if (!DOC_SERVICES.includes(service)) return null;
 	const hit = cache.get(service);
 	if (hit) return hit;
-	const full = openApiDocument() as Json;
+	const full = openApiDocument() as FullDocument;
 	const paths: Json = {};
-	for (const [p, item] of Object.entries(full.paths as Json)) if (p === `/${service}` || p.startsWith(`/${service}/`)) paths[p] = item;
+	for (const [p, item] of Object.entries(full.paths)) if (p === `/${service}` || p.startsWith(`/${service}/`)) paths[p] = item;
 	// Components referenced by the paths and the security requirements, then by those components, until stable.
-	const components: Json = { securitySchemes: full.components.securitySchemes };
+	const components: Record<string, Json | undefined> = { securitySchemes: full.components.securitySchemes };
 	const seen = new Set<string>();
 	const queue = new Set<string>();
 	refsIn(paths, queue);
@@ -51,7 +62,7 @@ export function openApiServiceDocument(service: string): object | null {
 		refsIn(target, more);
 		for (const r of more) if (!seen.has(r)) queue.add(r);
 	}
-	const tags = (full.tags as Array<{ name: string }>).filter((t) => t.name === service || t.name.startsWith(`${service}/`));
+	const tags = full.tags.filter((t) => t.name === service || t.name.startsWith(`${service}/`));
 	const doc = {
 		openapi: full.openapi,
 		info: {

@@ -26,6 +26,7 @@ import { opsPortMixin } from "./ops-port.mixin";
 import { fenceChanges, IdempotencyStoreRef, markShownOnce } from "./idempotency-record";
 import { settle, stagedAction, stagingStore, type Image, type SettleReason } from "./saga-staging";
 import { specialName } from "../catalog";
+import { asSchema } from "../lib/service";
 import { matches, noneMatchHits, parseIfMatch, pinned, preconditionFailed, revisioned, tagOf, unpinned, weakTagOf } from "./stores/revision";
 
 export const MAX_BULK = 1000;
@@ -222,10 +223,13 @@ interface EngineState {
 	idempotency: IdempotencyStoreRef;
 }
 
+/** The engine's `this` (lib/service.ts): its methods, and its stores and outbox once started. */
+type Engine = EngineService & { $engine?: EngineState };
+
 export function collectionMixin(domain: DomainDef, hooks: Record<string, CollectionHooks> = {}): Partial<ServiceSchema> {
 	// Stores and outbox belong to the service instance (not to this closure): several brokers in one process
 	// (tests, the REPL) each get their own.
-	const state = (svc: unknown) => (svc as { $engine: EngineState }).$engine;
+	const state = (svc: unknown) => (svc as Engine).$engine!;
 	const recorders = new Map<string, (ctx: Ctx, changes: Change[], svc?: unknown) => Promise<void>>();
 
 	function engine(col: CollectionDef) {
@@ -233,7 +237,7 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 		// A write carrying x-saga-session goes through the staging store (mixins/saga-staging.ts). A call that serves a
 		// client's request reads and writes under the request's deadline (reads run without a unit, which carries it for
 		// writes: mixins/stores/unit.middleware.ts).
-		const store = (ctx: Ctx) => stagingStore(ctx as any, forRequest(ctx, state(ctx.service).stores.get(col.name)!));
+		const store = (ctx: Ctx) => stagingStore(ctx, forRequest(ctx, state(ctx.service).stores.get(col.name)!));
 		/** The collection's own (revisioned) store, which `If-Match` pins a document of. */
 		const own = (ctx: Ctx) => state(ctx.service).stores.get(col.name)!;
 		/** A write of `before` under the request's If-Match; the answer carries the document's new tag. */
@@ -377,7 +381,7 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 				const found = new Map<string, Doc>();
 				for (let i = 0; i < ids.length; i += 100) {
 					const chunk = ids.slice(i, i + 100);
-					const query = { ...(spec.match ? jsonQuery(spec.match) : {}), id: { $in: chunk } };
+					const query = { ...(spec.match ? (jsonQuery(spec.match) as Record<string, unknown>) : {}), id: { $in: chunk } };
 					const res = await ctx.call<{ items: Doc[] }, CollectionParams>(`${svc}.${actionName(target, "list")}`, {
 						query: { query, pagination: { limit: 100 }, ...(spec.select ? { projection: Object.fromEntries(spec.select.map((f) => [f, 1])) } : {}) },
 					});
@@ -631,7 +635,7 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 		const handlers = engine(col);
 		for (const op of Object.keys(STANDARD_OPS) as StandardOp[]) {
 			const meta: CollectionActionMeta = { service: domain.name, collection: col.name, op, level: STANDARD_OPS[op] };
-			actions[actionName(col.name, op)] = { collection: meta, handler: stagedAction(domain, col, op, handlers[op]) } as any;
+			actions[actionName(col.name, op)] = { collection: meta, handler: stagedAction(domain, col, op, handlers[op]) };
 		}
 		const specials = hooks[col.name]?.specials ?? {};
 		for (const sp of col.specials ?? []) {
@@ -644,19 +648,19 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 				special: meta,
 				handler: !meta.byId
 					? handler
-					: async function (this: any, ctx: Ctx) {
+					: async function (this: Engine, ctx: Ctx) {
 							if (!routed(ctx) || ctx.meta.headers?.["if-match"] === undefined) return handler.call(this, ctx);
 							const store = state(this).stores.get(col.name)!;
 							const doc = await store.findOne(requirePlan(ctx.locals).filter);
 							if (!doc) throw notFound();
 							return ifMatch(ctx, store, doc, () => handler.call(this, ctx));
 						},
-			} as any;
+			};
 		}
 		// Saga compensation and commit settlement of this collection's stages (never routed).
 		actions[actionName(col.name, "settle")] = {
 			visibility: "public",
-			handler(this: any, ctx: Context<{ images: Image[]; reason: SettleReason; conflicted?: boolean }, RequestMeta>) {
+			handler(this: Engine, ctx: Context<{ images: Image[]; reason: SettleReason; conflicted?: boolean }, RequestMeta>) {
 				const store = state(this).stores.get(col.name)!;
 				const record = (changes: Change[]) => recorders.get(col.name)!(ctx as unknown as Ctx, changes, this);
 				// Settlement a pinned action set off (a payment's, a verify's) is the platform's, never conditional on its If-Match.
@@ -671,7 +675,7 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 
 	actions[HEALTH_ACTION] = {
 		visibility: "public",
-		handler(this: any) {
+		handler(this: Engine) {
 			const { stores, outbox } = state(this);
 			const cfg = configOf(this.broker);
 			return checkHealth(
@@ -685,7 +689,7 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 		},
 	};
 
-	return {
+	return asSchema<Engine>({
 		name: domain.name,
 		// GET /status and /metrics on the domain's spec port when the node runs without the gateway.
 		mixins: [opsPortMixin(domain.restPort)],
@@ -700,17 +704,17 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 		},
 		methods: {
 			/** Direct store access for the domain's own hooks and internal actions (never for client-driven reads). */
-			collectionStore(this: any, name: string): DocumentStore {
+			collectionStore(this: Engine, name: string): DocumentStore {
 				const s = state(this).stores.get(name);
 				if (!s) throw new Error(`no collection ${name} in ${domain.name}`);
 				return s;
 			},
 			/** Change events for a platform-made write (internal actions and hooks write through this too). */
-			recordChanges(this: any, ctx: Ctx, name: string, changes: Change[]): Promise<void> {
+			recordChanges(this: Engine, ctx: Ctx, name: string, changes: Change[]): Promise<void> {
 				return recorders.get(name)!(ctx, changes, this);
 			},
 		},
-		async started(this: any) {
+		async started(this: Engine) {
 			const cfg = configOf(this.broker);
 			const st: EngineState = { stores: new Map(), outbox: sharedOutbox(cfg), idempotency: new IdempotencyStoreRef(cfg) };
 			this.$engine = st;
@@ -726,15 +730,15 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 				st.stores.set(col.name, revisioned(raw));
 			}
 		},
-		async stopped(this: any) {
-			const st: EngineState | undefined = this.$engine;
+		async stopped(this: Engine) {
+			const st = this.$engine;
 			if (!st) return;
 			for (const s of st.stores.values()) await s.disconnect();
 			st.stores.clear();
 			await st.idempotency.release();
 			await st.outbox.disconnect();
 		},
-	};
+	});
 }
 
 /** Where a cursor stopped: the keyset after its last document, for the page at `offset` of the same read (`mark`). */
@@ -751,7 +755,7 @@ function cursorMark(action: string | undefined, plan: AccessPlan): string {
 }
 
 /** Turns compiled RegExp values of a validated filter back into JSON form, for a nested call that re-validates. */
-function jsonQuery(v: unknown): any {
+function jsonQuery(v: unknown): unknown {
 	if (v instanceof RegExp) return { $regex: v.source, ...(v.flags ? { $options: v.flags } : {}) };
 	if (Array.isArray(v)) return v.map(jsonQuery);
 	if (v && typeof v === "object") {

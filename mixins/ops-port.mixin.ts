@@ -4,8 +4,9 @@
  * node runs without the gateway (SERVICES without `api`); off in the one-process default, where the gateway's
  * /status reports every service. Domain services get it through the collection mixin; workers add it themselves.
  */
-import type { Server } from "http";
-import type { ServiceSchema } from "moleculer";
+import type { IncomingMessage, Server, ServerResponse } from "http";
+import type { Service, ServiceSchema } from "moleculer";
+import { asSchema } from "../lib/service";
 import { configOf, type PlatformConfig } from "../runtime/config";
 import { HEALTH_ACTION, type Health } from "../runtime/health";
 import { metricsText } from "../runtime/metrics";
@@ -22,9 +23,15 @@ export function opsPort(specPort: number, cfg: Pick<PlatformConfig, "opsPortOffs
 	return specPort + (cfg.opsPortOffset ?? 0);
 }
 
+/** A service with an ops port (lib/service.ts): its server while started, and the extra routes it may serve. */
+type OpsService = Service & {
+	opsServer?: Server;
+	opsRoute?: (req: IncomingMessage, res: ServerResponse) => Promise<boolean>;
+};
+
 export function opsPortMixin(specPort: number): Partial<ServiceSchema> {
-	return {
-		async started(this: any) {
+	return asSchema<OpsService>({
+		async started(this: OpsService) {
 			const cfg = configOf(this.broker);
 			if (!opsPortsEnabled(cfg)) return;
 			const port = opsPort(specPort, cfg);
@@ -39,7 +46,7 @@ export function opsPortMixin(specPort: number): Partial<ServiceSchema> {
 					metrics: () => metricsText(this.broker),
 					metricsToken: cfg.metricsToken,
 					// A service may serve more on its port (the preserver: MQTT hooks) through an `opsRoute` method.
-					extra: typeof this.opsRoute === "function" ? (req, res) => this.opsRoute(req, res) : undefined,
+					extra: typeof this.opsRoute === "function" ? (req, res) => this.opsRoute!(req, res) : undefined,
 				})) as Server;
 			} catch (err) {
 				const e = err as NodeJS.ErrnoException;
@@ -51,9 +58,9 @@ export function opsPortMixin(specPort: number): Partial<ServiceSchema> {
 			}
 			this.logger.info(`${this.name}: /status and /metrics on http://${cfg.host}:${port}`);
 		},
-		async stopped(this: any) {
+		async stopped(this: OpsService) {
 			await stopOpsServer(this.opsServer);
 			this.opsServer = undefined;
 		},
-	};
+	});
 }

@@ -17,6 +17,7 @@ import { writeOnlyFields } from "../lib/present";
 import type { ChangeOp } from "../lib/change-event";
 import { sha256Hex } from "../lib/crypto";
 import { isPlainObject } from "../lib/validate";
+import type { RequestMeta } from "../lib/types";
 import type { DocumentStore, StoredDoc } from "./stores";
 import { isDuplicateKeyError, pageOf, updateOf } from "./stores";
 import { REV, withRev } from "./stores/revision";
@@ -136,7 +137,15 @@ interface StageState {
 	lease?: string;
 }
 
-type CallCtx = { call: (action: string, params?: unknown) => Promise<any>; locals: Record<string, any>; meta: Record<string, any>; params: any };
+/** The request's params as a collection action gets them: its body, query and path's id. */
+interface StagedParams {
+	body?: unknown;
+	query?: unknown;
+	params?: { id?: unknown };
+}
+
+/** What staging reads and sets of a collection action's Context. */
+type CallCtx = { call(action: string, params?: unknown): Promise<unknown>; locals: Record<string, unknown>; meta: RequestMeta; params: StagedParams };
 
 async function writeAhead(ctx: CallCtx, stage: StageState, images: Image[]): Promise<void> {
 	if (!stage.id) {
@@ -199,7 +208,7 @@ export function stagingStore(ctx: CallCtx, base: DocumentStore): DocumentStore {
 }
 
 /** The request as the stage keeps it: query, body and id, without write-only values (passwords, secrets). */
-function reqOf(col: CollectionDef, params: any): Record<string, unknown> {
+function reqOf(col: CollectionDef, params: StagedParams | undefined): Record<string, unknown> {
 	const hidden = writeOnlyFields(col);
 	const strip = (b: unknown) => (isPlainObject(b) ? Object.fromEntries(Object.entries(b).filter(([k]) => !hidden.includes(k))) : b);
 	const body = params?.body;
@@ -208,14 +217,14 @@ function reqOf(col: CollectionDef, params: any): Record<string, unknown> {
 }
 
 /** The answer as the stage keeps it: write-only values revealed once (a generated secret) never stored. */
-function resOf(col: CollectionDef, op: StandardOp, res: any): unknown {
+function resOf(col: CollectionDef, op: StandardOp, res: unknown): unknown {
 	const hidden = writeOnlyFields(col);
 	const strip = (d: unknown) => (isPlainObject(d) ? Object.fromEntries(Object.entries(d).filter(([k]) => !hidden.includes(k))) : d);
 	if (!isPlainObject(res)) return res ?? null;
 	// A read keeps what it saw (ids and total), not the documents.
 	if (READS.has(op)) {
-		if (Array.isArray(res.items)) return { ids: res.items.map((d: any) => d?.id), ...(res.total !== undefined ? { total: res.total } : {}) };
-		if (isPlainObject(res.data)) return { id: (res.data as any).id };
+		if (Array.isArray(res.items)) return { ids: res.items.map((d: { id?: unknown } | null | undefined) => d?.id), ...(res.total !== undefined ? { total: res.total } : {}) };
+		if (isPlainObject(res.data)) return { id: res.data.id };
 		return res;
 	}
 	if (Array.isArray(res.items)) return { ...res, items: res.items.map(strip) };
@@ -223,13 +232,13 @@ function resOf(col: CollectionDef, op: StandardOp, res: any): unknown {
 	return res;
 }
 
-export function stagedAction(domain: DomainDef, col: CollectionDef, op: StandardOp, handler: (ctx: any) => Promise<unknown>) {
+export function stagedAction<C extends CallCtx>(domain: DomainDef, col: CollectionDef, op: StandardOp, handler: (ctx: C) => Promise<unknown>) {
 	const bucket = `${domain.name}/${col.name}`;
 	const action = STAGE_ACTION[op];
-	return async function staged(ctx: CallCtx): Promise<unknown> {
+	return async function staged(ctx: C): Promise<unknown> {
 		const saga = ctx.meta.headers?.[SAGA_HEADER] as string | undefined;
 		if (saga === undefined) return handler(ctx);
-		ctx.meta.$responseHeaders = { ...(ctx.meta.$responseHeaders ?? {}), [SAGA_HEADER]: saga };
+		ctx.meta.$responseHeaders = { ...(ctx.meta.$responseHeaders as Record<string, string> | undefined), [SAGA_HEADER]: saga };
 		const req = reqOf(col, ctx.params);
 		if (READS.has(op)) {
 			const res = await handler(ctx);

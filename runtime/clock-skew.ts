@@ -36,7 +36,7 @@ export function watchClockSkew(broker: ServiceBroker): void {
 		labelNames: ["peer"],
 		unit: "seconds",
 		description: "How far a peer's clock is ahead of this node's (negative: behind)",
-	} as any) as unknown as Series | null;
+	}) as unknown as Series | null;
 	let timer: NodeJS.Timeout | undefined;
 	const warned = new Set<string>();
 	const record = (pong: Pong | null) => {

@@ -13,7 +13,7 @@
  * Dropping a node rejects its other pending requests (RequestRejectedError), which the failover middleware sends again
  * to another node when they are idempotent.
  */
-import { Discoverers, Errors } from "moleculer";
+import { Discoverers, Errors, type BrokerNode, type LoggerInstance, type ServiceBroker, type ServiceRegistry } from "moleculer";
 
 const CHECK_MS = 250;
 
@@ -26,16 +26,35 @@ interface PendingRequest {
 	reject(err: Error): void;
 }
 
+/** What the discoverer uses of Moleculer's base discoverer beyond its typings (moleculer/src/registry/discoverers/base.js). */
+interface DiscovererInternals {
+	broker: ServiceBroker;
+	logger: LoggerInstance;
+	opts: { disableHeartbeatChecks?: boolean; heartbeatTimeout: number };
+	registry: { nodes: { get(id: string): BrokerNode | undefined; toArray(): BrokerNode[]; disconnected(id: string, unexpected: boolean): void } };
+	sendLocalNodeInfo(): Promise<void>;
+}
+
+/** What it uses of Moleculer's transit beyond its typings (moleculer/src/transit.js). */
+interface TransitInternals {
+	pendingRequests: Map<string, PendingRequest>;
+	removePendingRequestByNodeID(nodeID: string): void;
+}
+
 export class FailoverDiscoverer extends Discoverers.Local {
 	private seen = new Map<string, number>();
 	private lastCheck = 0;
 	private checkTimer?: NodeJS.Timeout;
 
-	private get self(): any {
-		return this as any;
+	private get self(): DiscovererInternals {
+		return this as unknown as DiscovererInternals;
 	}
 
-	init(registry: any): void {
+	private get transitInternals(): TransitInternals | undefined {
+		return this.transit as unknown as TransitInternals | undefined;
+	}
+
+	init(registry: ServiceRegistry): void {
 		super.init(registry);
 		if (this.transit) this.self.broker.localBus.on("$broker.started", () => this.self.sendLocalNodeInfo());
 	}
@@ -56,17 +75,17 @@ export class FailoverDiscoverer extends Discoverers.Local {
 		this.checkTimer = undefined;
 	}
 
-	heartbeatReceived(nodeID: string, payload: Record<string, any>): void {
+	heartbeatReceived(nodeID: string, payload: Record<string, unknown>): void {
 		this.seen.set(nodeID, Date.now());
 		super.heartbeatReceived(nodeID, payload);
 	}
 
-	processRemoteNodeInfo(nodeID: string, payload: Record<string, any>): any {
+	processRemoteNodeInfo(nodeID: string, payload: Record<string, unknown>): BrokerNode {
 		this.seen.set(nodeID, Date.now());
 		const known = this.self.registry.nodes.get(nodeID);
 		if (known?.available && known.instanceID && payload.instanceID && known.instanceID !== payload.instanceID) {
 			this.self.logger.warn(`Node '${nodeID}' restarted: its previous instance's pending requests fail now.`);
-			(this.transit as any)?.removePendingRequestByNodeID(nodeID);
+			this.transitInternals?.removePendingRequestByNodeID(nodeID);
 		}
 		return super.processRemoteNodeInfo(nodeID, payload);
 	}
@@ -78,7 +97,7 @@ export class FailoverDiscoverer extends Discoverers.Local {
 
 	/** The requests to `nodeID` sent within the shutdown timeout, failed as refused by that (stopping) node. */
 	private refuseUnreached(nodeID: string): void {
-		const pending = (this.transit as any)?.pendingRequests as Map<string, PendingRequest> | undefined;
+		const pending = this.transitInternals?.pendingRequests;
 		const withinMs = Number(this.self.broker.options.tracking?.shutdownTimeout ?? 0);
 		if (!pending || !withinMs) return;
 		for (const [id, req] of pending) {

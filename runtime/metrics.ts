@@ -6,7 +6,7 @@
  */
 import type { IncomingMessage } from "http";
 import { monitorEventLoopDelay } from "perf_hooks";
-import { MetricReporters, MetricTypes, type ServiceBroker } from "moleculer";
+import { MetricReporters, MetricTypes, type BaseMetric, type MetricBaseReporter, type MetricRegistry, type MetricReporterOptions, type ServiceBroker } from "moleculer";
 import { watchClockSkew } from "./clock-skew";
 
 /**
@@ -21,12 +21,26 @@ export function countHandlesSafely(): void {
 	p._getActiveHandles = () => process.getActiveResourcesInfo().filter((type) => type !== "Timeout" && type !== "Immediate");
 }
 
-const BasePrometheus = (MetricReporters as any).Prometheus as new (opts?: object) => any;
-const BaseReporter = (MetricReporters as any).Base as { prototype: { init(registry: unknown): void } };
+/** Moleculer's Prometheus reporter, with the members it has beyond its typings that this one uses. */
+interface PrometheusReporter extends MetricBaseReporter {
+	registry: MetricRegistry;
+	defaultLabels?: Record<string, unknown>;
+}
+const BasePrometheus = MetricReporters.Prometheus as unknown as new (opts?: MetricReporterOptions) => PrometheusReporter;
+const BaseReporter = MetricReporters.Base;
+
+/** A series of a metric's snapshot, whatever the metric's type (gauge, counter, info, histogram). */
+interface SeriesSnapshot {
+	labels?: Record<string, unknown>;
+	value?: unknown;
+	buckets?: Record<string, number>;
+	count?: number;
+	sum?: number;
+}
 
 /** The Prometheus reporter minus its HTTP server. */
 export class TextPrometheusReporter extends BasePrometheus {
-	init(registry: any) {
+	init(registry: MetricRegistry) {
 		BaseReporter.prototype.init.call(this, registry);
 		this.defaultLabels = typeof this.opts.defaultLabels === "function" ? this.opts.defaultLabels.call(this, registry) : this.opts.defaultLabels;
 	}
@@ -63,9 +77,9 @@ export class TextPrometheusReporter extends BasePrometheus {
 			return text;
 		};
 		const withLabels = (text: string, extra?: string) => (text ? (extra ? `{${text},${extra}}` : `{${text}}`) : extra ? `{${extra}}` : "");
-		this.registry.store.forEach((metric: any) => {
+		this.registry.store.forEach((metric: BaseMetric) => {
 			if (!this.matchMetricName(metric.name) || metric.name.startsWith("os.datetime")) return;
-			const snapshot = metric.snapshot();
+			const snapshot: SeriesSnapshot[] = metric.snapshot();
 			if (!snapshot.length) return;
 			let name = String(this.formatMetricName(metric.name)).replace(/[^a-zA-Z0-9_:]/g, "_");
 			const type = metric.type === "info" ? "gauge" : metric.type;
@@ -79,10 +93,11 @@ export class TextPrometheusReporter extends BasePrometheus {
 				const text = labelText(item.labels);
 				if (metric.type === "info") out.push(`${name}${withLabels(text, `value="${escapeLabel(item.value)}"`)} 1`);
 				else if (type === "histogram") {
-					const les = Object.keys(item.buckets ?? {})
+					const buckets = item.buckets ?? {};
+					const les = Object.keys(buckets)
 						.map(Number)
 						.sort((a, b) => a - b);
-					for (const le of les) out.push(`${name}_bucket${withLabels(text, `le="${le}"`)} ${num(item.buckets[le])}`);
+					for (const le of les) out.push(`${name}_bucket${withLabels(text, `le="${le}"`)} ${num(buckets[le])}`);
 					out.push(`${name}_bucket${withLabels(text, 'le="+Inf"')} ${num(item.count ?? 0)}`);
 					out.push(`${name}_sum${withLabels(text)} ${num(item.sum ?? 0)}`);
 					out.push(`${name}_count${withLabels(text)} ${num(item.count ?? 0)}`);
@@ -194,9 +209,9 @@ function ensureMetrics(broker: ServiceBroker): boolean {
 	if (!broker.isMetricsEnabled()) return false;
 	if (!registered.has(broker)) {
 		registered.add(broker);
-		broker.metrics.register({ type: "gauge", name: LOOP_DELAY_P99, unit: "seconds", description: "Event-loop delay, 99th percentile of the worst 5 s of the last minute" } as any);
-		broker.metrics.register({ type: "gauge", name: LOOP_DELAY_MAX, unit: "seconds", description: "Event-loop delay, longest of the last minute" } as any);
-		broker.metrics.register({ type: "counter", name: HTTP_REQUESTS, labelNames: ["method", "route", "status"], description: "HTTP requests by route and status" } as any);
+		broker.metrics.register({ type: "gauge", name: LOOP_DELAY_P99, unit: "seconds", description: "Event-loop delay, 99th percentile of the worst 5 s of the last minute" });
+		broker.metrics.register({ type: "gauge", name: LOOP_DELAY_MAX, unit: "seconds", description: "Event-loop delay, longest of the last minute" });
+		broker.metrics.register({ type: "counter", name: HTTP_REQUESTS, labelNames: ["method", "route", "status"], description: "HTTP requests by route and status" });
 		broker.metrics.register({
 			type: "histogram",
 			name: HTTP_DURATION,
@@ -204,7 +219,7 @@ function ensureMetrics(broker: ServiceBroker): boolean {
 			unit: "seconds",
 			buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
 			description: "HTTP request latency by route",
-		} as any);
+		});
 	}
 	return true;
 }
@@ -251,7 +266,7 @@ interface Histogram {
 	changed(value: number, labels: unknown, timestamp?: number): void;
 	observe(value: number, labels?: unknown, timestamp?: number): unknown;
 }
-const histogramObserve = (MetricTypes as any).Histogram.prototype.observe as Histogram["observe"];
+const histogramObserve = MetricTypes.Histogram.prototype.observe as Histogram["observe"];
 
 /**
  * Moleculer's histogram observe, for a histogram without quantiles and rate, with its bucket keys as strings once
@@ -300,7 +315,7 @@ export function metricsText(broker: ServiceBroker): string {
 		broker.metrics.set(LOOP_DELAY_P99, p99 / 1000);
 		broker.metrics.set(LOOP_DELAY_MAX, max / 1000);
 	}
-	const reporter = ((broker.metrics as any)?.reporter as any[] | undefined)?.find((r) => r instanceof TextPrometheusReporter);
+	const reporter = broker.metrics?.reporter?.find((r): r is TextPrometheusReporter => r instanceof TextPrometheusReporter);
 	return reporter ? reporter.generatePrometheusResponse() : "";
 }
 

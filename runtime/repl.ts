@@ -34,7 +34,7 @@ import { AsyncLocalStorage } from "async_hooks";
 import { createRequire } from "module";
 import type net from "net";
 import readline from "readline";
-import type { Middleware, Service, ServiceBroker, ServiceSchema } from "moleculer";
+import type { CallingOptions, Middleware, Service, ServiceBroker, ServiceSchema } from "moleculer";
 import type { TokenClaims } from "../lib/types";
 import { findCollection } from "../catalog";
 import { usernameProblem, userSubjectProblem } from "../lib/grant-validation";
@@ -109,6 +109,16 @@ interface ClientInfo {
 	access_token_ttl?: number;
 }
 
+/** A user document as the identity store holds it: what a principal's claims are made from. */
+interface UserDoc {
+	_id?: string;
+	id?: string;
+	clients?: string[];
+	status?: string;
+	username?: string;
+	subjects?: unknown;
+}
+
 /** The token claims a login of this principal would carry (no narrowing). */
 export async function principalClaims(broker: ServiceBroker, who: string, clientId?: string): Promise<Principal> {
 	const client = (id: string) => broker.call("domain.clients.authenticate", { id }) as Promise<ClientInfo | null>;
@@ -125,7 +135,7 @@ export async function principalClaims(broker: ServiceBroker, who: string, client
 			return { label: `client ${c.id} (${domain})`, claims: claims as unknown as TokenClaims };
 		}
 	}
-	const identity = broker.getLocalService("identity") as unknown as { collectionStore(c: string): { find(q: object): Promise<Array<Record<string, any>>> } } | undefined;
+	const identity = broker.getLocalService("identity") as unknown as { collectionStore(c: string): { find(q: object): Promise<UserDoc[]> } } | undefined;
 	if (!identity) throw new Error("the identity service does not run on this node: start the REPL on a node that runs it");
 	const query = HEX24.test(who) ? { id: who.toLowerCase(), deleted_at: null } : { username: who.toLowerCase(), deleted_at: null };
 	let users = await identity.collectionStore("users").find({ query });
@@ -193,9 +203,9 @@ export function ReplPrincipalMiddleware(broker: ServiceBroker): Middleware {
 		serviceCreated(service: Service) {
 			if (service.name === "identity" && !broker.getLocalService(PRINCIPALS)) broker.createService(principalService());
 		},
-		call(next: (action: string, params?: unknown, opts?: any) => Promise<unknown>) {
+		call(next: (action: string, params?: unknown, opts?: CallingOptions) => Promise<unknown>) {
 			const send = outside(next);
-			const run = function (action: string, params?: unknown, opts?: any) {
+			const run = function (action: string, params?: unknown, opts?: CallingOptions) {
 				if (!opts?.meta?.$repl || opts.meta.token) return send(action, params, opts);
 				const who = principalOf(broker);
 				if (!who) {
@@ -206,7 +216,7 @@ export function ReplPrincipalMiddleware(broker: ServiceBroker): Middleware {
 				}
 				return send(action, params, { ...opts, meta: { ...opts.meta, token: who.claims, tokenKind: "jwt", ip: "127.0.0.1", headers: {} } });
 			};
-			return function (action: string, params?: unknown, opts?: any) {
+			return function (action: string, params?: unknown, opts?: CallingOptions) {
 				const session = opts?.meta?.$repl ? sessions.getStore() : undefined;
 				if (!session) return run(action, params, opts);
 				// A console's own call: its outcome is the command's (the answer, or the failure `--exec` reports).
@@ -306,7 +316,8 @@ interface ReplCommand {
 	command: string;
 	description: string;
 	options?: Array<{ option: string; description: string }>;
-	action(broker: ServiceBroker, args: any): unknown;
+	/** `args`: the command's operands by name, and its options. */
+	action(broker: ServiceBroker, args: { options?: Record<string, unknown>; [operand: string]: unknown }): unknown;
 }
 
 export function startRepl(platform: { broker: ServiceBroker }): void {

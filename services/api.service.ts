@@ -4,17 +4,17 @@
  * `{ statusCode, message, error }`, streams cursors as server-sent events, and serves docs, health and metrics.
  */
 import { AUTHORITY_CHANGED } from "../lib/contracts";
-import type { IncomingMessage, ServerResponse } from "http";
-import type { Context, ServiceSchema } from "moleculer";
+import type { IncomingMessage, Server, ServerResponse } from "http";
+import type { Context, Endpoint, Service, ServiceSchema } from "moleculer";
 import ApiGateway from "moleculer-web";
 import { Aes } from "../lib/crypto";
 import { loadKeys, readConfig, StartupError, type PlatformConfig } from "../runtime/config";
 import { toErrorBody, ApiError, retryAfterOf, wwwAuthenticateOf } from "../lib/errors";
-import { sharedKeyValue } from "../runtime/kv";
+import { sharedKeyValue, type KeyValue } from "../runtime/kv";
 import { TransportWatch } from "../runtime/transport-watch";
 import { JwtKeys } from "../lib/tokens";
 import { allRoutes, type RouteDef } from "../lib/routes";
-import { Authenticator, callerIp, USER_CHANGED } from "../middlewares/authenticate";
+import { Authenticator, callerIp, USER_CHANGED, type Authenticated } from "../middlewares/authenticate";
 import { openApiDocument } from "../lib/openapi";
 import { DOC_SERVICES, openApiServiceDocument } from "../lib/openapi-split";
 import { docsAsset, docsHtml, setDocsSecurityHeaders } from "../runtime/docs-page";
@@ -23,7 +23,7 @@ import { collectHealth } from "../runtime/health";
 import { metricsText, observeHttp, recordHealth } from "../runtime/metrics";
 import { emitAudit, startShipper } from "../events/audit-shipper";
 import { fileMethods } from "./api/files";
-import { AliasIndex, type IndexedAlias } from "./api/alias-index";
+import { AliasIndex } from "./api/alias-index";
 import { isFormRequest, tokenRequestFromForm, withBasicClientAuth } from "../lib/oauth-form";
 import { assertBodyMedia } from "../lib/body-media";
 import { isPlainObject } from "../lib/validate";
@@ -42,14 +42,73 @@ import { Cors } from "./api/cors";
 import { refuseUnknownQuery } from "./api/query-params";
 import { answeredEarly, boundParsedBody, endAnswer, FORM_BODY_LIMIT, JSON_BODY_LIMIT } from "./api/early-answer";
 import { McpEndpoint, MCP_PATH } from "./api/mcp";
+import type { GatewayContext, GatewayRequest, GatewayResponse, WebAlias, WebRoute } from "./api/web";
+import { asSchema } from "../lib/service";
 
 /** moleculer-web's own request handler: every request the lean path (services/api/lean-route.ts) does not serve. */
 const webHttpHandler = (ApiGateway as unknown as { methods: { httpHandler(this: unknown, req: unknown, res: unknown, next?: unknown): Promise<void> } }).methods.httpHandler;
 /** moleculer-web's action call (the action, onAfterCall, the answer): run under the request's Idempotency-Key. */
 const webCallAction = (ApiGateway as unknown as { methods: { callAction(this: unknown, ...args: unknown[]): Promise<unknown> } }).methods.callAction;
 
-type Req = IncomingMessage & { $ctx: Context<any, any>; $params: any; $route?: any; $alias?: any; query?: Record<string, unknown>; $startedAt?: bigint };
-type Res = ServerResponse & { $route?: any };
+type Req = GatewayRequest;
+type Res = GatewayResponse;
+type Ctx = GatewayContext;
+type Alias = { action?: string | null; method?: string; fullPath?: string };
+
+/**
+ * moleculer-web's own state and methods the gateway reads or calls (its src/index.js; its typings declare none of
+ * them). `server` is the plain HTTP server it creates (the gateway sets no `https` or `http2`).
+ */
+interface WebGateway {
+	server?: Server;
+	aliases: WebAlias[];
+	_trackedContexts: Context[];
+	_serviceSpecification: { actions: Record<string, unknown> };
+	parseQueryString(req: IncomingMessage): { query: Record<string, unknown> };
+	logRequest(req: Req): void;
+	corsHandler(route: WebRoute, req: Req, res: Res): boolean;
+	aliasHandler(req: Req, res: Res, alias: WebAlias): Promise<unknown>;
+	errorHandler(req: Req, res: Res, err: Error): void;
+}
+
+/** The broker registry's private-endpoint factory (Moleculer's typings leave it out). */
+interface PrivateEndpoints {
+	createPrivateActionEndpoint(action: unknown): Endpoint;
+}
+
+/** The gateway's `this` (lib/service.ts): moleculer-web's part, the state `created` sets, and the gateway's methods. */
+type Gateway = Service &
+	WebGateway & {
+		cfg: PlatformConfig;
+		restEndpoint: Endpoint;
+		audit?: ReturnType<typeof startShipper>;
+		/** Open cursor streams per principal on this gateway (see streamCursor). */
+		openCursors: Map<string, number>;
+		kv: KeyValue;
+		transport: TransportWatch;
+		idempotency: Idempotency;
+		authenticator: Authenticator;
+		mcp: McpEndpoint;
+		liveCursors: LiveCursors;
+		mqttWs: MqttWebSocketBridge;
+		drain: Drain;
+		cors: Cors;
+		healthTimer?: NodeJS.Timeout;
+		aliasIndex?: { of: AliasIndex<WebAlias>; length: number };
+		streamCursor(req: Req, res: Res, action: string): Promise<void>;
+		handleUpload(req: Req, res: Res, action: string): Promise<void>;
+		handleDownload(req: Req, res: Res, action: string): Promise<void>;
+		serveMcp(ctx: Ctx, route: WebRoute, req: Req, res: Res, alias: Alias | undefined): Promise<void>;
+		resolveAlias(url: string, method?: string): { alias: WebAlias; params: Record<string, unknown> } | false;
+		authenticate(ctx: Ctx, route: unknown, req: Req, res: Res, alias?: Alias): Promise<null>;
+		limitedAuthentication(ctx: Ctx, req: Req, res: Res, alias?: Alias, opts?: { allowRevoked: boolean }): Promise<Authenticated>;
+		limitRate(res: Res, who: string): Promise<void>;
+		prepareMeta(ctx: Ctx, req: Req): void;
+		sendErrorBody(req: Req, res: Res, err: unknown): void;
+		sendText(res: Res, status: number, body: string | Buffer, type: string): void;
+		serveConsole(req: Req, res: Res, asset?: string): Promise<void>;
+		handleStatus(req: Req, res: Res): Promise<void>;
+	};
 
 /** Request headers the domain layers read; everything else stays at the gateway. */
 const FORWARDED_HEADERS = ["x-zone", "x-exclude-soft-delete-query", "x-saga-session", "x-can-with-policies", "x-can-with-id-policies", "user-agent", "if-match", "if-none-match"];
@@ -110,7 +169,7 @@ function aliasesOf(routes: RouteDef[]): Record<string, unknown> {
 		const key = `${r.method} ${r.path}`;
 		const custom = r.stream ? "streamCursor" : r.upload ? "handleUpload" : r.download ? "handleDownload" : undefined;
 		aliases[key] = custom
-			? function (this: any, req: Req, res: Res) {
+			? function (this: Gateway, req: Req, res: Res) {
 					return this[custom](req, res, r.action).catch((err: unknown) => this.sendErrorBody(req, res, err));
 				}
 			: r.action;
@@ -119,8 +178,8 @@ function aliasesOf(routes: RouteDef[]): Record<string, unknown> {
 }
 
 /** `/mcp`'s alias, for a request that reaches moleculer-web's own handler (httpHandler serves it: serveMcp). */
-function mcpAlias(this: any, req: Req, res: Res) {
-	return this.serveMcp(req.$ctx, req.$route, req, res, req.$alias).catch((err: unknown) => this.sendErrorBody(req, res, err));
+function mcpAlias(this: Gateway, req: Req, res: Res) {
+	return this.serveMcp(req.$ctx, req.$route!, req, res, req.$alias).catch((err: unknown) => this.sendErrorBody(req, res, err));
 }
 
 /** Routes are built with the schema: moleculer-web mounts them in its own `created`, before ours runs. */
@@ -133,8 +192,8 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 		autoAliases: false,
 		bodyParsers: { json: { limit: JSON_BODY_LIMIT, strict: false }, urlencoded: false },
 		async onBeforeCall(
-			this: any,
-			ctx: Context<any, any>,
+			this: Gateway,
+			ctx: Ctx,
 			route: { name?: string; opts?: { authentication?: unknown } },
 			req: Req,
 			res: Res,
@@ -150,18 +209,18 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 			// Query parameters the route does not take answer 400, not a default silently (services/api/query-params.ts).
 			if (route?.name !== "ops") refuseUnknownQuery(req.query, alias);
 		},
-		onAfterCall(this: any, ctx: Context<any, any>, route: unknown, req: Req, res: Res, data: unknown) {
+		onAfterCall(this: Gateway, ctx: Ctx, route: unknown, req: Req, res: Res, data: unknown) {
 			const status = (ctx.meta.$statusCode as number | undefined) ?? (res.statusCode || 200);
 			observeHttp(this.broker, req, status);
 			emitAudit(this.broker, req, status, data);
 			// A keyed request's answer is kept before it leaves (services/api/idempotency.ts).
 			return (req as { $idempotency?: unknown }).$idempotency ? this.idempotency.answered(req, status, data).then(() => data) : data;
 		},
-		onError(this: any, req: Req, res: Res, err: unknown) {
+		onError(this: Gateway, req: Req, res: Res, err: unknown) {
 			this.sendErrorBody(req, res, err);
 		},
 	};
-	return {
+	return asSchema<Gateway>({
 		name: "api",
 		mixins: [ApiGateway],
 		settings: {
@@ -169,7 +228,7 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 			ip: cfg.host,
 			path: "",
 			// Errors of every route, and of requests that match none, leave in the spec's shape.
-			onError(this: any, req: Req, res: Res, err: unknown) {
+			onError(this: Gateway, req: Req, res: Res, err: unknown) {
 				this.sendErrorBody(req, res, err);
 			},
 			log4XXResponses: false,
@@ -185,10 +244,10 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 					authentication: false,
 					bodyParsers: false,
 					aliases: {
-						"GET /status"(this: any, req: Req, res: Res) {
+						"GET /status"(this: Gateway, req: Req, res: Res) {
 							return this.handleStatus(req, res);
 						},
-						"GET /metrics"(this: any, req: Req, res: Res) {
+						"GET /metrics"(this: Gateway, req: Req, res: Res) {
 							// METRICS_TOKEN: the metrics name services, routes and traffic; set, only its bearer reads them.
 							if (!metricsAuthorized(req, cfg.metricsToken)) {
 								res.setHeader("WWW-Authenticate", "Bearer");
@@ -196,11 +255,11 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 							}
 							this.sendText(res, 200, metricsText(this.broker), PROMETHEUS_TYPE);
 						},
-						"GET /api-json"(this: any, req: Req, res: Res) {
+						"GET /api-json"(this: Gateway, req: Req, res: Res) {
 							setDocsSecurityHeaders(res);
 							sendJsonText(res, API_JSON());
 						},
-						"GET /api-json/:service"(this: any, req: Req, res: Res) {
+						"GET /api-json/:service"(this: Gateway, req: Req, res: Res) {
 							setDocsSecurityHeaders(res);
 							const name = String(req.$params?.params?.service ?? "");
 							if (!DOC_SERVICES.includes(name))
@@ -215,14 +274,14 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 							);
 						},
 						// The root points newcomers (and browsers) to the documentation.
-						"GET /"(this: any, req: Req, res: Res) {
+						"GET /"(this: Gateway, req: Req, res: Res) {
 							sendJson(res, 200, { docs: "/api", openapi: "/api-json", status: "/status", metrics: "/metrics", token: "POST /auth/token" });
 						},
-						"GET /api"(this: any, req: Req, res: Res) {
+						"GET /api"(this: Gateway, req: Req, res: Res) {
 							setDocsSecurityHeaders(res);
 							this.sendText(res, 200, API_PAGE(), "text/html; charset=utf-8");
 						},
-						"GET /api/assets/:name"(this: any, req: Req, res: Res) {
+						"GET /api/assets/:name"(this: Gateway, req: Req, res: Res) {
 							setDocsSecurityHeaders(res);
 							const a = docsAsset(String(req.$params?.params?.name ?? ""));
 							if (!a) return this.sendErrorBody(req, res, new ApiError(404, "not found"));
@@ -237,13 +296,13 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 						},
 						// The browser console (runtime/console-page.ts): its two assets, and its page at every address below
 						// /console (the script routes by the address).
-						"GET /console/assets/:name"(this: any, req: Req, res: Res) {
+						"GET /console/assets/:name"(this: Gateway, req: Req, res: Res) {
 							return this.serveConsole(req, res, String(req.$params?.params?.name ?? ""));
 						},
-						"GET /console"(this: any, req: Req, res: Res) {
+						"GET /console"(this: Gateway, req: Req, res: Res) {
 							return this.serveConsole(req, res);
 						},
-						"GET /console/:view*"(this: any, req: Req, res: Res) {
+						"GET /console/:view*"(this: Gateway, req: Req, res: Res) {
 							return this.serveConsole(req, res);
 						},
 					},
@@ -255,7 +314,7 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 					path: "",
 					authentication: false,
 					bodyParsers: { json: { limit: JSON_BODY_LIMIT, strict: false }, urlencoded: { extended: false, limit: FORM_BODY_LIMIT, parameterLimit: 100 } },
-					async onBeforeCall(this: any, ctx: Context<any, any>, route: any, req: Req, res: Res, alias?: { action?: string | null }) {
+					async onBeforeCall(this: Gateway, ctx: Ctx, route: WebRoute, req: Req, res: Res, alias?: { action?: string | null }) {
 						await common.onBeforeCall.call(this, ctx, route, req, res, alias);
 						const params = req.$params ?? {};
 						if (isFormRequest(req.headers["content-type"])) params.body = tokenRequestFromForm(params.body);
@@ -271,7 +330,7 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 			],
 		},
 
-		created(this: any) {
+		created(this: Gateway) {
 			const keys = loadKeys(cfg);
 			// Built before the gateway listens (module-wide: every gateway of the process serves the same texts).
 			API_PAGE();
@@ -280,24 +339,26 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 			// moleculer-web's start waits for 'listening' only (a listen error is logged): on a port in use the node neither
 			// listened nor exited. Its listen callback takes an error: the start fails at once, naming the port and its setting.
 			const server = this.server;
-			const listen = server?.listen.bind(server);
-			if (server)
-				server.listen = (port: number, host: string, done: (err?: Error) => void) => {
-					const refuse = (err: NodeJS.ErrnoException) =>
-						done(new StartupError(`port ${port} (PORT) ${err.code === "EADDRINUSE" ? "is in use" : `cannot be bound on ${host} (${err.code ?? err.message})`}`));
-					// moleculer-web's own listener would log the same failure again with a stack: set aside until listening.
-					const others = server.listeners("error") as Array<(err: Error) => void>;
-					server.removeAllListeners("error");
-					server.once("error", refuse);
-					return listen(port, host, () => {
-						server.off("error", refuse);
-						for (const l of others) server.on("error", l);
-						done();
-					});
-				};
+			const listen = server?.listen.bind(server) as ((port: number, host: string, listening: () => void) => Server) | undefined;
+			if (server && listen)
+				Object.assign(server, {
+					listen: (port: number, host: string, done: (err?: Error) => void) => {
+						const refuse = (err: NodeJS.ErrnoException) =>
+							done(new StartupError(`port ${port} (PORT) ${err.code === "EADDRINUSE" ? "is in use" : `cannot be bound on ${host} (${err.code ?? err.message})`}`));
+						// moleculer-web's own listener would log the same failure again with a stack: set aside until listening.
+						const others = server.listeners("error") as Array<(err: Error) => void>;
+						server.removeAllListeners("error");
+						server.once("error", refuse);
+						return listen(port, host, () => {
+							server.off("error", refuse);
+							for (const l of others) server.on("error", l);
+							done();
+						});
+					},
+				});
 			// The endpoint of moleculer-web's private `api.rest` action: the lean path's contexts are created on it, as
 			// `this.actions.rest` creates them (ctx.service is the gateway: the callee sees `caller` "api").
-			this.restEndpoint = this.broker.registry.createPrivateActionEndpoint(this._serviceSpecification.actions[`${this.fullName}.rest`]);
+			this.restEndpoint = (this.broker.registry as unknown as PrivateEndpoints).createPrivateActionEndpoint(this._serviceSpecification.actions[`${this.fullName}.rest`]);
 			// Request audit entries leave through the durable event stream, in batches, off the request path.
 			this.audit = startShipper(this.broker, (msg) => this.logger.warn(msg));
 			/** Open cursor streams per principal on this gateway (see streamCursor). */
@@ -342,7 +403,7 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 			this.cors = new Cors(cfg.corsOrigins ?? []);
 		},
 
-		started(this: any) {
+		started(this: Gateway) {
 			this.transport.start();
 			// Requests the HTTP parser refuses are answered in the spec's error shape (services/api/client-error.ts).
 			this.server?.on("clientError", answerClientError);
@@ -358,7 +419,7 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 			this.healthTimer.unref();
 		},
 
-		async stopped(this: any) {
+		async stopped(this: Gateway) {
 			clearInterval(this.healthTimer);
 			this.transport.stop();
 			this.mqttWs.close();
@@ -378,7 +439,7 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 			revoke: {
 				visibility: "public",
 				params: { sessions: { type: "array", items: "string", default: [] }, hashes: { type: "array", items: "string", default: [] } },
-				handler(this: any, ctx: Context<{ sessions: string[]; hashes: string[] }>) {
+				handler(this: Gateway, ctx: Context<{ sessions: string[]; hashes: string[] }>) {
 					for (const s of ctx.params.sessions) this.authenticator.sessionRevoked(s);
 					for (const h of ctx.params.hashes) this.authenticator.aptRevoked(h);
 					return true;
@@ -388,19 +449,19 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 
 		events: {
 			/** The node is stopping (moleculer.config.ts): live streams end first, so they do not hold the stop. */
-			[NODE_STOPPING](this: any) {
+			[NODE_STOPPING](this: Gateway) {
 				this.liveCursors.endStreams();
 				this.drain.start();
 			},
-			"auth.session.revoked"(this: any, ctx: Context<{ session: string }>) {
+			"auth.session.revoked"(this: Gateway, ctx: Context<{ session: string }>) {
 				this.authenticator.sessionRevoked(ctx.params.session);
 				void this.liveCursors.sweep();
 			},
-			"auth.apt.revoked"(this: any, ctx: Context<{ hash: string }>) {
+			"auth.apt.revoked"(this: Gateway, ctx: Context<{ hash: string }>) {
 				this.authenticator.aptRevoked(ctx.params.hash);
 				void this.liveCursors.sweep();
 			},
-			[USER_CHANGED](this: any, ctx: Context<{ ids: string[] }>) {
+			[USER_CHANGED](this: Gateway, ctx: Context<{ ids: string[] }>) {
 				this.authenticator.userChanged(ctx.params.ids);
 				void this.liveCursors.sweep();
 			},
@@ -418,7 +479,12 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 			 * from x-request-id / x-correlation-id), tracked for a clean stop, then moleculer-web's own route steps and
 			 * error path. Everything else goes to moleculer-web's handler.
 			 */
-			async httpHandler(this: any, req: Req & { originalUrl?: string; parsedUrl?: string; baseUrl?: string; [k: string]: any }, res: Res & { [k: string]: any }, next?: unknown) {
+			async httpHandler(
+				this: Gateway,
+				req: Req & { parsedUrl?: string; baseUrl?: string; $startTime?: [number, number]; $service?: Gateway; $next?: unknown },
+				res: Res & { $service?: Gateway; $ctx?: Ctx; locals?: Record<string, unknown> },
+				next?: unknown,
+			) {
 				// A stopping gateway answers what it is given, each on a connection that then closes (services/api/drain.ts).
 				if (this.drain.draining) res.setHeader("Connection", "close");
 				// CORS_ORIGINS: a listed origin's answers carry its CORS headers; a preflight is answered here, before authentication.
@@ -454,7 +520,7 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 					req.parsedUrl = match.url;
 					if (!req.query) req.query = this.parseQueryString(req).query;
 					const { alias, params } = match.found;
-					const route = alias.route as any;
+					const route = alias.route;
 					req.baseUrl = route.path;
 					req.url = req.originalUrl!.substring(route.path.length);
 					if (req.url.length == 0 || req.url[0] !== "/") req.url = "/" + req.url;
@@ -484,29 +550,29 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 			 * bearer and the rate limit), then the endpoint. Served here rather than as moleculer-web's custom alias: the
 			 * request's Context stays tracked until it is answered, and nothing waits for a `next` an answer never calls.
 			 */
-			async serveMcp(this: any, ctx: Context<any, any>, route: any, req: Req, res: Res, alias: unknown) {
+			async serveMcp(this: Gateway, ctx: Ctx, route: WebRoute, req: Req, res: Res, alias: Alias | undefined) {
 				await route.onBeforeCall.call(this, ctx, route, req, res, alias);
 				await this.authenticate(ctx, route, req, res, alias);
 				await this.mcp.handle(req, res);
 			},
-			callAction(this: any, route: unknown, actionName: string, req: Req, res: Res, params: unknown) {
+			callAction(this: Gateway, route: unknown, actionName: string, req: Req, res: Res, params: unknown) {
 				return this.idempotency.around(req, res, actionName, () => webCallAction.call(this, route, actionName, req, res, params));
 			},
 			/** moleculer-web's alias lookup, through an index by first path segment (services/api/alias-index.ts). */
-			resolveAlias(this: any, url: string, method = "GET") {
-				const aliases = this.aliases as IndexedAlias[];
-				let index = this.aliasIndex as { of: AliasIndex<IndexedAlias>; length: number } | undefined;
+			resolveAlias(this: Gateway, url: string, method = "GET") {
+				const aliases = this.aliases;
+				let index = this.aliasIndex;
 				// Rebuilt whenever moleculer-web changes its alias list (routes are added at start only).
 				if (!index || index.of.aliases !== aliases || index.length !== aliases.length) this.aliasIndex = index = { of: new AliasIndex(aliases), length: aliases.length };
 				return index.of.resolve(url, method);
 			},
-			async authenticate(this: any, ctx: Context<any, any>, route: unknown, req: Req, res: Res, alias?: { fullPath?: string }) {
+			async authenticate(this: Gateway, ctx: Ctx, route: unknown, req: Req, res: Res, alias?: { fullPath?: string }) {
 				const { token, kind } = await this.limitedAuthentication(ctx, req, res, alias);
 				ctx.meta.token = token;
 				ctx.meta.tokenKind = kind;
 				return null;
 			},
-			async authenticateRevocable(this: any, ctx: Context<any, any>, route: unknown, req: Req, res: Res, alias?: { fullPath?: string }) {
+			async authenticateRevocable(this: Gateway, ctx: Ctx, route: unknown, req: Req, res: Res, alias?: { fullPath?: string }) {
 				const { token, kind } = await this.limitedAuthentication(ctx, req, res, alias, { allowRevoked: true });
 				ctx.meta.token = token;
 				ctx.meta.tokenKind = kind;
@@ -516,7 +582,7 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 			 * Refuses a cookie-authenticated request that changes state from another site (services/api/cross-site.ts), then
 			 * authenticates, then counts the request (RATE_LIMIT) per principal; a refused request counts per IP.
 			 */
-			async limitedAuthentication(this: any, ctx: Context<any, any>, req: Req, res: Res, alias?: { fullPath?: string }, opts?: { allowRevoked: boolean }) {
+			async limitedAuthentication(this: Gateway, ctx: Ctx, req: Req, res: Res, alias?: { fullPath?: string }, opts?: { allowRevoked: boolean }) {
 				let found: { token: { uid?: string; aid?: string; cid?: string }; kind: string };
 				try {
 					if (!this.cors.listed(req)) refuseCrossSiteCookie(req, alias?.fullPath, actingGetPaths, this.cfg.trustProxy);
@@ -534,7 +600,7 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 			 * whole seconds. An unreachable cache lets the request through (the limit protects, it must not take the
 			 * platform down with the cache).
 			 */
-			async limitRate(this: any, res: Res, who: string) {
+			async limitRate(this: Gateway, res: Res, who: string) {
 				const limit = this.cfg.rateLimit as PlatformConfig["rateLimit"];
 				if (!limit) return;
 				let wait = 0;
@@ -547,7 +613,7 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 				if (!res.headersSent) res.setHeader("Retry-After", String(Math.max(1, Math.ceil(wait / 1000))));
 				throw new ApiError(429, "too many requests");
 			},
-			prepareMeta(this: any, ctx: Context<any, any>, req: Req) {
+			prepareMeta(this: Gateway, ctx: Ctx, req: Req) {
 				req.$startedAt = process.hrtime.bigint();
 				ctx.meta.ip = callerIp(req, this.cfg.trustProxy);
 				const headers: Record<string, string> = {};
@@ -557,7 +623,7 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 				}
 				ctx.meta.headers = headers;
 			},
-			sendErrorBody(this: any, req: Req, res: Res, err: unknown) {
+			sendErrorBody(this: Gateway, req: Req, res: Res, err: unknown) {
 				// Answered already, before the body's end: a later failure of the same request (the body parser's) is not news.
 				if (answeredEarly(res)) return;
 				// A body that does not inflate under its Content-Encoding: zlib's code (Z_DATA_ERROR...) is all that survives.
@@ -587,7 +653,7 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 				res.end(body);
 			},
 			/** The console's page (no `asset`) or one of its assets, with the console's Content-Security-Policy. */
-			async serveConsole(this: any, req: Req, res: Res, asset?: string) {
+			async serveConsole(this: Gateway, req: Req, res: Res, asset?: string) {
 				for (const [k, v] of Object.entries(CONSOLE_SECURITY_HEADERS)) res.setHeader(k, v);
 				if (asset !== undefined && !isConsoleAsset(asset)) return this.sendErrorBody(req, res, new ApiError(404, "not found"));
 				let assets: Awaited<ReturnType<typeof consoleAssets>>;
@@ -608,7 +674,7 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 				}
 				this.sendText(res, 200, a.body, a.type);
 			},
-			async handleStatus(this: any, req: Req, res: Res) {
+			async handleStatus(this: Gateway, req: Req, res: Res) {
 				const health = await collectHealth(this.broker);
 				recordHealth(this.broker, health.info);
 				sendJson(res, health.status === "ok" ? 200 : 503, health);
@@ -619,7 +685,7 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 			 * the authority layer). The first page is read before any header leaves, so a bad query is a plain JSON
 			 * error; later failures become an `event: error` frame. A client that goes away stops the loop.
 			 */
-			async streamCursor(this: any, req: Req, res: Res, action: string) {
+			async streamCursor(this: Gateway, req: Req, res: Res, action: string) {
 				const ctx = req.$ctx;
 				// At most MAX_OPEN_CURSORS open streams per principal (429 before any SSE header); the slot is freed when the
 				// response closes, whichever way (end, client gone, idle timeout).
@@ -715,7 +781,7 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 				}
 			},
 		},
-	};
+	});
 }
 
 export default apiService;

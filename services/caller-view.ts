@@ -46,7 +46,7 @@ const ANY_ZONE = "own,share,group,client";
  */
 export async function assertInView(ctx: Pick<Context, "call">, target: string, id: string, noun: string): Promise<void> {
 	try {
-		await ctx.call(`${target}.get`, { params: { id } }, { meta: { headers: { "x-zone": ANY_ZONE } } } as any);
+		await ctx.call(`${target}.get`, { params: { id } }, { meta: { headers: { "x-zone": ANY_ZONE } } });
 	} catch (err) {
 		if ((err as { code?: number }).code === 404) throw notFound(`${noun} ${id} not found`);
 		throw err;

@@ -6,7 +6,9 @@
 import { AUTHORITY_CHANGED, CQRS_CHANGED, type CqrsConfig } from "../lib/contracts";
 import type { Context, ServiceSchema } from "moleculer";
 import { context } from "../catalog/domains/context";
-import { collectionMixin, type Ctx } from "../mixins/collection.mixin";
+import { collectionMixin, type Ctx, type EngineService } from "../mixins/collection.mixin";
+import { asSchema } from "../lib/service";
+import type { RequestMeta } from "../lib/types";
 import type { StoredDoc } from "../mixins/stores";
 import { Aes, CQRS_CREDENTIALS, SMS_CREDENTIALS } from "../lib/crypto";
 import { configOf, loadKeys } from "../runtime/config";
@@ -59,7 +61,7 @@ const NOT_CALLERS = "eid must be the caller's client";
  * another client's id otherwise (whether it exists or not).
  */
 async function eidClient(ctx: Ctx, eid: string): Promise<ClientInfo> {
-	const caller = await callerClient(ctx as any);
+	const caller = await callerClient(ctx);
 	if (!caller) throw forbidden(NOT_CALLERS);
 	if (eid === caller.id) return caller;
 	if (!caller.operator) throw forbidden(NOT_CALLERS);
@@ -122,12 +124,20 @@ export function cqrsOf(d: StoredDoc, aes?: Aes): CqrsConfig {
 
 /** SMS provider credentials (touch): each provider's `key` sealed at rest (lib/touch.ts), never returned or in an event. */
 function sealSms(ctx: Ctx, key: unknown, target: Record<string, unknown>, previous?: unknown): void {
-	if (key === "SMS" && isObject(target.value)) target.value = sealSmsValue((ctx.service as any).smsAes, target.value, previous);
+	if (key === "SMS" && isObject(target.value)) target.value = sealSmsValue((ctx.service as ContextThis).smsAes, target.value, previous);
 }
 
-const ContextService: ServiceSchema = {
+/** The context service's `this` (lib/service.ts): the engine's methods and its credentials' keys. */
+type ContextThis = EngineService & {
+	/** Seals CQRS webhook credentials. */
+	aes: Aes;
+	/** Seals SMS provider keys. */
+	smsAes: Aes;
+};
+
+const ContextService: ServiceSchema = asSchema<ContextThis>({
 	name: "context",
-	created(this: any) {
+	created(this: ContextThis) {
 		// Webhook credentials have a key of their own: a value sealed here never opens as an x-api-key, TOTP secret or
 		// APT cache record, nor the other way round.
 		const secret = loadKeys(configOf(this.broker)).aesSecret;
@@ -145,7 +155,7 @@ const ContextService: ServiceSchema = {
 					validateValue(doc.key, doc.value);
 					const client = await eidClient(ctx, doc.eid as string);
 					if (isRbac(doc)) checkRbacDomains(doc.value, client);
-					if (isCqrs(doc) && isObject(doc.value)) doc.value = sealCredentials((ctx.service as any).aes, doc.value);
+					if (isCqrs(doc) && isObject(doc.value)) doc.value = sealCredentials((ctx.service as ContextThis).aes, doc.value);
 					sealSms(ctx, doc.key, doc);
 				},
 				async beforePatch(ctx, set, before) {
@@ -168,7 +178,7 @@ const ContextService: ServiceSchema = {
 					if (key === "RBAC" && (set.value !== undefined || set.eid !== undefined || set.key !== undefined)) checkRbacDomains(set.value ?? before.value, client);
 					sealSms(ctx, key, set, before.value);
 					if (key !== "CQRS") return;
-					const aes = (ctx.service as any).aes as Aes;
+					const aes = (ctx.service as ContextThis).aes;
 					if (before.key === "CQRS") {
 						if (isObject(set.value)) set.value = sealCredentials(aes, set.value, before.value);
 					} else {
@@ -200,8 +210,8 @@ const ContextService: ServiceSchema = {
 		/** Every live RBAC configuration value (role → permission → grant expansion), for the grant index. */
 		"configs.rbac": {
 			visibility: "public",
-			async handler(this: any) {
-				const docs: StoredDoc[] = await this.collectionStore("configs").find({ query: { key: "RBAC", deleted_at: null } });
+			async handler(this: ContextThis) {
+				const docs = await this.collectionStore("configs").find({ query: { key: "RBAC", deleted_at: null } });
 				return docs.map((d) => ({ eid: d.eid, value: d.value }));
 			},
 		},
@@ -209,8 +219,8 @@ const ContextService: ServiceSchema = {
 		"configs.touch": {
 			visibility: "public",
 			params: { eid: "string" },
-			async handler(this: any, ctx: Context<{ eid: string }>) {
-				const docs: StoredDoc[] = await this.collectionStore("configs").find({
+			async handler(this: ContextThis, ctx: Context<{ eid: string }>) {
+				const docs = await this.collectionStore("configs").find({
 					query: { key: { $in: ["SMS", "SMS_TEMPLATE"] }, eid: ctx.params.eid, deleted_at: null },
 					sort: { updated_at: -1 },
 				});
@@ -224,8 +234,8 @@ const ContextService: ServiceSchema = {
 		"configs.cqrs": {
 			visibility: "public",
 			params: { eid: "string" },
-			async handler(this: any, ctx: Context<{ eid: string }>): Promise<CqrsConfig | null> {
-				const docs: StoredDoc[] = await this.collectionStore("configs").find({ query: { key: "CQRS", eid: ctx.params.eid, deleted_at: null } });
+			async handler(this: ContextThis, ctx: Context<{ eid: string }>): Promise<CqrsConfig | null> {
+				const docs = await this.collectionStore("configs").find({ query: { key: "CQRS", eid: ctx.params.eid, deleted_at: null } });
 				if (!docs.length) return null;
 				const all = docs.map((d) => ({ c: cqrsOf(d, this.aes), at: String(d.updated_at ?? d.created_at ?? "") }));
 				all.sort((a, b) => Number(b.c.active) - Number(a.c.active) || (a.at < b.at ? 1 : a.at > b.at ? -1 : 0));
@@ -239,22 +249,22 @@ const ContextService: ServiceSchema = {
 		"configs.cqrsActive": {
 			visibility: "public",
 			params: { id: "string", active: "boolean", reason: { type: "string", optional: true } },
-			async handler(this: any, ctx: Context<{ id: string; active: boolean; reason?: string }>): Promise<CqrsConfig | null> {
+			async handler(this: ContextThis, ctx: Context<{ id: string; active: boolean; reason?: string }, RequestMeta>): Promise<CqrsConfig | null> {
 				const store = this.collectionStore("configs");
-				const before: StoredDoc | null = await store.findOne({ id: ctx.params.id, key: "CQRS", deleted_at: null });
+				const before = await store.findOne({ id: ctx.params.id, key: "CQRS", deleted_at: null });
 				if (!before) return null;
 				const current = cqrsOf(before, this.aes);
 				if (current.active === ctx.params.active) return current;
 				// Rewritten from the stored (sealed) value, so the credentials stay encrypted.
 				const { active: _a, disabled_at: _d, disabled_reason: _r, ...rest } = before.value as Record<string, unknown>;
 				const value = ctx.params.active ? rest : { ...rest, active: false, disabled_at: new Date().toISOString(), disabled_reason: ctx.params.reason ?? "disabled" };
-				const after: StoredDoc | null = await store.setOne(before._id, { value, updated_at: new Date().toISOString() });
+				const after = await store.setOne(before._id, { value, updated_at: new Date().toISOString() });
 				if (!after) return null;
-				await this.recordChanges(ctx as unknown as Ctx, "configs", [{ op: "u", before, after }]);
+				await this.recordChanges(ctx as Ctx, "configs", [{ op: "u", before, after }]);
 				return cqrsOf(after, this.aes);
 			},
 		},
 	},
-};
+});
 
 export default ContextService;

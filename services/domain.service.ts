@@ -3,9 +3,11 @@
  * response, stored hashed, and checked here so the hash never leaves.
  */
 import { AUTHORITY_CHANGED } from "../lib/contracts";
-import type { ServiceSchema } from "moleculer";
+import type { Context, ServiceSchema } from "moleculer";
 import { domain, GRANT_TYPES } from "../catalog/domains/domain";
-import { collectionMixin, platformDoc, type Ctx } from "../mixins/collection.mixin";
+import { collectionMixin, platformDoc, type Ctx, type EngineService } from "../mixins/collection.mixin";
+import { asSchema } from "../lib/service";
+import type { RequestMeta } from "../lib/types";
 import type { StoredDoc } from "../mixins/stores";
 import { randomToken } from "../lib/crypto";
 import { hashSecret, verifySecret } from "../runtime/password-hash";
@@ -25,9 +27,9 @@ async function assertDomainsFree(ctx: Ctx, domains: unknown, selfId?: string): P
 	const names = [...new Set(domains.map((d) => String(d).trim().toLowerCase()))];
 	const claimed = claimedInRequest.get(ctx) ?? new Set<string>();
 	claimedInRequest.set(ctx, claimed);
-	const store = (ctx.service as any).collectionStore("clients");
+	const store = (ctx.service as EngineService).collectionStore("clients");
 	for (const d of names) {
-		const other: StoredDoc | null = await store.findOne({ domains: d, deleted_at: null, ...(selfId ? { _id: { $ne: selfId } } : {}) });
+		const other = await store.findOne({ domains: d, deleted_at: null, ...(selfId ? { _id: { $ne: selfId } } : {}) });
 		if (other || claimed.has(d)) throw conflict(`domain ${d} is already registered`);
 	}
 	for (const d of names) claimed.add(d);
@@ -71,7 +73,9 @@ function info(c: StoredDoc): ClientInfo {
 	};
 }
 
-const DomainService: ServiceSchema = {
+type Call<P> = Context<P, RequestMeta>;
+
+const DomainService: ServiceSchema = asSchema<EngineService>({
 	name: "domain",
 	mixins: [
 		collectionMixin(domain, {
@@ -116,7 +120,7 @@ const DomainService: ServiceSchema = {
 		/** The client, when it exists, is live and (if a secret is given) the secret matches; else null. */
 		"clients.authenticate": {
 			visibility: "public",
-			async handler(this: any, ctx: any): Promise<ClientInfo | null> {
+			async handler(this: EngineService, ctx: Call<{ id: unknown; secret?: unknown }>): Promise<ClientInfo | null> {
 				const { id, secret } = ctx.params;
 				if (typeof id !== "string" || !/^[0-9a-f]{24}$/i.test(id)) return null;
 				const c = await this.collectionStore("clients").findOne({ id: id.toLowerCase(), deleted_at: null });
@@ -131,14 +135,14 @@ const DomainService: ServiceSchema = {
 		/** Every domain a client (not deleted) registers: the operator may grant subjects of any of them. */
 		"clients.registeredDomains": {
 			visibility: "public",
-			async handler(this: any): Promise<string[]> {
-				const docs: StoredDoc[] = await this.collectionStore("clients").find({ query: { deleted_at: null }, projection: { domains: 1 } });
+			async handler(this: EngineService): Promise<string[]> {
+				const docs = await this.collectionStore("clients").find({ query: { deleted_at: null }, projection: { domains: 1 } });
 				return [...new Set(docs.flatMap((c) => (Array.isArray(c.domains) ? (c.domains as string[]) : [])))];
 			},
 		},
 		"apps.lookup": {
 			visibility: "public",
-			async handler(this: any, ctx: any) {
+			async handler(this: EngineService, ctx: Call<{ id: unknown }>) {
 				const { id } = ctx.params;
 				if (typeof id !== "string" || !/^[0-9a-f]{24}$/i.test(id)) return null;
 				const a = await this.collectionStore("apps").findOne({ id: id.toLowerCase(), deleted_at: null });
@@ -148,7 +152,7 @@ const DomainService: ServiceSchema = {
 		/** First start only: the root client with the given id, secret, scopes and domain. */
 		"clients.seedRoot": {
 			visibility: "public",
-			async handler(this: any, ctx: any) {
+			async handler(this: EngineService, ctx: Call<{ id: string; secret: string; domain: string; uid: string }>) {
 				const { id, secret, domain: rootDomain, uid } = ctx.params;
 				const store = this.collectionStore("clients");
 				if (await store.findOne({ id })) return { created: false };
@@ -167,12 +171,12 @@ const DomainService: ServiceSchema = {
 				);
 				doc._id = id;
 				await store.insert(doc);
-				await this.recordChanges(ctx, "clients", [{ op: "c", before: null, after: doc }]);
+				await this.recordChanges(ctx as Ctx, "clients", [{ op: "c", before: null, after: doc }]);
 				return { created: true };
 			},
 		},
 	},
-};
+});
 
 export default DomainService;
 

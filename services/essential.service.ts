@@ -8,6 +8,6 @@ import { essential } from "../catalog/domains/essential";
 import { collectionMixin } from "../mixins/collection.mixin";
 import { sagaActions, sagaHooks } from "./essential/sagas";
 
-const EssentialService: ServiceSchema = { name: "essential", mixins: [collectionMixin(essential, { sagas: sagaHooks })], actions: sagaActions as any };
+const EssentialService: ServiceSchema = { name: "essential", mixins: [collectionMixin(essential, { sagas: sagaHooks })], actions: sagaActions };
 
 export default EssentialService;

@@ -6,7 +6,8 @@
  */
 import type { ServiceSchema } from "moleculer";
 import { financial } from "../catalog/domains/financial";
-import { collectionMixin, platformContext, platformDoc } from "../mixins/collection.mixin";
+import { collectionMixin, platformContext, platformDoc, type EngineService } from "../mixins/collection.mixin";
+import { asSchema } from "../lib/service";
 import type { OutboxRecord } from "../events/outbox";
 import { isDuplicateKeyError, type StoredDoc } from "../mixins/stores";
 import { configOf } from "../runtime/config";
@@ -19,7 +20,13 @@ export { walletIdOf };
 export const WALLET_GROUP = "financial.wallets";
 export const WALLET_CURRENCY = "USD";
 
-const FinancialService: ServiceSchema = {
+/** The financial service's `this` (lib/service.ts). */
+type Financial = EngineService & {
+	walletConsumer?: Consumer;
+	ensureWallet(rec: OutboxRecord): Promise<StoredDoc | null>;
+};
+
+const FinancialService: ServiceSchema = asSchema<Financial>({
 	name: "financial",
 	mixins: [collectionMixin(financial, { transactions: transactionHooks, invoices: invoiceHooks, wallets: walletHooks })],
 	methods: {
@@ -27,12 +34,12 @@ const FinancialService: ServiceSchema = {
 		 * The user's wallet, created once: owner = the user, clients = the user document's clients. Found by its id
 		 * (`walletIdOf`): a wallet that only names the user in `user` is not the user's and does not stop this one.
 		 */
-		async ensureWallet(this: any, rec: OutboxRecord): Promise<StoredDoc | null> {
+		async ensureWallet(this: Financial, rec: OutboxRecord): Promise<StoredDoc | null> {
 			const ev = rec.event;
 			if (ev.topic !== "identity.users" || ev.op !== "c" || typeof ev.id !== "string") return null;
 			const user = ev.id;
 			const store = this.collectionStore("wallets");
-			const existing: StoredDoc | null = await store.findOne({ id: walletIdOf(user) });
+			const existing = await store.findOne({ id: walletIdOf(user) });
 			if (existing) return existing;
 			const clients = [...new Set((rec.clients?.length ? rec.clients : ((ev.after?.clients as string[] | undefined) ?? [])).filter((c) => typeof c === "string" && c))];
 			const doc = platformDoc({ user, currency: WALLET_CURRENCY, balance: 0 }, { owner: user, cid: clients[0] ?? user });
@@ -51,15 +58,17 @@ const FinancialService: ServiceSchema = {
 			return doc;
 		},
 	},
-	async started(this: any) {
+	async started(this: Financial) {
 		// Runs after the collection mixin's `started` (mixins first): the stores are connected.
-		this.walletConsumer = (await sharedStream(configOf(this.broker)).consume(WALLET_GROUP, (rec) => this.ensureWallet(rec))) as Consumer;
+		this.walletConsumer = (await sharedStream(configOf(this.broker)).consume(WALLET_GROUP, async (rec) => {
+			await this.ensureWallet(rec);
+		})) as Consumer;
 	},
-	async stopped(this: any) {
+	async stopped(this: Financial) {
 		// Runs before the mixin's `stopped` (reverse order): the consumer ends while the stores are still open.
-		await (this.walletConsumer as Consumer | undefined)?.stop();
+		await this.walletConsumer?.stop();
 		this.walletConsumer = undefined;
 	},
-};
+});
 
 export default FinancialService;

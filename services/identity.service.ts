@@ -2,9 +2,9 @@
  * identity: users, profiles, sessions. Passwords are hashed on write and never leave; login verification happens
  * here so the hash never crosses the transporter. Sessions are opened, rotated and closed by the auth service.
  */
-import type { ServiceSchema } from "moleculer";
+import type { Context, ServiceSchema } from "moleculer";
 import { identity } from "../catalog/domains/identity";
-import { collectionMixin, platformDoc, type Ctx } from "../mixins/collection.mixin";
+import { collectionMixin, platformDoc, type Ctx, type EngineService } from "../mixins/collection.mixin";
 import type { StoredDoc } from "../mixins/stores";
 import { randomToken } from "../lib/crypto";
 import { hashSecret, verifySecret } from "../runtime/password-hash";
@@ -14,6 +14,16 @@ import { configOf } from "../runtime/config";
 import { sharedKeyValue, type KeyValue } from "../runtime/kv";
 import { announceRevocation, blacklistSession, USER_CHANGED, userStateChanged } from "../middlewares/authenticate";
 import { passwordProblem, usernameProblem, userSubjectProblem } from "../lib/grant-validation";
+import type { RequestMeta } from "../lib/types";
+import { asSchema } from "../lib/service";
+
+/** The identity service's `this` (lib/service.ts): the engine's methods and what `created` sets. */
+type Identity = EngineService & {
+	kv: KeyValue;
+	/** A hash checked for logins that match no user. */
+	dummyHash: Promise<string>;
+};
+type Call<P> = Context<P, RequestMeta>;
 
 export const USER_CREATED = "identity.user.created";
 const LOGIN_FIELDS = ["username", "email", "phone"] as const;
@@ -35,10 +45,10 @@ export function normalPhone(v: string): string {
  * The live user `login` (username, email or phone) names among the users of `tenants`: of the first tenant listed
  * before the others, a username before an email before a phone. Null when none.
  */
-async function loginUser(svc: any, login: string, tenants: unknown): Promise<StoredDoc | null> {
+async function loginUser(svc: Identity, login: string, tenants: unknown): Promise<StoredDoc | null> {
 	const allowed = Array.isArray(tenants) ? tenants.filter((t) => typeof t === "string") : [];
 	if (!allowed.length) return null;
-	const found: StoredDoc[] = await svc.collectionStore("users").find({
+	const found = await svc.collectionStore("users").find({
 		query: { [TENANT]: { $in: allowed }, deleted_at: null, $or: [{ username: login }, { email: normalEmail(login) }, { phone: normalPhone(login) }] },
 		limit: 50,
 	});
@@ -68,7 +78,7 @@ function checkUserFields(doc: Record<string, unknown>): void {
  * Username, email and phone are unique together inside one tenant (docs/contracts.md "Tenants"): no user of the tenant has
  * any of the values in any of the three fields. Per tenant, so a 409 never reveals another tenant's users.
  */
-async function assertUniqueLogin(svc: any, tenant: unknown, doc: Record<string, unknown>, selfId?: string) {
+async function assertUniqueLogin(svc: Identity, tenant: unknown, doc: Record<string, unknown>, selfId?: string) {
 	for (const f of LOGIN_FIELDS) {
 		const v = doc[f];
 		if (typeof v !== "string") continue;
@@ -85,13 +95,13 @@ const CLOSE_BATCH = 200;
  * blacklists each in the cache and broadcasts its revocation, so every node refuses its tokens (APTs included:
  * each has a session of its own) at once.
  */
-async function closeSessions(svc: any, ctx: Ctx, match: { uid?: string; cid?: string }): Promise<number> {
+async function closeSessions(svc: Identity, ctx: Ctx, match: { uid?: string; cid?: string }): Promise<number> {
 	const store = svc.collectionStore("sessions");
 	const t = ctx.meta.token;
 	const stamp = { deleted_at: new Date().toISOString(), deleted_by: t?.uid ?? t?.aid ?? t?.cid ?? null, deleted_in: t?.aid ?? t?.cid ?? null };
 	let closed = 0;
 	for (;;) {
-		const batch: StoredDoc[] = await store.find({ query: { ...match, deleted_at: null }, sort: { _id: 1 }, limit: CLOSE_BATCH });
+		const batch = await store.find({ query: { ...match, deleted_at: null }, sort: { _id: 1 }, limit: CLOSE_BATCH });
 		if (!batch.length) break;
 		await store.setMany(
 			batch.map((b) => b._id),
@@ -102,7 +112,7 @@ async function closeSessions(svc: any, ctx: Ctx, match: { uid?: string; cid?: st
 			"sessions",
 			batch.map((before) => ({ op: "d", before, after: null })),
 		);
-		for (const b of batch) await blacklistSession(svc.kv as KeyValue, b._id);
+		for (const b of batch) await blacklistSession(svc.kv, b._id);
 		await announceRevocation(ctx.broker, { sessions: batch.map((b) => b._id) });
 		closed += batch.length;
 		if (batch.length < CLOSE_BATCH) break;
@@ -110,17 +120,30 @@ async function closeSessions(svc: any, ctx: Ctx, match: { uid?: string; cid?: st
 	return closed;
 }
 
+/** What `identity.sessions.open` is called with (services/auth). */
+interface SessionOpen {
+	uid?: string;
+	aid?: string;
+	cid: string;
+	domain?: string;
+	ip?: string;
+	agent?: string;
+	expiration: string;
+	refresh?: string;
+	coworkers?: string[];
+}
+
 function publicUser(u: StoredDoc) {
 	return { id: u._id, username: u.username, email: u.email, phone: u.phone, subjects: (u.subjects as string[]) ?? [], status: u.status };
 }
 
-const IdentityService: ServiceSchema = {
+const IdentityService: ServiceSchema = asSchema<Identity>({
 	name: "identity",
 	mixins: [
 		collectionMixin(identity, {
 			users: {
 				async beforeCreate(this: void, ctx: Ctx, doc: StoredDoc) {
-					const svc = ctx.service as any;
+					const svc = ctx.service as Identity;
 					checkUserFields(doc);
 					await assertUniqueLogin(svc, (doc.clients as string[])[0], doc);
 					doc.status ??= "ACTIVE";
@@ -131,14 +154,14 @@ const IdentityService: ServiceSchema = {
 					checkUserFields(set);
 					// A bulk patch would give every matched user the same value: unique fields are set one user at a time.
 					if (!before) for (const f of LOGIN_FIELDS) if (f in set) throw badRequest(`${f} cannot be set by a bulk patch (it is unique)`);
-					if (before) await assertUniqueLogin(ctx.service as any, (before.clients as string[] | undefined)?.[0], set, before._id);
+					if (before) await assertUniqueLogin(ctx.service as Identity, (before.clients as string[] | undefined)?.[0], set, before._id);
 					if (typeof set.password === "string") set.password = await hashSecret(set.password);
 				},
 				async afterWrite(ctx: Ctx, op, before, after) {
 					if (op === "c" && after) await ctx.emit(USER_CREATED, { id: after._id, owner: after.owner, clients: after.clients });
 					// Deactivated, deleted (soft or destroy) or given a new password: every session and APT of the user ends now.
 					const revoke = op === "d" || (op === "u" && !!after && (after.status === "INACTIVE" || after.password !== before?.password));
-					if (revoke && before) await closeSessions(ctx.service, ctx, { uid: before._id });
+					if (revoke && before) await closeSessions(ctx.service as Identity, ctx, { uid: before._id });
 					// A role or group taken away stops counting in the user's tokens on every node (middlewares/authenticate.ts).
 					if (before && userStateChanged(op, before, after)) ctx.broadcast(USER_CHANGED, { ids: [before._id] });
 				},
@@ -150,7 +173,7 @@ const IdentityService: ServiceSchema = {
 			},
 		}),
 	],
-	created(this: any) {
+	created(this: Identity) {
 		const cfg = configOf(this.broker);
 		this.kv = sharedKeyValue(cfg.redisUrl, cfg.redisPrefix);
 		// A real hash of the stored cost, for logins that match no user: an unknown login costs what a known one does.
@@ -164,8 +187,8 @@ const IdentityService: ServiceSchema = {
 		 */
 		"users.verifyLogin": {
 			visibility: "public",
-			async handler(this: any, ctx: Ctx & { params: { login: string; password: string; tenants: string[] } }) {
-				const { login, password, tenants } = ctx.params as unknown as { login: string; password: string; tenants: string[] };
+			async handler(this: Identity, ctx: Call<{ login: unknown; password: unknown; tenants: unknown }>) {
+				const { login, password, tenants } = ctx.params;
 				if (typeof login !== "string" || typeof password !== "string") return null;
 				const user = await loginUser(this, login, tenants);
 				// Hash anyway when unknown, so timing does not tell which logins exist.
@@ -181,8 +204,8 @@ const IdentityService: ServiceSchema = {
 		 */
 		"users.loginAccount": {
 			visibility: "public",
-			async handler(this: any, ctx: Ctx & { params: { login: string; tenants: string[] } }) {
-				const { login, tenants } = ctx.params as unknown as { login: string; tenants: string[] };
+			async handler(this: Identity, ctx: Call<{ login: unknown; tenants: unknown }>) {
+				const { login, tenants } = ctx.params;
 				if (typeof login !== "string") return null;
 				const user = await loginUser(this, login, tenants);
 				return user ? { id: user._id } : null;
@@ -194,12 +217,12 @@ const IdentityService: ServiceSchema = {
 		 */
 		"users.outsideTenant": {
 			visibility: "public",
-			async handler(this: any, ctx: any): Promise<{ outside: string[] }> {
-				const { tenants, uid, ids } = ctx.params as { tenants: string[]; uid?: string; ids: string[] };
+			async handler(this: Identity, ctx: Call<{ tenants: unknown; uid?: unknown; ids: unknown }>): Promise<{ outside: string[] }> {
+				const { tenants, uid, ids } = ctx.params;
 				const store = this.collectionStore("users");
 				const allowed = new Set((Array.isArray(tenants) ? tenants : []).filter((t) => typeof t === "string"));
 				if (typeof uid === "string") {
-					const me: StoredDoc | null = await store.findOne({ id: uid, deleted_at: null });
+					const me = await store.findOne({ id: uid, deleted_at: null });
 					const own = (me?.clients as string[] | undefined)?.[0];
 					if (own) allowed.add(own);
 				}
@@ -208,7 +231,7 @@ const IdentityService: ServiceSchema = {
 				const inside = new Set<string>(allowed);
 				for (let i = 0; i < candidates.length; i += 500) {
 					const chunk = candidates.slice(i, i + 500);
-					const docs: StoredDoc[] = await store.find({ query: { id: { $in: chunk }, [TENANT]: { $in: [...allowed] }, deleted_at: null }, projection: { _id: 1 } });
+					const docs = await store.find({ query: { id: { $in: chunk }, [TENANT]: { $in: [...allowed] }, deleted_at: null }, projection: { _id: 1 } });
 					for (const d of docs) inside.add(d._id);
 				}
 				return { outside: list.filter((id) => !inside.has(id.toLowerCase())) };
@@ -216,7 +239,7 @@ const IdentityService: ServiceSchema = {
 		},
 		"users.byId": {
 			visibility: "public",
-			async handler(this: any, ctx: any) {
+			async handler(this: Identity, ctx: Call<{ id: unknown }>) {
 				const u = await this.collectionStore("users").findOne({ id: String(ctx.params.id), deleted_at: null });
 				return u ? publicUser(u) : null;
 			},
@@ -224,7 +247,7 @@ const IdentityService: ServiceSchema = {
 		/** First start only: the root user, with the given id and password. */
 		"users.seedRoot": {
 			visibility: "public",
-			async handler(this: any, ctx: any) {
+			async handler(this: Identity, ctx: Call<{ id: string; username: string; password: string; cid: string }>) {
 				const { id, username, password, cid } = ctx.params;
 				const problem = usernameProblem(username);
 				if (problem) throw new Error(`PLATFORM_ROOT_USERNAME ${problem.slice("username: ".length)}`);
@@ -233,31 +256,31 @@ const IdentityService: ServiceSchema = {
 				const doc = platformDoc({ username, password: await hashSecret(password), subjects: [], status: "ACTIVE" }, { owner: id, cid });
 				doc._id = id;
 				await store.insert(doc);
-				await this.recordChanges(ctx, "users", [{ op: "c", before: null, after: doc }]);
+				await this.recordChanges(ctx as Ctx, "users", [{ op: "c", before: null, after: doc }]);
 				return { created: true };
 			},
 		},
 		"sessions.open": {
 			visibility: "public",
-			async handler(this: any, ctx: any) {
+			async handler(this: Identity, ctx: Call<SessionOpen>) {
 				const { uid, aid, cid, domain, ip, agent, expiration, refresh, coworkers } = ctx.params;
 				const doc = platformDoc({ uid, aid, cid, domain, ip, agent, expiration, refresh }, { owner: uid ?? aid ?? cid, cid, aid, coworkers });
 				await this.collectionStore("sessions").insert(doc);
-				await this.recordChanges(ctx, "sessions", [{ op: "c", before: null, after: doc }]);
+				await this.recordChanges(ctx as Ctx, "sessions", [{ op: "c", before: null, after: doc }]);
 				return { id: doc._id };
 			},
 		},
 		/** Refresh rotation: swaps the stored refresh id only if it is still the presented one (single use). */
 		"sessions.rotate": {
 			visibility: "public",
-			async handler(this: any, ctx: any) {
+			async handler(this: Identity, ctx: Call<{ id: string; from: string; to: string; expiration: string }>) {
 				const { id, from, to, expiration } = ctx.params;
 				const store = this.collectionStore("sessions");
 				const before = await store.findOne({ id, refresh: from, deleted_at: null });
 				if (!before) return { ok: false };
 				const after = await store.setOne(id, { refresh: to, expiration, updated_at: new Date().toISOString() });
 				if (!after || after.refresh !== to) return { ok: false };
-				await this.recordChanges(ctx, "sessions", [{ op: "u", before, after }]);
+				await this.recordChanges(ctx as Ctx, "sessions", [{ op: "u", before, after }]);
 				return { ok: true };
 			},
 		},
@@ -267,10 +290,10 @@ const IdentityService: ServiceSchema = {
 		 */
 		"sessions.live": {
 			visibility: "public",
-			async handler(this: any, ctx: any) {
+			async handler(this: Identity, ctx: Call<{ id: unknown }>) {
 				const id = ctx.params.id;
 				if (typeof id !== "string" || !id) return { live: false };
-				const s: StoredDoc | null = await this.collectionStore("sessions").findOne({ id, deleted_at: null });
+				const s = await this.collectionStore("sessions").findOne({ id, deleted_at: null });
 				if (!s) return { live: false };
 				if (typeof s.uid === "string") {
 					const u = await this.collectionStore("users").findOne({ id: s.uid, deleted_at: null });
@@ -283,26 +306,26 @@ const IdentityService: ServiceSchema = {
 		/** Closes every live session of a user (`uid`) or issued through a client (`cid`); see closeSessions. */
 		"sessions.closeAll": {
 			visibility: "public",
-			async handler(this: any, ctx: any) {
+			async handler(this: Identity, ctx: Call<{ uid?: unknown; cid?: unknown }>) {
 				const { uid, cid } = ctx.params;
-				if (typeof uid === "string" && uid) return { closed: await closeSessions(this, ctx, { uid }) };
-				if (typeof cid === "string" && cid) return { closed: await closeSessions(this, ctx, { cid }) };
+				if (typeof uid === "string" && uid) return { closed: await closeSessions(this, ctx as Ctx, { uid }) };
+				if (typeof cid === "string" && cid) return { closed: await closeSessions(this, ctx as Ctx, { cid }) };
 				return { closed: 0 };
 			},
 		},
 		"sessions.close": {
 			visibility: "public",
-			async handler(this: any, ctx: any) {
+			async handler(this: Identity, ctx: Call<{ id: unknown }>) {
 				const store = this.collectionStore("sessions");
 				const before = await store.findOne({ id: String(ctx.params.id), deleted_at: null });
 				if (!before) return { closed: false };
-				const t = ctx.meta.token ?? {};
+				const t: { uid?: string; aid?: string; cid?: string } = ctx.meta.token ?? {};
 				const after = await store.setOne(before._id, { deleted_at: new Date().toISOString(), deleted_by: t.uid ?? t.aid ?? t.cid ?? null, deleted_in: t.aid ?? t.cid ?? null });
-				await this.recordChanges(ctx, "sessions", [{ op: "d", before, after: null }]);
+				await this.recordChanges(ctx as Ctx, "sessions", [{ op: "d", before, after: null }]);
 				return { closed: !!after };
 			},
 		},
 	},
-};
+});
 
 export default IdentityService;

@@ -4,9 +4,11 @@
  * into special/stats (`stats.increment`).
  */
 import type { StatsApplied, StatsIncrement } from "../lib/contracts";
-import type { ServiceSchema } from "moleculer";
+import type { Context, Service, ServiceSchema } from "moleculer";
 import { special } from "../catalog/domains/special";
-import { collectionMixin } from "../mixins/collection.mixin";
+import { collectionMixin, type EngineService } from "../mixins/collection.mixin";
+import { asSchema } from "../lib/service";
+import type { RequestMeta } from "../lib/types";
 import { configOf } from "../runtime/config";
 import { badRequest } from "../lib/errors";
 import { sharedKeyValue } from "../runtime/kv";
@@ -14,14 +16,16 @@ import { applyIncrements, validIncrement } from "./special/stats";
 import { collect } from "./special/collect";
 import { filesHooks, filesMixin } from "./special/files";
 
-const statsLeases = (svc: any) => {
+const statsLeases = (svc: Service) => {
 	const cfg = configOf(svc.broker);
 	return sharedKeyValue(cfg.redisUrl, cfg.redisPrefix);
 };
 
-const SpecialService: ServiceSchema = {
+type Call<P> = Context<P, RequestMeta>;
+
+const SpecialService: ServiceSchema = asSchema<EngineService>({
 	name: "special",
-	mixins: [collectionMixin(special, { stats: { specials: { collect } }, files: filesHooks }), filesMixin as unknown as Partial<ServiceSchema>],
+	mixins: [collectionMixin(special, { stats: { specials: { collect } }, files: filesHooks }), filesMixin],
 	actions: {
 		/**
 		 * The observer's write into special/stats (internal, never routed): +1 on `counter` in the daily, monthly and
@@ -32,20 +36,20 @@ const SpecialService: ServiceSchema = {
 		 */
 		"stats.increment": {
 			visibility: "public",
-			async handler(this: any, ctx: any): Promise<StatsApplied> {
-				return applyIncrements(this.collectionStore("stats"), statsLeases(this), [validIncrement(ctx.params as StatsIncrement)]);
+			async handler(this: EngineService, ctx: Call<StatsIncrement>): Promise<StatsApplied> {
+				return applyIncrements(this.collectionStore("stats"), statsLeases(this), [validIncrement(ctx.params)]);
 			},
 		},
 		/** `stats.increment` for a batch of change events (`increments`): summed per bucket, one write per bucket. */
 		"stats.incrementMany": {
 			visibility: "public",
-			async handler(this: any, ctx: any): Promise<StatsApplied> {
-				const list = (ctx.params as { increments?: StatsIncrement[] }).increments;
+			async handler(this: EngineService, ctx: Call<{ increments?: StatsIncrement[] }>): Promise<StatsApplied> {
+				const list = ctx.params.increments;
 				if (!Array.isArray(list)) throw badRequest("increments must be an array");
 				return applyIncrements(this.collectionStore("stats"), statsLeases(this), list.map(validIncrement));
 			},
 		},
 	},
-};
+});
 
 export default SpecialService;

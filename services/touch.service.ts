@@ -9,7 +9,9 @@ import type { ServiceSchema } from "moleculer";
 import { touch } from "../catalog/domains/touch";
 import { collectionMixin } from "../mixins/collection.mixin";
 import { sealPushKeys } from "../lib/touch";
-import { deliveryActions, deliveryState } from "./touch/delivery";
+import { deliveryActions, deliveryState, type TouchThis } from "./touch/delivery";
+import { asSchema } from "../lib/service";
+import type { AccessPlan } from "../lib/plan";
 import { checkAttachments, checkSender, queuedFields, sendEmail, sendPush, sendSms, sendSmsTemplate, vapidPublicKey } from "./touch/send";
 
 const queue = {
@@ -22,7 +24,7 @@ const queue = {
 	},
 };
 
-const TouchService: ServiceSchema = {
+const TouchService: ServiceSchema = asSchema<TouchThis>({
 	name: "touch",
 	mixins: [
 		collectionMixin(touch, {
@@ -31,13 +33,13 @@ const TouchService: ServiceSchema = {
 				// `from` stays at a domain of the email's tenant (or a sender the platform allows), and every attachment is a
 				// file the caller can GET: create, bulk, patch.
 				async beforeCreate(ctx, doc) {
-					await checkSender(ctx as any, (doc.clients as string[])[0], doc.from);
+					await checkSender(ctx, (doc.clients as string[])[0], doc.from);
 					await checkAttachments(ctx, doc.attachments);
 					queue.beforeCreate(ctx, doc);
 				},
 				async beforePatch(ctx, set, before) {
-					const tenant = before ? (before.clients as string[])[0] : ((ctx.locals?.plan as any)?.token?.cid ?? ctx.meta.token?.cid);
-					await checkSender(ctx as any, tenant, set.from);
+					const tenant = before ? (before.clients as string[])[0] : ((ctx.locals?.plan as AccessPlan | undefined)?.token?.cid ?? ctx.meta.token?.cid);
+					await checkSender(ctx, tenant, set.from);
 					await checkAttachments(ctx, set.attachments);
 					queue.beforePatch(ctx, set, before);
 				},
@@ -47,18 +49,18 @@ const TouchService: ServiceSchema = {
 				specials: { send: (ctx) => sendPush(ctx, ctx.params.body), vapid: async (ctx) => vapidPublicKey(ctx) },
 				// The subscription's keys encrypt every message to it: sealed at rest (AES), never returned (write-only).
 				beforeCreate(ctx, doc) {
-					doc.keys = sealPushKeys((ctx.service as any).aes, doc.keys);
+					doc.keys = sealPushKeys((ctx.service as TouchThis).aes, doc.keys);
 				},
 				beforePatch(ctx, set) {
-					if (set.keys !== undefined) set.keys = sealPushKeys((ctx.service as any).aes, set.keys);
+					if (set.keys !== undefined) set.keys = sealPushKeys((ctx.service as TouchThis).aes, set.keys);
 				},
 			},
 		}),
 	],
 	actions: deliveryActions() as ServiceSchema["actions"],
-	created(this: any) {
+	created(this: TouchThis) {
 		deliveryState(this);
 	},
-};
+});
 
 export default TouchService;

@@ -14,6 +14,7 @@
  * the lease.
  */
 import cron, { type ScheduledTask } from "node-cron";
+import type { Service } from "moleculer";
 import { DOMAINS } from "../catalog";
 import { configOf, type PlatformConfig } from "../runtime/config";
 import { sharedKeyValue } from "../runtime/kv";
@@ -68,11 +69,29 @@ async function deleteChunked(db: Relational, table: string, where: string, param
 	}
 }
 
-export default workerService(
+/** The cleaner's `this` (lib/service.ts). */
+type Cleaner = Service & {
+	task?: ScheduledTask;
+	/** Passes under way (stopping waits for them). */
+	passes?: Set<Promise<CleanerPass | undefined>>;
+	/** This node's scheduled pass, while it runs. */
+	scheduled?: Promise<void>;
+	keyRecords?: IdempotencyStoreRef;
+	opening?: Promise<Relational>;
+	runPass(): Promise<CleanerPass>;
+	pass_(): Promise<CleanerPass>;
+	purgeDocuments(cfg: PlatformConfig, errors: string[]): Promise<Record<string, number>>;
+	collectOrphans(errors: string[]): Promise<number>;
+	purgeRelational(cfg: PlatformConfig, errors: string[]): Promise<{ deliveries: number; audit: number }>;
+	purgeKeys(errors: string[]): Promise<number>;
+	openStore(): Promise<Relational>;
+};
+
+export default workerService<Cleaner>(
 	{
 		name: "cleaner",
 		port: WORKER_PORTS.cleaner,
-		checks(this: any) {
+		checks(this: Cleaner) {
 			const cfg = configOf(this.broker);
 			return { cache: () => sharedKeyValue(cfg.redisUrl, cfg.redisPrefix).ping() };
 		},
@@ -81,7 +100,7 @@ export default workerService(
 		actions: {
 			run: {
 				visibility: "public",
-				async handler(this: any): Promise<CleanerPass> {
+				async handler(this: Cleaner): Promise<CleanerPass> {
 					const pass: CleanerPass = await this.runPass();
 					// Locked by this node's scheduled pass (a run at a 10-minute mark answered `locked` to its caller):
 					// it runs once that pass is done. Locked by another run, or by another node's pass: answered as is.
@@ -93,15 +112,15 @@ export default workerService(
 		},
 		methods: {
 			/** One pass (tracked, so stopping waits for it before closing the store). */
-			runPass(this: any): Promise<CleanerPass> {
-				const pass: Promise<CleanerPass> = this.pass_();
+			runPass(this: Cleaner): Promise<CleanerPass> {
+				const pass = this.pass_();
 				const tracked = pass.catch(() => undefined);
 				this.passes = new Set([...(this.passes ?? []), tracked]);
-				void tracked.then(() => this.passes.delete(tracked));
+				void tracked.then(() => this.passes!.delete(tracked));
 				return pass;
 			},
 
-			async pass_(this: any): Promise<CleanerPass> {
+			async pass_(this: Cleaner): Promise<CleanerPass> {
 				const cfg: PlatformConfig = configOf(this.broker);
 				const kv = sharedKeyValue(cfg.redisUrl, cfg.redisPrefix);
 				const lease = await tryLease(kv, LOCK_KEY, LOCK_TTL_MS);
@@ -125,7 +144,7 @@ export default workerService(
 				}
 			},
 
-			async purgeDocuments(this: any, cfg: PlatformConfig, errors: string[]): Promise<Record<string, number>> {
+			async purgeDocuments(this: Cleaner, cfg: PlatformConfig, errors: string[]): Promise<Record<string, number>> {
 				const out: Record<string, number> = {};
 				const now = Date.now();
 				for (const d of DOMAINS) {
@@ -151,7 +170,7 @@ export default workerService(
 			},
 
 			/** File content without a record (after the purge, so purged records' content is already gone). */
-			async collectOrphans(this: any, errors: string[]): Promise<number> {
+			async collectOrphans(this: Cleaner, errors: string[]): Promise<number> {
 				if (!this.broker.registry.actions.isAvailable(ORPHANS_ACTION)) return 0;
 				try {
 					const r = (await this.broker.call(ORPHANS_ACTION, {}, { timeout: 0 })) as { removed: number; partial: number };
@@ -162,7 +181,7 @@ export default workerService(
 				}
 			},
 
-			async purgeRelational(this: any, cfg: PlatformConfig, errors: string[]): Promise<{ deliveries: number; audit: number }> {
+			async purgeRelational(this: Cleaner, cfg: PlatformConfig, errors: string[]): Promise<{ deliveries: number; audit: number }> {
 				let db: Relational;
 				try {
 					db = await this.openStore();
@@ -191,7 +210,7 @@ export default workerService(
 			},
 
 			/** Idempotency-Key records older than 24 hours, from the document store the gateways keep them in. */
-			async purgeKeys(this: any, errors: string[]): Promise<number> {
+			async purgeKeys(this: Cleaner, errors: string[]): Promise<number> {
 				this.keyRecords ??= new IdempotencyStoreRef(configOf(this.broker));
 				try {
 					return await purgeIdempotency(this.keyRecords);
@@ -202,7 +221,7 @@ export default workerService(
 			},
 
 			/** The relational store, opened on the first pass that needs it (shared with the node's other workers). */
-			openStore(this: any): Promise<Relational> {
+			openStore(this: Cleaner): Promise<Relational> {
 				this.opening ??= openRelational(configOf(this.broker)).catch((err: unknown) => {
 					this.opening = undefined;
 					throw err;
@@ -210,7 +229,7 @@ export default workerService(
 				return this.opening;
 			},
 		},
-		async started(this: any) {
+		async started(this: Cleaner) {
 			const cfg: PlatformConfig = configOf(this.broker);
 			if (!cron.validate(cfg.cleanerCron)) throw new Error(`CLEANER_CRON is not a valid cron expression: ${cfg.cleanerCron}`);
 			this.task = cron.schedule(
@@ -243,8 +262,8 @@ export default workerService(
 				},
 			) as ScheduledTask;
 		},
-		async stopped(this: any) {
-			await (this.task as ScheduledTask | undefined)?.destroy();
+		async stopped(this: Cleaner) {
+			await this.task?.destroy();
 			this.task = undefined;
 			await Promise.all([...(this.passes ?? [])]);
 			await this.keyRecords?.release();

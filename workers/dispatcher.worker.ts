@@ -26,7 +26,7 @@
  * docs/webhooks.md has the receiver's side.
  */
 import { CQRS_ACTIVE_ACTION, CQRS_CHANGED, CQRS_CONFIG_ACTION, type CqrsConfig, type DeliveryView, type Page } from "../lib/contracts";
-import { Errors, type Context } from "moleculer";
+import { Errors, type Context, type Service } from "moleculer";
 import { isIP } from "net";
 import { AddressRefused, resolveTarget, type ResolvedTarget } from "../runtime/address-guard";
 import { configOf, type PlatformConfig } from "../runtime/config";
@@ -124,21 +124,20 @@ interface State {
 	consumer?: Consumer;
 }
 
-type Svc = State & {
-	broker: Context["broker"];
-	logger: Context["broker"]["logger"];
-	ready(): Promise<DeliveryStore>;
-	configFor(eid: string): Promise<CqrsConfig | null>;
-	targetOf(webhook: unknown): Promise<ResolvedTarget>;
-	forget(eid: string): void;
-	existedAt(config: CqrsConfig, rec: OutboxRecord): Promise<boolean>;
-	logFailing(config: CqrsConfig, row: ClaimedDelivery, attempt: AttemptRecord, attempts: number, delay: number | undefined): void;
-	breakerChanged(configId: string, clientId: string, change: BreakerChange | "closed"): void;
-	wake(): void;
-	disable(config: CqrsConfig, reason: string): Promise<void>;
-	deliver(row: ClaimedDelivery, store: DeliveryStore, signal: AbortSignal): Promise<void>;
-	schedule(): Promise<void>;
-};
+type Svc = Service &
+	State & {
+		ready(): Promise<DeliveryStore>;
+		configFor(eid: string): Promise<CqrsConfig | null>;
+		targetOf(webhook: unknown): Promise<ResolvedTarget>;
+		forget(eid: string): void;
+		existedAt(config: CqrsConfig, rec: OutboxRecord): Promise<boolean>;
+		logFailing(config: CqrsConfig, row: ClaimedDelivery, attempt: AttemptRecord, attempts: number, delay: number | undefined): void;
+		breakerChanged(configId: string, clientId: string, change: BreakerChange | "closed"): void;
+		wake(): void;
+		disable(config: CqrsConfig, reason: string): Promise<void>;
+		deliver(row: ClaimedDelivery, store: DeliveryStore, signal: AbortSignal): Promise<void>;
+		schedule(): Promise<void>;
+	};
 
 /**
  * A batch of change events: the deliveries of all of them go to the queue in one statement, and each client's config
@@ -199,7 +198,7 @@ async function rowsOf(this: Svc, rec: OutboxRecord, births: Array<{ configId: st
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-export default workerService(
+export default workerService<Svc>(
 	{
 		name: "dispatcher",
 		port: DISPATCHER_PORT,
@@ -578,7 +577,7 @@ export default workerService(
 				}
 			},
 		},
-		created(this: any) {
+		created(this: Svc) {
 			this.cfg = configOf(this.broker);
 			this.owner = this.broker.nodeID;
 			this.cache = new Map();
@@ -596,7 +595,7 @@ export default workerService(
 			this.woken = false;
 			this.starved = false;
 		},
-		async started(this: any) {
+		async started(this: Svc) {
 			try {
 				await this.ready();
 			} catch (err) {
@@ -605,7 +604,7 @@ export default workerService(
 			}
 			this.loop = this.schedule();
 		},
-		async stopped(this: any) {
+		async stopped(this: Svc) {
 			this.stopping = true;
 			// No new events while the queue shuts down (the base stops the consumer again afterwards: harmless).
 			await this.consumer?.stop();

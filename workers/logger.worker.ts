@@ -11,7 +11,9 @@ import { AUDIT_GROUP, type AuditRequest } from "../lib/audit";
 import type { AuditFilter } from "../lib/contracts";
 import { configOf } from "../runtime/config";
 import { migrate, openRelational, releaseRelational, type Relational } from "../runtime/relational";
+import type { Service } from "moleculer";
 import type { OutboxRecord } from "../events/outbox";
+import type { Consumer } from "../events/stream";
 import type { AuditBatch } from "../events/audit-spool";
 import { AUDIT_CHANNEL, channelsStreamFor } from "../events/channels.stream";
 import { WORKER_PORTS } from "./index";
@@ -60,27 +62,41 @@ export function batchRows(batch: AuditBatch | undefined): AuditRow[] {
 	return entries.filter((e) => e && typeof e === "object").map(requestRow);
 }
 
-export default workerService(
+/** The logger's `this` (lib/service.ts). */
+type AuditLog = Service & {
+	writer: AuditWriter;
+	opening?: Promise<Relational>;
+	relational?: Relational;
+	/** The change stream's consumer (workers/worker.ts). */
+	consumer?: Consumer;
+	/** The audit entries' consumer: the channel's group, or the embedded spool's reader. */
+	requests?: { stop(): Promise<void> };
+	openStore(): Promise<Relational>;
+	storeChanges(recs: OutboxRecord[]): Promise<void>;
+	flushAudit(): Promise<void>;
+};
+
+export default workerService<AuditLog>(
 	{
 		name: "logger",
 		port: WORKER_PORTS.logger,
 		maxBatch: LOGGER_BATCH,
 		// Rows are keyed, not ordered: on NATS/Redis the group may hold a batch's worth in flight, which is what batches it.
 		maxInFlight: LOGGER_BATCH,
-		async onChanges(this: any, recs: OutboxRecord[]) {
+		async onChanges(this: AuditLog, recs: OutboxRecord[]) {
 			await this.storeChanges(recs);
 		},
-		checks(this: any) {
+		checks(this: AuditLog) {
 			return {
 				"relational store": async () => {
-					const db: Relational | undefined = this.relational;
+					const db = this.relational;
 					return !!db && (await db.ping());
 				},
 			};
 		},
 	},
 	{
-		created(this: any) {
+		created(this: AuditLog) {
 			this.writer = new AuditWriter(() => this.openStore(), {
 				onError: (err: unknown) => this.logger.warn("audit write failed:", (err as Error)?.message ?? err),
 			});
@@ -104,14 +120,14 @@ export default workerService(
 					before: { type: "string", pattern: /^\d{1,18}$/, optional: true },
 					limit: { type: "number", integer: true, min: 1, max: 100 },
 				},
-				async handler(this: any, ctx: { params: AuditFilter }) {
+				async handler(this: AuditLog, ctx: { params: AuditFilter }) {
 					return auditPage(await this.openStore(), ctx.params);
 				},
 			},
 		},
 		methods: {
 			/** The relational store, opened and migrated once; a failure is retried on the next use. */
-			openStore(this: any): Promise<Relational> {
+			openStore(this: AuditLog): Promise<Relational> {
 				this.opening ??= (async () => {
 					const cfg = configOf(this.broker);
 					const db = await openRelational(cfg);
@@ -130,15 +146,15 @@ export default workerService(
 				return this.opening;
 			},
 			/** Stores a batch of change records (the stream's handler; tests and replays): resolves once its rows are. */
-			storeChanges(this: any, recs: OutboxRecord[]): Promise<void> {
+			storeChanges(this: AuditLog, recs: OutboxRecord[]): Promise<void> {
 				return this.writer.addMany(recs.filter((rec) => rec?.event).map(changeRow));
 			},
 			/** Writes what is buffered now (tests, shutdown). */
-			flushAudit(this: any): Promise<void> {
+			flushAudit(this: AuditLog): Promise<void> {
 				return this.writer.flush();
 			},
 		},
-		async started(this: any) {
+		async started(this: AuditLog) {
 			// Ready before the node reports up; an unreachable store is not fatal: /status says so, writes retry.
 			await this.openStore().catch((err: unknown) => this.logger.error(`relational store unavailable: ${errorText(err)}`));
 			const cfg = configOf(this.broker);
@@ -147,7 +163,7 @@ export default workerService(
 				this.requests = await channelsStreamFor(cfg).consumeChannel(AUDIT_CHANNEL, AUDIT_GROUP, store, { maxInFlight: AUDIT_IN_FLIGHT });
 			else this.requests = new SpoolReader(cfg, store, (msg) => this.logger.warn(msg)).start();
 		},
-		async stopped(this: any) {
+		async stopped(this: AuditLog) {
 			// The streams first (their handlers write through the writer), then the last batch, then the store.
 			await Promise.all([this.consumer?.stop(), this.requests?.stop()]);
 			await this.writer.close();

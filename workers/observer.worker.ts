@@ -6,7 +6,7 @@
  * per bucket, so a redelivered event never counts twice.
  */
 import { STATS_INCREMENT_MANY_ACTION, type StatsApplied, type StatsIncrement } from "../lib/contracts";
-import type { ServiceBroker } from "moleculer";
+import type { Service, ServiceBroker } from "moleculer";
 import type { OutboxRecord } from "../events/outbox";
 import { WORKER_PORTS } from "./index";
 import { workerService } from "./worker";
@@ -37,17 +37,17 @@ export default workerService(
 		name: "observer",
 		port: WORKER_PORTS.observer,
 		maxBatch: OBSERVER_BATCH,
-		async onChanges(this: any, recs: OutboxRecord[]) {
+		async onChanges(this: Service, recs: OutboxRecord[]) {
 			await observe(this.broker, recs);
 		},
 	},
 	{
 		methods: {
 			/** The handler the stream calls, for tests and replays: `observe` on this node's broker. */
-			handleChange(this: any, rec: OutboxRecord) {
+			handleChange(this: Service, rec: OutboxRecord) {
 				return observe(this.broker, [rec]);
 			},
-			handleChanges(this: any, recs: OutboxRecord[]) {
+			handleChanges(this: Service, recs: OutboxRecord[]) {
 				return observe(this.broker, recs);
 			},
 		},

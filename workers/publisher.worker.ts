@@ -10,7 +10,9 @@ import mqtt, { type MqttClient } from "mqtt";
 import { randomBytes } from "crypto";
 import { configOf, loadKeys, type PlatformConfig } from "../runtime/config";
 import { changeTopics, mqttPayload, PUBLISHER_USERNAME, publisherPassword } from "../lib/mqtt";
+import type { Service } from "moleculer";
 import type { OutboxRecord } from "../events/outbox";
+import type { ChangeStream } from "../events/stream";
 import { WORKER_PORTS } from "./index";
 import { BROKER_URL_ACTION } from "./preserver.worker";
 import { workerService } from "./worker";
@@ -41,21 +43,43 @@ function connected(client: MqttClient, ms: number): Promise<void> {
 	});
 }
 
-export default workerService(
+/** The publisher's `this` (lib/service.ts). */
+type Publisher = Service & {
+	cfg: PlatformConfig;
+	publisherSecret: string;
+	delivery: Delivery;
+	/** The change stream (workers/worker.ts). */
+	stream: ChangeStream;
+	stopping?: boolean;
+	connecting?: Promise<MqttClient>;
+	mqtt?: MqttClient;
+	/** The broker's address in use. */
+	url?: string;
+	brokerUrl(): Promise<string>;
+	client(): Promise<MqttClient>;
+	dropClient(): Promise<void>;
+	publishChanges(recs: OutboxRecord[]): Promise<void>;
+	mayHaveSubscribers(): boolean;
+};
+
+/** What the publisher asks of the preserver's service on its node (workers/preserver.worker.ts). */
+type PreserverLike = { mayHaveSubscribers?: (url: string | undefined) => boolean };
+
+export default workerService<Publisher>(
 	{
 		name: "publisher",
 		port: WORKER_PORTS.publisher,
 		// A batch's messages go out together and the batch is handled once the broker acknowledged all of them.
-		async onChanges(this: any, recs: OutboxRecord[]) {
+		async onChanges(this: Publisher, recs: OutboxRecord[]) {
 			await this.publishChanges(recs);
 		},
-		checks(this: any) {
-			return { "mqtt broker": async () => !!(this.mqtt as MqttClient | undefined)?.connected, ...(this.delivery as Delivery).checks() };
+		checks(this: Publisher) {
+			return { "mqtt broker": async () => !!this.mqtt?.connected, ...this.delivery.checks() };
 		},
 	},
 	{
-		created(this: any) {
-			const cfg: PlatformConfig = configOf(this.broker);
+		created(this: Publisher) {
+			const cfg = configOf(this.broker);
 			this.cfg = cfg;
 			this.publisherSecret = publisherPassword(loadKeys(cfg).jwtSecret);
 			if (this.broker.isMetricsEnabled() && !this.broker.metrics.hasMetric(MESSAGES_TOTAL))
@@ -64,21 +88,21 @@ export default workerService(
 			this.delivery = new Delivery(this.broker, cfg, this.logger);
 		},
 
-		async started(this: any) {
-			await (this.delivery as Delivery).start(this.stream);
+		async started(this: Publisher) {
+			await this.delivery.start(this.stream);
 			// Connect now so /status reports the broker from the start; a broker that is down is retried on use.
 			await this.client().catch((err: Error) => this.logger.warn(`publisher: MQTT broker not reachable yet (${err.message}); retrying`));
 		},
 
-		async stopped(this: any) {
+		async stopped(this: Publisher) {
 			this.stopping = true;
-			await (this.delivery as Delivery).stop();
+			await this.delivery.stop();
 			await this.dropClient();
 		},
 
 		methods: {
 			/** MQTT_URL, else the embedded broker's address (waiting a little for the preserver to be up). */
-			async brokerUrl(this: any): Promise<string> {
+			async brokerUrl(this: Publisher): Promise<string> {
 				if (this.cfg.mqttUrl) return this.cfg.mqttUrl;
 				await this.broker.waitForServices(["preserver"], PRESERVER_WAIT_MS);
 				const r = (await this.broker.call(BROKER_URL_ACTION)) as { url: string } | null;
@@ -87,10 +111,10 @@ export default workerService(
 			},
 
 			/** The connected client (one per publisher instance), created on first use. */
-			async client(this: any): Promise<MqttClient> {
+			async client(this: Publisher): Promise<MqttClient> {
 				if (this.stopping) throw new Error("publisher is stopping");
 				this.connecting ??= (async () => {
-					const url: string = await this.brokerUrl();
+					const url = await this.brokerUrl();
 					this.url = url;
 					const own = new URL(url);
 					const client = mqtt.connect(url, {
@@ -110,7 +134,7 @@ export default workerService(
 					this.mqtt = client;
 					return client;
 				})();
-				const pending = this.connecting as Promise<MqttClient>;
+				const pending = this.connecting;
 				pending.catch(() => {
 					if (this.connecting === pending) this.connecting = undefined;
 				});
@@ -119,8 +143,8 @@ export default workerService(
 				return client;
 			},
 
-			async dropClient(this: any) {
-				const client = this.mqtt as MqttClient | undefined;
+			async dropClient(this: Publisher) {
+				const client = this.mqtt;
 				this.mqtt = undefined;
 				this.connecting = undefined;
 				if (!client) return;
@@ -135,15 +159,15 @@ export default workerService(
 			 * the broker is this node's embedded one and no token holder has connected to it since it started (the
 			 * preserver's `mayHaveSubscribers`): nobody could receive those messages.
 			 */
-			async publishChanges(this: any, recs: OutboxRecord[]) {
-				const root: string = this.cfg.mqttTopicRoot;
+			async publishChanges(this: Publisher, recs: OutboxRecord[]) {
+				const root = this.cfg.mqttTopicRoot;
 				const targets = recs.map((rec) => ({ rec, topics: changeTopics(root, rec) })).filter((x) => x.topics.length);
 				if (!targets.length) return;
-				const client: MqttClient = await this.client();
+				const client = await this.client();
 				if (!this.mayHaveSubscribers()) return;
 				const acks: Promise<unknown>[] = [];
 				for (const { rec, topics } of targets) {
-					const payload = mqttPayload(rec.event as any);
+					const payload = mqttPayload(rec.event);
 					for (const t of topics) acks.push(client.publishAsync(t, payload, { qos: 1 }));
 				}
 				// One timer for the batch, not one per message.
@@ -153,8 +177,8 @@ export default workerService(
 			},
 
 			/** False only when the broker in use is this node's embedded one and it cannot hold a subscription yet. */
-			mayHaveSubscribers(this: any): boolean {
-				const preserver = this.cfg.mqttUrl ? null : this.broker.getLocalService("preserver");
+			mayHaveSubscribers(this: Publisher): boolean {
+				const preserver = this.cfg.mqttUrl ? null : (this.broker.getLocalService("preserver") as PreserverLike | undefined);
 				return !preserver || typeof preserver.mayHaveSubscribers !== "function" || preserver.mayHaveSubscribers(this.url) !== false;
 			},
 		},

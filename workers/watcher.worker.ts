@@ -20,7 +20,7 @@
  * conditional state change, so once.
  */
 import { APT_REVOCATION_ACTION, AUTHORITY_CHANGED, CQRS_CHANGED, SAGAS_EXPIRE_ACTION } from "../lib/contracts";
-import type { ServiceBroker } from "moleculer";
+import type { Service, ServiceBroker } from "moleculer";
 import type { ChangeEvent } from "../lib/change-event";
 import { configOf } from "../runtime/config";
 import { actionAvailable } from "../runtime/health";
@@ -90,19 +90,31 @@ async function revokeSession(d: WatchDeps, session: string): Promise<void> {
 	await announceRevocation(d.broker, { sessions: [session] });
 }
 
-export default workerService(
+/** The watcher's `this` (lib/service.ts). */
+type Watcher = Service & {
+	deps: WatchDeps;
+	stopping?: boolean;
+	authorityTimer?: NodeJS.Timeout;
+	sagaTimer?: NodeJS.Timeout;
+	/** The expiry scan under way. */
+	sagaScan?: Promise<unknown>;
+	scanSagas(): Promise<unknown> | undefined;
+	flushAuthority(): void;
+};
+
+export default workerService<Watcher>(
 	{
 		name: "watcher",
 		port: WORKER_PORTS.watcher,
-		async onChange(this: any, rec: OutboxRecord) {
+		async onChange(this: Watcher, rec: OutboxRecord) {
 			await watch(this.deps, rec);
 		},
-		checks(this: any) {
+		checks(this: Watcher) {
 			return { cache: () => this.deps.kv.ping() };
 		},
 	},
 	{
-		created(this: any) {
+		created(this: Watcher) {
 			const cfg = configOf(this.broker);
 			this.deps = {
 				broker: this.broker,
@@ -115,7 +127,7 @@ export default workerService(
 				},
 			} satisfies WatchDeps;
 		},
-		started(this: any) {
+		started(this: Watcher) {
 			// At start at once (once essential answers), then periodically.
 			this.sagaTimer = setInterval(() => this.scanSagas(), SAGA_SCAN_MS);
 			this.sagaTimer.unref?.();
@@ -124,7 +136,7 @@ export default workerService(
 				.then(() => this.scanSagas())
 				.catch(() => undefined);
 		},
-		async stopped(this: any) {
+		async stopped(this: Watcher) {
 			this.stopping = true;
 			clearInterval(this.sagaTimer);
 			if (this.authorityTimer) this.flushAuthority();
@@ -132,7 +144,7 @@ export default workerService(
 		},
 		methods: {
 			/** One expiry scan at a time per watcher; a failure (essential not up yet) waits for the next tick. */
-			scanSagas(this: any): Promise<unknown> {
+			scanSagas(this: Watcher): Promise<unknown> | undefined {
 				if (this.stopping || this.sagaScan) return this.sagaScan;
 				// Not asked before some node offers it: Moleculer logs a warning for every call to an unknown action (a start
 				// where the watcher's first tick comes before the essential service registered).
@@ -143,13 +155,13 @@ export default workerService(
 					.finally(() => (this.sagaScan = undefined));
 				return this.sagaScan;
 			},
-			flushAuthority(this: any) {
+			flushAuthority(this: Watcher) {
 				clearTimeout(this.authorityTimer);
 				this.authorityTimer = undefined;
 				this.broker.broadcast(AUTHORITY_CHANGED, {});
 			},
 			/** The handler the stream calls, for tests and replays. */
-			handleChange(this: any, rec: OutboxRecord) {
+			handleChange(this: Watcher, rec: OutboxRecord) {
 				return watch(this.deps, rec);
 			},
 		},

@@ -29,7 +29,7 @@ import { holdWrite, inUnit, openTransaction, unitDeadline, unitTransaction, type
 import { applyUpdate, checkKeys, matches, project } from "../../lib/query";
 
 export type PgConfig = Pick<PlatformConfig, "dataDir"> & Partial<Pick<PlatformConfig, "databaseUrl">>;
-type Query = (text: string, params?: unknown[]) => Promise<{ rows: any[]; rowCount: number | null }>;
+type Query = <R = Record<string, unknown>>(text: string, params?: unknown[]) => Promise<{ rows: R[]; rowCount: number | null }>;
 
 /** Errors of the caller's data or query: 400, never 500. */
 export function pgError(err: unknown): Error {
@@ -81,11 +81,11 @@ export class PgDatabase {
 		return this.deadlineMs ?? unitDeadline();
 	}
 
-	private async on(client: Promise<PoolClient> | PoolClient, text: string, params?: unknown[]) {
+	private async on<R>(client: Promise<PoolClient> | PoolClient, text: string, params?: unknown[]) {
 		const s = statement(text, params);
 		const c = await client;
 		const r = typeof s === "string" ? await c.query(s, params as unknown[]) : await c.query(s);
-		return { rows: r.rows, rowCount: r.rowCount };
+		return { rows: r.rows as R[], rowCount: r.rowCount };
 	}
 
 	read: Query = async (text, params) => {
@@ -119,9 +119,9 @@ export class PgDatabase {
 	alone: Query = (text, params) => this.aloneWithin(this.deadline, text, params);
 
 	/** `alone` with the deadline given (none: the server's limits), whatever the caller's. */
-	async aloneWithin(deadlineMs: number | undefined, text: string, params?: unknown[]) {
+	async aloneWithin<R = Record<string, unknown>>(deadlineMs: number | undefined, text: string, params?: unknown[]) {
 		try {
-			return await this.rel.query(statement(text, params), params, deadlineMs);
+			return await this.rel.query<R>(statement(text, params), params, deadlineMs);
 		} catch (err) {
 			throw pgError(err);
 		}
@@ -147,7 +147,7 @@ export class PgDatabase {
 
 	async tx<T>(fn: (q: Query) => Promise<T>): Promise<T> {
 		const unit = unitTransaction(this.rel);
-		if (unit) return fn((text, params) => this.on(unit, text, params).catch((err) => Promise.reject(pgError(err))));
+		if (unit) return fn(<R>(text: string, params?: unknown[]) => this.on<R>(unit, text, params).catch((err) => Promise.reject(pgError(err))));
 		const client = await this.rel.client(this.deadline);
 		const q: Query = async (text, params) => {
 			try {
@@ -594,7 +594,7 @@ export class PgStore implements DocumentStore {
 		if (!ids.length) return 0;
 		const update = updateOf(set);
 		return this.d.tx(async (q) => {
-			const { rows } = await q(`select doc from ${this.table} where id = any($1::text[]) order by id for update`, [ids]);
+			const { rows } = await q<{ doc: StoredDoc }>(`select doc from ${this.table} where id = any($1::text[]) order by id for update`, [ids]);
 			await this.rewrite(
 				q,
 				rows.map((r) => applyUpdate(r.doc, update)),
@@ -646,7 +646,9 @@ export class PgStore implements DocumentStore {
 	private async casUpdate(query: Filter, update: Record<string, unknown>): Promise<StoredDoc | null | typeof LOST> {
 		const p = new Params();
 		const w = this.where(query, p);
-		const { rows } = await this.d.read(...bind(`select xmin::text as v, doc from ${this.table} where ${w.sql} order by id${w.exact ? " limit 1" : ""}`, p));
+		const { rows } = await this.d.read<{ v: string; doc: StoredDoc }>(
+			...bind(`select xmin::text as v, doc from ${this.table} where ${w.sql} order by id${w.exact ? " limit 1" : ""}`, p),
+		);
 		const row = (w.exact ? rows : rows.filter((r) => this.match([r.doc], query).length))[0] as { v: string; doc: StoredDoc } | undefined;
 		if (!row) return null;
 		const after = applyUpdate(row.doc, update);
@@ -662,7 +664,7 @@ export class PgStore implements DocumentStore {
 		const p = new Params();
 		const w = this.where(query, p);
 		return this.d.tx(async (q) => {
-			const { rows } = await q(...bind(`select doc from ${this.table} where ${w.sql} order by id ${w.exact ? "limit 1 " : ""}for update`, p));
+			const { rows } = await q<{ doc: StoredDoc }>(...bind(`select doc from ${this.table} where ${w.sql} order by id ${w.exact ? "limit 1 " : ""}for update`, p));
 			const doc = (
 				w.exact
 					? rows
@@ -682,7 +684,7 @@ export class PgStore implements DocumentStore {
 		const p = new Params();
 		const w = this.where({ $and: [query, { _id: doc._id }] }, p);
 		return this.d.tx(async (q) => {
-			const { rows } = await q(...bind(`select doc from ${this.table} where ${w.sql} for update`, p));
+			const { rows } = await q<{ doc: StoredDoc }>(...bind(`select doc from ${this.table} where ${w.sql} for update`, p));
 			const found = w.exact
 				? rows.length > 0
 				: this.match(

@@ -10,18 +10,30 @@
  *   is a 404 decided by `special.files.download`, whose content stream is piped to the response.
  */
 import { createHash } from "crypto";
-import type { IncomingMessage, ServerResponse } from "http";
+import type { ServerResponse } from "http";
+import type { ServiceBroker } from "moleculer";
+import type { PlatformConfig } from "../../runtime/config";
 import { Transform, type Readable } from "stream";
 import busboy from "busboy";
 import { ApiError, badRequest, toErrorBody } from "../../lib/errors";
 import { observeHttp } from "../../runtime/metrics";
 import { emitAudit } from "../../events/audit-shipper";
-import { bearerOf } from "../../middlewares/authenticate";
+import { bearerOf, type Authenticator } from "../../middlewares/authenticate";
 import type { DownloadHead, UploadPart } from "../special/files";
 import { Idempotency, type StreamedClaim } from "./idempotency";
+import type { GatewayRequest } from "./web";
 
-type Req = IncomingMessage & { $ctx: any; $params: any; query?: Record<string, unknown> };
+type Req = GatewayRequest;
 type Res = ServerResponse;
+
+/** The gateway's parts these methods use (they run as the api service's methods). */
+interface FileHost {
+	broker: ServiceBroker;
+	cfg: PlatformConfig;
+	idempotency: Idempotency;
+	authenticator: Authenticator;
+	uploadAnswered(req: Req, status: number): void;
+}
 
 /** File parts one upload request may carry. */
 export const MAX_FILES = 10;
@@ -160,8 +172,8 @@ async function readForm(req: Req, bb: busboy.Busboy, max: number, store?: (strea
 }
 
 export const fileMethods = {
-	async handleUpload(this: any, req: Req, res: Res, action: string): Promise<void> {
-		const max: number = this.cfg.fileMaxBytes;
+	async handleUpload(this: FileHost, req: Req, res: Res, action: string): Promise<void> {
+		const max = this.cfg.fileMaxBytes;
 		if (!/^multipart\/form-data\b/i.test(String(req.headers["content-type"] ?? ""))) throw new ApiError(415, "body must be multipart/form-data");
 		const length = Number(req.headers["content-length"]);
 		// Answers given before the body's end are closed once the rest is dropped, bounded (services/api/early-answer.ts).
@@ -172,7 +184,7 @@ export const fileMethods = {
 		} catch (err) {
 			throw badRequest(`body is not valid multipart/form-data: ${(err as Error).message}`);
 		}
-		const idem = this.idempotency as Idempotency;
+		const idem = this.idempotency;
 		const claim: StreamedClaim | undefined = await idem.claimStreamed(req, action);
 		// A repeat of a request answered before its body was read: nothing to compare, its answer again.
 		if (claim?.rec && !Idempotency.comparesBody(claim)) return await idem.replayStreamed(req, res, claim, undefined);
@@ -208,12 +220,12 @@ export const fileMethods = {
 		this.uploadAnswered(req, 200);
 	},
 
-	uploadAnswered(this: any, req: Req, status: number): void {
+	uploadAnswered(this: FileHost, req: Req, status: number): void {
 		observeHttp(this.broker, req, status);
 		emitAudit(this.broker, req, status);
 	},
 
-	async handleDownload(this: any, req: Req, res: Res, action: string): Promise<void> {
+	async handleDownload(this: FileHost, req: Req, res: Res, action: string): Promise<void> {
 		const ctx = req.$ctx;
 		const params = req.$params ?? {};
 		if (bearerOf(req)) {

@@ -29,7 +29,6 @@
  */
 import { createHash, randomBytes } from "crypto";
 import type { IncomingMessage, ServerResponse } from "http";
-import type { Context } from "moleculer";
 import type { PlatformConfig } from "../../runtime/config";
 import { ApiError, badRequest, toErrorBody } from "../../lib/errors";
 import { Aes, IDEMPOTENT_ANSWERS } from "../../lib/crypto";
@@ -42,6 +41,7 @@ import { isDuplicateKeyError, type DocumentStore } from "../../mixins/stores";
 import { endAnswer } from "./early-answer";
 import { IDEMPOTENCY_TTL_MS, IN_PROGRESS, KEY_REUSED, SHOWN_ONCE, IdempotencyStoreRef, type IdemMeta, type IdemRecord } from "../../mixins/idempotency-record";
 import { DECIDE_ONLY, type Decided } from "../../middlewares/authority";
+import type { GatewayRequest } from "./web";
 
 export const IDEMPOTENCY_HEADER = "idempotency-key";
 export const REPLAYED_HEADER = "Idempotent-Replayed";
@@ -52,7 +52,9 @@ const KEY_SYNTAX = /^[\x20-\x7e]{1,255}$/;
 /** Response headers that are part of an answer (the body's own headers are made again). */
 const KEPT_HEADERS = /^(x-saga-session|etag|location)$/i;
 
-type Req = IncomingMessage & { $ctx: Context<any, any>; $params?: any; originalUrl?: string; $idempotency?: Run; $replayed?: boolean };
+/** A request the gateway keeps answers of: its run under its key once claimed. */
+export type IdempotentRequest = GatewayRequest & { $idempotency?: Run };
+type Req = IdempotentRequest;
 type Token = { uid?: string; aid?: string; cid?: string; session?: string } | undefined;
 /** How the gateway accounts for an answer it writes itself (metrics, the request's audit entry). */
 export type AnswerHook = (req: Req, status: number, data: unknown) => void;

@@ -16,11 +16,19 @@ const { compose } = require("moleculer-web/src/utils") as { compose: (...mws: un
 
 type Middleware = (req: IncomingMessage, res: ServerResponse, next: (err?: unknown) => void) => void;
 
+/** What this path reads of an alias moleculer-web resolves. */
+export interface LeanAlias {
+	action?: string;
+	handler?: unknown;
+	type?: string;
+	route: { name?: string; middlewares: Middleware[] };
+}
+
 /** The alias moleculer-web would resolve for the request, when it is one this path serves. */
-export interface LeanMatch {
+export interface LeanMatch<A extends LeanAlias = LeanAlias> {
 	/** The request path without its query string and trailing slash (moleculer-web's `req.parsedUrl`). */
 	url: string;
-	found: { alias: { action?: string; handler?: unknown; type?: string; route: { name?: string; middlewares: Middleware[] } }; params: Record<string, unknown> };
+	found: { alias: A; params: Record<string, unknown> };
 }
 
 /**
@@ -28,12 +36,12 @@ export interface LeanMatch {
  * alias of the route named `ownRoute` (a route whose handler the gateway runs itself: `/mcp`), with the same url and
  * method its `api.rest` handler resolves with; undefined otherwise, and when resolving throws.
  */
-export function leanMatch(
+export function leanMatch<A extends LeanAlias>(
 	req: IncomingMessage,
-	resolve: (url: string, method: string) => LeanMatch["found"] | false | undefined | null,
+	resolve: (url: string, method: string) => LeanMatch<A>["found"] | false | undefined | null,
 	routeName: string,
 	ownRoute?: string,
-): LeanMatch | undefined {
+): LeanMatch<A> | undefined {
 	const method = req.method;
 	// OPTIONS resolves with Access-Control-Request-Method in moleculer-web: it keeps its own path.
 	if (!method || method === "OPTIONS") return undefined;
@@ -41,7 +49,7 @@ export function leanMatch(
 	const q = raw.indexOf("?", 1);
 	let url = q === -1 ? raw : raw.substring(0, q);
 	if (url.length > 1 && url.endsWith("/")) url = url.slice(0, -1);
-	let found: LeanMatch["found"] | false | undefined | null;
+	let found: LeanMatch<A>["found"] | false | undefined | null;
 	try {
 		found = resolve(url, method);
 	} catch {

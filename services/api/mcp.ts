@@ -23,8 +23,8 @@
  */
 import { readFileSync } from "fs";
 import path from "path";
-import type { IncomingMessage, ServerResponse } from "http";
-import type { Context, LoggerInstance, ServiceBroker } from "moleculer";
+import type { ServerResponse } from "http";
+import type { Endpoint, LoggerInstance, ServiceBroker } from "moleculer";
 import { Server } from "@modelcontextprotocol/sdk/server/index.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 import {
@@ -50,7 +50,8 @@ import { observeHttp } from "../../runtime/metrics";
 import { emitAudit } from "../../events/audit-shipper";
 import { grantCache } from "../../middlewares/grant-cache";
 import { subjectsOf } from "../../middlewares/authority";
-import type { Idempotency } from "./idempotency";
+import type { Idempotency, IdempotentRequest } from "./idempotency";
+import type { GatewayContext, GatewayRequest } from "./web";
 
 export const MCP_PATH = "/mcp";
 /** The HKDF `info` of the session key. */
@@ -78,7 +79,7 @@ const INSTRUCTIONS =
 	"find and search answer one page (`pagination.limit` at most 100); `next.skip` says where the next page starts. " +
 	"Resources: the OpenAPI document and the pages api, security and mcp.";
 
-type Req = IncomingMessage & { $ctx: Context<any, any>; $params?: any; $alias?: any; $startedAt?: bigint };
+type Req = GatewayRequest;
 type Token = TokenClaims;
 
 /** The gateway's parts the endpoint uses (the api service). */
@@ -88,7 +89,7 @@ export interface McpHost {
 	kv: KeyValue;
 	idempotency: Idempotency;
 	/** moleculer-web's `api.rest` endpoint: a tool call's Context is created on it, as the lean path's are. */
-	restEndpoint: unknown;
+	restEndpoint: Endpoint;
 	/** RATE_LIMIT's bucket for `who` (429 when empty). */
 	limitRate(res: ServerResponse, who: string): Promise<void>;
 }
@@ -351,10 +352,10 @@ export class McpEndpoint {
 		for (const h of KEPT_HEADERS) if (typeof req.headers[h] === "string") headers[h] = req.headers[h] as string;
 		const ctx = broker.ContextFactory.create(
 			broker,
-			this.host.restEndpoint as any,
+			this.host.restEndpoint,
 			{},
 			{ requestID: req.$ctx.requestID, meta: { token: meta.token, tokenKind: meta.tokenKind, ip: meta.ip, headers } },
-		) as Context<any, any>;
+		) as GatewayContext;
 		// The request the call stands for, as the gateway's Idempotency and audit read a request.
 		const as = {
 			method: tr.method,
@@ -366,12 +367,12 @@ export class McpEndpoint {
 			$alias: { action: tr.action, path: MCP_PATH },
 			$startedAt: process.hrtime.bigint(),
 			$viaMcp: true,
-		} as unknown as Req & { $replayed?: boolean; $idempotency?: unknown };
+		} as unknown as IdempotentRequest;
 		const captured = new Captured();
 		try {
-			const data = await idempotency.around(as as any, captured as unknown as ServerResponse, tr.action, async () => {
+			const data = await idempotency.around(as, captured as unknown as ServerResponse, tr.action, async () => {
 				const out = await ctx.call(tr.action, tr.params);
-				if (as.$idempotency) await idempotency.answered(as as any, (ctx.meta.$statusCode as number | undefined) ?? 200, out);
+				if (as.$idempotency) await idempotency.answered(as, (ctx.meta.$statusCode as number | undefined) ?? 200, out);
 				return out;
 			});
 			if (as.$replayed) {
@@ -380,10 +381,10 @@ export class McpEndpoint {
 				if (captured.statusCode >= 400) throw new ApiError(captured.statusCode, typeof kept.message === "string" ? kept.message : "request failed");
 				return kept;
 			}
-			emitAudit(broker, as as any, (ctx.meta.$statusCode as number | undefined) ?? 200, data);
+			emitAudit(broker, as, (ctx.meta.$statusCode as number | undefined) ?? 200, data);
 			return (data ?? {}) as Record<string, unknown>;
 		} catch (err) {
-			if (!as.$replayed) emitAudit(broker, as as any, toErrorBody(err).statusCode);
+			if (!as.$replayed) emitAudit(broker, as, toErrorBody(err).statusCode);
 			throw err;
 		}
 	}

@@ -8,7 +8,7 @@ import type { Context } from "moleculer";
 import type { KeyValue } from "../../runtime/kv";
 import { announceRevocation, blacklistSession } from "../../middlewares/authenticate";
 
-export async function endSession(ctx: Context<unknown, any>, kv: KeyValue, session: string, aptHashes: string[] = []): Promise<void> {
+export async function endSession(ctx: Context<unknown, object>, kv: KeyValue, session: string, aptHashes: string[] = []): Promise<void> {
 	await ctx.call("identity.sessions.close", { id: session });
 	await blacklistSession(kv, session);
 	await announceRevocation(ctx.broker, { sessions: [session], hashes: aptHashes });

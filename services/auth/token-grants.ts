@@ -8,7 +8,7 @@ import { ApiError, badRequest, unauthorized } from "../../lib/errors";
 import type { KeyValue } from "../../runtime/kv";
 import { scopeSatisfies } from "../../lib/scopes";
 import { ACCESS_TTL, REFRESH_TTL, type JwtKeys } from "../../lib/tokens";
-import type { TokenClaims } from "../../lib/types";
+import type { RequestMeta, TokenClaims } from "../../lib/types";
 import { isPlainObject } from "../../lib/validate";
 import { userTokenSubjects } from "../../lib/grant-validation";
 import { requestedScopeProblem } from "../../lib/oauth-form";
@@ -164,7 +164,7 @@ interface UserInfo {
 }
 
 /** The user when it exists (not deleted) and is ACTIVE, else null. */
-async function activeUser(ctx: Context<unknown, any>, uid: string): Promise<UserInfo | null> {
+async function activeUser(ctx: Context<unknown, RequestMeta>, uid: string): Promise<UserInfo | null> {
 	const u = (await ctx.call("identity.users.byId", { id: uid })) as UserInfo | null;
 	return u && u.status !== "INACTIVE" ? u : null;
 }
@@ -185,7 +185,7 @@ const ttlsOf = (c: ClientInfo) => ({ access: c.access_token_ttl ?? ACCESS_TTL, r
  * The scopes the client holds, or (with `appId`) its app and the app's scopes that the client also holds; null when the
  * app is gone or not the client's.
  */
-async function heldScopes(ctx: Context<unknown, any>, client: ClientInfo, appId?: string): Promise<{ scopes: string[]; aid?: string } | null> {
+async function heldScopes(ctx: Context<unknown, RequestMeta>, client: ClientInfo, appId?: string): Promise<{ scopes: string[]; aid?: string } | null> {
 	if (!appId) return { scopes: client.scopes };
 	const app = (await ctx.call("domain.apps.lookup", { id: appId })) as { id: string; client: string; scopes: string[] } | null;
 	if (!app || app.client !== client.id) return null;
@@ -195,7 +195,7 @@ async function heldScopes(ctx: Context<unknown, any>, client: ClientInfo, appId?
 export class TokenIssuer {
 	constructor(private readonly deps: TokenDeps) {}
 
-	async handle(ctx: Context<unknown, any>, r: TokenRequest, ip: string): Promise<{ data: Record<string, unknown> }> {
+	async handle(ctx: Context<unknown, RequestMeta>, r: TokenRequest, ip: string): Promise<{ data: Record<string, unknown> }> {
 		switch (r.grant_type) {
 			case "password":
 			case "client_credential": {
@@ -222,7 +222,7 @@ export class TokenIssuer {
 	}
 
 	/** The client the request names, looked up only (no secret checked); null when it names no live client. */
-	private lookup(ctx: Context<unknown, any>, r: TokenRequest): Promise<ClientInfo | null> {
+	private lookup(ctx: Context<unknown, RequestMeta>, r: TokenRequest): Promise<ClientInfo | null> {
 		return ctx.call("domain.clients.authenticate", { id: r.client_id }) as Promise<ClientInfo | null>;
 	}
 
@@ -231,7 +231,7 @@ export class TokenIssuer {
 	 * the right password included), then verifies a presented client secret whatever the grant (RFC 6749 §2.3): a
 	 * wrong one is a failed guess of the client's secret, answered naming the client.
 	 */
-	private async admit(ctx: Context<unknown, any>, r: TokenRequest, client: ClientInfo | null, ip: string, account?: Account): Promise<void> {
+	private async admit(ctx: Context<unknown, RequestMeta>, r: TokenRequest, client: ClientInfo | null, ip: string, account?: Account): Promise<void> {
 		const secret = r.client_secret || undefined;
 		await this.deps.limits.counter.assertBelow(this.limits(client, [...(secret !== undefined ? (["secret"] as const) : []), ...(account ? [account] : [])], ip));
 		if (secret === undefined) return;
@@ -239,12 +239,12 @@ export class TokenIssuer {
 	}
 
 	/** The account a password login guesses: the user its login names through the client, else the login's digest. */
-	private async passwordAccount(ctx: Context<unknown, any>, client: ClientInfo | null, login: string): Promise<Account> {
+	private async passwordAccount(ctx: Context<unknown, RequestMeta>, client: ClientInfo | null, login: string): Promise<Account> {
 		const user = client ? ((await ctx.call("identity.users.loginAccount", { login, tenants: [client.id, ...client.coworkers] })) as { id: string } | null) : null;
 		return user ? `user.${user.id}` : this.deps.limits.unknownLogin(login);
 	}
 
-	private async login(ctx: Context<unknown, any>, r: TokenRequest, ip: string): Promise<Principal> {
+	private async login(ctx: Context<unknown, RequestMeta>, r: TokenRequest, ip: string): Promise<Principal> {
 		const client = await this.lookup(ctx, r);
 		const account = r.grant_type === "password" ? await this.passwordAccount(ctx, client, r.username!) : undefined;
 		await this.admit(ctx, r, client, ip, account);
@@ -287,7 +287,7 @@ export class TokenIssuer {
 	}
 
 	/** Opens a session and signs the tokens. */
-	private async mint(ctx: Context<unknown, any>, p: Principal, ip: string): Promise<Record<string, unknown>> {
+	private async mint(ctx: Context<unknown, RequestMeta>, p: Principal, ip: string): Promise<Record<string, unknown>> {
 		const client = (await ctx.call("domain.clients.authenticate", { id: p.cid })) as ClientInfo | null;
 		if (!client) throw unauthorized(INVALID_LOGIN);
 		const ttl = ttlsOf(client);
@@ -343,7 +343,7 @@ export class TokenIssuer {
 		return { code, ...(r.state !== undefined ? { state: r.state } : {}) };
 	}
 
-	private async exchangeCode(ctx: Context<unknown, any>, r: TokenRequest, ip: string): Promise<Record<string, unknown>> {
+	private async exchangeCode(ctx: Context<unknown, RequestMeta>, r: TokenRequest, ip: string): Promise<Record<string, unknown>> {
 		// The client first (a wrong secret does not spend the code).
 		const client = await this.lookup(ctx, r);
 		await this.admit(ctx, r, client, ip, "code");
@@ -357,7 +357,7 @@ export class TokenIssuer {
 		return this.mint(ctx, p, ip);
 	}
 
-	private async refresh(ctx: Context<unknown, any>, r: TokenRequest, ip: string): Promise<Record<string, unknown>> {
+	private async refresh(ctx: Context<unknown, RequestMeta>, r: TokenRequest, ip: string): Promise<Record<string, unknown>> {
 		const client = await this.lookup(ctx, r);
 		// A refresh guesses nothing: only a presented secret is bounded (an attack on the client's logins from this IP
 		// must not end its users' sessions there).
@@ -394,7 +394,7 @@ export class TokenIssuer {
 	 * narrowed to what the login asked (a refresh token of an earlier version: to what it carries). A user that no
 	 * longer logs in through the client, an app gone, or a domain the client no longer registers ends the refreshes.
 	 */
-	private async reread(ctx: Context<unknown, any>, client: ClientInfo, c: TokenClaims): Promise<Principal> {
+	private async reread(ctx: Context<unknown, RequestMeta>, client: ClientInfo, c: TokenClaims): Promise<Principal> {
 		const asked = (c.asked as Asked | undefined) ?? { scopes: c.scope.split(" ").filter(Boolean), subjects: c.subject.split(" ").filter(Boolean) };
 		const held = await heldScopes(ctx, client, c.aid);
 		if (!held || !client.domains.includes(c.domain)) throw unauthorized();

@@ -12,13 +12,13 @@ import { present } from "../../lib/present";
 import { identityOf } from "../../lib/types";
 import { isPlainObject } from "../../lib/validate";
 import { and } from "../../middlewares/authority";
-import { platformDoc, type Ctx } from "../../mixins/collection.mixin";
-import { isDuplicateKeyError, type DocumentStore, type StoredDoc } from "../../mixins/stores";
+import { platformDoc, type Ctx, type EngineService } from "../../mixins/collection.mixin";
+import { isDuplicateKeyError, type StoredDoc } from "../../mixins/stores";
 import { matchesFilter } from "../../lib/query";
 import { flushUnit } from "../../mixins/stores/unit";
 
 const ACCOUNTS = conjoint.collections.find((c) => c.name === "accounts")!;
-type Svc = { collectionStore(name: string): DocumentStore; recordChanges(ctx: Ctx, name: string, changes: any[]): Promise<void> };
+type Svc = EngineService;
 
 /** The id of the account of one identity. */
 export function accountIdOf(identity: string): string {
@@ -38,7 +38,7 @@ function parseGenerate(body: unknown): { name?: string } {
 export async function generate(ctx: Ctx): Promise<{ data: Record<string, unknown> }> {
 	const plan = requirePlan(ctx.locals);
 	const { name } = parseGenerate(ctx.params.body);
-	const svc = ctx.service as unknown as Svc;
+	const svc = ctx.service as Svc;
 	const store = svc.collectionStore("accounts");
 	const token = plan.token;
 	const identity = identityOf(token);

@@ -8,6 +8,7 @@
  * to end. State changes are also conditional on the store (`AWAITING` → ...), so two nodes never both commit or
  * both compensate, and a compensation never runs beside a staged write of the same saga.
  */
+import type { ServiceSchema } from "moleculer";
 import { randomUUID } from "crypto";
 import { COLLECTIONS } from "../../catalog";
 import { essential, SAGA_STAGE_ACTIONS } from "../../catalog/domains/essential";
@@ -19,9 +20,9 @@ import { requirePlan } from "../../lib/plan";
 import { present } from "../../lib/present";
 import { identityOf, type RequestMeta } from "../../lib/types";
 import { checkNesting, isPlainObject } from "../../lib/validate";
-import { platformDoc, type CollectionHooks, type Ctx } from "../../mixins/collection.mixin";
+import { platformDoc, type CollectionHooks, type Ctx, type EngineService } from "../../mixins/collection.mixin";
 import type { Image, Outcome, SettleReason } from "../../mixins/saga-staging";
-import type { DocumentStore, StoredDoc } from "../../mixins/stores";
+import type { StoredDoc } from "../../mixins/stores";
 
 export const MIN_TTL = 5;
 export const MAX_TTL = 900;
@@ -35,7 +36,7 @@ const SAGAS = essential.collections.find((c) => c.name === "sagas")!;
 const STAGES = essential.collections.find((c) => c.name === "saga-stages")!;
 const BUCKETS = new Set(COLLECTIONS.map((c) => c.path));
 
-type Svc = { broker: any; collectionStore(name: string): DocumentStore; recordChanges(ctx: Ctx, name: string, changes: any[]): Promise<void> };
+type Svc = EngineService;
 
 const leaseKey = (id: string) => `saga:${id}`;
 const nowIso = () => new Date().toISOString();
@@ -107,7 +108,7 @@ async function stagesOf(svc: Svc, saga: string, states: string[]): Promise<Store
 async function settleStage(ctx: Ctx, stage: StoredDoc, images: Image[], reason: SettleReason, conflicted = false): Promise<Outcome[]> {
 	const [service, collection] = String(stage.bucket).split("/");
 	if (!images.length) return [];
-	return ctx.call(`${service}.${collection}.settle`, { images, reason, conflicted }, { meta: { headers: {} } } as any);
+	return ctx.call(`${service}.${collection}.settle`, { images, reason, conflicted }, { meta: { headers: {} } });
 }
 
 /**
@@ -283,7 +284,7 @@ interface BeginParams {
  * Internal actions of the essential service (never routed): the engine's stage bookkeeping for staged writes, the
  * watcher's expiry scan, and the saga operations financial transactions run on.
  */
-export const sagaActions = {
+export const sagaActions: ServiceSchema["actions"] = {
 	/** Before a staged write's first store write: checks the saga, holds it, records the stage `pending` with its images. */
 	"saga-stages.begin": {
 		visibility: "public",
@@ -378,14 +379,14 @@ export const sagaActions = {
 	"sagas.expire": {
 		visibility: "public",
 		handler(this: Svc, ctx: Ctx) {
-			return expireSagas(this, ctx, Number((ctx.params as any)?.limit) || 100);
+			return expireSagas(this, ctx, Number((ctx.params as { limit?: unknown } | undefined)?.limit) || 100);
 		},
 	},
 	/** For financial: start a saga for the caller. */
 	"sagas.open": {
 		visibility: "public",
 		async handler(this: Svc, ctx: Ctx) {
-			return startSaga(this, ctx, (ctx.params as any).ttl);
+			return startSaga(this, ctx, (ctx.params as { ttl?: unknown }).ttl);
 		},
 	},
 	/** For financial: commit or abort a saga by id (its own authority check done by the caller). */
@@ -403,7 +404,7 @@ export const sagaActions = {
 	"sagas.visible": {
 		visibility: "public",
 		async handler(this: Svc, ctx: Ctx) {
-			const id = (ctx.params as any).id;
+			const id = (ctx.params as { id?: unknown }).id;
 			if (typeof id !== "string" || !OBJECT_ID.test(id) || !ctx.meta.token) return false;
 			const saga = await this.collectionStore("sagas").findOne({ id: id.toLowerCase(), deleted_at: null });
 			return !!saga && saga.owner === identityOf(ctx.meta.token);

@@ -21,7 +21,7 @@ import { requirePlan } from "../../lib/plan";
 import { present } from "../../lib/present";
 import { isPlainObject } from "../../lib/validate";
 import { callerView } from "../../middlewares/authority";
-import { platformDoc, type CollectionHooks, type Ctx } from "../../mixins/collection.mixin";
+import { platformDoc, type Change, type CollectionHooks, type Ctx } from "../../mixins/collection.mixin";
 import { settle, type Image } from "../../mixins/saga-staging";
 import type { DocumentStore, StoredDoc } from "../../mixins/stores";
 import { identityOf } from "../../lib/types";
@@ -34,7 +34,11 @@ const INVOICES = financial.collections.find((c) => c.name === "invoices")!;
 const OBJECT_ID = /^[0-9a-f]{24}$/i;
 const DEFAULT_TTL = 300;
 
-type Svc = { collectionStore(name: string): DocumentStore; recordChanges(ctx: Ctx, name: string, changes: any[]): Promise<void> };
+type Svc = { collectionStore(name: string): DocumentStore; recordChanges(ctx: Ctx, name: string, changes: Change[]): Promise<void> };
+/** A saga stage as essential's saga-stages.begin answers it. */
+type Stage = { stage: string; lease: string };
+/** Calls made for the saga carry no request headers (no x-saga-session: they are the saga's own bookkeeping). */
+const OWN_CALL = { meta: { headers: {} } };
 interface Leg {
 	wallet: string;
 	amount: number;
@@ -139,13 +143,13 @@ export async function initTransaction(svc: Svc, ctx: Ctx, b: InitBody, action = 
 		...b.payees.map((l, i) => ({ kind: "inc" as const, id: l.wallet, field: "balance", by: l.amount, op: `${saga._id}:${tag}:r${i}` })),
 	];
 	const req = { body: { amount: b.amount, currency: b.currency, type: b.type, payers: b.payers, payees: b.payees } };
-	const call = (action: string, params: unknown) => ctx.call(action, params, { meta: { headers: {} } } as any) as Promise<any>;
+	const call = (action: string, params: unknown) => ctx.call<Stage, unknown>(action, params, OWN_CALL);
 
 	// Stage 1: the transaction's state; stage 2: the balance moves. Both recorded before anything changes.
 	const s1 = await call("essential.saga-stages.begin", { saga: saga._id, bucket: "financial/transactions", action: "INSERT_MANY", req, images: [stateImage] });
 	await call("essential.saga-stages.complete", { stage: s1.stage, lease: s1.lease, res: { id } });
 	const s2 = await call("essential.saga-stages.begin", { saga: saga._id, bucket: "financial/wallets", action: "UPDATE_MANY", req, images: moves });
-	const record = (changes: any[]) => svc.recordChanges(ctx, "wallets", changes);
+	const record = (changes: Change[]) => svc.recordChanges(ctx, "wallets", changes);
 	const done: typeof moves = [];
 	let short = false;
 	try {
@@ -184,7 +188,7 @@ async function finishTransaction(svc: Svc, ctx: Ctx, tx: StoredDoc, outcome: "co
 	const want = outcome === "commit" ? "VERIFIED" : "CANCELLED";
 	if (tx.state === want) return tx;
 	if (tx.state !== "PENDING") throw conflict(`transaction ${tx._id} is ${String(tx.state).toLowerCase()}`);
-	await ctx.call("essential.sagas.finish", { id: tx.saga, outcome }, { meta: { headers: {} } } as any);
+	await ctx.call("essential.sagas.finish", { id: tx.saga, outcome }, OWN_CALL);
 	const after = (await svc.collectionStore("transactions").findOne({ id: tx._id }))!;
 	if (after.state !== want) {
 		// The moves stand: a wallet of the transaction is gone (its moves can be neither undone nor refunded), or a payee spent its credit.
@@ -201,12 +205,12 @@ const outTx = (ctx: Ctx, doc: StoredDoc) => present(TRANSACTIONS, doc, ctx.local
 export const transactionHooks: CollectionHooks = {
 	/** A raw create names a saga that exists and that its creator sees (400 otherwise). */
 	async beforeCreate(ctx, doc) {
-		const ok = await ctx.call("essential.sagas.visible", { id: doc.saga }, { meta: { headers: {} } } as any);
+		const ok = await ctx.call("essential.sagas.visible", { id: doc.saga }, OWN_CALL);
 		if (!ok) throw badRequest(`saga ${String(doc.saga)} does not exist`);
 	},
 	async beforePatch(ctx, set) {
 		if (!("saga" in set)) return;
-		const ok = await ctx.call("essential.sagas.visible", { id: set.saga }, { meta: { headers: {} } } as any);
+		const ok = await ctx.call("essential.sagas.visible", { id: set.saga }, OWN_CALL);
 		if (!ok) throw badRequest(`saga ${String(set.saga)} does not exist`);
 	},
 	specials: {

@@ -25,7 +25,8 @@ import { present } from "../../lib/present";
 import { parsePagination } from "../../lib/query-safety";
 import { CollectionIndex, parseQueryText, searchableFor, type Hit } from "../../lib/search";
 import { and } from "../../middlewares/authority";
-import type { Ctx } from "../../mixins/collection.mixin";
+import type { Ctx, EngineService } from "../../mixins/collection.mixin";
+import { asSchema } from "../../lib/service";
 import { sharedOutbox, type Outbox, type OutboxRecord } from "../../events/outbox";
 import type { DocumentStore, StoredDoc } from "../../mixins/stores";
 
@@ -52,7 +53,8 @@ interface SearchState {
 	caughtUp?: () => Promise<void>;
 }
 
-type Svc = { collectionStore(name: string): DocumentStore; $search: SearchState; broker: any; logger: any };
+/** A searchable service's `this` (lib/service.ts): the engine's methods and its indexes once started. */
+type Svc = EngineService & { $search: SearchState };
 
 async function build(store: DocumentStore, index: CollectionIndex): Promise<void> {
 	index.clear();
@@ -81,16 +83,16 @@ function apply(indexes: Map<string, CollectionIndex>, topics: Map<string, string
  */
 export function searchableMixin(domain: DomainDef, names: string[]): Partial<ServiceSchema> {
 	const cols = names.map((n) => domain.collections.find((c) => c.name === n)!);
-	return {
+	return asSchema<Svc>({
 		methods: {
 			/** The collection's index on this node, once built. */
-			async searchIndex(this: any, name: string): Promise<CollectionIndex> {
+			async searchIndex(this: Svc, name: string): Promise<CollectionIndex> {
 				await this.$search.ready;
 				await this.$search.caughtUp?.();
 				return this.$search.indexes.get(name)!;
 			},
 		},
-		async started(this: any) {
+		async started(this: Svc) {
 			const indexes = new Map(cols.map((c) => [c.name, new CollectionIndex(c)]));
 			const topics = new Map(cols.map((c) => [`${domain.name}.${c.name}`, c.name]));
 			const outbox = sharedOutbox(configOf(this.broker));
@@ -190,10 +192,10 @@ export function searchableMixin(domain: DomainDef, names: string[]): Partial<Ser
 				await outbox.disconnect();
 			};
 		},
-		async stopped(this: any) {
+		async stopped(this: Svc) {
 			await this.$search?.stop?.();
 		},
-	};
+	});
 }
 
 /**
@@ -225,7 +227,7 @@ type SearchSvc = Svc & { searchIndex(name: string): Promise<CollectionIndex> };
 /** The caller's visible matches of `text`, best first, scored over those documents only (docs/search.md, "Scores"). */
 async function rankedInView(ctx: Ctx, col: CollectionDef, text: string): Promise<{ hits: Hit[]; store: DocumentStore; plan: AccessPlan }> {
 	const plan = requirePlan(ctx.locals);
-	const svc = ctx.service as unknown as SearchSvc;
+	const svc = ctx.service as SearchSvc;
 	const index = await svc.searchIndex(col.name);
 	const store = svc.collectionStore(col.name);
 	const fields = searchableFor(index.fields, plan.fields);

@@ -40,7 +40,8 @@ import { identityOf, type RequestMeta } from "../../lib/types";
 import { isPlainObject } from "../../lib/validate";
 import { createBlobStore, LocalBlobStore, type BlobStore } from "../../mixins/blobs";
 import { fenceChanges, IdempotencyStoreRef, markShownOnce } from "../../mixins/idempotency-record";
-import { platformDoc, type Change, type CollectionHooks, type Ctx } from "../../mixins/collection.mixin";
+import { platformDoc, type CollectionHooks, type Ctx, type EngineService } from "../../mixins/collection.mixin";
+import { asSchema } from "../../lib/service";
 import type { StoredDoc } from "../../mixins/stores";
 import { callerView } from "../../middlewares/authority";
 
@@ -68,18 +69,16 @@ export interface DownloadHead {
 	headers: Record<string, string>;
 }
 
-type Svc = {
-	broker: any;
-	logger: any;
+/** The special service's `this` as file content sees it (lib/service.ts): the engine's methods and the blob store's state. */
+type Svc = EngineService & {
 	blobs: BlobStore;
 	spoolDir: string;
 	cfg: PlatformConfig;
 	idempotency: IdempotencyStoreRef;
-	collectionStore(name: string): any;
-	recordChanges(ctx: Ctx, name: string, changes: Change[]): Promise<void>;
 };
 
-const svcOf = (ctx: Ctx | Context) => (ctx as any).service as Svc;
+/** The service an action of the special domain runs on. */
+const svcOf = (ctx: { service: unknown }) => ctx.service as Svc;
 
 function byOf(ctx: Ctx) {
 	const t = ctx.meta.token!;
@@ -204,7 +203,7 @@ async function afterWrite(ctx: Ctx, op: string, before: StoredDoc | null, after:
 export const filesHooks: CollectionHooks = { afterWrite, specials: { upload, share } };
 
 /** The internal actions and the blob store's lifecycle, mixed into the special service. */
-export const filesMixin = {
+export const filesMixin = asSchema<Svc>({
 	actions: {
 		/**
 		 * The gateway's public download: a share key of the file (live, not revoked), or a bearer whose `download` (or
@@ -329,7 +328,7 @@ export const filesMixin = {
 		await this.blobs?.close();
 		await this.idempotency?.release();
 	},
-};
+});
 
 /** Who wants a file attached: the email's owner (identity) and its clients (the first is its tenant). */
 export interface AttachmentParams {

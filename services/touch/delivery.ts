@@ -12,7 +12,7 @@ import { configOf, loadKeys, type PlatformConfig } from "../../runtime/config";
 import { sharedKeyValue } from "../../runtime/kv";
 import { withLease } from "../../runtime/lock";
 import { DELIVERABLE, isDeliverable, openPushKeys, openSmsCredentials, touchRetryDelay, type Deliverable, type SmsCredentials } from "../../lib/touch";
-import type { Change, Ctx } from "../../mixins/collection.mixin";
+import type { Ctx, EngineService } from "../../mixins/collection.mixin";
 import type { StoredDoc } from "../../mixins/stores";
 import { objectId, randomToken } from "../../lib/crypto";
 import { CLAIM_ACTION, DUE_ACTION, SETTLE_ACTION, type Job, type Outcome } from "../../lib/contracts";
@@ -23,7 +23,9 @@ const LOCK_WAIT_MS = 3_000;
 const nowIso = () => new Date().toISOString();
 const stateOf = (c: Deliverable) => DELIVERABLE[c];
 
-type Svc = { collectionStore(n: string): any; recordChanges(ctx: Ctx, n: string, changes: Change[]): Promise<void>; broker: any; aes: Aes; smsAes: Aes; cfg: PlatformConfig };
+/** The touch service's `this` (lib/service.ts): the engine's methods and the keys and settings deliveryState sets. */
+export type TouchThis = EngineService & { aes: Aes; smsAes: Aes; cfg: PlatformConfig };
+type Svc = TouchThis;
 
 function lockKey(c: string, id: string) {
 	return `touch:delivery:${c}:${id}`;
@@ -185,7 +187,7 @@ export function deliveryActions(): Record<string, unknown> {
 }
 
 /** Service lifecycle helper: the keys and settings the delivery actions use. */
-export function deliveryState(svc: any): void {
+export function deliveryState(svc: TouchThis): void {
 	svc.cfg = configOf(svc.broker);
 	const secret = loadKeys(svc.cfg).aesSecret;
 	svc.smsAes = Aes.forPurpose(secret, SMS_CREDENTIALS);

@@ -19,19 +19,22 @@ import { identityOf, type Doc, type TokenClaims } from "../../lib/types";
 import { isPlainObject, validateBody, validateValue } from "../../lib/validate";
 import { loadVapid } from "../../runtime/vapid";
 import { configOf } from "../../runtime/config";
-import { assertShares, platformDoc, type Ctx } from "../../mixins/collection.mixin";
+import { assertShares, platformDoc, type Ctx, type EngineService } from "../../mixins/collection.mixin";
 import { matchesFilter } from "../../lib/query";
 import { isDuplicateKeyError, type StoredDoc } from "../../mixins/stores";
 import { assertInView } from "../caller-view";
 
 /** What every send needs from its context (a Moleculer Context of the touch service, or the same shape). */
 export type SendCtx = Pick<Context, "call"> & {
-	service: any;
+	service: unknown;
 	meta: { token?: TokenClaims };
 	locals?: Record<string, unknown>;
 };
 
 const col = (name: string) => findCollection("touch", name)!.collection;
+
+/** The service an action of the touch domain runs on: the collection engine's (mixins/collection.mixin.ts). */
+const engineOf = (ctx: { service: unknown }) => ctx.service as EngineService;
 
 /** Largest JSON of a push message: RFC 8291 records carry at most 4,096 bytes, less the encryption overhead. */
 export const MAX_PUSH_BYTES = 3000;
@@ -59,10 +62,10 @@ export function queuedFields(date?: unknown): Record<string, unknown> {
  * TOUCH_EMAIL_SENDERS allows (400 otherwise, lib/touch.ts assertSender). Every path that writes `from` checks it:
  * send, create, bulk create, patch and bulk patch.
  */
-export async function checkSender(ctx: Pick<Context, "call"> & { service: any }, tenant: unknown, from: unknown): Promise<void> {
+export async function checkSender(ctx: Pick<Context, "call"> & { service: unknown }, tenant: unknown, from: unknown): Promise<void> {
 	if (from === undefined) return;
 	const client = typeof tenant === "string" ? ((await ctx.call("domain.clients.authenticate", { id: tenant })) as { domains?: string[] } | null) : null;
-	assertSender(from, client?.domains ?? [], configOf(ctx.service.broker).touchEmailSenders);
+	assertSender(from, client?.domains ?? [], configOf(engineOf(ctx).broker).touchEmailSenders);
 }
 
 /**
@@ -76,7 +79,7 @@ export async function checkAttachments(ctx: Pick<Context, "call">, attachments: 
 }
 
 async function insertRecords(ctx: SendCtx, collection: string, docs: StoredDoc[]): Promise<void> {
-	const store = ctx.service.collectionStore(collection);
+	const store = engineOf(ctx).collectionStore(collection);
 	try {
 		if (docs.length === 1) await store.insert(docs[0]);
 		else await store.insertMany(docs);
@@ -84,8 +87,8 @@ async function insertRecords(ctx: SendCtx, collection: string, docs: StoredDoc[]
 		if (isDuplicateKeyError(err)) throw conflict("ref already exists");
 		throw err;
 	}
-	await ctx.service.recordChanges(
-		ctx,
+	await engineOf(ctx).recordChanges(
+		ctx as Ctx,
 		collection,
 		docs.map((after) => ({ op: "c" as const, before: null, after })),
 	);
@@ -131,8 +134,11 @@ export async function sendSmsTemplate(ctx: SendCtx, body: unknown): Promise<{ da
 	if (typeof template !== "string" || !template || template.length > 200) throw badRequest("template must be the name of an SMS_TEMPLATE config entry");
 	if (params !== undefined && !isPlainObject(params)) throw badRequest("params must be an object");
 	const { token } = callerOf(ctx);
-	const entries = (await ctx.call("context.configs.touch", { eid: token.cid })) as Array<{ key: string; value: any }>;
-	const entry = entries.find((e) => e.key === "SMS_TEMPLATE" && isPlainObject(e.value) && e.value.name === template && typeof e.value.text === "string");
+	const entries = (await ctx.call("context.configs.touch", { eid: token.cid })) as Array<{ key: string; value: unknown }>;
+	const entry = entries.find(
+		(e): e is { key: string; value: { name: string; text: string } } =>
+			e.key === "SMS_TEMPLATE" && isPlainObject(e.value) && e.value.name === template && typeof e.value.text === "string",
+	);
 	if (!entry) throw notFound(`SMS template ${template} is not defined`);
 	const message = fillTemplate(entry.value.text, (params as Record<string, unknown>) ?? {});
 	return createQueued(ctx, "smss", { ...rest, message }, { template });
@@ -166,7 +172,9 @@ export async function sendPush(ctx: SendCtx, body: unknown): Promise<{ data: { i
 	if (session !== undefined) await assertInView(ctx, "identity.sessions", session as string, "session");
 	const view = plan?.filter ?? { owner: identityOf(token), deleted_at: null };
 	const target = push !== undefined ? { id: push, ...(session !== undefined ? { session } : {}) } : { session };
-	const subs: StoredDoc[] = await ctx.service.collectionStore("pushes").find({ query: { $and: [view, { deleted_at: null }, target] }, sort: { _id: 1 }, limit: 1000 });
+	const subs = await engineOf(ctx)
+		.collectionStore("pushes")
+		.find({ query: { $and: [view, { deleted_at: null }, target] }, sort: { _id: 1 }, limit: 1000 });
 	if (push !== undefined && !subs.length) throw notFound(`push ${push} not found`);
 	const now = new Date().toISOString();
 	const docs = subs.map((s) => platformDoc({ _id: objectId(), to: s._id, session: s.session, message, status: "QUEUED", attempt: 1, next_at: now }, stampsOf(token)));
@@ -177,5 +185,5 @@ export async function sendPush(ctx: SendCtx, body: unknown): Promise<{ data: { i
 
 /** `GET /touch/pushes/vapid` (read:touch:pushes) → `{ data: { public_key } }`: the applicationServerKey for subscriptions. */
 export function vapidPublicKey(ctx: Pick<SendCtx, "service">): { data: { public_key: string } } {
-	return { data: { public_key: loadVapid(configOf(ctx.service.broker)).publicKey } };
+	return { data: { public_key: loadVapid(configOf(engineOf(ctx).broker)).publicKey } };
 }

@@ -38,7 +38,7 @@ export class Poster {
 	post(target: ResolvedTarget, headers: Record<string, string>, body: string | Buffer, signal?: AbortSignal): Promise<PostResult> {
 		const started = performance.now();
 		const pinned: LookupFunction = (_host, opts, cb) => {
-			if ((opts as { all?: boolean }).all) (cb as any)(null, [{ address: target.address, family: target.family }]);
+			if ((opts as { all?: boolean }).all) cb(null, [{ address: target.address, family: target.family }]);
 			else cb(null, target.address, target.family);
 		};
 		const secure = target.url.protocol === "https:";

@@ -268,6 +268,16 @@ const ENQUEUE_CHUNK = 500;
 
 const COLUMNS = "id, event_id, seq, client_id, config_id, url, topic, op, document_id, status, attempts, next_at, last_status, last_error, created_at, delivered_at";
 
+/** A row of `delivery_attempts` as `attempts` reads it. */
+export interface AttemptRow {
+	attempt: number;
+	url: string | null;
+	status: number | null;
+	error: string | null;
+	duration_ms: number;
+	at: Date;
+}
+
 export class DeliveryStore {
 	constructor(private db: Relational) {}
 
@@ -431,8 +441,8 @@ export class DeliveryStore {
 		return { items, next: more ? items[items.length - 1].id : null };
 	}
 
-	async attempts(deliveryId: string): Promise<Array<{ attempt: number; url: string | null; status: number | null; error: string | null; duration_ms: number; at: Date }>> {
-		const { rows } = await this.db.query<any>("select attempt, url, status, error, duration_ms, at from delivery_attempts where delivery_id = $1 order by attempt, id", [
+	async attempts(deliveryId: string): Promise<AttemptRow[]> {
+		const { rows } = await this.db.query<AttemptRow>("select attempt, url, status, error, duration_ms, at from delivery_attempts where delivery_id = $1 order by attempt, id", [
 			deliveryId,
 		]);
 		return rows;

@@ -24,7 +24,7 @@ import type { ChangeStream, Consumer } from "../../events/stream";
 import { guardedRequest } from "./http";
 import { nap } from "../../runtime/nap";
 import { actionAvailable } from "../../runtime/health";
-import type { ServiceBroker } from "moleculer";
+import type { MetricRegistry, ServiceBroker } from "moleculer";
 
 export const DELIVERY_GROUP = "publisher-delivery";
 const CONCURRENCY = 16;
@@ -43,10 +43,34 @@ const CHANNEL: Record<Deliverable, string> = { emails: "email", smss: "sms", "pu
 
 interface Broker {
 	nodeID: string;
-	call(action: string, params?: unknown): Promise<any>;
+	call(action: string, params?: unknown): Promise<unknown>;
 	isMetricsEnabled(): boolean;
-	metrics: any;
+	/** Moleculer's metric registry: read only while isMetricsEnabled() answers true (a broker without metrics may hold none). */
+	metrics: object;
 }
+
+/** An email record's fields the sender reads (catalog/domains/touch.ts; validated when the record was written). */
+interface EmailDoc {
+	from?: string;
+	to?: string[];
+	cc?: string[];
+	bcc?: string[];
+	reply_to?: string[];
+	subject?: string;
+	text?: string;
+	html?: string;
+	attachments?: unknown;
+	owner?: unknown;
+	clients?: unknown;
+}
+
+/** An SMS record's fields the sender reads (catalog/domains/touch.ts). */
+type SmsDoc = {
+	provider?: unknown;
+	receptors: string[];
+	message: string;
+	sender?: string;
+};
 interface Logger {
 	warn(...a: unknown[]): void;
 	info(...a: unknown[]): void;
@@ -82,7 +106,7 @@ export class Delivery {
 			this.ca = [...rootCertificates, pem];
 		}
 		if (broker.isMetricsEnabled()) {
-			const m = broker.metrics;
+			const m = this.registry;
 			const reg = (type: string, name: string, description: string, extra: object = {}) => {
 				if (!m.hasMetric(name)) m.register({ type, name, labelNames: ["channel"], description, ...extra });
 			};
@@ -190,13 +214,17 @@ export class Delivery {
 		if (!this.broker.isMetricsEnabled() || !r.settled) return;
 		const channel = CHANNEL[c];
 		if (outcome.ok) {
-			this.broker.metrics.increment(SENDS_TOTAL, { channel });
+			this.registry.increment(SENDS_TOTAL, { channel });
 			const created = Date.parse(job.created_at);
-			if (!Number.isNaN(created)) this.broker.metrics.observe(LATENCY, (Date.now() - created) / 1000, { channel });
+			if (!Number.isNaN(created)) this.registry.observe(LATENCY, (Date.now() - created) / 1000, { channel });
 		} else {
-			this.broker.metrics.increment(FAILURES_TOTAL, { channel });
-			if (r.state === "QUEUED" || r.state === "RETRIED") this.broker.metrics.increment(RETRIES_TOTAL, { channel });
+			this.registry.increment(FAILURES_TOTAL, { channel });
+			if (r.state === "QUEUED" || r.state === "RETRIED") this.registry.increment(RETRIES_TOTAL, { channel });
 		}
+	}
+
+	private get registry(): MetricRegistry {
+		return this.broker.metrics as MetricRegistry;
 	}
 
 	private transport(): Transporter | undefined {
@@ -208,14 +236,14 @@ export class Delivery {
 			greetingTimeout: 10_000,
 			socketTimeout: SEND_TIMEOUT_MS,
 			logger: false,
-		} as any);
+		});
 		return this.mailer;
 	}
 
 	private async sendEmail(job: Job): Promise<Outcome> {
 		const mailer = this.transport();
 		if (!mailer) return { ok: false, permanent: true, reason: "no transport" };
-		const d = job.doc as Record<string, any>;
+		const d = job.doc as EmailDoc;
 		let attachments: Array<{ filename: string; contentType: string; content: Readable }> | undefined;
 		try {
 			attachments = await this.attachmentsOf(d);
@@ -254,8 +282,8 @@ export class Delivery {
 	 * `attachments` are special/files ids: resolved through the blob store by the special domain (docs/files.md),
 	 * each readable by the email's owner in its tenant; content is streamed into the message, never held whole here.
 	 */
-	private async attachmentsOf(d: Record<string, any>): Promise<Array<{ filename: string; contentType: string; content: Readable }> | undefined> {
-		const ids: string[] = Array.isArray(d.attachments) ? d.attachments : [];
+	private async attachmentsOf(d: EmailDoc): Promise<Array<{ filename: string; contentType: string; content: Readable }> | undefined> {
+		const ids = Array.isArray(d.attachments) ? (d.attachments as string[]) : [];
 		if (!ids.length) return undefined;
 		const who = { owner: d.owner, clients: d.clients };
 		const files = (await this.broker.call(FILES_ATTACHMENTS_ACTION, { ids, ...who })) as Array<{ id: string; name: string; mimetype: string }>;
@@ -274,7 +302,7 @@ export class Delivery {
 	}
 
 	private async sendSms(job: Job): Promise<Outcome> {
-		const d = job.doc as Record<string, any>;
+		const d = job.doc as SmsDoc;
 		const provider = String(d.provider);
 		if (!job.sms) return { ok: false, permanent: true, reason: "no transport" };
 		const secrets = secretsOf(provider, job.sms);

@@ -38,7 +38,7 @@ export async function guardedRequest(
 		return { status: null, body: "", error: e.message.replace(/^webhook/, "address"), refused: e.name === "AddressRefused", detail: e.detail?.replace(/^webhook/, "address") };
 	}
 	const pinned: LookupFunction = (_host, opts, cb) => {
-		if ((opts as { all?: boolean }).all) (cb as any)(null, [{ address: target.address, family: target.family }]);
+		if ((opts as { all?: boolean }).all) cb(null, [{ address: target.address, family: target.family }]);
 		else cb(null, target.address, target.family);
 	};
 	const secure = target.url.protocol === "https:";

@@ -52,18 +52,37 @@ export interface Relational {
  * request (a path such as `/content/notes/%00`) goes through this before it reaches a row.
  */
 export function storableText(s: string): string {
+	// Nearly every string holds neither: one scan, no copy.
+	if (!SUSPECT.test(s)) return s;
 	return s.replace(/\u0000/g, "").replace(/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g, "\uFFFD");
 }
+const SUSPECT = /[\u0000\uD800-\uDFFF]/;
 
-/** A JSON value with every string and key made storable (storableText), for json/jsonb columns. */
-export function storableJson<T>(v: T, depth = 0): T {
+/**
+ * A JSON value with every string and key made storable (storableText), for json/jsonb columns. A value with nothing
+ * to change comes back as it is, after one scan that allocates nothing (every request's audit entry goes through this).
+ */
+export function storableJson<T>(v: T): T {
+	return unstorable(v, 0) ? cleaned(v, 0) : v;
+}
+
+/** Whether `v` holds a string or key that storableText would change. */
+function unstorable(v: unknown, depth: number): boolean {
+	if (typeof v === "string") return SUSPECT.test(v);
+	if (!v || typeof v !== "object" || depth > 64 || v instanceof Date) return false;
+	if (Array.isArray(v)) {
+		for (const x of v) if (unstorable(x, depth + 1)) return true;
+		return false;
+	}
+	for (const k in v) if (Object.prototype.hasOwnProperty.call(v, k) && (SUSPECT.test(k) || unstorable((v as Record<string, unknown>)[k], depth + 1))) return true;
+	return false;
+}
+
+function cleaned<T>(v: T, depth: number): T {
 	if (typeof v === "string") return storableText(v) as unknown as T;
-	if (!v || typeof v !== "object" || depth > 64) return v;
-	if (Array.isArray(v)) return v.map((x) => storableJson(x, depth + 1)) as unknown as T;
-	if (v instanceof Date) return v;
-	const out: Record<string, unknown> = {};
-	for (const [k, x] of Object.entries(v as Record<string, unknown>)) out[storableText(k)] = storableJson(x, depth + 1);
-	return out as T;
+	if (!v || typeof v !== "object" || depth > 64 || v instanceof Date) return v;
+	if (Array.isArray(v)) return v.map((x) => cleaned(x, depth + 1)) as unknown as T;
+	return Object.fromEntries(Object.entries(v as Record<string, unknown>).map(([k, x]) => [storableText(k), cleaned(x, depth + 1)])) as T;
 }
 
 export interface Migration {

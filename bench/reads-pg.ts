@@ -117,7 +117,8 @@ if (require.main === module)
 			for (const r of rows) {
 				const target = CPU_TARGETS_US[r.scenario];
 				const total = r.nodeUs + r.pgUs;
-				if (target) console.log(`${r.scenario}: ${total} µs of CPU per request (platform ${r.nodeUs}, PostgreSQL ${r.pgUs}); target ≤ ${target}: ${total <= target ? "met" : "not met"}`);
+				if (target)
+					console.log(`${r.scenario}: ${total} µs of CPU per request (platform ${r.nodeUs}, PostgreSQL ${r.pgUs}); target ≤ ${target}: ${total <= target ? "met" : "not met"}`);
 			}
 		})
 		.catch((err) => {

@@ -22,7 +22,8 @@
  *   de-duplicate nothing; handlers are idempotent (or key on `seq`).
  */
 import { createHash, randomBytes } from "crypto";
-import type { ServiceSchema } from "moleculer";
+import type { Service, ServiceSchema } from "moleculer";
+import { asSchema } from "../lib/service";
 import { configOf, type PlatformConfig } from "../runtime/config";
 import { sharedKeyValue, type KeyValue } from "../runtime/kv";
 import { DEFAULT_POSITION_TTL_MS, heartbeatEvery, OutboxPruner, passedByLive, positionDoc, sharedOutbox, type Outbox, type OutboxRecord, type StoredPosition } from "./outbox";
@@ -290,18 +291,21 @@ export class Relay {
 	}
 }
 
+/** The relay service's `this` (lib/service.ts). */
+type RelayService = Service & { relay?: Relay };
+
 /** The relay as a service: one per node that hosts domain services when EVENT_STREAM is nats or redis. */
 export function relayService(): ServiceSchema {
-	return {
+	return asSchema<RelayService>({
 		name: "relay",
-		started(this: any) {
+		started(this: RelayService) {
 			const cfg = configOf(this.broker);
 			this.relay = new Relay(cfg, channelsStreamFor(cfg), this.logger, this.broker.nodeID);
 			// Not awaited: the stream connects after every service has started (the channels middleware's hook).
 			this.relay.start();
 		},
-		async stopped(this: any) {
-			await (this.relay as Relay | undefined)?.stop();
+		async stopped(this: RelayService) {
+			await this.relay?.stop();
 		},
-	} as ServiceSchema;
+	});
 }

@@ -30,7 +30,7 @@ import { sharedOutbox, type Outbox, type OutboxRecord } from "../../events/outbo
 import { ApiError, toErrorBody } from "../../lib/errors";
 import type { GrantIndex } from "../../lib/grants";
 import { parseZones } from "../../lib/query-safety";
-import { identityOf, type TokenClaims } from "../../lib/types";
+import { identityOf, type RequestMeta, type TokenClaims } from "../../lib/types";
 import type { Authenticator } from "../../middlewares/authenticate";
 import { Positions, streamOf, type StreamPositions } from "./live-position";
 
@@ -212,7 +212,7 @@ export class LiveCursors {
 	 * listing instead). A position that is not this stream's answers `event: error` with 400, one past the retention
 	 * with 410. Undefined when the request is not live.
 	 */
-	async prepare(req: ReqLike & { $ctx: { meta: any } }, action: string, params: { query?: Record<string, unknown> }): Promise<LiveStart | undefined> {
+	async prepare(req: ReqLike & { $ctx: { meta: RequestMeta } }, action: string, params: { query?: Record<string, unknown> }): Promise<LiveStart | undefined> {
 		const query = (params.query ?? {}) as Record<string, unknown>;
 		if (!liveRequested(query)) return undefined;
 		// A stopping gateway lists nothing: the client reconnects (a refusal would make `EventSource` give up).
@@ -226,7 +226,8 @@ export class LiveCursors {
 		await this.start();
 		const meta = req.$ctx.meta;
 		const token = meta.token as TokenClaims;
-		const headers = meta.headers ?? {};
+		const headers: Record<string, string> = {};
+		for (const [k, v] of Object.entries(meta.headers ?? {})) if (v !== undefined) headers[k] = v;
 		const sub: Sub = {
 			res: undefined as unknown as ServerResponse,
 			req: { headers: req.headers, query: req.query, socket: { remoteAddress: req.socket?.remoteAddress } },

@@ -43,9 +43,9 @@ import { DataDirInUse, lockDataDir, type DataDirLock } from "./runtime/datadir-l
 import { migrate, openRelational, releaseRelational, runningEmbedded, SCHEMA_LIMIT_MS, type Migration, type TextQuery } from "./runtime/relational";
 import { storeNames } from "./runtime/store-names";
 import { unmigratedDataDir } from "./store-migration";
-import { ident, PgStore } from "./mixins/stores/pg.store";
-import { OUTBOX_SEQUENCE, OUTBOX_TABLE, PgOutbox } from "./mixins/stores/pg.outbox";
-import { createBlobStore, type BlobStore } from "./mixins/blobs";
+import { ident, PgStore } from "./stores/pg.store";
+import { OUTBOX_SEQUENCE, OUTBOX_TABLE, PgOutbox } from "./stores/pg.outbox";
+import { createBlobStore, type BlobStore } from "./stores/blobs";
 import { MIGRATIONS as DISPATCHER_MIGRATIONS, TABLES as DISPATCHER_TABLES } from "./workers/dispatcher/store";
 import { MIGRATIONS as LOGGER_MIGRATIONS, TABLES as LOGGER_TABLES } from "./workers/logger/audit";
 
@@ -119,7 +119,7 @@ const PLATFORM_VERSION = (require("./package.json") as { version: string }).vers
 
 /**
  * The column of a collection's table of the earlier form that held the document (JSON text, beside a `doc` generated
- * from it; mixins/stores/pg.store.ts `storeOnce`): a backup of such a table restores it into `doc`.
+ * from it; stores/pg.store.ts `storeOnce`): a backup of such a table restores it into `doc`.
  */
 const LEGACY_BODY = "body";
 

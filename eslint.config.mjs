@@ -47,7 +47,7 @@ export default tseslint.config(
 		files: [
 			"events/channels.stream.ts", // 14
 			"console/catalog.ts", // 4
-			"middlewares/failover.ts", // 3
+			"runtime/failover.middleware.ts", // 3
 			"console/api.ts", // 1
 			"console/views/access.tsx", // 1
 		],

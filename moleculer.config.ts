@@ -1,16 +1,16 @@
 /** The one place for broker settings: transporter, logging, metrics, middlewares. */
 import type { BrokerOptions, MetricsReporterOptions, Middleware } from "moleculer";
 import type { PlatformConfig } from "./runtime/config";
-import { AuthorityMiddleware } from "./middlewares/authority";
+import { AuthorityMiddleware } from "./authority/authority";
 import { countHandlesSafely, LeanMetricsMiddleware, TextPrometheusReporter } from "./runtime/metrics";
 import { channelsMiddleware } from "./events/channels.stream";
-import { unitOfWorkMiddlewares } from "./mixins/stores/unit.middleware";
+import { unitOfWorkMiddlewares } from "./stores/unit.middleware";
 import os from "os";
 import { replCommands, ReplPrincipalMiddleware } from "./runtime/repl";
 import { claimNodeId, transportFailure } from "./runtime/failover";
 import { FailoverDiscoverer } from "./runtime/failover-discoverer";
-import { FailoverMiddleware } from "./middlewares/failover";
-import { NodeStoppingMiddleware } from "./middlewares/node-stopping";
+import { FailoverMiddleware } from "./runtime/failover.middleware";
+import { NodeStoppingMiddleware } from "./runtime/node-stopping";
 import { transporterOption } from "./runtime/transport-watch";
 
 export function brokerOptions(cfg: PlatformConfig): BrokerOptions;

@@ -10,8 +10,8 @@ import { relayService } from "./events/relay";
 import { DOMAINS } from "./catalog";
 import { serviceCatalog } from "./services";
 import { workerCatalog } from "./workers";
-import { NODE_STOPPING } from "./middlewares/node-stopping";
-import { grantCache } from "./middlewares/grant-cache";
+import { NODE_STOPPING } from "./runtime/node-stopping";
+import { grantCache } from "./authority/grant-cache";
 import { setPgLog } from "./runtime/pg-process";
 import { lockDataDir, type DataDirLock } from "./runtime/datadir-lock";
 import { unmigratedDataDir } from "./store-migration";
@@ -121,7 +121,7 @@ async function start(cfg: PlatformConfig, lock: DataDirLock | undefined): Promis
 		 */
 		async stop() {
 			// Streams that end only when the gateway lets them (live cursors) end first: the gateway's stop waits for
-			// the requests it holds (middlewares/node-stopping.ts does the same for a bare broker.stop()).
+			// the requests it holds (runtime/node-stopping.ts does the same for a bare broker.stop()).
 			await broker.broadcastLocal(NODE_STOPPING);
 			const api = broker.getLocalService("api");
 			if (api) {

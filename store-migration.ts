@@ -21,7 +21,7 @@ import type { PlatformConfig } from "./runtime/config";
 import { lockDataDir } from "./runtime/datadir-lock";
 import { DOCUMENT_INTERNALS, storeNames } from "./runtime/store-names";
 import { storableJson } from "./runtime/relational";
-import { createStore, TENANT_REF, tenantRef, type DocumentStore, type StoredDoc } from "./mixins/stores";
+import { createStore, TENANT_REF, tenantRef, type DocumentStore, type StoredDoc } from "./stores";
 import { Outbox, type OutboxRecord } from "./events/outbox";
 
 /** `DATA_DIR/<name>.db`: where NeDB kept a store. */

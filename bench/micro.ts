@@ -10,7 +10,7 @@ import { GrantIndex, type Grant } from "../lib/grants";
 import { MemoryKeyValue } from "../runtime/kv";
 import { JwtKeys } from "../lib/tokens";
 import type { TokenClaims } from "../lib/types";
-import { Authenticator, aptKey } from "../middlewares/authenticate";
+import { Authenticator, aptKey } from "../authority/authenticate";
 import { scenarioGrants, scenarioRequest } from "./grant-scenario";
 
 function time(n: number, fn: () => unknown): number {

@@ -18,7 +18,7 @@ import path from "path";
 import { freePort, quiet, rootToken, spawnPlatform, stopPlatform, waitFor } from "./process";
 import { peerSeed } from "./peer-seed";
 import { Client } from "pg";
-import { PgStore } from "../mixins/stores/pg.store";
+import { PgStore } from "../stores/pg.store";
 import { embeddedClient } from "./pg-statements";
 import { pgScenarios, rssMb } from "./reads-pg";
 

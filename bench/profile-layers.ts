@@ -25,9 +25,9 @@ interface Profile {
 const LAYERS: Array<[RegExp, string]> = [
 	[/services\/api|moleculer-web|lib\/routes|lib\/openapi/, "gateway (HTTP, routing, envelope)"],
 	[/services\/auth|lib\/tokens|bcrypt|jsonwebtoken|auth\.service/, "auth (token check)"],
-	[/middlewares\/|lib\/authority|lib\/grants|lib\/zones|lib\/plan|lib\/query-safety|lib\/scopes|lib\/safe-regex/, "authority (scopes, grants, zones, query checks)"],
-	[/mixins\/stores\/|lib\/relational|\/pg\/|pg-protocol|pg-pool/, "store (SQL, driver, rows)"],
-	[/mixins\/collection|mixins\/saga|lib\/present|lib\/validate|\.service\.ts/, "engine (collection actions)"],
+	[/authority\/|lib\/authority|lib\/grants|lib\/zones|lib\/plan|lib\/query-safety|lib\/scopes|lib\/safe-regex/, "authority (scopes, grants, zones, query checks)"],
+	[/stores\/|lib\/relational|\/pg\/|pg-protocol|pg-pool/, "store (SQL, driver, rows)"],
+	[/engine\/|lib\/present|lib\/validate|\.service\.ts/, "engine (collection actions)"],
 	[/events\/|workers\/|lib\/stat-buckets|lib\/audit|lib\/mqtt|aedes|mqtt/, "change events, workers, audit"],
 	[/lib\/metrics/, "metrics"],
 ];

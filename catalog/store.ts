@@ -1,6 +1,6 @@
 /**
  * The document store's contract: what a document, a filter and a store are, the tenant-ref key and the duplicate-key
- * test. Below the rules (lib/) and the stores (mixins/stores/) alike, so both use it without importing each other:
+ * test. Below the rules (lib/) and the stores (stores/) alike, so both use it without importing each other:
  * the PostgreSQL store implements `DocumentStore` (test/integration/store-conformance).
  */
 
@@ -93,7 +93,7 @@ export interface WriteOptions {
 	hold?: boolean;
 }
 
-/** The internal field holding a document's revision (absent on documents no write has touched since they were made; mixins/stores/revision.ts). */
+/** The internal field holding a document's revision (absent on documents no write has touched since they were made; stores/revision.ts). */
 export const REV = "_rev";
 
 /**

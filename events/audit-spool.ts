@@ -7,7 +7,7 @@
 import { EventEmitter } from "events";
 import type { AuditRequest } from "../lib/audit";
 import { storableJson } from "../runtime/relational";
-import { createStore, isDuplicateKeyError, locationOf, type DocumentStore, type StoreConfig } from "../mixins/stores";
+import { createStore, isDuplicateKeyError, locationOf, type DocumentStore, type StoreConfig } from "../stores";
 
 export interface AuditBatch {
 	/** Unique per batch: the spool's document id, JetStream's de-duplication key. */

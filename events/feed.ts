@@ -8,13 +8,13 @@
  * costs at most that). Every read has a deadline (FEED_READ_MS): a read on a connection that went silent is given up
  * and the next one tries a new connection, so the feed resumes within seconds of the database answering again.
  *
- * Invariant (commit order, mixins/stores/pg.outbox.ts): positions become visible in order, so once the feed has read
+ * Invariant (commit order, stores/pg.outbox.ts): positions become visible in order, so once the feed has read
  * up to `position`, every record that will ever exist at or below it has been read. The ring therefore holds every
  * record with `floor < seq <= position`, without gaps: a reader whose position lies in that range gets exactly what
  * a read of the outbox would give; any other reader reads the outbox itself.
  */
 import { EventEmitter } from "events";
-import type { Listening } from "../mixins/stores/pg.outbox";
+import type { Listening } from "../stores/pg.outbox";
 
 /** The feed's safety net: it reads this often even when nothing signalled (a lost notification, a listener being re-established). */
 export const FEED_POLL_MS = 1000;

@@ -2,12 +2,12 @@
  * The durable outbox of change events: every write appends here, in the same store family as the documents, so
  * events survive a restart and consumers read them from a position (`seq`). The workers' stream reads from it.
  * The events commit in the same transaction as the documents, and positions follow commit order
- * (mixins/stores/pg.outbox.ts).
+ * (stores/pg.outbox.ts).
  */
 import { EventEmitter } from "events";
 import type { ChangeEvent } from "../lib/change-event";
-import { locationOf, type DocumentStore, type StoreConfig } from "../mixins/stores";
-import { PgOutbox } from "../mixins/stores/pg.outbox";
+import { locationOf, type DocumentStore, type StoreConfig } from "../stores";
+import { PgOutbox } from "../stores/pg.outbox";
 import { trackProgress } from "../runtime/health";
 import { ChangeFeed } from "./feed";
 
@@ -39,7 +39,7 @@ export interface OutboxRecord {
 }
 
 export class Outbox extends EventEmitter {
-	/** The transactional outbox table (mixins/stores/pg.outbox.ts). */
+	/** The transactional outbox table (stores/pg.outbox.ts). */
 	private readonly pg: PgOutbox;
 	private connecting?: Promise<void>;
 	private users = 0;

@@ -12,7 +12,7 @@
  *   several processes) and only its holder publishes. A holder that dies is replaced when the lock expires; the
  *   renewal is a read-then-write (the cache has no compare-and-set), so for a moment two relays may both publish:
  *   repeats, never gaps. Nodes with their own embedded outbox (DATA_DIR) lock their own location.
- * - Order: positions follow commit order (mixins/stores/pg.outbox.ts), so a record never becomes visible after a later
+ * - Order: positions follow commit order (stores/pg.outbox.ts), so a record never becomes visible after a later
  *   one was published; RELAY_SETTLE_MS (default 0) still holds a record back until it is that old.
  * - Namespaces: the relay publishes only the records its own NAMESPACE wrote (`ns`), so a node started with another
  *   NAMESPACE on the same database republishes nothing of this deployment's into its own stream. Its position carries
@@ -27,7 +27,7 @@ import { asSchema } from "../lib/service";
 import { configOf, type PlatformConfig } from "../runtime/config";
 import { sharedKeyValue, type KeyValue } from "../runtime/kv";
 import { DEFAULT_POSITION_TTL_MS, heartbeatEvery, OutboxPruner, passedByLive, positionDoc, sharedOutbox, type Outbox, type OutboxRecord, type StoredPosition } from "./outbox";
-import { createStore, locationOf, type DocumentStore } from "../mixins/stores";
+import { createStore, locationOf, type DocumentStore } from "../stores";
 import { channelsStreamFor, STOP_WAIT_MS, type ChannelsStream } from "./channels.stream";
 import { Progress, trackProgress, withTimeout } from "../runtime/health";
 

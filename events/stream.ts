@@ -10,7 +10,7 @@
  */
 import type { PlatformConfig } from "../runtime/config";
 import { DEFAULT_POSITION_TTL_MS, heartbeatEvery, OutboxPruner, passedByLive, positionDoc, sharedOutbox, type Outbox, type OutboxRecord } from "./outbox";
-import { createStore, locationOf, type DocumentStore, type StoreConfig } from "../mixins/stores";
+import { createStore, locationOf, type DocumentStore, type StoreConfig } from "../stores";
 import { channelsStreamFor, STOP_WAIT_MS } from "./channels.stream";
 import { trackProgress, withTimeout } from "../runtime/health";
 

@@ -2,7 +2,7 @@
  * The authority layer's decisions, pure (spec: Authorization; docs/contracts.md "Queries and responses"): the scope,
  * the grant, then query enforcement, producing the access plan the collection engine executes. They read plain values
  * (the token, the grant index, the request's parameters and headers) and throw the refusal a caller sees (400, 403,
- * 404); middlewares/authority.ts applies them to every collection call, middlewares/delivery.ts to every push.
+ * 404); authority/authority.ts applies them to every collection call, authority/delivery.ts to every push.
  */
 import { findCollection, PLATFORM_FIELDS, SETTABLE_FIELDS, type CollectionDef, type StandardOp } from "../catalog";
 import { ApiError, forbidden, notFound } from "./errors";

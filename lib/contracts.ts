@@ -11,7 +11,7 @@ import type { Counter } from "./stat-buckets";
 
 /**
  * Broadcast after any change of a grant or a role (auth, context's RBAC config, the preserver, the watcher): every
- * node's grant index reloads on next use (middlewares/grant-cache.ts; the engine passes it on, mixins/authority-hook.ts).
+ * node's grant index reloads on next use (authority/grant-cache.ts; the engine passes it on, engine/authority-hook.ts).
  */
 export const AUTHORITY_CHANGED = "authority.changed";
 /** auth: what an API token's revocation closes, `{ id }` -> `{ session?, hash?, live }` (the watcher). */

@@ -99,7 +99,7 @@ export interface SubjectSource {
  * and its groups (the entries without a leading `@`, for the `group` zone). Only well-formed entries count (stored
  * before validation existed, an entry could hold spaces or an id and pose as another principal). A token is minted
  * with them (services/auth/token-grants.ts) and decided with those of them its user still holds
- * (middlewares/authenticate.ts).
+ * (authority/authenticate.ts).
  */
 export function userTokenSubjects(user: SubjectSource, domain: string): { subjects: string[]; groups: string[] } {
 	const own = (user.subjects ?? []).filter((s, i) => userSubjectProblem(s, `subjects[${i}]`) === null);

@@ -151,7 +151,7 @@ const REVEALED_ON_CREATE: Record<string, Record<string, string>> = {
 	"domain/clients": { secret: "client_secret; returned only in the creation response, and only when the platform generated it" },
 };
 
-/** What the platform writes in its helper fields (mixins/collection.mixin.ts: `randomHelper(12)`, `String(Date.now())`). */
+/** What the platform writes in its helper fields (engine/collection.mixin.ts: `randomHelper(12)`, `String(Date.now())`). */
 const PLATFORM_PATTERNS: Record<string, string> = { rand: "^[A-Za-z0-9_-]{16}$", timestamp: "^[0-9]{1,16}$" };
 
 function docSchema(d: DomainDef, c: CollectionDef, refs: Map<string, string>, reveal: Record<string, string> = {}): Schema {
@@ -945,7 +945,7 @@ function specialOp(r: RouteDef): OpParts {
 	return {
 		description: `Special action \`${s.action}\`.`,
 		// A special addressed by id honours If-Match on its document.
-		// By id, the caller's view of the document (its zone) counts, as for GET (middlewares/authority.ts callerView).
+		// By id, the caller's view of the document (its zone) counts, as for GET (authority/authority.ts callerView).
 		parameters: [
 			...new Set([
 				...(r.path.includes("/:id") ? ["id", "ifMatch", "zone", "xZone"] : []),

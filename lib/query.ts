@@ -2,7 +2,7 @@
  * The platform's query language in memory: whether a document matches a filter (`matches`), an update applied to a
  * document (`applyUpdate`), a projection (`project`). The engine's grant checks on writes, the live cursors and the
  * change deliveries match with it, and the PostgreSQL store evaluates with it what its SQL translation
- * (mixins/stores/pg.query.ts) cannot say exactly. Where that translation is exact, the two agree: a property test
+ * (stores/pg.query.ts) cannot say exactly. Where that translation is exact, the two agree: a property test
  * (test/integration/query-sql.property.test.ts) compares them on random documents and filters. docs/api.md, "The
  * query language", states the meaning for users.
  *

@@ -1,4 +1,4 @@
-/** The names of the platform's document stores (each a table `docs/<name>`, mixins/stores/pg.store.ts). */
+/** The names of the platform's document stores (each a table `docs/<name>`, stores/pg.store.ts). */
 import { DOMAINS } from "../catalog";
 
 /**

@@ -1,6 +1,6 @@
 /**
  * The gateway: one moleculer-web service whose routes come from the catalog (lib/routes.ts). It authenticates
- * (middlewares/authenticate.ts), passes the token and request facts in ctx.meta, maps every error once to
+ * (authority/authenticate.ts), passes the token and request facts in ctx.meta, maps every error once to
  * `{ statusCode, message, error }`, streams cursors as server-sent events, and serves docs, health and metrics.
  */
 import { AUTHORITY_CHANGED } from "../lib/contracts";
@@ -14,7 +14,7 @@ import { sharedKeyValue, type KeyValue } from "../runtime/kv";
 import { TransportWatch } from "../runtime/transport-watch";
 import { JwtKeys } from "../lib/tokens";
 import { allRoutes, type RouteDef } from "../lib/routes";
-import { Authenticator, callerIp, USER_CHANGED, type Authenticated } from "../middlewares/authenticate";
+import { Authenticator, callerIp, USER_CHANGED, type Authenticated } from "../authority/authenticate";
 import { openApiDocument } from "../lib/openapi";
 import { DOC_SERVICES, openApiServiceDocument } from "../lib/openapi-split";
 import { docsAsset, docsHtml, setDocsSecurityHeaders } from "../runtime/docs-page";
@@ -34,9 +34,9 @@ import { answerClientError } from "./api/client-error";
 import { metricsAuthorized, METRICS_UNAUTHORIZED, PROMETHEUS_TYPE } from "../runtime/ops-server";
 import { lastEventIdOf, LiveCursors } from "./api/live-cursor";
 import { MqttWebSocketBridge } from "./api/mqtt-ws";
-import { grantCache } from "../middlewares/grant-cache";
+import { grantCache } from "../authority/grant-cache";
 import { Idempotency } from "./api/idempotency";
-import { NODE_STOPPING } from "../middlewares/node-stopping";
+import { NODE_STOPPING } from "../runtime/node-stopping";
 import { Drain } from "./api/drain";
 import { Cors } from "./api/cors";
 import { refuseUnknownQuery } from "./api/query-params";
@@ -434,7 +434,7 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 		actions: {
 			/**
 			 * Internal (never routed): applies revocations on this gateway and answers once they hold, so that a logout
-			 * answers after every gateway refuses the token (middlewares/authenticate.ts, announceRevocation).
+			 * answers after every gateway refuses the token (authority/authenticate.ts, announceRevocation).
 			 */
 			revoke: {
 				visibility: "public",

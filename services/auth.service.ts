@@ -7,9 +7,9 @@ import path from "path";
 import type { Context } from "moleculer";
 import { auth } from "../catalog/domains/auth";
 import { DOMAINS } from "../catalog";
-import { collectionMixin, platformContext, platformDoc, type Ctx, type EngineService } from "../mixins/collection.mixin";
+import { collectionMixin, platformContext, platformDoc, type Ctx, type EngineService } from "../engine/collection.mixin";
 import { asSchema, type ServiceOf } from "../lib/service";
-import { createStore, type StoredDoc } from "../mixins/stores";
+import { createStore, type StoredDoc } from "../stores";
 import { runOnce, type Holding } from "../runtime/seed-once";
 import { Aes, decryptEnvelope, objectId, randomToken, sha256Hex } from "../lib/crypto";
 import { configOf, loadKeys, readJson, writePrivateJson, type PlatformConfig } from "../runtime/config";
@@ -20,10 +20,10 @@ import { checkTotp, TOTP_FAIL_LIMIT, TOTP_FAIL_WINDOW_MS, TOTP_IP_FAIL_LIMIT, TO
 import { APT_DEFAULT_TTL_MS, JwtKeys, publicClaims } from "../lib/tokens";
 import type { TokenClaims } from "../lib/types";
 import { isPlainObject } from "../lib/validate";
-import { grantCache } from "../middlewares/grant-cache";
-import { checkGrant, checkScope, subjectsOf } from "../middlewares/authority";
+import { grantCache } from "../authority/grant-cache";
+import { checkGrant, checkScope, subjectsOf } from "../authority/authority";
 import { hasParsedScope, parseScopes, scopeSatisfies } from "../lib/scopes";
-import { aptKey, ignoreCacheOutage, type AptRecord } from "../middlewares/authenticate";
+import { aptKey, ignoreCacheOutage, type AptRecord } from "../authority/authenticate";
 import { endSession } from "./auth/end-session";
 import { parseTokenRequest, TokenIssuer } from "./auth/token-grants";
 import { FailureCounter, type FailureLimit } from "./auth/failure-limits";
@@ -31,7 +31,7 @@ import { LoginLimits, parseBlockId, type BlockFilter } from "./auth/login-limits
 import { callerClient, type ClientInfo } from "./domain.service";
 import type { GrantAuthor } from "../lib/grant-validation";
 
-export { SESSION_REVOKED, APT_REVOKED } from "../middlewares/authenticate";
+export { SESSION_REVOKED, APT_REVOKED } from "../authority/authenticate";
 /** The longest an APT may live (docs/contracts.md, "Tenants"). */
 export const APT_MAX_TTL_MS = 365 * 24 * 3600 * 1000;
 

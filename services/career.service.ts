@@ -1,7 +1,7 @@
 /** career: the standard collection pattern on every collection of the domain (catalog/domains/career.ts), and product search. */
 import type { ServiceSchema } from "moleculer";
 import { career } from "../catalog/domains/career";
-import { collectionMixin } from "../mixins/collection.mixin";
+import { collectionMixin } from "../engine/collection.mixin";
 import { searchableMixin, searchHandler } from "./search/searchable";
 
 const PRODUCTS = career.collections.find((c) => c.name === "products")!;

@@ -4,7 +4,7 @@
  */
 import type { ServiceSchema } from "moleculer";
 import { conjoint } from "../catalog/domains/conjoint";
-import { collectionMixin } from "../mixins/collection.mixin";
+import { collectionMixin } from "../engine/collection.mixin";
 import { generate } from "./conjoint/accounts";
 import { searchableMixin, searchHandler } from "./search/searchable";
 

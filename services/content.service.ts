@@ -1,7 +1,7 @@
 /** content: the standard collection pattern on every collection of the domain (catalog/domains/content.ts), and post search. */
 import type { ServiceSchema } from "moleculer";
 import { content } from "../catalog/domains/content";
-import { collectionMixin } from "../mixins/collection.mixin";
+import { collectionMixin } from "../engine/collection.mixin";
 import { searchableMixin, searchHandler } from "./search/searchable";
 
 const POSTS = content.collections.find((c) => c.name === "posts")!;

@@ -6,10 +6,10 @@
 import { AUTHORITY_CHANGED, CQRS_CHANGED, type CqrsConfig } from "../lib/contracts";
 import type { Context, ServiceSchema } from "moleculer";
 import { context } from "../catalog/domains/context";
-import { collectionMixin, type Ctx, type EngineService } from "../mixins/collection.mixin";
+import { collectionMixin, type Ctx, type EngineService } from "../engine/collection.mixin";
 import { asSchema } from "../lib/service";
 import type { RequestMeta } from "../lib/types";
-import type { StoredDoc } from "../mixins/stores";
+import type { StoredDoc } from "../stores";
 import { Aes, CQRS_CREDENTIALS, SMS_CREDENTIALS } from "../lib/crypto";
 import { configOf, loadKeys } from "../runtime/config";
 import { badRequest, forbidden } from "../lib/errors";

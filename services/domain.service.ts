@@ -5,10 +5,10 @@
 import { AUTHORITY_CHANGED } from "../lib/contracts";
 import type { Context, ServiceSchema } from "moleculer";
 import { domain, GRANT_TYPES } from "../catalog/domains/domain";
-import { collectionMixin, platformDoc, type Ctx, type EngineService } from "../mixins/collection.mixin";
+import { collectionMixin, platformDoc, type Ctx, type EngineService } from "../engine/collection.mixin";
 import { asSchema } from "../lib/service";
 import type { RequestMeta } from "../lib/types";
-import type { StoredDoc } from "../mixins/stores";
+import type { StoredDoc } from "../stores";
 import { randomToken } from "../lib/crypto";
 import { hashSecret, verifySecret } from "../runtime/password-hash";
 import { rehashIfWeak } from "../runtime/rehash";

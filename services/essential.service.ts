@@ -5,7 +5,7 @@
  */
 import type { ServiceSchema } from "moleculer";
 import { essential } from "../catalog/domains/essential";
-import { collectionMixin } from "../mixins/collection.mixin";
+import { collectionMixin } from "../engine/collection.mixin";
 import { sagaActions, sagaHooks } from "./essential/sagas";
 
 const EssentialService: ServiceSchema = { name: "essential", mixins: [collectionMixin(essential, { sagas: sagaHooks })], actions: sagaActions };

@@ -6,10 +6,10 @@
  */
 import type { ServiceSchema } from "moleculer";
 import { financial } from "../catalog/domains/financial";
-import { collectionMixin, platformContext, platformDoc, type EngineService } from "../mixins/collection.mixin";
+import { collectionMixin, platformContext, platformDoc, type EngineService } from "../engine/collection.mixin";
 import { asSchema } from "../lib/service";
 import type { OutboxRecord } from "../events/outbox";
-import { isDuplicateKeyError, type StoredDoc } from "../mixins/stores";
+import { isDuplicateKeyError, type StoredDoc } from "../stores";
 import { configOf } from "../runtime/config";
 import { sharedStream, type Consumer } from "../events/stream";
 import { invoiceHooks, transactionHooks } from "./financial/transactions";

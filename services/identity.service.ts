@@ -4,15 +4,15 @@
  */
 import type { Context, ServiceSchema } from "moleculer";
 import { identity } from "../catalog/domains/identity";
-import { collectionMixin, platformDoc, type Ctx, type EngineService } from "../mixins/collection.mixin";
-import type { StoredDoc } from "../mixins/stores";
+import { collectionMixin, platformDoc, type Ctx, type EngineService } from "../engine/collection.mixin";
+import type { StoredDoc } from "../stores";
 import { randomToken } from "../lib/crypto";
 import { hashSecret, verifySecret } from "../runtime/password-hash";
 import { rehashIfWeak } from "../runtime/rehash";
 import { badRequest, conflict } from "../lib/errors";
 import { configOf } from "../runtime/config";
 import { sharedKeyValue, type KeyValue } from "../runtime/kv";
-import { announceRevocation, blacklistSession, USER_CHANGED, userStateChanged } from "../middlewares/authenticate";
+import { announceRevocation, blacklistSession, USER_CHANGED, userStateChanged } from "../authority/authenticate";
 import { passwordProblem, usernameProblem, userSubjectProblem } from "../lib/grant-validation";
 import type { RequestMeta } from "../lib/types";
 import { asSchema } from "../lib/service";
@@ -162,7 +162,7 @@ const IdentityService: ServiceSchema = asSchema<Identity>({
 					// Deactivated, deleted (soft or destroy) or given a new password: every session and APT of the user ends now.
 					const revoke = op === "d" || (op === "u" && !!after && (after.status === "INACTIVE" || after.password !== before?.password));
 					if (revoke && before) await closeSessions(ctx.service as Identity, ctx, { uid: before._id });
-					// A role or group taken away stops counting in the user's tokens on every node (middlewares/authenticate.ts).
+					// A role or group taken away stops counting in the user's tokens on every node (authority/authenticate.ts).
 					if (before && userStateChanged(op, before, after)) ctx.broadcast(USER_CHANGED, { ids: [before._id] });
 				},
 			},

@@ -4,7 +4,7 @@
  */
 import type { ServiceSchema } from "moleculer";
 import { logistic } from "../catalog/domains/logistic";
-import { collectionMixin } from "../mixins/collection.mixin";
+import { collectionMixin } from "../engine/collection.mixin";
 import { resolveLocation, resolveTravel } from "./logistic/resolve";
 import { searchableMixin } from "./search/searchable";
 

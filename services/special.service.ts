@@ -6,7 +6,7 @@
 import type { StatsApplied, StatsIncrement } from "../lib/contracts";
 import type { Context, Service, ServiceSchema } from "moleculer";
 import { special } from "../catalog/domains/special";
-import { collectionMixin, type EngineService } from "../mixins/collection.mixin";
+import { collectionMixin, type EngineService } from "../engine/collection.mixin";
 import { asSchema } from "../lib/service";
 import type { RequestMeta } from "../lib/types";
 import { configOf } from "../runtime/config";

@@ -7,7 +7,7 @@
  */
 import type { ServiceSchema } from "moleculer";
 import { touch } from "../catalog/domains/touch";
-import { collectionMixin } from "../mixins/collection.mixin";
+import { collectionMixin } from "../engine/collection.mixin";
 import { sealPushKeys } from "../lib/touch";
 import { deliveryActions, deliveryState, type TouchThis } from "./touch/delivery";
 import { asSchema } from "../lib/service";

@@ -47,7 +47,7 @@ const NODE_MODULES = [
 	"process",
 ];
 
-/** Rooms whose folders nest inside another's come first (stores before engine). */
+/** The rooms from the ground up; a file belongs to the first room whose folder holds it. */
 export const ROOMS: Room[] = [
 	{ name: "catalog", folders: ["catalog"], may: [] },
 	{
@@ -81,10 +81,10 @@ export const ROOMS: Room[] = [
 		],
 	},
 	{ name: "runtime", folders: ["runtime"], may: ["catalog", "lib"] },
-	{ name: "stores", folders: ["mixins/stores", "mixins/blobs"], may: ["catalog", "lib", "runtime"] },
+	{ name: "stores", folders: ["stores"], may: ["catalog", "lib", "runtime"] },
 	{ name: "events", folders: ["events"], may: ["catalog", "lib", "runtime", "stores"] },
-	{ name: "engine", folders: ["mixins"], may: ["catalog", "lib", "runtime", "stores", "events"] },
-	{ name: "authority", folders: ["middlewares"], may: ["catalog", "lib", "runtime", "stores", "engine", "events"] },
+	{ name: "engine", folders: ["engine"], may: ["catalog", "lib", "runtime", "stores", "events"] },
+	{ name: "authority", folders: ["authority"], may: ["catalog", "lib", "runtime", "stores", "engine", "events"] },
 	{ name: "services", folders: ["services"], may: ["catalog", "lib", "runtime", "stores", "engine", "events", "authority"] },
 	{ name: "workers", folders: ["workers"], may: ["catalog", "lib", "runtime", "stores", "engine", "events", "authority"] },
 	{ name: "start", folders: [""], may: ["catalog", "lib", "runtime", "stores", "engine", "events", "authority", "services", "workers"] },

@@ -3,13 +3,13 @@
  * one instance at a time (a lease on the platform cache, so several cleaner nodes never work together):
  * - soft-deleted documents whose retention passed (RETENTION_DAYS, per collection
  *   RETENTION_<SERVICE>_<COLLECTION>_DAYS; identity/sessions 0 = closed sessions go at the next pass), through each
- *   collection's internal `purge` action (each removal is a `d` change event, see mixins/collection.mixin.ts);
+ *   collection's internal `purge` action (each removal is a `d` change event, see engine/collection.mixin.ts);
  * - finished webhook delivery records older than DELIVERY_RETENTION_DAYS (delivered, failed or disabled; never
  *   pending ones) when the dispatcher's `deliveries` table exists (their attempts go with them);
  * - audit entries older than AUDIT_RETENTION_DAYS;
  * - file content no special/files record holds, older than FILE_ORPHAN_GRACE_MINUTES (`special.files.orphans`:
  *   uploads cut short by a crash); content of purged records goes with them (the files hooks);
- * - Idempotency-Key records (and their kept answers) older than 24 hours (mixins/idempotency-record.ts).
+ * - Idempotency-Key records (and their kept answers) older than 24 hours (engine/idempotency-record.ts).
  * `cleaner.run` (internal) runs one pass now and answers what it removed, or `{ ran: false }` when another pass holds
  * the lease.
  */
@@ -20,8 +20,8 @@ import { configOf, type PlatformConfig } from "../runtime/config";
 import { sharedKeyValue } from "../runtime/kv";
 import { tryLease } from "../runtime/lock";
 import { openRelational, releaseRelational, type Relational } from "../runtime/relational";
-import { PURGE_ACTION, type PurgeParams } from "../mixins/collection.mixin";
-import { IdempotencyStoreRef, purgeIdempotency } from "../mixins/idempotency-record";
+import { PURGE_ACTION, type PurgeParams } from "../engine/collection.mixin";
+import { IdempotencyStoreRef, purgeIdempotency } from "../engine/idempotency-record";
 import { WORKER_PORTS } from "./index";
 import { workerService } from "./worker";
 import { cutoff, retentionDays } from "./cleaner/retention";

@@ -40,10 +40,10 @@ import {
 } from "../lib/mqtt";
 import { JwtKeys } from "../lib/tokens";
 import { identityOf, type TokenClaims } from "../lib/types";
-import { grantCache } from "../middlewares/grant-cache";
+import { grantCache } from "../authority/grant-cache";
 import type { GrantIndex } from "../lib/grants";
-import { createStore, isDuplicateKeyError, locationOf, type DocumentStore } from "../mixins/stores";
-import { Authenticator, USER_CHANGED } from "../middlewares/authenticate";
+import { createStore, isDuplicateKeyError, locationOf, type DocumentStore } from "../stores";
+import { Authenticator, USER_CHANGED } from "../authority/authenticate";
 import { WORKER_PORTS } from "./index";
 import { workerService } from "./worker";
 import { ForwardViews } from "./preserver/forward";

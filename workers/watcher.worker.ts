@@ -27,7 +27,7 @@ import { actionAvailable } from "../runtime/health";
 import { sharedKeyValue, type KeyValue } from "../runtime/kv";
 import type { Doc } from "../lib/types";
 import type { OutboxRecord } from "../events/outbox";
-import { announceRevocation, blacklistSession, USER_CHANGED, userStateChanged } from "../middlewares/authenticate";
+import { announceRevocation, blacklistSession, USER_CHANGED, userStateChanged } from "../authority/authenticate";
 import { WORKER_PORTS } from "./index";
 import { workerService } from "./worker";
 

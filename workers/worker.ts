@@ -7,7 +7,7 @@ import type { Service, ServiceSchema } from "moleculer";
 import { configOf } from "../runtime/config";
 import { checkHealth, HEALTH_ACTION } from "../runtime/health";
 import type { OutboxRecord } from "../events/outbox";
-import { opsPortMixin } from "../mixins/ops-port.mixin";
+import { opsPortMixin } from "../engine/ops-port.mixin";
 import { sharedStream, type ChangeStream, type Consumer } from "../events/stream";
 import { asSchema, type ServiceOf } from "../lib/service";
 

@@ -9,7 +9,7 @@
 import type { IncomingMessage } from "http";
 import { ApiError } from "../../lib/errors";
 import { changesState, type RouteDef } from "../../lib/routes";
-import { bearerOf } from "../../middlewares/authenticate";
+import { bearerOf } from "../../authority/authenticate";
 
 type Req = IncomingMessage & { query?: Record<string, unknown> };
 

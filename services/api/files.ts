@@ -18,7 +18,7 @@ import busboy from "busboy";
 import { ApiError, badRequest, toErrorBody } from "../../lib/errors";
 import { observeHttp } from "../../runtime/metrics";
 import { emitAudit } from "../../events/audit-shipper";
-import { bearerOf, type Authenticator } from "../../middlewares/authenticate";
+import { bearerOf, type Authenticator } from "../../authority/authenticate";
 import type { DownloadHead, UploadPart } from "../special/files";
 import { Idempotency, type StreamedClaim } from "./idempotency";
 import type { GatewayRequest } from "./web";

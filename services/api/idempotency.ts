@@ -1,6 +1,6 @@
 /**
  * `Idempotency-Key` at the gateway (docs/contracts.md "Retries and concurrent writers"; the record and the domain's fence:
- * mixins/idempotency-record.ts). A keyed POST, PATCH, PUT or DELETE of an authenticated route:
+ * engine/idempotency-record.ts). A keyed POST, PATCH, PUT or DELETE of an authenticated route:
  * - claims the key for its principal (record `running`, a fresh attempt, a lease), then runs, passing the attempt in
  *   `ctx.meta.idempotency` so that the domain's write commits the record with it;
  * - holds the key while it runs: a short lease (HEARTBEAT_TIMEOUT_MS) renewed every HEARTBEAT_INTERVAL_MS, under the
@@ -16,7 +16,7 @@
  *
  * A request that finds its key taken (a repeat, another request, one still running) is first decided like the request
  * itself: the routed action takes its authority decision for the caller now (scope, grant, query enforcement and
- * zones: middlewares/authority.ts, `DECIDE_ONLY`) and answers it without running. Its 401 or 403 is the answer; only a
+ * zones: authority/authority.ts, `DECIDE_ONLY`) and answers it without running. Its 401 or 403 is the answer; only a
  * caller who may make the request learns anything of the key. The kept answer is then replayed as it was kept, except
  * (rebuilt by re-reading, as the caller sees it now) when it holds a value shown once (a client's secret, an APT, a
  * share key: `SHOWN_ONCE`) and the caller is not the session that made the first request, or when it shows a field of
@@ -37,10 +37,10 @@ import { fieldsAllowed } from "../../lib/grants";
 import { writeOnlyFields } from "../../lib/present";
 import { allRoutes } from "../../lib/routes";
 import { principalOf } from "../../lib/types";
-import { isDuplicateKeyError, type DocumentStore } from "../../mixins/stores";
+import { isDuplicateKeyError, type DocumentStore } from "../../stores";
 import { endAnswer } from "./early-answer";
-import { IDEMPOTENCY_TTL_MS, IN_PROGRESS, KEY_REUSED, SHOWN_ONCE, IdempotencyStoreRef, type IdemMeta, type IdemRecord } from "../../mixins/idempotency-record";
-import { DECIDE_ONLY, type Decided } from "../../middlewares/authority";
+import { IDEMPOTENCY_TTL_MS, IN_PROGRESS, KEY_REUSED, SHOWN_ONCE, IdempotencyStoreRef, type IdemMeta, type IdemRecord } from "../../engine/idempotency-record";
+import { DECIDE_ONLY, type Decided } from "../../authority/authority";
 import type { GatewayRequest } from "./web";
 
 export const IDEMPOTENCY_HEADER = "idempotency-key";
@@ -417,7 +417,7 @@ export class Idempotency {
 
 	/**
 	 * The request's authority decision for its caller now, taken by the routed action itself without running it
-	 * (middlewares/authority.ts, `DECIDE_ONLY`): its 401 or 403 as the request's. A token-only route (no scope) is
+	 * (authority/authority.ts, `DECIDE_ONLY`): its 401 or 403 as the request's. A token-only route (no scope) is
 	 * decided by the authentication that admitted the request.
 	 */
 	private async decide(req: Req, action: string): Promise<Fields> {

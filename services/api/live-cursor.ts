@@ -12,9 +12,9 @@
  *   `g:<tenant>/<group>`; client: `c:<client>`). A change looks up the keys of its document before and after, so
  *   its cost grows with the subscribers it can concern, not with all of them.
  * - Exactness: for each of those, the caller's view is decided again with the authority layer's own code
- *   (middlewares/authority.ts: scope, grant with its time and location, `enforce` with zones, row filter, `query` and
+ *   (authority/authority.ts: scope, grant with its time and location, `enforce` with zones, row filter, `query` and
  *   `projection`), from the grant index of the moment; the document before and after the change is matched against
- *   the view's filter, and presented as a GET presents it: the delivery decision of middlewares/delivery.ts, which MQTT
+ *   the view's filter, and presented as a GET presents it: the delivery decision of authority/delivery.ts, which MQTT
  *   delivery asks too. A document in neither image of the view is never named.
  * - Token validity: every LIVE_SWEEP_MS (and at once after a revocation broadcast) each stream's bearer is
  *   authenticated again as a request would be; a refusal ends the stream with its 401 frame.
@@ -23,15 +23,15 @@ import type { IncomingMessage, ServerResponse } from "http";
 import { performance } from "perf_hooks";
 import type { ServiceBroker } from "moleculer";
 import { findCollection } from "../../catalog";
-import { admitsNow, decideChange, decideSpan, imageOf, viewAt, type Watcher } from "../../middlewares/delivery";
-import { grantCache } from "../../middlewares/grant-cache";
-import { createStore, type DocumentStore, type StoreConfig } from "../../mixins/stores";
+import { admitsNow, decideChange, decideSpan, imageOf, viewAt, type Watcher } from "../../authority/delivery";
+import { grantCache } from "../../authority/grant-cache";
+import { createStore, type DocumentStore, type StoreConfig } from "../../stores";
 import { sharedOutbox, type Outbox, type OutboxRecord } from "../../events/outbox";
 import { ApiError, toErrorBody } from "../../lib/errors";
 import type { GrantIndex } from "../../lib/grants";
 import { parseZones } from "../../lib/query-safety";
 import { identityOf, type RequestMeta, type TokenClaims } from "../../lib/types";
-import type { Authenticator } from "../../middlewares/authenticate";
+import type { Authenticator } from "../../authority/authenticate";
 import { Positions, streamOf, type StreamPositions } from "./live-position";
 
 /** Records kept in memory for resumption (Last-Event-ID) on this gateway; older positions are read from the outbox. */

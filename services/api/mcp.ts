@@ -48,8 +48,8 @@ import { principalOf, type TokenClaims } from "../../lib/types";
 import type { KeyValue } from "../../runtime/kv";
 import { observeHttp } from "../../runtime/metrics";
 import { emitAudit } from "../../events/audit-shipper";
-import { grantCache } from "../../middlewares/grant-cache";
-import { subjectsOf } from "../../middlewares/authority";
+import { grantCache } from "../../authority/grant-cache";
+import { subjectsOf } from "../../authority/authority";
 import type { Idempotency, IdempotentRequest } from "./idempotency";
 import type { GatewayContext, GatewayRequest } from "./web";
 

@@ -19,7 +19,7 @@ import type { LoggerInstance, ServiceBroker } from "moleculer";
 import { WebSocketServer, type WebSocket } from "ws";
 import { BRIDGE_ACK, bridgePassword, bridgePreamble, MQTT_MAX_PACKET, MQTT_PREAUTH } from "../../lib/mqtt";
 import { STATUS_NAMES } from "../../lib/errors";
-import { callerIp } from "../../middlewares/authenticate";
+import { callerIp } from "../../authority/authenticate";
 
 export const MQTT_WS_PATH = "/mqtt";
 export const MQTT_WS_PROTOCOL = "mqtt";

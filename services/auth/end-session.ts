@@ -6,7 +6,7 @@
  */
 import type { Context } from "moleculer";
 import type { KeyValue } from "../../runtime/kv";
-import { announceRevocation, blacklistSession } from "../../middlewares/authenticate";
+import { announceRevocation, blacklistSession } from "../../authority/authenticate";
 
 export async function endSession(ctx: Context<unknown, object>, kv: KeyValue, session: string, aptHashes: string[] = []): Promise<void> {
 	await ctx.call("identity.sessions.close", { id: session });

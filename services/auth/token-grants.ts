@@ -13,7 +13,7 @@ import { isPlainObject } from "../../lib/validate";
 import { userTokenSubjects } from "../../lib/grant-validation";
 import { requestedScopeProblem } from "../../lib/oauth-form";
 import type { ClientInfo } from "../domain.service";
-import { blacklistKey, ignoreCacheOutage } from "../../middlewares/authenticate";
+import { blacklistKey, ignoreCacheOutage } from "../../authority/authenticate";
 import { endSession } from "./end-session";
 import { UNKNOWN_TENANT, type Account, type LoginLimits } from "./login-limits";
 

@@ -11,11 +11,11 @@ import { requirePlan } from "../../lib/plan";
 import { present } from "../../lib/present";
 import { identityOf } from "../../lib/types";
 import { isPlainObject } from "../../lib/validate";
-import { and } from "../../middlewares/authority";
-import { platformDoc, type Ctx, type EngineService } from "../../mixins/collection.mixin";
-import { isDuplicateKeyError, type StoredDoc } from "../../mixins/stores";
+import { and } from "../../authority/authority";
+import { platformDoc, type Ctx, type EngineService } from "../../engine/collection.mixin";
+import { isDuplicateKeyError, type StoredDoc } from "../../stores";
 import { matchesFilter } from "../../lib/query";
-import { flushUnit } from "../../mixins/stores/unit";
+import { flushUnit } from "../../stores/unit";
 
 const ACCOUNTS = conjoint.collections.find((c) => c.name === "accounts")!;
 type Svc = EngineService;

@@ -16,10 +16,10 @@ import { deliveryView, type DeliveryRecord } from "../../lib/deliveries";
 import { badRequest, notFound } from "../../lib/errors";
 import { requirePlan } from "../../lib/plan";
 import { isPlainObject } from "../../lib/validate";
-import { and, checkGrant } from "../../middlewares/authority";
-import { grantCache } from "../../middlewares/grant-cache";
-import type { Ctx } from "../../mixins/collection.mixin";
-import type { StoredDoc } from "../../mixins/stores";
+import { and, checkGrant } from "../../authority/authority";
+import { grantCache } from "../../authority/grant-cache";
+import type { Ctx } from "../../engine/collection.mixin";
+import type { StoredDoc } from "../../stores";
 import { callerClient } from "../domain.service";
 
 const STATUSES = ["pending", "delivered", "failed", "disabled"] as const;

@@ -1,6 +1,6 @@
 /**
  * Sagas (docs/contracts.md "Sagas"): the four special actions of essential/sagas (start, add, :id/commit, :id/abort),
- * the stage bookkeeping the collection engine calls for staged writes (mixins/saga-staging.ts), and the
+ * the stage bookkeeping the collection engine calls for staged writes (engine/saga-staging.ts), and the
  * compensation that abort and expiry run.
  *
  * Concurrency: every change of a saga's state and every staged write of it holds the saga's lease in the shared
@@ -20,9 +20,9 @@ import { requirePlan } from "../../lib/plan";
 import { present } from "../../lib/present";
 import { identityOf, type RequestMeta } from "../../lib/types";
 import { checkNesting, isPlainObject } from "../../lib/validate";
-import { platformDoc, type CollectionHooks, type Ctx, type EngineService } from "../../mixins/collection.mixin";
-import type { Image, Outcome, SettleReason } from "../../mixins/saga-staging";
-import type { StoredDoc } from "../../mixins/stores";
+import { platformDoc, type CollectionHooks, type Ctx, type EngineService } from "../../engine/collection.mixin";
+import type { Image, Outcome, SettleReason } from "../../engine/saga-staging";
+import type { StoredDoc } from "../../stores";
 
 export const MIN_TTL = 5;
 export const MAX_TTL = 900;

@@ -21,8 +21,8 @@ import { assertInView, refuseHiddenUse } from "../caller-view";
 import { sha256Hex } from "../../lib/crypto";
 import { requirePlan } from "../../lib/plan";
 import type { TokenClaims } from "../../lib/types";
-import { USERS_OUTSIDE_TENANT, type CollectionHooks, type Ctx } from "../../mixins/collection.mixin";
-import type { DocumentStore, StoredDoc } from "../../mixins/stores";
+import { USERS_OUTSIDE_TENANT, type CollectionHooks, type Ctx } from "../../engine/collection.mixin";
+import type { DocumentStore, StoredDoc } from "../../stores";
 
 /**
  * A wallet's id follows from its user's: two deliveries of one creation (two nodes, a replay) insert the same id,

@@ -13,9 +13,9 @@ import { AUDIT_ENTRIES_ACTION, type AuditFilter, type AuditView, type Page } fro
 import { badRequest, forbidden } from "../../lib/errors";
 import { requirePlan } from "../../lib/plan";
 import { isPlainObject } from "../../lib/validate";
-import { checkGrant } from "../../middlewares/authority";
-import { grantCache } from "../../middlewares/grant-cache";
-import type { Ctx } from "../../mixins/collection.mixin";
+import { checkGrant } from "../../authority/authority";
+import { grantCache } from "../../authority/grant-cache";
+import type { Ctx } from "../../engine/collection.mixin";
 import { callerClient } from "../domain.service";
 import { pageBefore, pageLimit, queryValue } from "../context/deliveries";
 

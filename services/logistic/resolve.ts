@@ -17,9 +17,9 @@ import { requirePlan, type AccessPlan } from "../../lib/plan";
 import { present } from "../../lib/present";
 import { parseQueryText } from "../../lib/search";
 import { isPlainObject } from "../../lib/validate";
-import { and, callerView } from "../../middlewares/authority";
-import type { Ctx } from "../../mixins/collection.mixin";
-import type { DocumentStore } from "../../mixins/stores";
+import { and, callerView } from "../../authority/authority";
+import type { Ctx } from "../../engine/collection.mixin";
+import type { DocumentStore } from "../../stores";
 import { bestMatch } from "../search/searchable";
 import { refuseHiddenUse } from "../caller-view";
 

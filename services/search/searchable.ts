@@ -24,11 +24,11 @@ import { requirePlan, type AccessPlan } from "../../lib/plan";
 import { present } from "../../lib/present";
 import { parsePagination } from "../../lib/query-safety";
 import { CollectionIndex, parseQueryText, searchableFor, type Hit } from "../../lib/search";
-import { and } from "../../middlewares/authority";
-import type { Ctx, EngineService } from "../../mixins/collection.mixin";
+import { and } from "../../authority/authority";
+import type { Ctx, EngineService } from "../../engine/collection.mixin";
 import { asSchema } from "../../lib/service";
 import { sharedOutbox, type Outbox, type OutboxRecord } from "../../events/outbox";
-import type { DocumentStore, StoredDoc } from "../../mixins/stores";
+import type { DocumentStore, StoredDoc } from "../../stores";
 
 const BUILD_BATCH = 1000;
 const TAIL_BATCH = 500;

@@ -9,9 +9,9 @@ import { findCollection, DOMAINS } from "../../catalog";
 import { badRequest } from "../../lib/errors";
 import { requirePlan } from "../../lib/plan";
 import { isPlainObject } from "../../lib/validate";
-import { and, callerView } from "../../middlewares/authority";
-import type { Ctx } from "../../mixins/collection.mixin";
-import type { DocumentStore } from "../../mixins/stores";
+import { and, callerView } from "../../authority/authority";
+import type { Ctx } from "../../engine/collection.mixin";
+import type { DocumentStore } from "../../stores";
 import { bucketOf, COUNTERS, PERIODS, type Period } from "../../lib/stat-buckets";
 
 const BATCH = 500;

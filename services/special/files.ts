@@ -1,5 +1,5 @@
 /**
- * special/files (docs/contracts.md "Files", docs/files.md): content in the blob store (mixins/blobs), metadata in the
+ * special/files (docs/contracts.md "Files", docs/files.md): content in the blob store (stores/blobs), metadata in the
  * document store. The upload and share specials run after the authority layer; `files.download` (internal, the
  * gateway's public download route calls it) decides access itself and answers 404 for everything it refuses;
  * `files.orphans` (internal, the cleaner) removes blobs no record holds; destroy and purge remove content.
@@ -17,7 +17,7 @@ import { pipeline } from "stream/promises";
 import type { Context } from "moleculer";
 import { special } from "../../catalog/domains/special";
 import { userTokenSubjects, type SubjectSource } from "../../lib/grant-validation";
-import { grantCache } from "../../middlewares/grant-cache";
+import { grantCache } from "../../authority/grant-cache";
 import { matchesFilter } from "../../lib/query";
 import { configOf, type PlatformConfig } from "../../runtime/config";
 import { objectId } from "../../lib/crypto";
@@ -38,12 +38,12 @@ import { requirePlan } from "../../lib/plan";
 import { present } from "../../lib/present";
 import { identityOf, type RequestMeta } from "../../lib/types";
 import { isPlainObject } from "../../lib/validate";
-import { createBlobStore, LocalBlobStore, type BlobStore } from "../../mixins/blobs";
-import { fenceChanges, IdempotencyStoreRef, markShownOnce } from "../../mixins/idempotency-record";
-import { platformDoc, type CollectionHooks, type Ctx, type EngineService } from "../../mixins/collection.mixin";
+import { createBlobStore, LocalBlobStore, type BlobStore } from "../../stores/blobs";
+import { fenceChanges, IdempotencyStoreRef, markShownOnce } from "../../engine/idempotency-record";
+import { platformDoc, type CollectionHooks, type Ctx, type EngineService } from "../../engine/collection.mixin";
 import { asSchema } from "../../lib/service";
-import type { StoredDoc } from "../../mixins/stores";
-import { callerView } from "../../middlewares/authority";
+import type { StoredDoc } from "../../stores";
+import { callerView } from "../../authority/authority";
 
 const FILES = special.collections.find((c) => c.name === "files")!;
 const OBJECT_ID = /^[0-9a-f]{24}$/i;
@@ -95,7 +95,7 @@ function nameOf(part: UploadPart | undefined): string {
  * Streams one part to a spool file while counting, hashing and keeping the first bytes; more than `max` bytes
  * stops it with 413. Then into the blob store under a fresh id, and only then the record: a crash in between leaves
  * a blob without a record (collected by the cleaner after FILE_ORPHAN_GRACE_MINUTES), never a record without content.
- * A keyed upload's record is fenced first (mixins/idempotency-record.ts: on PostgreSQL in the record's transaction):
+ * A keyed upload's record is fenced first (engine/idempotency-record.ts: on PostgreSQL in the record's transaction):
  * an attempt a retry took the key from writes no record, and its blob is removed at once.
  */
 async function upload(ctx: Ctx): Promise<unknown> {

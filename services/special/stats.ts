@@ -6,12 +6,12 @@
  * skipped. Each (tenant, service, collection) is written under a lease, so observers on several nodes do not lose
  * updates.
  */
-import { platformDoc } from "../../mixins/collection.mixin";
+import { platformDoc } from "../../engine/collection.mixin";
 import { badRequest } from "../../lib/errors";
 import type { KeyValue } from "../../runtime/kv";
 import { withLease } from "../../runtime/lock";
-import { isDuplicateKeyError, type DocumentStore } from "../../mixins/stores";
-import { flushUnit } from "../../mixins/stores/unit";
+import { isDuplicateKeyError, type DocumentStore } from "../../stores";
+import { flushUnit } from "../../stores/unit";
 import { bucketOf, COUNTERS, PERIODS, SEQ_WINDOW, statId, type Counter } from "../../lib/stat-buckets";
 import type { StatsApplied, StatsIncrement } from "../../lib/contracts";
 

@@ -12,8 +12,8 @@ import { configOf, loadKeys, type PlatformConfig } from "../../runtime/config";
 import { sharedKeyValue } from "../../runtime/kv";
 import { withLease } from "../../runtime/lock";
 import { DELIVERABLE, isDeliverable, openPushKeys, openSmsCredentials, touchRetryDelay, type Deliverable, type SmsCredentials } from "../../lib/touch";
-import type { Ctx, EngineService } from "../../mixins/collection.mixin";
-import type { StoredDoc } from "../../mixins/stores";
+import type { Ctx, EngineService } from "../../engine/collection.mixin";
+import type { StoredDoc } from "../../stores";
 import { objectId, randomToken } from "../../lib/crypto";
 import { CLAIM_ACTION, DUE_ACTION, SETTLE_ACTION, type Job, type Outcome } from "../../lib/contracts";
 

@@ -19,9 +19,9 @@ import { identityOf, type Doc, type TokenClaims } from "../../lib/types";
 import { isPlainObject, validateBody, validateValue } from "../../lib/validate";
 import { loadVapid } from "../../runtime/vapid";
 import { configOf } from "../../runtime/config";
-import { assertShares, platformDoc, type Ctx, type EngineService } from "../../mixins/collection.mixin";
+import { assertShares, platformDoc, type Ctx, type EngineService } from "../../engine/collection.mixin";
 import { matchesFilter } from "../../lib/query";
-import { isDuplicateKeyError, type StoredDoc } from "../../mixins/stores";
+import { isDuplicateKeyError, type StoredDoc } from "../../stores";
 import { assertInView } from "../caller-view";
 
 /** What every send needs from its context (a Moleculer Context of the touch service, or the same shape). */
@@ -33,7 +33,7 @@ export type SendCtx = Pick<Context, "call"> & {
 
 const col = (name: string) => findCollection("touch", name)!.collection;
 
-/** The service an action of the touch domain runs on: the collection engine's (mixins/collection.mixin.ts). */
+/** The service an action of the touch domain runs on: the collection engine's (engine/collection.mixin.ts). */
 const engineOf = (ctx: { service: unknown }) => ctx.service as EngineService;
 
 /** Largest JSON of a push message: RFC 8291 records carry at most 4,096 bytes, less the encryption overhead. */

@@ -29,8 +29,8 @@ import { bootPlatform, client, needServers, tempDir, type TestPlatform } from ".
 import { testDatabase, type TestDatabase } from "../helpers/pg";
 import { bootTenancy, ok, type Tenancy } from "../helpers/tenants";
 import { sleep, waitForValue } from "../helpers/wait";
-import { createStore, PgStore, type StoredDoc } from "../../mixins/stores";
-import { ident } from "../../mixins/stores/pg.store";
+import { createStore, PgStore, type StoredDoc } from "../../stores";
+import { ident } from "../../stores/pg.store";
 import { openRelational, releaseRelational, runningEmbedded } from "../../runtime/relational";
 import { readConfig, type PlatformConfig } from "../../runtime/config";
 import { projectSources } from "../layers";

@@ -13,7 +13,7 @@ import { Client } from "pg";
 import { DOMAINS } from "../../catalog";
 import { tempDir } from "../helpers/platform";
 import { needServers } from "../helpers/platform";
-import { PgStore } from "../../mixins/stores";
+import { PgStore } from "../../stores";
 import { client, clusterSettings, crashNode, startNode, stopNode, testDeployment, waitForHttp, type ChildNode } from "../helpers/nodes";
 import { freeOpsOffset, freePort } from "../helpers/ports";
 import { testDatabase, type TestDatabase } from "../helpers/pg";

@@ -14,7 +14,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync
 import path from "path";
 import { bootPlatform, tempDir, type TestPlatform } from "../helpers/platform";
 import { bootTenancy, ok, type Tenancy } from "../helpers/tenants";
-import { createStore, TENANT_REF, type StoredDoc } from "../../mixins/stores";
+import { createStore, TENANT_REF, type StoredDoc } from "../../stores";
 import { sharedOutbox } from "../../events/outbox";
 import { storeNames } from "../../runtime/store-names";
 import { nedbDocumentStores, nedbFileOf, readNedbFile, unmigratedDataDir } from "../../store-migration";

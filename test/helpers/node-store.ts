@@ -5,7 +5,7 @@
  */
 import { existsSync, readFileSync } from "fs";
 import path from "path";
-import { createStore, isDuplicateKeyError, type StoreConfig } from "../../mixins/stores";
+import { createStore, isDuplicateKeyError, type StoreConfig } from "../../stores";
 import { EMBEDDED_PG_SECRET_FILE } from "../../runtime/relational";
 import { sharedOutbox, type OutboxRecord } from "../../events/outbox";
 import { storedText } from "./stored";

@@ -8,7 +8,7 @@ import { Client } from "pg";
 import { bootPlatform, requireServer, tempDir, type TestPlatform } from "./platform";
 import { releaseRelational } from "../../runtime/relational";
 import { sharedOutbox, type OutboxRecord } from "../../events/outbox";
-import { createStore } from "../../mixins/stores";
+import { createStore } from "../../stores";
 
 export const PG_BASE = "postgres://postgres@127.0.0.1:5432";
 

@@ -6,7 +6,7 @@ import { startPlatform, type Platform } from "../../platform";
 import { pgTemplate, seedEmbeddedPg } from "./pg-template";
 import { serverDatabase, TEST_POOL_SIZE } from "./pg-server-db";
 import type { PlatformConfig } from "../../runtime/config";
-import { createStore, isDuplicateKeyError } from "../../mixins/stores";
+import { createStore, isDuplicateKeyError } from "../../stores";
 
 export interface HttpResult<T = any> {
 	status: number;

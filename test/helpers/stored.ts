@@ -3,7 +3,7 @@
  * (a hash, never the secret; a file's content, never in a document). Every document of each table, one JSON line
  * each, and the outbox's records.
  */
-import { createStore, type StoreConfig } from "../../mixins/stores";
+import { createStore, type StoreConfig } from "../../stores";
 import { storeNames } from "../../runtime/store-names";
 import { sharedOutbox } from "../../events/outbox";
 

@@ -16,7 +16,7 @@ import { readFileSync } from "fs";
 import path from "path";
 import { COLLECTIONS, STANDARD_OPS, type CollectionDef, type FieldDef, type StandardOp } from "../../catalog";
 import { Aes, encryptEnvelope, objectId, randomToken } from "../../lib/crypto";
-import { platformDoc } from "../../mixins/collection.mixin";
+import { platformDoc } from "../../engine/collection.mixin";
 import { bootPlatform, parseSse, type HttpResult, type TestPlatform } from "../helpers/platform";
 import { withStatusProbe } from "../helpers/status-probe";
 

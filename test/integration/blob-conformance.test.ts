@@ -1,12 +1,12 @@
 /**
- * One conformance suite for every blob store (mixins/blobs): the local store under a temporary directory, and the S3
+ * One conformance suite for every blob store (stores/blobs): the local store under a temporary directory, and the S3
  * store against s3rver (an S3-compatible server run in this process on a free port).
  */
 import { createHash, randomBytes } from "crypto";
 import { Readable } from "stream";
 import { rmSync } from "fs";
-import { LocalBlobStore, type BlobStore } from "../../mixins/blobs";
-import { S3BlobStore } from "../../mixins/blobs/s3";
+import { LocalBlobStore, type BlobStore } from "../../stores/blobs";
+import { S3BlobStore } from "../../stores/blobs/s3";
 import { tempDir } from "../helpers/platform";
 import { startS3, type LocalS3 } from "../helpers/s3";
 

@@ -9,7 +9,7 @@
 import { Client } from "pg";
 import { Outbox } from "../../events/outbox";
 import { ChangeFeed } from "../../events/feed";
-import { PgOutbox, type PgOutboxRow } from "../../mixins/stores/pg.outbox";
+import { PgOutbox, type PgOutboxRow } from "../../stores/pg.outbox";
 import { needServers } from "../helpers/platform";
 import { storeDatabase } from "../helpers/pg";
 import { sleep, waitFor } from "../helpers/wait";

@@ -3,7 +3,7 @@
  * with the root token, asserting the exact envelopes and statuses (spec "Standard collection pattern", docs/contracts.md "Fields and bodies").
  */
 import { COLLECTIONS, type CollectionRef } from "../../catalog";
-import { platformDoc } from "../../mixins/collection.mixin";
+import { platformDoc } from "../../engine/collection.mixin";
 import { bootPlatform, parseSse, sseKeysSorted, type HttpResult, type TestPlatform } from "../helpers/platform";
 import { hiddenFields, patchBody, patchField, sampleBody, sampleLinks, unique } from "../helpers/samples";
 

@@ -13,12 +13,12 @@ import fc from "fast-check";
 import { findCollection } from "../../catalog";
 import { GrantIndex, validateGrant, type Grant } from "../../lib/grants";
 import type { TokenClaims } from "../../lib/types";
-import { checkGrant, enforce } from "../../middlewares/authority";
-import type { CollectionActionMeta } from "../../mixins/collection.mixin";
-import { platformDoc } from "../../mixins/collection.mixin";
-import { type DocumentStore, type StoredDoc } from "../../mixins/stores";
+import { checkGrant, enforce } from "../../authority/authority";
+import type { CollectionActionMeta } from "../../engine/collection.mixin";
+import { platformDoc } from "../../engine/collection.mixin";
+import { type DocumentStore, type StoredDoc } from "../../stores";
 import { matches, toStoreQuery } from "../../lib/query";
-import { grantCache } from "../../middlewares/grant-cache";
+import { grantCache } from "../../authority/grant-cache";
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
 import { withStatusProbe } from "../helpers/status-probe";
 

@@ -9,7 +9,7 @@
 import { randomBytes } from "crypto";
 import { ServiceBroker, type BrokerOptions } from "moleculer";
 import { FailoverDiscoverer } from "../../runtime/failover-discoverer";
-import { FailoverMiddleware } from "../../middlewares/failover";
+import { FailoverMiddleware } from "../../runtime/failover.middleware";
 import { transportFailure } from "../../runtime/failover";
 
 jest.setTimeout(30_000);

@@ -6,7 +6,7 @@ import { Readable } from "stream";
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
 import { startS3, type LocalS3 } from "../helpers/s3";
 import { streamedUpload } from "../helpers/upload";
-import { S3BlobStore } from "../../mixins/blobs/s3";
+import { S3BlobStore } from "../../stores/blobs/s3";
 import type { CleanerPass } from "../../workers/cleaner.worker";
 
 jest.setTimeout(120_000);

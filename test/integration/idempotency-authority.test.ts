@@ -8,7 +8,7 @@
  * marked as a replay.
  */
 import { bootTenancy, ok, type Tenancy } from "../helpers/tenants";
-import { IdempotencyStoreRef, IN_PROGRESS } from "../../mixins/idempotency-record";
+import { IdempotencyStoreRef, IN_PROGRESS } from "../../engine/idempotency-record";
 import { openRelational, releaseRelational, type Relational } from "../../runtime/relational";
 import { eventually } from "../helpers/wait";
 import { createHash } from "crypto";

@@ -11,7 +11,7 @@ import { existsSync, readdirSync } from "fs";
 import path from "path";
 import { Readable } from "stream";
 import { bootTenancy, ok, type Tenancy } from "../helpers/tenants";
-import { IdempotencyStoreRef, IN_PROGRESS, KEY_REUSED, type IdemRecord } from "../../mixins/idempotency-record";
+import { IdempotencyStoreRef, IN_PROGRESS, KEY_REUSED, type IdemRecord } from "../../engine/idempotency-record";
 import { openApiDocument } from "../../lib/openapi";
 import { answerOf, postMultipart } from "../helpers/upload";
 import { waitForValue } from "../helpers/wait";

@@ -6,7 +6,7 @@
  * rebuilt, a stale attempt's write refused by the fence, the key kept across a restart, and the cleaner's purge.
  */
 import { bootTenancy, ok, type Tenancy } from "../helpers/tenants";
-import { IdempotencyStoreRef, IDEMPOTENCY_TTL_MS, IN_PROGRESS, KEY_REUSED, type IdemRecord } from "../../mixins/idempotency-record";
+import { IdempotencyStoreRef, IDEMPOTENCY_TTL_MS, IN_PROGRESS, KEY_REUSED, type IdemRecord } from "../../engine/idempotency-record";
 import { createHash } from "crypto";
 import { openApiDocument } from "../../lib/openapi";
 

@@ -12,9 +12,9 @@ import { bootTenancy, ok, type Tenancy } from "../helpers/tenants";
 import { withStatusProbe } from "../helpers/status-probe";
 import { WALLET_CURRENCY, walletIdOf } from "../../services/financial.service";
 import { walletHooks } from "../../services/financial/wallets";
-import { platformDoc, type CollectionHooks } from "../../mixins/collection.mixin";
+import { platformDoc, type CollectionHooks } from "../../engine/collection.mixin";
 import type { HttpResult } from "../helpers/platform";
-import type { StoredDoc } from "../../mixins/stores";
+import type { StoredDoc } from "../../stores";
 import { waitForValue } from "../helpers/wait";
 
 jest.setTimeout(180_000);

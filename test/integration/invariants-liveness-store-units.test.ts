@@ -10,8 +10,8 @@
  *   next page of a cursor.
  */
 import { rmSync } from "fs";
-import { PgStore, type DocumentStore, type FindOptions, type Keyset, type StoredDoc } from "../../mixins/stores";
-import { Params, pgPattern, whereOf } from "../../mixins/stores/pg.query";
+import { PgStore, type DocumentStore, type FindOptions, type Keyset, type StoredDoc } from "../../stores";
+import { Params, pgPattern, whereOf } from "../../stores/pg.query";
 import { compileSafe, RegexBudget, SafeRegExp } from "../../lib/safe-regex";
 import { testDatabase, type TestDatabase } from "../helpers/pg";
 import { needServers, tempDir } from "../helpers/platform";

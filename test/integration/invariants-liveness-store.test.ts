@@ -13,8 +13,8 @@
  *   each request and each page (a `$regex` list read 60 000 rows: 2.2 s, /status held 1.1 s).
  */
 // jest-solo: times the event loop under a storm of requests (the /status bound; test/run.mjs)
-import { platformDoc } from "../../mixins/collection.mixin";
-import type { DocumentStore, StoredDoc } from "../../mixins/stores";
+import { platformDoc } from "../../engine/collection.mixin";
+import type { DocumentStore, StoredDoc } from "../../stores";
 import { parseSse } from "../helpers/platform";
 import { describeProbe, expectStatusHeldUnder, startStatusProbe } from "../helpers/status-probe";
 import { bootTenancy, type Tenancy } from "../helpers/tenants";

@@ -19,7 +19,7 @@ import fc from "fast-check";
 import { bootTenancy, ok, type Tenancy, type TenantUser } from "../helpers/tenants";
 import type { HttpResult } from "../helpers/platform";
 import { WALLET_CURRENCY, walletIdOf } from "../../services/financial.service";
-import type { StoredDoc } from "../../mixins/stores";
+import type { StoredDoc } from "../../stores";
 import { waitForValue } from "../helpers/wait";
 import { withStatusProbe } from "../helpers/status-probe";
 

@@ -9,7 +9,7 @@ import { readFileSync } from "fs";
 import path from "path";
 import { encryptEnvelope } from "../../lib/crypto";
 import { totp } from "../../lib/totp";
-import { platformDoc } from "../../mixins/collection.mixin";
+import { platformDoc } from "../../engine/collection.mixin";
 import { aesOf, createClient } from "../helpers/auth";
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
 

@@ -8,8 +8,8 @@
  *   candidates a read (lib/query-safety.ts MAX_EXAMINED): narrowed below that by conditions SQL evaluates, exact; over
  *   it, 400 naming the limit on list, count and cursor.
  */
-import { platformDoc } from "../../mixins/collection.mixin";
-import type { DocumentStore, StoredDoc } from "../../mixins/stores";
+import { platformDoc } from "../../engine/collection.mixin";
+import type { DocumentStore, StoredDoc } from "../../stores";
 import { withStatusProbe } from "../helpers/status-probe";
 import { bootTenancy, type Tenancy } from "../helpers/tenants";
 

@@ -11,11 +11,11 @@ import { describeProbe, expectStatusHeldUnder, startStatusProbe } from "../helpe
 import { startChild } from "../helpers/child";
 import { sleep } from "../helpers/wait";
 import { Outbox, sharedOutbox } from "../../events/outbox";
-import { createStore } from "../../mixins/stores";
+import { createStore } from "../../stores";
 import { Relay } from "../../events/relay";
 import { readConfig } from "../../runtime/config";
 import { openRelational, releaseRelational } from "../../runtime/relational";
-import { OUTBOX_TABLE } from "../../mixins/stores/pg.outbox";
+import { OUTBOX_TABLE } from "../../stores/pg.outbox";
 
 const PATCHES = 100;
 const KB = 500;

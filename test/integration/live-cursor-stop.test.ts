@@ -1,5 +1,5 @@
 /**
- * A stopping gateway ends its live cursors first (middlewares/node-stopping.ts): an open live stream is a request the
+ * A stopping gateway ends its live cursors first (runtime/node-stopping.ts): an open live stream is a request the
  * broker tracks, and without the early end the node's stop waited out tracking's whole shutdown timeout (10 s)
  * before the gateway's `stopped` closed the streams. Each stream ends with a frame that sets its client's reconnection
  * delay (`retry:`), and one asked for once the gateway is stopping is closed at once with it, unlisted: before, such a

@@ -8,7 +8,7 @@
  */
 import { COLLECTIONS, type CollectionRef } from "../../catalog";
 import { schemaName } from "../../lib/openapi";
-import { platformDoc } from "../../mixins/collection.mixin";
+import { platformDoc } from "../../engine/collection.mixin";
 import { openApiChecker, type OpenApiChecker } from "../helpers/openapi-check";
 import type { HttpResult } from "../helpers/platform";
 import { sampleBody, sampleLinks, unique } from "../helpers/samples";

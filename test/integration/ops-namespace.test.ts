@@ -13,7 +13,7 @@ import { OutboxStream } from "../../events/stream";
 import { sharedOutbox, type OutboxRecord } from "../../events/outbox";
 import type { ChannelsStream } from "../../events/channels.stream";
 import type { PlatformConfig } from "../../runtime/config";
-import { createStore } from "../../mixins/stores";
+import { createStore } from "../../stores";
 import { needServers, tempDir } from "../helpers/platform";
 import { testDatabase, type TestDatabase } from "../helpers/pg";
 import { unique } from "../helpers/samples";

@@ -14,7 +14,7 @@ import { bindConfig, readConfig, type PlatformConfig } from "../../runtime/confi
 import type { Health } from "../../runtime/health";
 import { boundPort, PROMETHEUS_TYPE, startOpsServer, stopOpsServer } from "../../runtime/ops-server";
 import { CacheUnavailableError } from "../../runtime/kv";
-import { opsPort, opsPortMixin, opsPortsEnabled } from "../../mixins/ops-port.mixin";
+import { opsPort, opsPortMixin, opsPortsEnabled } from "../../engine/ops-port.mixin";
 import { serverAnswers } from "../helpers/platform";
 import { freeOpsOffset, freePort } from "../helpers/ports";
 

@@ -1,6 +1,6 @@
 /**
  * The caller's list and count through the API, on both document stores (issue 22 item 4: on PostgreSQL the owner zone
- * is read from its own index, mixins/stores/pg.query.ts ownerSplit): for users of tenants a and b, every zone form,
+ * is read from its own index, stores/pg.query.ts ownerSplit): for users of tenants a and b, every zone form,
  * the common sorts (ties in `created_at` broken by `id`) and windows, the page and the exact total are those of the
  * documents the test wrote, kept or soft-deleted, as the zones define them (spec: Zones); another tenant's ids in the
  * query select nothing beyond the caller's zones; a hostile zone or pagination is a 400.

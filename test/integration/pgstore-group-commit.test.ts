@@ -1,5 +1,5 @@
 /**
- * Group commit on PostgreSQL (mixins/stores/pg.outbox.ts): concurrent creates share one statement, one transaction and
+ * Group commit on PostgreSQL (stores/pg.outbox.ts): concurrent creates share one statement, one transaction and
  * one WAL flush; each is still answered only once its own rows are committed, and a failure one of them causes (a
  * duplicate key, text PostgreSQL cannot store) fails that one only. Over HTTP, on both stores: concurrent creates of
  * two tenants, conflicts among them, give each request its own answer and each note to its own tenant only.
@@ -7,7 +7,7 @@
 import { rmSync } from "fs";
 import { Client } from "pg";
 import { Outbox } from "../../events/outbox";
-import { PgStore, unitOfWork } from "../../mixins/stores";
+import { PgStore, unitOfWork } from "../../stores";
 import { needServers, tempDir } from "../helpers/platform";
 import { hexId, unique } from "../helpers/samples";
 import { recordStatements, testDatabase, type TestDatabase } from "../helpers/pg";

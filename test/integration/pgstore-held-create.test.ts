@@ -1,5 +1,5 @@
 /**
- * A create on PostgreSQL is one statement (mixins/stores/unit.ts, "held back"): the unit of work holds the document
+ * A create on PostgreSQL is one statement (stores/unit.ts, "held back"): the unit of work holds the document
  * insert back and the outbox's append writes it and the change events together, its own transaction, without BEGIN
  * and COMMIT. What must stay as with four round trips:
  * - the document and its events commit together or not at all (a failure inside the statement, after the insert ran,
@@ -12,7 +12,7 @@
 import { rmSync } from "fs";
 import { Client } from "pg";
 import { Outbox } from "../../events/outbox";
-import { PgStore, unitOfWork } from "../../mixins/stores";
+import { PgStore, unitOfWork } from "../../stores";
 import { needServers, tempDir, type TestPlatform } from "../helpers/platform";
 import { hexId, unique } from "../helpers/samples";
 import { outboxRecords, pgPlatformKeepingEvents, testDatabase, type TestDatabase } from "../helpers/pg";

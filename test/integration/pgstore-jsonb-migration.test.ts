@@ -1,7 +1,7 @@
 /**
  * Each document stored once (issue 34 item 3): a collection's table of the earlier form, `(id, body json, doc jsonb
  * generated from body, owner generated from body)`, becomes `(id, doc jsonb, owner)` when a store of this version
- * connects to it (mixins/stores/pg.store.ts `storeOnce`):
+ * connects to it (stores/pg.store.ts `storeOnce`):
  * - every document reads back equal (nested objects, arrays, unicode, numbers such as 1e21 and 0.1, soft-deleted ones);
  * - queries by zone, owner and `created_at` select what the same SQL selected on the table before;
  * - the table has no `body` any more, one `doc jsonb`, its `owner` column and every index of the store; writes go on;
@@ -12,8 +12,8 @@ import { createReadStream, createWriteStream, mkdirSync } from "fs";
 import path from "path";
 import { once } from "events";
 import { createHash } from "crypto";
-import { PgStore, type StoredDoc } from "../../mixins/stores";
-import { bind, orderOf, Params, whereOf } from "../../mixins/stores/pg.query";
+import { PgStore, type StoredDoc } from "../../stores";
+import { bind, orderOf, Params, whereOf } from "../../stores/pg.query";
 import { openRelational, releaseRelational, type Relational } from "../../runtime/relational";
 import { readConfig } from "../../runtime/config";
 import { restoreBackup, writeBackup } from "../../data-backup";

@@ -9,8 +9,8 @@
 import { rmSync } from "fs";
 import { Client } from "pg";
 import { sharedOutbox, type OutboxRecord } from "../../events/outbox";
-import { PgStore, unitOfWork } from "../../mixins/stores";
-import { PgOutbox } from "../../mixins/stores/pg.outbox";
+import { PgStore, unitOfWork } from "../../stores";
+import { PgOutbox } from "../../stores/pg.outbox";
 import { Outbox } from "../../events/outbox";
 import { tempDir, type TestPlatform } from "../helpers/platform";
 import { needServers } from "../helpers/platform";

@@ -1,15 +1,15 @@
 /**
  * The owner zone's index on PostgreSQL (issue 22 item 4): the stored `owner` column and the partial b-trees of the live
  * rows serve the caller's list (page in index order, exact total counted from the index), with exactly the results of
- * the one-condition statement (`ownerSplit` in mixins/stores/pg.query.ts):
+ * the one-condition statement (`ownerSplit` in stores/pg.query.ts):
  * - randomized documents (owners as strings, arrays, numbers, missing; shares; every form of deleted; ties and missing
  *   `created_at`) and zone filters: pages, totals, cursor walks and counts equal those of the same filter read whole;
  * - the plan: the owned half's page is an index scan in sort order (no Sort node above it), its total an index-only scan;
  * - a table made before the column gets it (and its indexes) on start, with the data, once.
  */
 import { Client } from "pg";
-import { PgStore, type StoredDoc } from "../../mixins/stores";
-import { ownerSplit, Params } from "../../mixins/stores/pg.query";
+import { PgStore, type StoredDoc } from "../../stores";
+import { ownerSplit, Params } from "../../stores/pg.query";
 import { openRelational, releaseRelational } from "../../runtime/relational";
 import { hexId, unique } from "../helpers/samples";
 import { storeDatabase } from "../helpers/pg";

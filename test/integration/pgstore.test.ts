@@ -11,9 +11,9 @@
 import { rmSync } from "fs";
 import { compileSafe, RegexBudget } from "../../lib/safe-regex";
 import { matches } from "../../lib/query";
-import { PgStore, toStoreQuery, type StoredDoc } from "../../mixins/stores";
-import { MAX_NAMED_STATEMENTS } from "../../mixins/stores/pg.store";
-import { Params, whereOf } from "../../mixins/stores/pg.query";
+import { PgStore, toStoreQuery, type StoredDoc } from "../../stores";
+import { MAX_NAMED_STATEMENTS } from "../../stores/pg.store";
+import { Params, whereOf } from "../../stores/pg.query";
 import { openRelational, releaseRelational } from "../../runtime/relational";
 import { tempDir } from "../helpers/platform";
 import { hexId, unique } from "../helpers/samples";

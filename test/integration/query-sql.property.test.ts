@@ -1,5 +1,5 @@
 /**
- * The query language in memory (lib/query.ts) and its SQL translation (mixins/stores/pg.query.ts) agree: on random
+ * The query language in memory (lib/query.ts) and its SQL translation (stores/pg.query.ts) agree: on random
  * documents and random filters, the ids PostgreSQL selects with the translated condition are the ids `matches` accepts
  * where the translation says it is exact, and a superset of them where it says it is not (the store then decides in
  * JavaScript). Runs on the local server's `test` database in a schema of its own, created and dropped here; skipped
@@ -10,7 +10,7 @@ import fc from "fast-check";
 import { Client } from "pg";
 import { matches, toStoreQuery, type Filter } from "../../lib/query";
 import { compileSafe, RegexBudget } from "../../lib/safe-regex";
-import { bind, Params, whereOf } from "../../mixins/stores/pg.query";
+import { bind, Params, whereOf } from "../../stores/pg.query";
 import { needServers } from "../helpers/platform";
 import { PG_BASE } from "../helpers/pg";
 

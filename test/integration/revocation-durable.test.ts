@@ -12,7 +12,7 @@ import { readFileSync, statSync } from "fs";
 import path from "path";
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
 import { apiKey, createClient, createUser, errorBody, kvOf, rootAccountCounter, tokenOf } from "../helpers/auth";
-import { blacklistKey } from "../../middlewares/authenticate";
+import { blacklistKey } from "../../authority/authenticate";
 import { drained } from "../helpers/stream";
 
 let p: TestPlatform;

@@ -4,7 +4,7 @@
  * race, none overdraws.
  */
 import { rmSync } from "fs";
-import { PgStore, type DocumentStore } from "../../mixins/stores";
+import { PgStore, type DocumentStore } from "../../stores";
 import { testDatabase, type TestDatabase } from "../helpers/pg";
 import { tempDir } from "../helpers/platform";
 import { unique } from "../helpers/samples";

@@ -409,8 +409,8 @@ describe("write-ahead stages", () => {
 		const s = await start();
 		const claims = JSON.parse(Buffer.from(root.split(".")[1], "base64url").toString());
 		const meta = { token: claims };
-		const { platformDoc } = await import("../../mixins/collection.mixin");
-		const { stampOf } = await import("../../mixins/saga-staging");
+		const { platformDoc } = await import("../../engine/collection.mixin");
+		const { stampOf } = await import("../../engine/saga-staging");
 		const notesStore = (p.broker.getLocalService("content") as any).collectionStore("notes");
 		// 1: the stage was recorded, the process died before the write: nothing to undo.
 		const never = platformDoc({ title: "never written" }, { owner: claims.uid, cid: claims.cid });

@@ -4,7 +4,7 @@
  * under REQUIRE_SERVERS=1).
  */
 import { rmSync } from "fs";
-import { isDuplicateKeyError, pageOf, PgStore, type DocumentStore, type FindOptions, type StoredDoc } from "../../mixins/stores";
+import { isDuplicateKeyError, pageOf, PgStore, type DocumentStore, type FindOptions, type StoredDoc } from "../../stores";
 import { testDatabase, type TestDatabase } from "../helpers/pg";
 import { tempDir } from "../helpers/platform";
 import { hexId, unique } from "../helpers/samples";

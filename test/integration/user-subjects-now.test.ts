@@ -1,5 +1,5 @@
 /**
- * A user's tokens are decided with what the user holds now (middlewares/authenticate.ts): a role or group taken away
+ * A user's tokens are decided with what the user holds now (authority/authenticate.ts): a role or group taken away
  * stops counting within 2 s on REST and on open live cursors, though the token still carries it (it lives up to 900 s);
  * the other tenant's role of the same name is untouched; a deactivated user's tokens answer 401. On both document
  * stores, with the two tenants of bootTenancy (role @editor: manage on every service, granted in each tenant's domain).

@@ -7,7 +7,7 @@ import { randomBytes } from "crypto";
 import { bootPlatform, dataDirHoldingOutbox, type TestPlatform } from "../helpers/platform";
 import { createUser, tokenOf } from "../helpers/auth";
 import { sharedOutbox, type OutboxRecord } from "../../events/outbox";
-import { createStore, type StoredDoc } from "../../mixins/stores";
+import { createStore, type StoredDoc } from "../../stores";
 import { WALLET_GROUP, walletIdOf } from "../../services/financial.service";
 import { waitForValue } from "../helpers/wait";
 

@@ -7,7 +7,7 @@ import type { ServiceSchema } from "moleculer";
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
 import { kvOf, sleep, tokenOf } from "../helpers/auth";
 import type { OutboxRecord } from "../../events/outbox";
-import { blacklistKey } from "../../middlewares/authenticate";
+import { blacklistKey } from "../../authority/authenticate";
 import { waitForValue } from "../helpers/wait";
 
 describe("watcher", () => {

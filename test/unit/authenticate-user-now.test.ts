@@ -1,11 +1,11 @@
 /**
- * The Authenticator decides a user's token with what the user holds now (middlewares/authenticate.ts): its subjects
+ * The Authenticator decides a user's token with what the user holds now (authority/authenticate.ts): its subjects
  * and groups narrowed to the user's current roles and groups (never widened), its app's subject kept, refused when
  * the user is gone or INACTIVE; the user read once per node per 30 s, again at once after USER_CHANGED, on every
  * request during a clustered node's first 10 s, and not kept when a change was heard while reading it.
  */
 import type { ServiceBroker } from "moleculer";
-import { Authenticator } from "../../middlewares/authenticate";
+import { Authenticator } from "../../authority/authenticate";
 import { Aes } from "../../lib/crypto";
 import { MemoryKeyValue } from "../../runtime/kv";
 import { JwtKeys } from "../../lib/tokens";

@@ -130,7 +130,7 @@ describe("lean metrics", () => {
 
 describe("grant cache: the loaded index without a promise", () => {
 	test("none before loading and after an invalidation; the loaded one otherwise; a stale load is not kept", async () => {
-		const { GrantCache } = await import("../../middlewares/grant-cache");
+		const { GrantCache } = await import("../../authority/grant-cache");
 		const cache = new GrantCache();
 		let calls = 0;
 		let release: (v: { grants: [] }) => void = () => undefined;

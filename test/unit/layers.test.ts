@@ -26,20 +26,20 @@ describe("rooms and their imports", () => {
 	it("reports a wrong arrow, file to file: a rule importing the runtime, the engine the authority layer, services the workers", () => {
 		const fake = new Map<string, string>([
 			["lib/zones.ts", 'import { configOf } from "../runtime/config";\nimport { badRequest } from "./errors";'],
-			["mixins/collection.mixin.ts", 'import type { X } from "../middlewares/authority";\nimport { sharedOutbox } from "../events/outbox";'],
+			["engine/collection.mixin.ts", 'import type { X } from "../authority/authority";\nimport { sharedOutbox } from "../events/outbox";'],
 			["services/index.ts", 'export { workerCatalog } from "../workers";'],
 			["workers/watcher.worker.ts", 'const m = require("../services/context.service");\nconst n = await import("../lib/contracts");'],
 			["lib/grants.ts", 'import { readFileSync } from "node:fs";\nimport { createHash } from "crypto";'],
-			["runtime/kv.ts", 'import { withLease } from "../mixins/stores/unit";'],
+			["runtime/kv.ts", 'import { withLease } from "../stores/unit";'],
 		]);
 		expect(wrongArrows(fake).map(describeArrow).sort()).toEqual(
 			[
 				"lib/zones.ts (lib) -> runtime/config (runtime)",
-				"mixins/collection.mixin.ts (engine) -> middlewares/authority (authority)",
+				"engine/collection.mixin.ts (engine) -> authority/authority (authority)",
 				"services/index.ts (services) -> workers (workers)",
 				"workers/watcher.worker.ts (workers) -> services/context.service (services)",
 				"lib/grants.ts (lib) -> node:fs (banned module)",
-				"runtime/kv.ts (runtime) -> mixins/stores/unit (stores)",
+				"runtime/kv.ts (runtime) -> stores/unit (stores)",
 			].sort(),
 		);
 	});

@@ -1,5 +1,5 @@
 /**
- * S3's client library is loaded only by the nodes configured for it (mixins/blobs/index.ts): a node on the local blob
+ * S3's client library is loaded only by the nodes configured for it (stores/blobs/index.ts): a node on the local blob
  * store never loads it, and one configured for S3 gets it.
  * Each check runs in a fresh process, where the module cache shows what a node's start has loaded.
  */
@@ -20,8 +20,8 @@ test("a node on the local blob store does not load the AWS SDK", () => {
 	const r = inFreshProcess(`
 		${LOADED}
 		const { startPlatform } = require("./platform.ts");
-		const { createStore } = require("./mixins/stores/index.ts");
-		const { createBlobStore } = require("./mixins/blobs/index.ts");
+		const { createStore } = require("./stores/index.ts");
+		const { createBlobStore } = require("./stores/blobs/index.ts");
 		const os = require("os");
 		const dir = require("fs").mkdtempSync(require("path").join(os.tmpdir(), "lazy-"));
 		const store = createStore({ dataDir: dir }, "content/notes");
@@ -34,7 +34,7 @@ test("a node on the local blob store does not load the AWS SDK", () => {
 test("S3 settings load its client and give its store", () => {
 	const r = inFreshProcess(`
 		${LOADED}
-		const { createBlobStore } = require("./mixins/blobs/index.ts");
+		const { createBlobStore } = require("./stores/blobs/index.ts");
 		// It does not connect before use: nothing listens on this port.
 		const blobs = createBlobStore({ dataDir: "/nonexistent", s3: { url: "http://127.0.0.1:1", bucket: "b", region: "us-east-1" } });
 		console.log(JSON.stringify({ blobs: blobs.constructor.name, s3: loaded("@aws-sdk/client-s3") }));

@@ -2,7 +2,7 @@
 import { COLLECTIONS, STANDARD_OPS } from "../../catalog";
 import { OPENAPI_MAX_BULK, openApiDocument, schemaName } from "../../lib/openapi";
 import { allRoutes, publicCollectionRoutes } from "../../lib/routes";
-import { MAX_BULK } from "../../mixins/collection.mixin";
+import { MAX_BULK } from "../../engine/collection.mixin";
 
 type Obj = Record<string, any>;
 const doc = openApiDocument() as Obj;

@@ -8,7 +8,7 @@ import { Aes } from "../../lib/crypto";
 import { isDependencyOutage, retryAfterOf, toErrorBody, DEFAULT_RETRY_AFTER_S } from "../../lib/errors";
 import { CacheUnavailableError, MemoryKeyValue, type KeyValue } from "../../runtime/kv";
 import { JwtKeys } from "../../lib/tokens";
-import { Authenticator, blacklistSession } from "../../middlewares/authenticate";
+import { Authenticator, blacklistSession } from "../../authority/authenticate";
 
 const UNAVAILABLE = { statusCode: 503, message: "service unavailable", error: "Service Unavailable" };
 

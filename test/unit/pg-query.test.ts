@@ -1,5 +1,5 @@
 /**
- * The translation of the query language into SQL (mixins/stores/pg.query.ts), without a database: for each operator,
+ * The translation of the query language into SQL (stores/pg.query.ts), without a database: for each operator,
  * the statement's text and its bind parameters, and whether the SQL is exact or a superset the store matches again in
  * JavaScript. Filters go the way a request's do: parsed and bounded (lib/query-safety.ts), `id` renamed to `_id`
  * (lib/query.ts toStoreQuery), translated, parameters renumbered (bind).
@@ -11,7 +11,7 @@
 import { ApiError } from "../../lib/errors";
 import { matches, renameIdKeys, toStoreQuery } from "../../lib/query";
 import { parseQuery } from "../../lib/query-safety";
-import { bind, jsonPath, lit, orderOf, ownerSplit, Params, valueAt, whereOf } from "../../mixins/stores/pg.query";
+import { bind, jsonPath, lit, orderOf, ownerSplit, Params, valueAt, whereOf } from "../../stores/pg.query";
 
 /** A raw `query` parameter as the store receives it: the SQL text, its values, and whether it is exact. */
 function translate(raw: unknown): { sql: string; values: unknown[]; exact: boolean } {

@@ -1,8 +1,8 @@
 /**
  * A read whose filter pins one id is a primary-key read, the rest of the filter matched in memory
- * (mixins/stores/pg.store.ts findOne): which filters pin an id, and which do not.
+ * (stores/pg.store.ts findOne): which filters pin an id, and which do not.
  */
-import { pinnedId } from "../../mixins/stores/pg.store";
+import { pinnedId } from "../../stores/pg.store";
 
 describe("pinnedId", () => {
 	it("an id equal to a string at the top, with $eq, or in a top-level $and (nested too)", () => {

@@ -1,11 +1,11 @@
 /**
- * A gateway keeps no cached "live" session answer during its first seconds (middlewares/authenticate.ts,
+ * A gateway keeps no cached "live" session answer during its first seconds (authority/authenticate.ts,
  * DISCOVERY_GRACE_MS): the other nodes may not know it yet, so a revocation they announce would not reach it. During
  * the grace every request asks the shared blacklist and the durable session; afterwards one answer per 30 s is kept.
  * A revocation announced with announceRevocation waits until each gateway has applied it.
  */
 import type { ServiceBroker } from "moleculer";
-import { announceRevocation, Authenticator, blacklistSession } from "../../middlewares/authenticate";
+import { announceRevocation, Authenticator, blacklistSession } from "../../authority/authenticate";
 import { Aes } from "../../lib/crypto";
 import { MemoryKeyValue } from "../../runtime/kv";
 import { JwtKeys } from "../../lib/tokens";

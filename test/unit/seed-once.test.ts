@@ -4,7 +4,7 @@
  * claim; a job found done before claims existed is not run again.
  */
 import { rmSync } from "fs";
-import { PgStore } from "../../mixins/stores";
+import { PgStore } from "../../stores";
 import { testDatabase, type TestDatabase } from "../helpers/pg";
 import { unique } from "../helpers/samples";
 import { runOnce } from "../../runtime/seed-once";

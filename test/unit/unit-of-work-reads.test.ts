@@ -1,6 +1,6 @@
 /**
  * On PostgreSQL, a collection action that only reads (get, list, count, cursor) runs without a unit of work, and the
- * unit's scope storage is off whenever no unit runs (mixins/stores/unit.ts): Node's promise hooks, which every
+ * unit's scope storage is off whenever no unit runs (stores/unit.ts): Node's promise hooks, which every
  * promise of the process pays for while the storage is on, are then off. A write still runs in a unit, and its
  * writes still see it; once it has ended, the hooks are off again.
  */
@@ -25,7 +25,7 @@ function probe(): Probe {
 		const { ServiceBroker } = require("moleculer");
 		const { brokerOptions } = require("./moleculer.config.ts");
 		const { readConfig } = require("./runtime/config.ts");
-		const { inUnit } = require("./mixins/stores/unit.ts");
+		const { inUnit } = require("./stores/unit.ts");
 		const dir = require("fs").mkdtempSync(require("path").join(require("os").tmpdir(), "uow-reads-"));
 		const hooksOn = () => Promise.resolve().then(() => executionAsyncId() !== 0);
 		(async () => {

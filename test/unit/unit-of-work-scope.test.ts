@@ -1,5 +1,5 @@
 /**
- * Every node runs its local actions in units of work (mixins/stores/unit.ts): its writes and events commit together
+ * Every node runs its local actions in units of work (stores/unit.ts): its writes and events commit together
  * (pgstore tests), one AsyncLocalStorage scope per call.
  */
 import { execFileSync } from "child_process";

@@ -4,7 +4,7 @@
  * (at least once; the insert is idempotent by request id). An idle reader wakes at once on an append of this process,
  * else polls.
  */
-import type { StoreConfig } from "../../mixins/stores";
+import type { StoreConfig } from "../../stores";
 import { nap } from "../../runtime/nap";
 import { sharedAuditSpool, type AuditBatch, type AuditSpool } from "../../events/audit-spool";
 

@@ -2,7 +2,7 @@
  * The embedded broker's decision for each message it is about to deliver to a token holder (docs/mqtt.md, "Each
  * message, decided at delivery"). A subscription was allowed once, at SUBSCRIBE; what a message may carry is decided
  * again for every delivery, with the holder's token of the moment and the node's grant index of the moment, by the
- * delivery decision the live cursors ask (middlewares/delivery.ts): a grant deleted or narrowed after SUBSCRIBE applies
+ * delivery decision the live cursors ask (authority/delivery.ts): a grant deleted or narrowed after SUBSCRIBE applies
  * to the next message.
  *
  * A message on `<root>/<kind>/<subject>/<service>/<collection>/<id>` is the change event of lib/mqtt.ts mqttPayload.
@@ -12,7 +12,7 @@
  * through the view's field list; an image it does not admit is left out; a message neither image of which is admitted,
  * or whose holder may not read the collection any more, is not delivered.
  */
-import { admits, imageOf, viewOrNone, watcherOf, type Watcher } from "../../middlewares/delivery";
+import { admits, imageOf, viewOrNone, watcherOf, type Watcher } from "../../authority/delivery";
 import type { GrantIndex } from "../../lib/grants";
 import { present } from "../../lib/present";
 import { identityOf, type TokenClaims } from "../../lib/types";
@@ -30,7 +30,7 @@ interface ChangeMessage {
 
 /** The zone of each topic kind: the documents the publisher sends to that topic (lib/mqtt.ts changeTopics). */
 const ZONE_OF: Record<string, string> = { owner: "own", share: "share", client: "client" };
-/** The view is that of every document of the zone, deleted or not (middlewares/authority.ts enforce). */
+/** The view is that of every document of the zone, deleted or not (authority/authority.ts enforce). */
 const HEADERS = { "x-exclude-soft-delete-query": "1" };
 
 const messages = new WeakMap<Buffer, ChangeMessage | null>();
@@ -56,7 +56,7 @@ function messageOf(payload: Buffer): ChangeMessage | null {
 
 /**
  * One token holder's views, one per topic kind and collection it receives, each kept while its token is the same (a
- * view caches its plan by grant index: middlewares/delivery.ts viewAt).
+ * view caches its plan by grant index: authority/delivery.ts viewAt).
  */
 export class ForwardViews {
 	private token?: TokenClaims;

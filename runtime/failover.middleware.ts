@@ -11,7 +11,7 @@
  *   nobody would answer or refuse it, and the caller would wait out requestTimeout.
  */
 import type { ServiceBroker } from "moleculer";
-import { isIdempotent, maybeRan, neverRan } from "../runtime/failover";
+import { isIdempotent, maybeRan, neverRan } from "./failover";
 
 const MAYBE_RAN_RETRIES = 2;
 const FIRST_DELAY_MS = 100;

@@ -18,9 +18,9 @@ import type { ChangeOp } from "../lib/change-event";
 import { sha256Hex } from "../lib/crypto";
 import { isPlainObject } from "../lib/validate";
 import type { RequestMeta } from "../lib/types";
-import type { DocumentStore, StoredDoc } from "./stores";
-import { isDuplicateKeyError, pageOf, updateOf } from "./stores";
-import { REV, withRev } from "./stores/revision";
+import type { DocumentStore, StoredDoc } from "../stores";
+import { isDuplicateKeyError, pageOf, updateOf } from "../stores";
+import { REV, withRev } from "../stores/revision";
 
 export const SAGA_HEADER = "x-saga-session";
 

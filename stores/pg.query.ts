@@ -15,7 +15,7 @@
  *   SQL (the SQL then selects a superset) and the query is marked inexact: the store evaluates the whole filter in
  *   JavaScript on the candidate rows (lib/query.ts, with the RE2 matcher and its work budget), in the SQL's order.
  */
-import { elementTests, isOperatorObject } from "../../lib/query";
+import { elementTests, isOperatorObject } from "../lib/query";
 import type { Filter } from "./types";
 
 export class Params {

@@ -16,7 +16,7 @@ import { present } from "../lib/present";
 import { identityOf, servesRequest, type RequestMeta, type TokenClaims, type Doc } from "../lib/types";
 import { checkRules, isPlainObject, validateBody } from "../lib/validate";
 import { sharedOutbox, type ChangeActor, type Outbox } from "../events/outbox";
-import { createStore, isDuplicateKeyError, pageOf, TENANT_REF, tenantRef, type DocumentStore, type Keyset, type StoredDoc } from "./stores";
+import { createStore, isDuplicateKeyError, pageOf, TENANT_REF, tenantRef, type DocumentStore, type Keyset, type StoredDoc } from "../stores";
 import { matchesFilter } from "../lib/query";
 import { MAX_EXAMINED, referencedFields } from "../lib/query-safety";
 import { authorityChanged } from "./authority-hook";
@@ -27,7 +27,7 @@ import { fenceChanges, IdempotencyStoreRef, markShownOnce } from "./idempotency-
 import { settle, stagedAction, stagingStore, type Image, type SettleReason } from "./saga-staging";
 import { specialName } from "../catalog";
 import { asSchema } from "../lib/service";
-import { matches, noneMatchHits, parseIfMatch, pinned, preconditionFailed, revisioned, tagOf, unpinned, weakTagOf } from "./stores/revision";
+import { matches, noneMatchHits, parseIfMatch, pinned, preconditionFailed, revisioned, tagOf, unpinned, weakTagOf } from "../stores/revision";
 
 export const MAX_BULK = 1000;
 const BATCH = 200;
@@ -74,7 +74,7 @@ export interface CollectionHooks {
 	specials?: Record<string, (ctx: Ctx) => Promise<unknown>>;
 }
 
-/** Metadata of a special action (`<collection>.<name>`), read by the authority middleware (middlewares/authority.ts). */
+/** Metadata of a special action (`<collection>.<name>`), read by the authority middleware (authority/authority.ts). */
 export interface SpecialActionMeta {
 	service: string;
 	collection: string;
@@ -206,7 +206,7 @@ function answerHeader(ctx: Ctx, name: string, value: string): void {
 /**
  * Runs a write of the document `doc` of a by-id route under the request's `If-Match` (docs/contracts.md "Retries and
  * concurrent writers"): 412 `precondition failed` when the document's tag is not one listed, and the write's first
- * store write to the document conditional on the revision compared (mixins/stores/revision.ts), so a writer in
+ * store write to the document conditional on the revision compared (stores/revision.ts), so a writer in
  * between answers 412 too and nothing changes. Without the header (or from a call that is not the request's), the
  * write as it is.
  */
@@ -234,9 +234,9 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 
 	function engine(col: CollectionDef) {
 		const h = hooks[col.name] ?? {};
-		// A write carrying x-saga-session goes through the staging store (mixins/saga-staging.ts). A call that serves a
+		// A write carrying x-saga-session goes through the staging store (engine/saga-staging.ts). A call that serves a
 		// client's request reads and writes under the request's deadline (reads run without a unit, which carries it for
-		// writes: mixins/stores/unit.middleware.ts).
+		// writes: stores/unit.middleware.ts).
 		const store = (ctx: Ctx) => stagingStore(ctx, forRequest(ctx, state(ctx.service).stores.get(col.name)!));
 		/** The collection's own (revisioned) store, which `If-Match` pins a document of. */
 		const own = (ctx: Ctx) => state(ctx.service).stores.get(col.name)!;
@@ -288,7 +288,7 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 
 		/** The change events of `changes`, appended to the outbox (on PostgreSQL: committed with the unit's writes). */
 		async function append(ctx: Ctx, changes: Change[], svc: unknown = ctx.service) {
-			// A keyed request's record is marked committed in the same unit of work (mixins/idempotency-record.ts).
+			// A keyed request's record is marked committed in the same unit of work (engine/idempotency-record.ts).
 			await fenceChanges(
 				ctx,
 				state(svc).idempotency,
@@ -316,7 +316,7 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 
 		/**
 		 * New documents and their change events. The insert may be held back and written by the outbox's append, in one
-		 * statement (PostgreSQL, mixins/stores/unit.ts): its duplicate key surfaces from either, the same 409.
+		 * statement (PostgreSQL, stores/unit.ts): its duplicate key surfaces from either, the same 409.
 		 */
 		async function create(ctx: Ctx, docs: StoredDoc[]) {
 			const changes = docs.map((after) => ({ op: "c" as const, before: null, after }));
@@ -697,7 +697,7 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 		actions,
 		events: {
 			// A grant or role change anywhere: this node's grant index reloads on next use (the authority layer's
-			// invalidation, registered in mixins/authority-hook.ts).
+			// invalidation, registered in engine/authority-hook.ts).
 			[AUTHORITY_CHANGED]() {
 				authorityChanged();
 			},
@@ -726,7 +726,7 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 					Object.keys(col.fields).filter((f) => col.fields[f].relation),
 				);
 				await raw.connect();
-				// Every write through it stores a new revision (the document's ETag, mixins/stores/revision.ts).
+				// Every write through it stores a new revision (the document's ETag, stores/revision.ts).
 				st.stores.set(col.name, revisioned(raw));
 			}
 		},

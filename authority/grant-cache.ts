@@ -5,7 +5,7 @@
  */
 import type { Context } from "moleculer";
 import { GrantIndex, type Grant } from "../lib/grants";
-import { onAuthorityChanged } from "../mixins/authority-hook";
+import { onAuthorityChanged } from "../engine/authority-hook";
 
 export const SNAPSHOT_ACTION = "auth.grants.snapshot";
 

@@ -1,10 +1,10 @@
 /**
- * Every local action runs in a unit of work (mixins/stores/unit.ts): its document writes and its change events
+ * Every local action runs in a unit of work (stores/unit.ts): its document writes and its change events
  * commit together. Before the action calls another one (local or remote), what it has written is committed: the
  * callee never waits on a row lock its caller holds (no deadlock across actions or nodes) and reads what was written.
  */
 import type { Middleware } from "moleculer";
-import { servesRequest, type RequestMeta } from "../../lib/types";
+import { servesRequest, type RequestMeta } from "../lib/types";
 import { flushUnit, hasOpenTransaction, unitOfWork } from "./unit";
 
 /**
@@ -36,7 +36,7 @@ const CrashAfterCommitMiddleware = {
 
 /**
  * The collection actions that only read (a saga's read records its stage through a call, which gets a unit of its own):
- * nothing of theirs to commit, so no unit, no scope, and (no unit running) no promise hooks (mixins/stores/unit.ts).
+ * nothing of theirs to commit, so no unit, no scope, and (no unit running) no promise hooks (stores/unit.ts).
  */
 const READ_OPS = new Set(["get", "list", "count", "cursor"]);
 /**
@@ -48,7 +48,7 @@ const NO_UNIT_SERVICES = new Set(["api"]);
 /**
  * Every local action (but the reads) in a unit of work; an action that serves a client's request (lib/types.ts
  * `servesRequest`) with the request's deadline on each of its statements. The reads get theirs from the store they
- * read (mixins/collection.mixin.ts), without a unit.
+ * read (engine/collection.mixin.ts), without a unit.
  */
 export const unitOfWorkMiddleware = (deadlineMs?: number): Middleware =>
 	({

@@ -2,9 +2,9 @@
  * The stores' shared helpers. The store's interface itself (documents, filters, `DocumentStore`, TENANT_REF) is the
  * catalog's (catalog/store.ts), re-exported here so the stores keep one place to import from.
  */
-import { TENANT_REF, type DocumentStore, type FindOptions, type Page } from "../../catalog/store";
+import { TENANT_REF, type DocumentStore, type FindOptions, type Page } from "../catalog/store";
 
-export * from "../../catalog/store";
+export * from "../catalog/store";
 
 /** A page and its total through the store's one-pass `findPage` when it has one. */
 export async function pageOf(store: DocumentStore, o: FindOptions): Promise<Page> {
@@ -89,7 +89,7 @@ export async function sortInSlices<T>(items: T[], cmp: (a: T, b: T) => number, s
 	return src;
 }
 
-export { elementTests, renameIdKeys, toStoreQuery } from "../../lib/query";
+export { elementTests, renameIdKeys, toStoreQuery } from "../lib/query";
 
 const UNSET_WHEN_NULL = ["ref", TENANT_REF];
 

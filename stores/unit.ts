@@ -1,7 +1,7 @@
 /**
  * A unit of work: the statements of one write action and its change events commit in one PostgreSQL transaction.
  *
- * The collection engine runs each action inside `unitOfWork` (one line in mixins/collection.mixin.ts). The document
+ * The collection engine runs each action inside `unitOfWork` (one line in engine/collection.mixin.ts). The document
  * store's writes in that scope open a transaction lazily, on one pooled connection per database; reads in the scope
  * see those writes. The outbox's append (events/outbox.ts) inserts the events on the same connection and commits
  * (`commitUnit`): the documents and their events are durable together or not at all. Whatever the action writes
@@ -26,7 +26,7 @@ interface Tx {
 /**
  * A statement held back by the unit (text, values, and its name when it is a named statement). `rows`: when the
  * statement is an insert of whole documents into one table (a create), their JSON texts, so that the outbox can write
- * the inserts of several concurrent units in one statement (group commit, mixins/stores/pg.outbox.ts).
+ * the inserts of several concurrent units in one statement (group commit, stores/pg.outbox.ts).
  */
 export type Held = QueryConfig & { rows?: { table: string; docs: string[] } };
 

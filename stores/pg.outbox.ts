@@ -1,6 +1,6 @@
 /**
  * The transactional outbox on PostgreSQL (DOCUMENT_STORE=postgres): change events are rows of `_outbox` in the same
- * database as the documents, inserted in the writer's unit of work (mixins/stores/unit.ts) and committed with the
+ * database as the documents, inserted in the writer's unit of work (stores/unit.ts) and committed with the
  * documents they describe, in one transaction.
  *
  * Commit order without clocks: an append takes a transaction-level advisory lock before it draws its positions from
@@ -12,8 +12,8 @@
  * for all the appends that arrived while the previous group ran (`enqueue`).
  */
 import type { PoolClient } from "pg";
-import { openRelational, releaseRelational, SCHEMA_LIMIT_MS, type Relational } from "../../runtime/relational";
-import { ApiError } from "../../lib/errors";
+import { openRelational, releaseRelational, SCHEMA_LIMIT_MS, type Relational } from "../runtime/relational";
+import { ApiError } from "../lib/errors";
 import { DDL_LOCK, PgDatabase, type PgConfig } from "./pg.store";
 import { commitUnit, openTransaction, takeHeld, unitDeadline, type Held } from "./unit";
 
@@ -30,7 +30,7 @@ const NOTIFY = `pg_notify('${OUTBOX_CHANNEL}', '')`;
 /**
  * One statement, one round trip: the lock is an InitPlan of a one-time filter, so it is taken before the first
  * position is drawn; the n-th smallest position goes to the n-th record. With `held` (a document write the unit of
- * work held back, mixins/stores/unit.ts), that write is the statement's first part, `d`, and the lock waits for it
+ * work held back, stores/unit.ts), that write is the statement's first part, `d`, and the lock waits for it
  * (it counts d's rows): the documents are written, and a duplicate key fails the statement, before any lock is taken
  * or position drawn, as when they were a statement of their own. Its parameters come first.
  */

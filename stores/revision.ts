@@ -14,11 +14,11 @@
  */
 import { AsyncLocalStorage } from "async_hooks";
 import { createHash, randomBytes } from "crypto";
-import { ApiError, badRequest } from "../../lib/errors";
+import { ApiError, badRequest } from "../lib/errors";
 import type { DocumentStore, Filter, StoredDoc } from "./types";
 import { updateOf } from "./types";
 
-import { REV } from "../../catalog/store";
+import { REV } from "../catalog/store";
 
 export { REV };
 

@@ -1,8 +1,8 @@
 /**
  * The document store: one table per collection, `(id text, doc jsonb)`, in the
  * database at DATABASE_URL (the embedded PostgreSQL under DATA_DIR when unset, runtime/relational.ts), shared by every
- * node. Queries are translated to parameterised SQL (mixins/stores/pg.query.ts); writes join the caller's unit of
- * work (mixins/stores/unit.ts), so a document and its change events commit together.
+ * node. Queries are translated to parameterised SQL (stores/pg.query.ts); writes join the caller's unit of
+ * work (stores/unit.ts), so a document and its change events commit together.
  *
  * Each document is stored once, as jsonb (`doc`): what queries and indexes read is what a read returns, and
  * PostgreSQL parses a written document once. A document read back has jsonb's key order (shorter keys first, then
@@ -19,14 +19,14 @@
  */
 import { createHash } from "crypto";
 import type { PoolClient } from "pg";
-import { openRelational, releaseRelational, SCHEMA_LIMIT_MS, type NamedStatement, type Relational } from "../../runtime/relational";
-import type { PlatformConfig } from "../../runtime/config";
-import { ApiError, badRequest } from "../../lib/errors";
+import { openRelational, releaseRelational, SCHEMA_LIMIT_MS, type NamedStatement, type Relational } from "../runtime/relational";
+import type { PlatformConfig } from "../runtime/config";
+import { ApiError, badRequest } from "../lib/errors";
 import type { DocumentStore, FindOptions, Filter, Keyset, KeysetPage, Page, StoredDoc, WriteOptions } from "./types";
 import { renameIdKeys, Slices, TENANT_REF, toStoreQuery, updateOf } from "./types";
 import { afterOf, bind, keyColumns, lit, orderOf, orderOfKeys, OWNER_COLUMN, ownerColumn, ownerSplit, Params, sortKeys, valueAt, whereOf, type SortKey } from "./pg.query";
 import { holdWrite, inUnit, openTransaction, unitDeadline, unitTransaction, type Held } from "./unit";
-import { applyUpdate, checkKeys, matches, project } from "../../lib/query";
+import { applyUpdate, checkKeys, matches, project } from "../lib/query";
 
 export type PgConfig = Pick<PlatformConfig, "dataDir"> & Partial<Pick<PlatformConfig, "databaseUrl">>;
 type Query = <R = Record<string, unknown>>(text: string, params?: unknown[]) => Promise<{ rows: R[]; rowCount: number | null }>;
@@ -107,7 +107,7 @@ export class PgDatabase {
 	};
 
 	/**
-	 * A write the caller's unit of work may hold back (mixins/stores/unit.ts: the outbox's append then runs it in its
+	 * A write the caller's unit of work may hold back (stores/unit.ts: the outbox's append then runs it in its
 	 * own statement); run at once when the unit cannot hold it, or outside a unit.
 	 */
 	async writeHeld(text: string, params: unknown[], rows?: Held["rows"]): Promise<void> {

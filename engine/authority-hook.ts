@@ -1,7 +1,7 @@
 /**
  * What the engine does when any node broadcasts AUTHORITY_CHANGED (lib/contracts.ts): it runs the functions the
  * layer above registered here. The authority layer registers its grant cache's invalidation when it is loaded
- * (middlewares/grant-cache.ts), so the engine knows no file above it: every domain service's handler drops this
+ * (authority/grant-cache.ts), so the engine knows no file above it: every domain service's handler drops this
  * node's grant index, as before, without importing the cache.
  */
 const hooks = new Set<() => void>();

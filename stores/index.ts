@@ -1,7 +1,7 @@
 /**
  * The document store: PostgreSQL, at DATABASE_URL (every node shares it), else the embedded PostgreSQL under DATA_DIR.
  */
-import type { PlatformConfig } from "../../runtime/config";
+import type { PlatformConfig } from "../runtime/config";
 import type { DocumentStore } from "./types";
 import { PgStore } from "./pg.store";
 

@@ -5,7 +5,7 @@
  * are pure (lib/authority.ts); this file takes their inputs from the call's context and keeps the plan in it.
  */
 import type { Middleware } from "moleculer";
-import type { CollectionActionMeta, CollectionParams, Ctx, SpecialActionMeta } from "../mixins/collection.mixin";
+import type { CollectionActionMeta, CollectionParams, Ctx, SpecialActionMeta } from "../engine/collection.mixin";
 import { findCollection, type CollectionDef } from "../catalog";
 import { checkGrant, checkScope, enforce as enforceRequest, type EnforceRequest } from "../lib/authority";
 import { ApiError, notFound, unauthorized } from "../lib/errors";

@@ -16,7 +16,7 @@
  * commit leaves a committed record, which a retry turns into an answer.
  */
 import { conflict } from "../lib/errors";
-import { createStore, locationOf, type DocumentStore, type StoreConfig } from "./stores";
+import { createStore, locationOf, type DocumentStore, type StoreConfig } from "../stores";
 
 export const IDEMPOTENCY_STORE = "_idempotency";
 /** How long a kept answer (and the key) lives. */

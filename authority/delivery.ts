@@ -15,7 +15,7 @@ import type { AccessPlan } from "../lib/plan";
 import { present } from "../lib/present";
 import { RegexBudget, SafeRegExp } from "../lib/safe-regex";
 import type { Doc, TokenClaims } from "../lib/types";
-import type { CollectionActionMeta } from "../mixins/collection.mixin";
+import type { CollectionActionMeta } from "../engine/collection.mixin";
 import { matchesFilter } from "../lib/query";
 import { checkGrant, checkScope, enforce } from "../lib/authority";
 

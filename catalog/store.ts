@@ -48,6 +48,11 @@ export interface DocumentStore {
 	disconnect(): Promise<void>;
 	find(opts: FindOptions): Promise<StoredDoc[]>;
 	findOne(query: Filter): Promise<StoredDoc | null>;
+	/**
+	 * findOne for a read that only answers: the same document, possibly from a cache that is exact (never older than
+	 * a write committed before the call), frozen. A store without one answers findOne's.
+	 */
+	findOneCached?(query: Filter): Promise<StoredDoc | null>;
 	count(query: Filter, opts?: Pick<FindOptions, "examine">): Promise<number>;
 	/**
 	 * `find` and `count` of the same query in one pass, for a store where evaluating the filter twice costs twice

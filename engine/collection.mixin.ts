@@ -20,6 +20,7 @@ import { createStore, isDuplicateKeyError, pageOf, TENANT_REF, tenantRef, type D
 import { matchesFilter } from "../lib/query";
 import { MAX_EXAMINED, referencedFields } from "../lib/query-safety";
 import { authorityChanged } from "./authority-hook";
+import { keptAnswer } from "./answer-cache";
 import { checkHealth, HEALTH_ACTION } from "../runtime/health";
 import { sharedKeyValue } from "../runtime/kv";
 import { opsPortMixin } from "./ops-port.mixin";
@@ -457,23 +458,30 @@ export function collectionMixin(domain: DomainDef, hooks: Record<string, Collect
 			},
 			async get(ctx) {
 				const plan = requirePlan(ctx.locals);
-				const stored = await target(ctx, plan);
-				const [doc] = await populate(ctx, plan, [out(stored, plan)]);
+				const s = store(ctx);
+				// A client's read that populates nothing may answer from the document cache (engine/answer-cache.ts): its
+				// answer is a function of the document and the readable fields, decided above for this caller.
+				const stored = routed(ctx) && !plan.populate.length && s.findOneCached ? await s.findOneCached(plan.filter) : await s.findOne(plan.filter);
+				if (!stored) throw notFound();
+				const kept = Object.isFrozen(stored) ? keptAnswer(stored, plan.fields, () => ({ body: { data: out(stored, plan) }, tag: tagOf(stored) })) : undefined;
+				const [doc] = kept ? [kept.body.data] : await populate(ctx, plan, [out(stored, plan)]);
 				// The document's tag; with `populate`, a weak one that also covers the populated values. If-None-Match naming
 				// it: 304, no body (decided here, not by moleculer-web's `fresh`, which ignores it beside `Cache-Control:
 				// no-cache`, as fetch clients send it with every conditional request).
-				const tag = plan.populate.length
-					? weakTagOf(
-							stored,
-							plan.populate.map((p) => doc[p.path]),
-						)
-					: tagOf(stored);
+				const tag =
+					kept?.tag ??
+					(plan.populate.length
+						? weakTagOf(
+								stored,
+								plan.populate.map((p) => doc[p.path]),
+							)
+						: tagOf(stored));
 				answerHeader(ctx, "ETag", tag);
 				if (routed(ctx) && noneMatchHits(ctx.meta.headers?.["if-none-match"], tag)) {
 					ctx.meta.$statusCode = 304;
 					return null;
 				}
-				return { data: doc };
+				return kept?.body ?? { data: doc };
 			},
 			async create(ctx) {
 				const plan = requirePlan(ctx.locals);

@@ -5,6 +5,7 @@ import path from "path";
 
 /** DATABASE_POOL_SIZE's default. */
 export const DEFAULT_DATABASE_POOL_SIZE = 20;
+export const DEFAULT_DOC_CACHE_SIZE = 10_000;
 /** REQUEST_DB_DEADLINE_MS's default: a request's statement, from asking for a connection to its answer. */
 export const DEFAULT_REQUEST_DB_DEADLINE_MS = 5000;
 
@@ -28,6 +29,11 @@ export interface PlatformConfig {
 	 * the server, must stay under the server's `max_connections` (100 by default).
 	 */
 	databasePoolSize: number;
+	/**
+	 * DOC_CACHE_SIZE: documents a process keeps in memory per database for the answers of `get` (stores/doc-cache.ts:
+	 * exact across nodes, invalidated by every write's notification); default 10000, 0 turns the cache off.
+	 */
+	docCacheSize: number;
 	/**
 	 * REQUEST_DB_DEADLINE_MS: each PostgreSQL statement made for a client's request (its wait for a pooled connection
 	 * and its answer together) fails after this, with 503 and Retry-After, and its connection is given up; default
@@ -415,6 +421,7 @@ export function readConfig(): PlatformConfig {
 		redisUrl: env("REDIS_URL"),
 		databaseUrl: env("DATABASE_URL"),
 		databasePoolSize: atLeast("DATABASE_POOL_SIZE", DEFAULT_DATABASE_POOL_SIZE, 1),
+		docCacheSize: atLeast("DOC_CACHE_SIZE", DEFAULT_DOC_CACHE_SIZE, 0),
 		requestDbDeadlineMs: millis("REQUEST_DB_DEADLINE_MS", DEFAULT_REQUEST_DB_DEADLINE_MS, 100),
 		mqttUrl: env("MQTT_URL"),
 		mqttTopicRoot: topicRoot(env("MQTT_TOPIC_ROOT")),

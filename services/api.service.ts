@@ -36,6 +36,7 @@ import { lastEventIdOf, LiveCursors } from "./api/live-cursor";
 import { MqttWebSocketBridge } from "./api/mqtt-ws";
 import { grantCache } from "../authority/grant-cache";
 import { Idempotency } from "./api/idempotency";
+import { answerText } from "../engine/answer-cache";
 import { NODE_STOPPING } from "../runtime/node-stopping";
 import { Drain } from "./api/drain";
 import { Cors } from "./api/cors";
@@ -473,6 +474,10 @@ export function apiService(cfg: PlatformConfig = readConfig()): ServiceSchema {
 
 		methods: {
 			...fileMethods,
+			/** moleculer-web's body encoder: a kept answer's text as it was made (engine/answer-cache.ts), else JSON. */
+			encodeResponse(req: Req, res: Res, data: unknown) {
+				return answerText(data) ?? JSON.stringify(data);
+			},
 			/**
 			 * The HTTP server's handler. The "api" route's action aliases (authenticated collection CRUD) are served here
 			 * without moleculer-web's `api.rest` action call (services/api/lean-route.ts): the same Context (request id

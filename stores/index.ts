@@ -9,7 +9,7 @@ export * from "./types";
 export { unitOfWork } from "./unit";
 export { PgStore };
 
-export type StoreConfig = Pick<PlatformConfig, "dataDir"> & Partial<Pick<PlatformConfig, "databaseUrl" | "databasePoolSize">>;
+export type StoreConfig = Pick<PlatformConfig, "dataDir"> & Partial<Pick<PlatformConfig, "databaseUrl" | "databasePoolSize" | "docCacheSize">>;
 
 /** One key per database: nodes (and stores) with the same key share documents and outbox. */
 export const locationOf = (cfg: StoreConfig): string => `postgres:${cfg.databaseUrl ?? cfg.dataDir}`;

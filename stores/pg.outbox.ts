@@ -11,10 +11,10 @@
  * need no transaction of their own (a create, events alone) commit in groups: one statement, one lock, one WAL flush
  * for all the appends that arrived while the previous group ran (`enqueue`).
  */
-import type { PoolClient } from "pg";
 import { openRelational, releaseRelational, SCHEMA_LIMIT_MS, type Relational } from "../runtime/relational";
 import { ApiError } from "../lib/errors";
 import { DDL_LOCK, PgDatabase, type PgConfig } from "./pg.store";
+import { listenOn, type Listening } from "./pg-listen";
 import { commitUnit, openTransaction, takeHeld, unitDeadline, type Held } from "./unit";
 
 /** The outbox's table and the sequence its positions are drawn from (a backup restores both: data-backup.ts). */
@@ -83,21 +83,13 @@ function deadlineOf(members: Member[]): number | undefined {
 	return ends.length ? Math.max(1, Math.min(...ends) - Date.now()) : undefined;
 }
 
-/** The outbox listener's statements (LISTEN, its health checks) answer within this, else its connection is given up. */
-const LISTEN_ANSWER_MS = 2000;
-
 /** Members of one group statement at most (their records are one array parameter). */
 const MAX_GROUP = 256;
 
 /** A failed group statement's error that one member's data can cause (a duplicate key, a value PostgreSQL refuses). */
 const byMember = (err: unknown) => err instanceof ApiError || /^2[23]/.test(String((err as { code?: unknown })?.code ?? ""));
 
-/** A LISTEN on the outbox's channel (events/feed.ts). */
-export interface Listening {
-	/** Resolves true while the connection answers within its time. */
-	check(): Promise<boolean>;
-	close(): void;
-}
+export type { Listening } from "./pg-listen";
 
 export interface PgOutboxRow<T> {
 	seq: number;
@@ -241,47 +233,9 @@ export class PgOutbox {
 		return rows.map((r) => ({ seq: Number(r.seq), rec: r.rec as T }));
 	}
 
-	/**
-	 * LISTEN on OUTBOX_CHANNEL on a connection of its own (held from the pool until closed): `onNotify` at every
-	 * committed append of any process, `onLost` once when the connection fails. `check` answers whether it still
-	 * answers within LISTEN_ANSWER_MS; a silent one is destroyed (its notifications would never come).
-	 */
-	async listen(onNotify: () => void, onLost: () => void): Promise<Listening> {
-		const c = await this.d.rel.client(LISTEN_ANSWER_MS);
-		let closed = false;
-		const close = (err?: Error) => {
-			if (closed) return;
-			closed = true;
-			c.off("notification", notified);
-			c.off("error", failed);
-			c.off("end", failed);
-			c.release(err ?? true);
-		};
-		const notified = (m: { channel: string }) => m.channel === OUTBOX_CHANNEL && onNotify();
-		const failed = () => {
-			if (closed) return;
-			close(new Error("the outbox listener's connection ended"));
-			onLost();
-		};
-		c.on("notification", notified);
-		c.on("error", failed);
-		c.on("end", failed);
-		try {
-			await c.query(`listen ${OUTBOX_CHANNEL}`);
-		} catch (err) {
-			close(err as Error);
-			throw err;
-		}
-		return {
-			// Each statement of this checkout is bound to LISTEN_ANSWER_MS (rel.client): past it the connection is destroyed.
-			check: async () =>
-				!closed &&
-				!!(await c.query("select 1").then(
-					() => true,
-					() => false,
-				)),
-			close: () => close(),
-		};
+	/** LISTEN on OUTBOX_CHANNEL (stores/pg-listen.ts): `onNotify` at every committed append of any process. */
+	listen(onNotify: () => void, onLost: () => void): Promise<Listening> {
+		return listenOn(this.d.rel, OUTBOX_CHANNEL, () => onNotify(), onLost);
 	}
 
 	/** Removes what every consumer has passed, and what is older than the retention whoever lags. */
@@ -307,5 +261,3 @@ export class PgOutbox {
 		return !!this.db && (await this.db.rel.ping());
 	}
 }
-
-export type { PoolClient };

@@ -27,8 +27,9 @@ import { renameIdKeys, Slices, TENANT_REF, toStoreQuery, updateOf } from "./type
 import { afterOf, bind, keyColumns, lit, orderOf, orderOfKeys, OWNER_COLUMN, ownerColumn, ownerSplit, Params, sortKeys, valueAt, whereOf, type SortKey } from "./pg.query";
 import { holdWrite, inUnit, openTransaction, unitDeadline, unitTransaction, type Held } from "./unit";
 import { applyUpdate, checkKeys, matches, project } from "../lib/query";
+import { acquireDocCache, docsTriggerCheck, docsTriggerDdl, releaseDocCache, type DocCache } from "./doc-cache";
 
-export type PgConfig = Pick<PlatformConfig, "dataDir"> & Partial<Pick<PlatformConfig, "databaseUrl">>;
+export type PgConfig = Pick<PlatformConfig, "dataDir"> & Partial<Pick<PlatformConfig, "databaseUrl" | "docCacheSize">>;
 type Query = <R = Record<string, unknown>>(text: string, params?: unknown[]) => Promise<{ rows: R[]; rowCount: number | null }>;
 
 /** Errors of the caller's data or query: 400, never 500. */
@@ -172,8 +173,12 @@ export class PgDatabase {
 
 /** A quoted table (or index) identifier: short names as they are, long ones shortened with a hash (63 bytes). */
 export function ident(name: string): string {
-	const n = Buffer.byteLength(name) <= 60 ? name : `${name.slice(0, 36)}#${createHash("sha256").update(name).digest("hex").slice(0, 16)}`;
-	return `"${n.replace(/"/g, '""')}"`;
+	return `"${tableName(name).replace(/"/g, '""')}"`;
+}
+
+/** The table's name as PostgreSQL reports it (TG_TABLE_NAME): unquoted, long names shortened as `ident` does. */
+export function tableName(name: string): string {
+	return Buffer.byteLength(name) <= 60 ? name : `${name.slice(0, 36)}#${createHash("sha256").update(name).digest("hex").slice(0, 16)}`;
 }
 
 /**
@@ -244,7 +249,11 @@ export class PgStore implements DocumentStore {
 	readonly kind = "postgres" as const;
 	private db?: PgDatabase;
 	private readonly table: string;
+	/** The table's name in the documents' notifications (stores/doc-cache.ts). */
+	private readonly notified: string;
 	private readonly short: string;
+	/** The database's document cache (stores/doc-cache.ts), while connected. */
+	private cache?: DocCache;
 
 	constructor(
 		private readonly cfg: PgConfig,
@@ -252,6 +261,7 @@ export class PgStore implements DocumentStore {
 		private readonly extraIndexes: string[] = [],
 	) {
 		this.table = ident(`docs/${name}`);
+		this.notified = tableName(`docs/${name}`);
 		this.short = createHash("sha256").update(name).digest("hex").slice(0, 12);
 	}
 
@@ -311,7 +321,12 @@ export class PgStore implements DocumentStore {
 			await q(`create index if not exists ${i("owner_id")} on ${t} (owner, id) where owner is not null and ${LIVE()}`);
 			await q(`create index if not exists ${i("owner_array")} on ${t} (id) where jsonb_typeof(doc->'owner') = 'array'`);
 			for (const f of this.extraIndexes) await q(`create index if not exists ${i(`x_${f}`)} on ${t} (${valueAt(f)} nulls first, id)`);
+			// Every write of the table, whoever makes it, notifies the document caches of every node at its commit.
+			const check = docsTriggerCheck(t);
+			if ((await q(check.text, check.values)).rows[0].n !== 4) for (const ddl of docsTriggerDdl(t)) await q(ddl);
 		}, SCHEMA_LIMIT_MS);
+		this.cache = acquireDocCache(rel, this.cfg.docCacheSize);
+		void this.cache.start();
 	}
 
 	/**
@@ -336,7 +351,10 @@ export class PgStore implements DocumentStore {
 
 	async disconnect(): Promise<void> {
 		if (!this.db) return;
+		const rel = this.db.rel;
 		this.db = undefined;
+		if (this.cache) releaseDocCache(rel);
+		this.cache = undefined;
 		await releaseRelational(this.cfg);
 	}
 
@@ -550,6 +568,23 @@ export class PgStore implements DocumentStore {
 		const id = pinnedId(q);
 		if (id === undefined) return (await this.find({ query, limit: 1 }))[0] ?? null;
 		const doc = (await this.d.read(`select doc from ${this.table} where id = $1`, [id])).rows[0]?.doc as StoredDoc | undefined;
+		return doc && matches(doc, q) ? doc : null;
+	}
+
+	/**
+	 * findOne for a read that only answers (the engine's `get`): a by-id query is served from the database's document
+	 * cache (stores/doc-cache.ts, exact across nodes), matched in memory as findOne matches it. The document is frozen.
+	 */
+	async findOneCached(query: Filter): Promise<StoredDoc | null> {
+		const q = toStoreQuery(query);
+		const id = pinnedId(q);
+		const cache = this.cache;
+		if (id === undefined || !cache) return this.findOne(query);
+		const doc = await cache.read(
+			this.notified,
+			id,
+			async () => ((await this.d.read(`select doc from ${this.table} where id = $1`, [id])).rows[0]?.doc as StoredDoc | undefined) ?? null,
+		);
 		return doc && matches(doc, q) ? doc : null;
 	}
 

@@ -471,6 +471,20 @@ const ROW: Record<string, Row> = {
 			return asked(() => inTurn(w.probes("content/notes"), (m) => w.call(p, "GET", `/content/notes/${m.id}`)));
 		},
 	}),
+	// The same route answered from the document cache (stores/doc-cache.ts): each document read twice at once, the
+	// second answer (a kept document's, with its kept body) is what the principal received.
+	getKept: notesRow({
+		name: "REST get, answered from the document cache",
+		current: true,
+		async open(w, p) {
+			return asked(() =>
+				inTurn(w.probes("content/notes"), async (m) => {
+					await w.call(p, "GET", `/content/notes/${m.id}`);
+					return w.call(p, "GET", `/content/notes/${m.id}`);
+				}),
+			);
+		},
+	}),
 	list: notesRow({
 		name: "REST list",
 		current: true,

@@ -40,16 +40,24 @@ export async function rootToken(base: string, dataDir: string): Promise<string> 
 	return r.data.access_token;
 }
 
-/** A process and its descendants (tsx's node, the embedded PostgreSQL): name and CPU ticks (user + system) of each. */
-export function processTree(pid: number): Map<number, { comm: string; ticks: number }> | undefined {
-	const stats = new Map<number, { ppid: number; ticks: number; comm: string }>();
+/**
+ * A process and its descendants (tsx's node, the embedded PostgreSQL): name and CPU ticks (user + system) of each,
+ * and of its children that ended (`reaped`: cutime + cstime, what the process collected when it waited for them).
+ */
+export function processTree(pid: number): Map<number, { comm: string; ticks: number; reaped: number }> | undefined {
+	const stats = new Map<number, { ppid: number; ticks: number; reaped: number; comm: string }>();
 	try {
 		for (const d of readdirSync("/proc")) {
 			if (!/^\d+$/.test(d)) continue;
 			try {
 				const s = readFileSync(`/proc/${d}/stat`, "utf8");
 				const f = s.slice(s.lastIndexOf(") ") + 2).split(" ");
-				stats.set(Number(d), { ppid: Number(f[1]), ticks: Number(f[11]) + Number(f[12]), comm: s.slice(s.indexOf("(") + 1, s.lastIndexOf(")")) });
+				stats.set(Number(d), {
+					ppid: Number(f[1]),
+					ticks: Number(f[11]) + Number(f[12]),
+					reaped: Number(f[13]) + Number(f[14]),
+					comm: s.slice(s.indexOf("(") + 1, s.lastIndexOf(")")),
+				});
 			} catch {
 				/* gone meanwhile */
 			}
@@ -70,11 +78,15 @@ export function processTree(pid: number): Map<number, { comm: string; ticks: num
 	return tree;
 }
 
-/** CPU ticks (1/100 s) of the platform process itself and of the PostgreSQL server processes below it. */
+/**
+ * CPU ticks (1/100 s) of the platform process itself and of the PostgreSQL server processes below it, those that
+ * ended included (the postmaster collects its ended backends' time: a pool that closes idle connections during a run
+ * would otherwise take their time out of the sum).
+ */
 export function cpuSplit(pid: number): { node: number; pg: number } {
 	const tree = processTree(pid) ?? new Map();
 	let pg = 0;
-	for (const [p, s] of tree) if (p !== pid && s.comm.startsWith("postgres")) pg += s.ticks;
+	for (const [p, s] of tree) if (p !== pid && s.comm.startsWith("postgres")) pg += s.ticks + s.reaped;
 	return { node: tree.get(pid)?.ticks ?? 0, pg };
 }
 

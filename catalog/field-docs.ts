@@ -1,5 +1,5 @@
 /**
- * What every field of the catalog means, with an example value: the OpenAPI document (lib/openapi.ts) shows both.
+ * What every field of the catalog means, with an example value: the OpenAPI document (lib/openapi/) shows both.
  * Kept apart from the collection definitions so that the shapes stay readable; a description written on the field
  * itself wins. test/unit/field-docs.test.ts fails on a field of any collection that has neither.
  *

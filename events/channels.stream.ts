@@ -47,90 +47,41 @@
  *   the request's inbox, to which the client subscribed again on its new connection. A push group of an earlier
  *   version becomes a pull group from its acknowledgement floor (the events acknowledged out of order beyond it come
  *   once more).
+ *
+ * Its parts: the settings and the adapter's configuration (channels-options.ts), the adapter as this code uses it
+ * (channels-adapter.ts), JetStream's streams and pull groups (channels-jetstream.ts), Redis' group stop
+ * (channels-redis.ts), the waits after a failed event (channels-retry.ts).
  */
 import type { Middleware, ServiceBroker } from "moleculer";
 import { Middleware as ChannelsMiddleware } from "@moleculer/channels";
-import { nanos } from "nats";
 import type { PlatformConfig } from "../runtime/config";
-import { isDependencyOutage, isTransportError } from "../lib/errors";
 import { HEALTH_ACTION, HEALTH_TIMED_OUT, pipelineHealth, trackProgress, withEntries, withTimeout, type Health, type Progress } from "../runtime/health";
-import { isCacheUnavailable } from "../runtime/kv";
-import { NATS_LIVENESS } from "../runtime/transport-watch";
 import type { OutboxRecord } from "./outbox";
 import { DEFAULT_BATCH, type BatchHandler, type BatchOptions, type ChangeHandler, type ChangeStream, type ConsumeOptions, type Consumer } from "./stream";
+import {
+	streamNameOf,
+	subjectOf,
+	type AdapterChannel,
+	type ChannelHandler,
+	type ChannelHandlerWrapping,
+	type ChannelsAdapter,
+	type JsConsumerInfo,
+	type NatsAdapter,
+	type RawMessage,
+	type RedisAdapter,
+} from "./channels-adapter";
+import { durableOf, ensureStream, pull, unsubscribeNats } from "./channels-jetstream";
+import { adapterConfig, AUDIT_CHANNEL, channelsStreamOptions, streamLimits, type ChannelsStreamOptions } from "./channels-options";
+import { unsubscribeRedis } from "./channels-redis";
+import { isOutage, outageDelay, retryDelay } from "./channels-retry";
 
-export const CHANGES_CHANNEL = "platform.changes";
-/** Request audit entries, in batches (events/audit-shipper.ts); the logger is its one consumer group. */
-export const AUDIT_CHANNEL = "platform.audit";
+export { AUDIT_CHANNEL, CHANGES_CHANNEL, channelsStreamOptions, type ChannelsStreamOptions } from "./channels-options";
+export { isOutage } from "./channels-retry";
 
-export interface ChannelsStreamOptions {
-	kind: "nats" | "redis";
-	url: string;
-	/** Channel name before the namespace prefix the adapter adds. */
-	channel: string;
-	ackWaitMs: number;
-	retentionHours: number;
-	maxMessages: number;
-	maxInFlight: number;
-	maxRetries: number;
-	deadLetter: boolean;
-}
-
-export function channelsStreamOptions(cfg: PlatformConfig): ChannelsStreamOptions {
-	const kind = cfg.eventStream;
-	if (kind !== "nats" && kind !== "redis") throw new Error(`no production event stream for EVENT_STREAM=${kind}`);
-	const url = cfg.streamUrl ?? (kind === "nats" ? cfg.transporter : cfg.redisUrl);
-	const ok = kind === "nats" ? /^nats:\/\//i.test(url ?? "") : /^rediss?:\/\//i.test(url ?? "");
-	if (!url || !ok) throw new Error(`EVENT_STREAM=${kind} needs STREAM_URL or ${kind === "nats" ? "a nats:// TRANSPORTER" : "REDIS_URL"} (got ${url ?? "none"})`);
-	return {
-		kind,
-		url,
-		channel: CHANGES_CHANNEL,
-		ackWaitMs: cfg.streamAckWaitMs ?? (kind === "nats" ? 10_000 : 30_000),
-		retentionHours: cfg.streamRetentionHours ?? 168,
-		maxMessages: Math.round(cfg.streamMaxMessages ?? 1_000_000),
-		maxInFlight: Math.round(cfg.streamMaxInFlight ?? 1),
-		maxRetries: Math.round(cfg.streamMaxRetries ?? 10),
-		deadLetter: true,
-	};
-}
-
-/** `nats://user:pass@h1:4222,nats://h2:4222` → nats.js connection options (the adapter's own parsing drops credentials). */
-function natsConnection(url: string): Record<string, unknown> {
-	const urls = url.split(",").map((u) => new URL(u.trim()));
-	const first = urls[0];
-	const auth: Record<string, string> = {};
-	if (first.username && first.password) Object.assign(auth, { user: decodeURIComponent(first.username), pass: decodeURIComponent(first.password) });
-	else if (first.username) auth.token = decodeURIComponent(first.username);
-	return { servers: urls.map((u) => u.host), ...auth, name: "platform-event-stream", maxReconnectAttempts: -1, reconnectTimeWait: 1000, ...NATS_LIVENESS };
-}
-
-/** Backoff before a failed NATS delivery is released for the next one: 0.25 s doubling to 30 s. */
-function retryDelay(delivery: number): number {
-	return Math.min(30_000, 250 * 2 ** Math.max(0, delivery - 1));
-}
-
-/**
- * A failure of a dependency that is away or hangs (PostgreSQL, the cache, another node), not of the event: the
- * handler tries again in place, without spending a delivery, so an outage of any length never moves an event to
- * `.failed`. Anything else counts against STREAM_MAX_RETRIES.
- */
-export function isOutage(err: unknown): boolean {
-	const code = (err as { code?: unknown })?.code;
-	return isDependencyOutage(err) || isCacheUnavailable(err) || isTransportError(err) || code === 503 || code === 504;
-}
-
-/** Pause before the next in-place try of an event held by an outage: 0.25 s doubling to 5 s. */
-const outageDelay = (attempt: number) => Math.min(5000, 250 * 2 ** Math.min(attempt, 5));
 /** A node's health check answers within this (the gateway waits SERVICE_HEALTH_MS for it), what it knows by then. */
 const HEALTH_ANSWER_MS = 700;
 /** How often the groups' lag is sampled (JetStream) and the pipeline gauges refreshed. */
 const MONITOR_MS = 2000;
-/**
- * How long a NATS group's pull request waits for events before the server ends it (the client asks again at once);
- * the server sends a heartbeat every half of it to an idle request, and nats.js asks anew after two missed ones.
- */
-const PULL_EXPIRES_MS = 10_000;
 /** How long a stop waits for a group's handler in progress, or for the adapter's goodbye, before it goes on. */
 export const STOP_WAIT_MS = 5000;
 
@@ -141,12 +92,12 @@ interface Subscription {
 	/** Channel before the namespace prefix (the changes, or the audit entries). */
 	channel: string;
 	group: string;
-	handler: MessageHandler<any>;
+	handler: MessageHandler<unknown>;
 	maxInFlight: number;
 	position: number;
 	stopped: boolean;
 	/** The adapter's channel object of the current subscription. */
-	chan?: any;
+	chan?: AdapterChannel;
 	/** The subscribe loop (retries until it succeeds or the consumer stops). */
 	running?: Promise<void>;
 	wakers: Set<() => void>;
@@ -157,10 +108,15 @@ interface Subscription {
 	inFlight: number;
 }
 
+/** An event's outbox position, when the message is an outbox record (the audit channel's batches have none). */
+function seqOf(rec: unknown): number | undefined {
+	return (rec as { seq?: number } | null | undefined)?.seq;
+}
+
 export class ChannelsStream implements ChangeStream {
 	readonly kind: "nats" | "redis";
 	private broker?: ServiceBroker;
-	private adapter?: any;
+	private adapter?: ChannelsAdapter;
 	private connected = false;
 	private readyWaiters: Array<() => void> = [];
 	private subs = new Set<Subscription>();
@@ -186,16 +142,26 @@ export class ChannelsStream implements ChangeStream {
 	}
 
 	private subjectOf(channel: string): string {
-		return this.adapter ? this.adapter.addPrefixTopic(channel) : channel;
+		return subjectOf(this.adapter, channel);
 	}
 
 	private streamNameOf(channel: string): string {
-		return this.subjectOf(channel).split(".").join("_");
+		return streamNameOf(this.adapter, channel);
+	}
+
+	/** The adapter as the NATS one (EVENT_STREAM=nats). */
+	private get nats(): NatsAdapter {
+		return this.adapter as NatsAdapter;
+	}
+
+	/** The adapter as the Redis one (EVENT_STREAM=redis). */
+	private get redis(): RedisAdapter {
+		return this.adapter as RedisAdapter;
 	}
 
 	/** The channels middleware for the broker this stream runs on (moleculer.config.ts adds it). */
 	middleware(): Middleware {
-		const inner = ChannelsMiddleware({ adapter: this.adapterConfig(), context: false } as any);
+		const inner = ChannelsMiddleware({ adapter: adapterConfig(this.opts), context: false } as unknown as Parameters<typeof ChannelsMiddleware>[0]);
 		// eslint-disable-next-line @typescript-eslint/no-this-alias
 		const self = this;
 		return {
@@ -203,7 +169,7 @@ export class ChannelsStream implements ChangeStream {
 			name: "Channels",
 			created(broker: ServiceBroker) {
 				inner.created(broker);
-				self.attach(broker, (broker as any).channelAdapter);
+				self.attach(broker, (broker as unknown as { channelAdapter: unknown }).channelAdapter);
 			},
 			async started() {
 				await inner.started();
@@ -213,7 +179,7 @@ export class ChannelsStream implements ChangeStream {
 				await self.close();
 				self.connected = false;
 				// A NATS connection already closed (lost) has nothing to drain: the adapter would only log an error.
-				if (self.kind === "nats" && self.adapter?.connection?.isClosed?.()) self.adapter.connected = false;
+				if (self.kind === "nats" && self.adapter && self.nats.connection?.isClosed?.()) self.adapter.connected = false;
 				else if (
 					(await withTimeout(
 						inner.stopped().then(() => true),
@@ -222,8 +188,8 @@ export class ChannelsStream implements ChangeStream {
 				) {
 					// The server does not answer the drain (a silent connection): close without it.
 					self.logger?.warn(`event stream: no answer to the disconnect within ${STOP_WAIT_MS} ms; closing the connection`);
-					if (self.kind === "nats") await self.adapter?.connection?.close?.().catch(() => undefined);
-					else for (const c of self.adapter?.clients?.values?.() ?? []) c.disconnect?.();
+					if (self.kind === "nats") await (self.adapter && self.nats.connection?.close?.().catch(() => undefined));
+					else for (const c of (self.adapter && self.redis.clients?.values?.()) ?? []) c.disconnect?.();
 					if (self.adapter) self.adapter.connected = false;
 				}
 			},
@@ -240,36 +206,9 @@ export class ChannelsStream implements ChangeStream {
 		} as unknown as Middleware;
 	}
 
-	private adapterConfig() {
-		const o = this.opts;
-		const common = { maxInFlight: o.maxInFlight, maxRetries: o.maxRetries, deadLettering: { enabled: o.deadLetter, queueName: `${o.channel}.failed` } };
-		if (o.kind === "nats")
-			return {
-				type: "NATS",
-				options: {
-					...common,
-					nats: {
-						connectionOptions: natsConnection(o.url),
-						streamConfig: this.streamLimits(),
-					},
-				},
-			};
-		return {
-			type: "Redis",
-			options: {
-				...common,
-				redis: { url: o.url, consumerOptions: { startID: "0", minIdleTime: o.ackWaitMs, claimInterval: 1000, processingAttemptsInterval: 1000, readTimeoutInterval: 0 } },
-			},
-		};
-	}
-
-	private streamLimits() {
-		return { max_age: nanos(this.opts.retentionHours * 3600_000), max_msgs: this.opts.maxMessages, discard: "old" };
-	}
-
 	private attach(broker: ServiceBroker, adapter: unknown): void {
 		this.broker = broker;
-		this.adapter = adapter;
+		this.adapter = adapter as ChannelsAdapter;
 		this.connected = false;
 	}
 
@@ -297,20 +236,8 @@ export class ChannelsStream implements ChangeStream {
 		return new Promise((resolve) => this.readyWaiters.push(resolve));
 	}
 
-	/**
-	 * The stream with its limits, before anything is published or consumed: the relay's first events must not find
-	 * no stream, and a stream created earlier without limits gets them.
-	 */
-	private async ensureStream(channel: string): Promise<void> {
-		const jsm = this.adapter.manager;
-		const name = this.streamNameOf(channel);
-		const config = { name, subjects: [this.subjectOf(channel)], ...this.streamLimits() };
-		try {
-			await jsm.streams.add(config);
-		} catch {
-			const info = await jsm.streams.info(name);
-			await jsm.streams.update(name, { ...info.config, ...this.streamLimits() });
-		}
+	private ensureStream(channel: string): Promise<void> {
+		return ensureStream(this.nats, channel, streamLimits(this.opts));
 	}
 
 	consume(group: string, handler: ChangeHandler, opts: ConsumeOptions = {}): Promise<Consumer> {
@@ -323,7 +250,8 @@ export class ChannelsStream implements ChangeStream {
 		const sub: Subscription = {
 			channel,
 			group,
-			handler,
+			// Each group's messages are its channel's (T): the subscription holds handlers of every channel.
+			handler: handler as MessageHandler<unknown>,
 			maxInFlight: Math.max(1, Math.round(opts.maxInFlight ?? this.opts.maxInFlight)),
 			position: 0,
 			stopped: false,
@@ -392,9 +320,9 @@ export class ChannelsStream implements ChangeStream {
 	}
 
 	private async subscribeOnce(sub: Subscription): Promise<void> {
-		const a = this.adapter;
+		const a = this.adapter!;
 		// A fresh channel object and id per attempt: a failed attempt leaves its id registered in the adapter.
-		const chan: any = {
+		const chan: AdapterChannel = {
 			id: a.addPrefixTopic(`${this.broker!.nodeID}.${sub.group}.${++this.counter}`),
 			name: this.subjectOf(sub.channel),
 			group: sub.group,
@@ -405,71 +333,10 @@ export class ChannelsStream implements ChangeStream {
 			deadLettering: { enabled: this.opts.deadLetter, queueName: `${sub.channel}.failed` },
 			redis: { startID: "0", minIdleTime: this.opts.ackWaitMs, claimInterval: 1000 },
 		};
-		chan.handler = this.broker!.middlewares.wrapHandler("localChannel", this.handlerOf(sub) as any, chan);
+		chan.handler = (this.broker!.middlewares as unknown as ChannelHandlerWrapping).wrapHandler("localChannel", this.handlerOf(sub), chan);
 		sub.chan = chan;
-		if (this.kind === "nats") await this.pull(sub, chan);
-		else await a.subscribe(chan);
-	}
-
-	/**
-	 * A NATS group's events for `chan`: its dead-letter stream and pull consumer made sure of, then the events asked for
-	 * (at most `maxInFlight` at a time) and each handed to the adapter's handler. nats.js asks again after a reconnect
-	 * and after missed heartbeats.
-	 */
-	private async pull(sub: Subscription, chan: any): Promise<void> {
-		const a = this.adapter;
-		await this.ensureStream(`${sub.channel}.failed`);
-		chan.deadLettering.queueName = a.addPrefixTopic(chan.deadLettering.queueName);
-		const durable = await this.ensureGroup(sub);
-		const consumer = await a.client.consumers.get(this.streamNameOf(sub.channel), durable);
-		a.initChannelActiveMessages(chan.id);
-		const handle = a.createConsumerHandler(chan);
-		chan.messages = await consumer.consume({
-			max_messages: sub.maxInFlight,
-			expires: PULL_EXPIRES_MS,
-			// The adapter's handler acknowledges, retries or dead-letters; an acknowledgement on a closed connection throws.
-			callback: (msg: unknown) => void handle(null, msg).catch((err: Error) => this.logger?.warn(`event stream: group ${sub.group} could not settle an event (${err.message})`)),
-		});
-		// A connection closed for good (a stop, a crash test) ends the requests: their heartbeat checks would go on.
-		void a.connection.closed().then(() => chan.messages?.close());
-	}
-
-	/**
-	 * The group's durable pull consumer, with the configured ack wait and in-flight limit (an existing group is
-	 * brought to them); its name. A push group of an earlier version is replaced by a pull group that starts after its
-	 * acknowledgement floor. A group's start policy cannot change: one created with `deliver_policy: new` by something
-	 * else is reported.
-	 */
-	private async ensureGroup(sub: Subscription): Promise<string> {
-		const jsm = this.adapter.manager;
-		const durable = sub.group.split(".").join("_");
-		const stream = this.streamNameOf(sub.channel);
-		const want = { ack_wait: nanos(this.opts.ackWaitMs), max_ack_pending: sub.maxInFlight };
-		const config = { durable_name: durable, filter_subject: this.subjectOf(sub.channel), deliver_policy: "all", ack_policy: "explicit", ...want };
-		const info = async () =>
-			jsm.consumers.info(stream, durable).catch((err: any) => {
-				if (/not found|404/i.test(String(err?.code ?? "") + err?.message)) return undefined;
-				throw err;
-			});
-		let group = await info();
-		if (group?.config.deliver_subject) {
-			const floor = Number(group.ack_floor?.stream_seq ?? 0);
-			await jsm.consumers.delete(stream, durable);
-			this.logger?.warn(`event stream: group ${sub.group} was a push consumer; it is a pull consumer from stream sequence ${floor + 1} on`);
-			group = undefined;
-			if (floor) Object.assign(config, { deliver_policy: "by_start_sequence", opt_start_seq: floor + 1 });
-		}
-		if (!group) {
-			// Another instance may create it at the same moment: whichever came first is the group.
-			await jsm.consumers.add(stream, config).catch(async (err: Error) => {
-				if (!(group = await info()) || group.config.deliver_subject) throw err;
-			});
-			if (!group) return durable;
-		}
-		if (group.config.ack_wait !== want.ack_wait || group.config.max_ack_pending !== want.max_ack_pending) await jsm.consumers.update(stream, durable, want);
-		if (["new", "last", "last_per_subject"].includes(group.config.deliver_policy))
-			this.logger?.warn(`event stream: group ${sub.group} was created with deliver_policy ${group.config.deliver_policy}, not all`);
-		return durable;
+		if (this.kind === "nats") await pull(this.nats, sub, chan, this.opts.ackWaitMs, streamLimits(this.opts), (m) => this.logger?.warn(m));
+		else await this.redis.subscribe(chan);
 	}
 
 	private watchGroups(): void {
@@ -483,7 +350,7 @@ export class ChannelsStream implements ChangeStream {
 	 * Redis Streams tell no lag here: an instance with no handler in progress counts as current. Then the gauges.
 	 */
 	private async watch(): Promise<void> {
-		const jsm = this.kind === "nats" && this.isConnected() ? this.adapter?.manager : undefined;
+		const jsm = this.kind === "nats" && this.isConnected() ? this.nats.manager : undefined;
 		await Promise.all(
 			[...this.subs].map(async (sub) => {
 				if (this.kind === "redis") {
@@ -492,7 +359,7 @@ export class ChannelsStream implements ChangeStream {
 				}
 				if (!jsm) return sub.progress.failed("event stream not connected");
 				try {
-					const info = await withTimeout<any>(jsm.consumers.info(this.streamNameOf(sub.channel), sub.group.split(".").join("_")), MONITOR_MS);
+					const info = await withTimeout<JsConsumerInfo>(jsm.consumers.info(this.streamNameOf(sub.channel), durableOf(sub.group)), MONITOR_MS);
 					if (!info) return;
 					const floor = Number(info.ack_floor?.stream_seq ?? 0);
 					sub.progress.lag = Number(info.num_pending ?? 0) + Number(info.num_ack_pending ?? 0);
@@ -510,7 +377,7 @@ export class ChannelsStream implements ChangeStream {
 	 * The group's handler for one event, tried again in place while it fails for an outage (isOutage) and the consumer
 	 * runs: the event stays in progress (NATS: `working()` keeps it), spending no delivery. A stop ends the wait.
 	 */
-	private async handleHeld(sub: Subscription, rec: any): Promise<void> {
+	private async handleHeld(sub: Subscription, rec: unknown): Promise<void> {
 		for (let attempt = 0; ; attempt++) {
 			try {
 				return await sub.handler(rec);
@@ -518,21 +385,22 @@ export class ChannelsStream implements ChangeStream {
 				if (!isOutage(err) || sub.stopped) throw err;
 				sub.progress.failed(err);
 				if (attempt % 20 === 0)
-					this.logger?.warn(`event stream: group ${sub.group} waits for a dependency to handle ${rec?.seq ?? sub.channel} (${(err as Error)?.message ?? err}); retrying`);
+					this.logger?.warn(`event stream: group ${sub.group} waits for a dependency to handle ${seqOf(rec) ?? sub.channel} (${(err as Error)?.message ?? err}); retrying`);
 				await this.pause(sub, outageDelay(attempt));
 				if (sub.stopped) throw err;
 			}
 		}
 	}
 
-	private handlerOf(sub: Subscription) {
-		return async (rec: any, raw: any) => {
+	private handlerOf(sub: Subscription): ChannelHandler {
+		return async (rec: unknown, raw: RawMessage | undefined) => {
 			let beat: NodeJS.Timeout | undefined;
-			if (this.kind === "nats" && typeof raw?.working === "function") {
+			const working = raw?.working;
+			if (this.kind === "nats" && typeof working === "function") {
 				beat = setInterval(
 					() => {
 						try {
-							raw.working();
+							working.call(raw);
 						} catch {
 							clearInterval(beat);
 						}
@@ -542,12 +410,13 @@ export class ChannelsStream implements ChangeStream {
 			}
 			sub.inFlight++;
 			try {
-				await sub.progress.step(`handling ${rec?.seq ?? "a message"}`, () => this.handleHeld(sub, rec));
+				await sub.progress.step(`handling ${seqOf(rec) ?? "a message"}`, () => this.handleHeld(sub, rec));
 				sub.progress.moved();
-				if (rec?.seq > sub.position) sub.position = rec.seq;
+				const seq = seqOf(rec);
+				if (seq !== undefined && seq > sub.position) sub.position = seq;
 			} catch (err) {
 				sub.progress.failed(err);
-				this.logger?.warn(`event stream: group ${sub.group} failed on ${rec?.seq ?? sub.channel}: ${(err as Error)?.message ?? err}`);
+				this.logger?.warn(`event stream: group ${sub.group} failed on ${seqOf(rec) ?? sub.channel}: ${(err as Error)?.message ?? err}`);
 				// NATS redelivers a NAK at once: hold the event (still in progress) for a backoff first.
 				if (this.kind === "nats" && !sub.stopped) await this.pause(sub, retryDelay(Number(raw?.info?.deliveryCount ?? 1)));
 				throw err;
@@ -593,27 +462,11 @@ export class ChannelsStream implements ChangeStream {
 		}
 	}
 
-	private async unsubscribe(chan: any): Promise<void> {
-		const a = this.adapter;
+	private async unsubscribe(chan: AdapterChannel): Promise<void> {
 		if (chan.unsubscribing) return;
 		chan.unsubscribing = true;
-		if (this.kind === "nats") {
-			// No more requests; the handlers in progress finish (and acknowledge), events arriving now come again later.
-			await chan.messages?.close();
-			while (a.getNumberOfChannelActiveMessages(chan.id) > 0) await new Promise((r) => setTimeout(r, 100));
-			if (a.activeMessages.has(chan.id)) a.stopChannelActiveMessages(chan.id);
-			return;
-		}
-		// Redis: the adapter's unsubscribe without its unconditional XGROUP DELCONSUMER (see the header).
-		a.clients.get(chan.id)?.disconnect();
-		await new Promise((r) => setTimeout(r, 100));
-		while (a.getNumberOfChannelActiveMessages(chan.id) > 0) await new Promise((r) => setTimeout(r, 100));
-		a.clients.delete(chan.id);
-		if (a.activeMessages.has(chan.id)) a.stopChannelActiveMessages(chan.id);
-		const pub = a.clients.get(a.pubName);
-		const summary = (await pub.xpending(chan.name, chan.group)) as [number, string, string, Array<[string, string]> | null];
-		const held = Number((summary[3] ?? []).find(([name]) => name === chan.id)?.[1] ?? 0);
-		if (!held) await pub.xgroup("DELCONSUMER", chan.name, chan.group, chan.id);
+		if (this.kind === "nats") await unsubscribeNats(this.nats, chan);
+		else await unsubscribeRedis(this.redis, chan);
 	}
 
 	/**
@@ -626,7 +479,7 @@ export class ChannelsStream implements ChangeStream {
 
 	/** Publishes one message to a channel of the stream; `msgID` is JetStream's de-duplication key. */
 	async publishTo(channel: string, payload: unknown, msgID: string): Promise<void> {
-		const a = this.adapter;
+		const a = this.adapter!;
 		if (!this.isConnected()) throw new Error("event stream not connected");
 		const opts = this.kind === "nats" ? { msgID } : { xaddMaxLen: `~${this.opts.maxMessages}` };
 		await a.publish(this.subjectOf(channel), payload, opts);
@@ -638,12 +491,12 @@ export class ChannelsStream implements ChangeStream {
 		if (!this.isConnected()) return false;
 		try {
 			if (this.kind === "nats") {
-				const nc = this.adapter.connection;
+				const nc = this.nats.connection;
 				if (!nc || nc.isClosed()) return false;
 				await Promise.race([nc.flush(), new Promise((_, reject) => setTimeout(() => reject(new Error("timeout")), 2000).unref())]);
 				return true;
 			}
-			return (await this.adapter.clients.get(this.adapter.pubName).ping()) === "PONG";
+			return (await this.redis.clients.get(this.redis.pubName)!.ping()) === "PONG";
 		} catch {
 			return false;
 		}

@@ -213,7 +213,7 @@ const close = (server: net.Server) => new Promise<void>((resolve) => server.clos
 /**
  * Takes DATA_DIR for this process, or throws DataDirInUse naming the holder. `undefined` for a node that keeps no
  * store there (keepsStoreIn). A DATA_DIR that is missing is created (0700), one this user may not write is refused
- * (runtime/config.ts says how): neither can be held by anyone.
+ * (runtime/config-files.ts says how): neither can be held by anyone.
  */
 export async function lockDataDir(cfg: Pick<PlatformConfig, "dataDir" | "databaseUrl">): Promise<DataDirLock | undefined> {
 	if (!keepsStoreIn(cfg)) return undefined;

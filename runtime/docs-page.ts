@@ -6,7 +6,7 @@
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { DOC_SERVICES } from "../lib/openapi-split";
+import { DOC_SERVICES } from "../lib/openapi";
 import { openApiDocument } from "../lib/openapi";
 import { DOMAINS } from "../catalog";
 

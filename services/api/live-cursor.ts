@@ -18,157 +18,59 @@
  *   delivery asks too. A document in neither image of the view is never named.
  * - Token validity: every LIVE_SWEEP_MS (and at once after a revocation broadcast) each stream's bearer is
  *   authenticated again as a request would be; a refusal ends the stream with its 401 frame.
+ *
+ * This file is the hub (the feed, the index, the frames); its parts: one stream's request, state and limits
+ * (./live-stream.ts), zone keys (./live-keys.ts), the ring of newest records (./live-ring.ts), the catch-up
+ * (./live-catch-up.ts), the hold on the outbox's pruning (./live-hold.ts), sealed positions (./live-position.ts).
  */
-import type { IncomingMessage, ServerResponse } from "http";
+import type { ServerResponse } from "http";
 import { performance } from "perf_hooks";
 import type { ServiceBroker } from "moleculer";
 import { findCollection } from "../../catalog";
-import { admitsNow, decideChange, decideSpan, imageOf, viewAt, type Watcher } from "../../authority/delivery";
+import { decideChange, imageOf, viewAt } from "../../authority/delivery";
 import { grantCache } from "../../authority/grant-cache";
-import { createStore, type DocumentStore, type StoreConfig } from "../../stores";
+import type { StoreConfig } from "../../stores";
 import { sharedOutbox, type Outbox, type OutboxRecord } from "../../events/outbox";
 import { ApiError, toErrorBody } from "../../lib/errors";
 import type { GrantIndex } from "../../lib/grants";
 import { parseZones } from "../../lib/query-safety";
-import { identityOf, type RequestMeta, type TokenClaims } from "../../lib/types";
+import type { RequestMeta, TokenClaims } from "../../lib/types";
 import type { Authenticator } from "../../authority/authenticate";
+import { catchUp, LIVE_SLICE_MS, READ_BATCH, type CatchUpHub } from "./live-catch-up";
+import { holdOutbox } from "./live-hold";
+import { recordKeys, subKeys } from "./live-keys";
 import { Positions, streamOf, type StreamPositions } from "./live-position";
+import { LiveRing } from "./live-ring";
+import {
+	closeStream,
+	DOCUMENT_ID,
+	expired,
+	KEEP_ALIVE_MS,
+	lastEventIdOf,
+	LIVE_SWEEP_MS,
+	liveRequested,
+	MAX_BUFFERED,
+	notAPosition,
+	type Image,
+	type LiveStart,
+	type ReqLike,
+	type Sub,
+} from "./live-stream";
 
-/** Records kept in memory for resumption (Last-Event-ID) on this gateway; older positions are read from the outbox. */
-export const LIVE_RING = 20_000;
+export { MAX_CATCH_UP_DOCS, LIVE_SLICE_MS } from "./live-catch-up";
+export { LIVE_RING } from "./live-ring";
+export { CLOSING_FRAME, KEEP_ALIVE_MS, lastEventIdOf, LIVE_RECONNECT_MS, LIVE_SWEEP_MS, liveRequested, MAX_BUFFERED, type LiveStart } from "./live-stream";
+
 /** The hub looks again after this even without a signal (the outbox's feed signals every record it reads, any node's). */
 const LIVE_IDLE_MS = 5000;
-/** How often each stream's token is checked again (revocation, logout, deactivation, expiry: 401 within 2 s). */
-export const LIVE_SWEEP_MS = 1000;
-/** A comment line at least this often (docs/contracts.md "Realtime: live cursors and MQTT in the browser": at least every 15 s). */
-export const KEEP_ALIVE_MS = 14_000;
-/** A client that reads less than its changes: past this much unsent data its stream is cut (it resumes by position). */
-export const MAX_BUFFERED = 4 * 1024 * 1024;
-const READ_BATCH = 500;
-/** The longest a resume waits for this gateway's feed to read the writes answered before it (see reach). */
-const LIVE_REACH_MS = 5000;
-/**
- * The longest the feed decides records in one go before it lets the event loop turn (sockets flush, requests and
- * other streams are served): a burst of commits read as one batch of hundreds of records, each written to many
- * streams, would otherwise hold the loop for hundreds of milliseconds (docs/benchmarks.md, "Live cursors").
- */
-export const LIVE_SLICE_MS = 8;
-/** How often a gateway renews its hold on the outbox's pruning (the hold counts while renewed: STREAM_POSITION_TTL_MS). */
-const HOLD_EVERY_MS = 30_000;
-/**
- * The most documents one catch-up holds (each document's last change, until the span is read): a stream further
- * behind answers 410, and a fresh listing costs less than replaying that much.
- */
-export const MAX_CATCH_UP_DOCS = 10_000;
-/**
- * What a stopping gateway's streams end with: `retry:` sets the delay after which `EventSource` connects again (with
- * its `Last-Event-ID`, to another gateway behind the proxy, or to this one restarted); a comment says why. No
- * `event: error`: a client that closes its source on an error frame with data (docs/api.md) must not stop here.
- */
-export const LIVE_RECONNECT_MS = 1000;
-export const CLOSING_FRAME = `: this gateway is stopping; reconnect\nretry: ${LIVE_RECONNECT_MS}\n\n`;
-
-/**
- * Ends a stream with CLOSING_FRAME, then its connection once the frame is out: the stream's `Connection: keep-alive`
- * would otherwise keep the socket open after the response, and the stopping server waits for every socket.
- */
-function closeStream(res: ServerResponse): void {
-	if (res.destroyed || res.writableEnded) return;
-	const socket = res.socket;
-	res.end(CLOSING_FRAME, () => socket?.end());
-}
-
-/** A `Last-Event-ID` that is a document id resumes the listing (streamCursor); anything else must be a position. */
-const DOCUMENT_ID = /^[0-9a-f]{24}$/i;
-const notAPosition = () => new ApiError(400, "Last-Event-ID is not a position of this stream; reconnect without it to start over");
-const expired = () => new ApiError(410, "Last-Event-ID is older than this stream's retention; reconnect without it to start over");
-
-/**
- * A cursor request's Last-Event-ID: the header, else `?lastEventId=`, which EventSource polyfills add on a reconnect
- * (a browser's own EventSource sends the header only).
- */
-export function lastEventIdOf(headers: IncomingMessage["headers"], query: Record<string, unknown> | undefined): unknown {
-	return headers["last-event-id"] ?? query?.lastEventId;
-}
-
-/** `live` query parameter: absent or `false` → no, `true` → yes, anything else 400. */
-export function liveRequested(query: Record<string, unknown> | undefined): boolean {
-	const v = query?.live;
-	if (v === undefined || v === "false" || v === false) return false;
-	if (v === "true" || v === true) return true;
-	throw new ApiError(400, "live must be true or false");
-}
-
-interface ReqLike {
-	headers: IncomingMessage["headers"];
-	query?: Record<string, unknown>;
-	socket?: { remoteAddress?: string };
-}
-
-/** A document image of a change, in stored form (`_id`), as the delivery decision takes it. */
-type Image = NonNullable<ReturnType<typeof imageOf>>;
-
-/** A live stream: the watcher the delivery decision takes, and where its frames go. */
-interface Sub extends Watcher {
-	res: ServerResponse;
-	req: ReqLike;
-	topic: string;
-	keys: string[];
-	/** Its positions, sealed for it alone (./live-position.ts). */
-	positions: StreamPositions;
-	/** The last position decided for this stream. */
-	pos: number;
-	/** Resuming in the middle of a catch-up: the documents whose last change is at or before this were sent. */
-	sent?: number;
-	/** A resume: the store's head when it was asked for; its catch-up reaches at least this far (see catchUp). */
-	target?: number;
-	/** Caught up with the hub: in the index, fed as records arrive. */
-	live: boolean;
-	closed: boolean;
-	/** The record being decided (a subscriber under several keys of one change is decided once). */
-	mark: number;
-	/** Its response is corked: the frames written in this turn of the loop go out in one write. */
-	corked?: boolean;
-}
-
-/** What streamCursor gets back from `prepare`: where the changes start, and whether the listing is skipped. */
-export interface LiveStart {
-	/** Resuming from a position: no listing, the changes after it. */
-	resumes: boolean;
-	/** Writes `event: live` and feeds the stream's changes from then on (the response stays open). */
-	attach(res: ServerResponse): void;
-}
-
-/** Zone keys of a document image: who can have it in view (a superset: the view decides). */
-function docKeys(d: Record<string, unknown> | undefined, into: Set<string>): void {
-	if (!d) return;
-	if (typeof d.owner === "string") into.add(`u:${d.owner}`);
-	if (Array.isArray(d.shares)) for (const s of d.shares) if (typeof s === "string") into.add(`u:${s}`);
-	const clients = Array.isArray(d.clients) ? d.clients.filter((c): c is string => typeof c === "string") : [];
-	for (const c of clients) into.add(`c:${c}`);
-	if (clients.length && Array.isArray(d.groups)) for (const g of d.groups) if (typeof g === "string") into.add(`g:${clients[0]}/${g}`);
-}
-
-/** Zone keys of a subscriber: the zones its view is made of (lib/zones.ts zoneFilter, in index form). */
-function subKeys(zones: string[], token: TokenClaims): string[] {
-	const keys = new Set<string>();
-	for (const z of zones) {
-		if (z === "own" || z === "share") keys.add(`u:${identityOf(token)}`);
-		else if (z === "client" && token.cid) keys.add(`c:${token.cid}`);
-		else if (z === "group" && token.cid) for (const g of token.groups ?? []) keys.add(`g:${token.cid}/${g}`);
-	}
-	return [...keys];
-}
 
 export class LiveCursors {
 	private readonly outbox: Outbox;
 	/** Subscribers by topic (`service.collection`), then zone key. */
 	private readonly index = new Map<string, Map<string, Set<Sub>>>();
 	private readonly subs = new Set<Sub>();
-	/** The newest records, in seq order; every record after `floor` up to `position` is here. */
-	private ring: OutboxRecord[] = [];
-	private floor = 0;
-	private position = 0;
+	/** The newest records, and the feed's position. */
+	private readonly ring = new LiveRing();
 	private started?: Promise<void>;
 	private stopped = false;
 	/** The gateway is stopping: no stream stays open, a new one is closed as soon as it is attached. */
@@ -182,6 +84,8 @@ export class LiveCursors {
 		this.wake?.();
 	};
 	private readonly positions: Positions;
+	/** What a catch-up (./live-catch-up.ts) reads and calls of this. */
+	private readonly hub: CatchUpHub;
 
 	/** `secret`: the deployment's AES_SECRET, which positions are sealed with (every gateway opens every other's). */
 	constructor(
@@ -193,6 +97,19 @@ export class LiveCursors {
 	) {
 		this.outbox = sharedOutbox(cfg);
 		this.positions = new Positions(secret);
+		this.hub = {
+			broker,
+			outbox: this.outbox,
+			ring: this.ring,
+			stopped: () => this.stopped,
+			wake: () => {
+				void this.outbox.feed.wake();
+				this.onReadable();
+			},
+			write: (sub, text) => this.write(sub, text),
+			end: (sub, err) => this.end(sub, err),
+			join: (sub) => this.join(sub),
+		};
 	}
 
 	/** Documents and outbox in a database other nodes share (DATABASE_URL). */
@@ -264,7 +181,7 @@ export class LiveCursors {
 
 	/** Whether every record after `seq` can still be read: in memory, or `seq` itself still in the outbox. */
 	private async kept(seq: number): Promise<boolean> {
-		if (seq >= this.floor && seq <= this.position) return true;
+		if (this.ring.holds(seq)) return true;
 		const [rec] = await this.outbox.readFrom(seq - 1, 1);
 		return rec?.seq === seq;
 	}
@@ -276,104 +193,7 @@ export class LiveCursors {
 		this.subs.add(sub);
 		res.once("close", () => this.drop(sub));
 		if (announce) this.write(sub, `id: ${sub.positions.seal(sub.pos)}\nevent: live\ndata: {}\n\n`);
-		void this.catchUp(sub);
-	}
-
-	/**
-	 * Feeds a stream the changes between its position and the hub's, then puts it in the index (from then on the
-	 * feed decides each record for it as it arrives).
-	 *
-	 * Those changes are taken as one span per round, not replayed: the records of the stream's collection whose
-	 * document the view admits in some image of the span, coalesced per document, then one frame per document in the
-	 * order of its last change, deciding its last image (decideSpan): in view, the document as it is at the span's end;
-	 * out of view or gone, a `leave` without data. A state since redacted, or a document since destroyed, is never
-	 * sent; a document the view never admitted in the span is never named. Records of other collections are never
-	 * looked at (their documents are no business of this view).
-	 *
-	 * Each frame's position is (the span's start, the document's last change): a client cut off in the middle resumes
-	 * with the same span, less the documents whose last change it already had. Changes that arrive meanwhile make
-	 * the next, short, round.
-	 */
-	private async catchUp(sub: Sub): Promise<void> {
-		try {
-			if (sub.target !== undefined) await this.reach(sub.target);
-			while (!sub.closed) {
-				const end = this.position;
-				if (sub.pos >= end) return this.join(sub);
-				await this.span(sub, end);
-			}
-		} catch (err) {
-			this.end(sub, err);
-		}
-	}
-
-	/**
-	 * Waits (at most LIVE_REACH_MS) until the feed has read the outbox up to `seq`: a resume's first span must end at or
-	 * after every write answered before it, or it would send a document in a state its next change already replaced.
-	 */
-	private async reach(seq: number): Promise<void> {
-		if (this.position >= seq) return;
-		// The feed reads now (one in flight reads once more); its `readable` wakes the hub. One wake of the hub too: a
-		// read of its own in flight is followed by another at once (`signalled`).
-		void this.outbox.feed.wake();
-		this.onReadable();
-		const deadline = performance.now() + LIVE_REACH_MS;
-		while (this.position < seq && !this.stopped && performance.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 5));
-	}
-
-	/** One round of catchUp: the span from the stream's position to `end`. */
-	private async span(sub: Sub, end: number): Promise<void> {
-		const base = sub.pos;
-		const sent = sub.sent ?? base;
-		sub.sent = undefined;
-		/** By document: whether the view admitted it at the span's start, and its last record of the span. */
-		const docs = new Map<string, { was: boolean; last: OutboxRecord }>();
-		let at = base;
-		while (at < end && !sub.closed) {
-			const recs = at >= this.floor ? this.ringAfter(at) : await this.outbox.readFed(at, READ_BATCH);
-			// Nothing after `at` up to `end` (a store that lost them): read as caught up, as the feed would.
-			if (!recs.length) at = end;
-			const index = await grantCache.get(this.broker);
-			for (const rec of recs) {
-				if (rec.seq > end || sub.closed) break;
-				at = rec.seq;
-				if (rec.event.topic !== sub.topic || !this.concerns(sub, rec)) continue;
-				const held = docs.get(rec.event.id);
-				if (held) held.last = rec;
-				else {
-					const was = admitsNow(sub, index, imageOf(rec.event.before));
-					if (was || admitsNow(sub, index, imageOf(rec.event.after))) docs.set(rec.event.id, { was, last: rec });
-				}
-			}
-			if (recs.length && recs[recs.length - 1].seq > end) at = end;
-			if (docs.size > MAX_CATCH_UP_DOCS)
-				throw new ApiError(
-					410,
-					`this stream is too far behind its position: more than ${MAX_CATCH_UP_DOCS} documents of its view changed since; reconnect without Last-Event-ID to start over`,
-				);
-		}
-		const order = [...docs].filter(([, d]) => d.last.seq > sent).sort(([, a], [, b]) => a.last.seq - b.last.seq);
-		let index = await grantCache.get(this.broker);
-		let sliceStart = performance.now();
-		for (const [id, d] of order) {
-			if (sub.closed) return;
-			const frame = decideSpan(sub, index, id, d.was, imageOf(d.last.event.after));
-			if (frame) this.write(sub, `id: ${sub.positions.seal(base, d.last.seq)}\nevent: change\ndata: ${JSON.stringify(frame)}\n\n`);
-			if (performance.now() - sliceStart >= LIVE_SLICE_MS) {
-				await new Promise<void>((resolve) => setImmediate(resolve));
-				index = await grantCache.get(this.broker);
-				sliceStart = performance.now();
-			}
-		}
-		sub.pos = at;
-	}
-
-	/** Whether a record's document can be in the stream's view: it has a zone key of the stream (as the feed's index). */
-	private concerns(sub: Sub, rec: OutboxRecord): boolean {
-		const keys = new Set<string>();
-		docKeys(rec.event.before, keys);
-		docKeys(rec.event.after, keys);
-		return sub.keys.some((k) => keys.has(k));
+		void catchUp(this.hub, sub);
 	}
 
 	private join(sub: Sub): void {
@@ -401,17 +221,6 @@ export class LiveCursors {
 		if (byKey && !byKey.size) this.index.delete(sub.topic);
 	}
 
-	private ringAfter(seq: number): OutboxRecord[] {
-		let lo = 0;
-		let hi = this.ring.length;
-		while (lo < hi) {
-			const mid = (lo + hi) >>> 1;
-			if (this.ring[mid].seq <= seq) lo = mid + 1;
-			else hi = mid;
-		}
-		return this.ring.slice(lo, lo + READ_BATCH);
-	}
-
 	/** Decides one change for one stream and writes its frame, if the change touches the view. */
 	private deliver(sub: Sub, rec: OutboxRecord, index: GrantIndex, before: Image | undefined, after: Image | undefined): void {
 		sub.pos = rec.seq;
@@ -429,9 +238,7 @@ export class LiveCursors {
 	private dispatch(rec: OutboxRecord, index: GrantIndex): void {
 		const byKey = this.index.get(rec.event.topic);
 		if (!byKey) return;
-		const keys = new Set<string>();
-		docKeys(rec.event.before, keys);
-		docKeys(rec.event.after, keys);
+		const keys = recordKeys(rec);
 		let before: Image | undefined;
 		let after: Image | undefined;
 		let imaged = false;
@@ -482,7 +289,7 @@ export class LiveCursors {
 	private start(): Promise<void> {
 		this.started ??= (async () => {
 			await this.outbox.connect();
-			this.position = this.floor = this.held = await this.outbox.head();
+			this.ring.startAt((this.held = await this.outbox.head()));
 			this.outbox.on("readable", this.onReadable);
 			void this.run();
 			this.timers.push(setInterval(() => void this.sweep(), LIVE_SWEEP_MS));
@@ -493,26 +300,11 @@ export class LiveCursors {
 		return this.started;
 	}
 
-	/**
-	 * Keeps the outbox's pruner from removing what this gateway's clients may resume from (after its restart too): a
-	 * consumer position at the oldest record of its memory, in the store the pruner reads (the embedded stream's
-	 * `_stream_offsets`, the relay's `_relay_offsets`). It names a namespace of its own (`<NAMESPACE>.live`), so it
-	 * counts only while renewed (STREAM_POSITION_TTL_MS): a gateway gone for good holds nothing after that.
-	 */
+	/** Keeps the outbox's pruner from removing what this gateway's clients may resume from (./live-hold.ts). */
 	private async hold(): Promise<void> {
-		const store: DocumentStore = createStore(this.cfg, this.cfg.eventStream && this.cfg.eventStream !== "outbox" ? "_relay_offsets" : "_stream_offsets");
-		await store.connect();
-		const id = `live-cursors:${this.broker.nodeID}`;
-		// A restarted gateway keeps the hold of its previous run until its memory has turned over once.
-		const before = Number((await store.findOne({ id }).catch(() => null))?.seq);
-		if (Number.isFinite(before) && before < this.held) this.held = before;
-		const save = async () => {
-			const doc = { seq: this.held, at: Date.now(), ns: `${this.cfg.namespace ?? ""}.live` };
-			if (!(await store.setOne(id, doc))) await store.insert({ _id: id, ...doc });
-		};
-		await save().catch((err) => this.logger.warn("live cursors: holding the outbox failed", (err as Error)?.message));
-		this.timers.push(setInterval(() => void save().catch(() => undefined), HOLD_EVERY_MS));
-		this.closers.push(() => store.disconnect());
+		const hold = await holdOutbox(this.cfg, this.broker.nodeID, { get: () => this.held, set: (seq) => (this.held = seq) }, this.logger);
+		this.timers.push(hold.timer);
+		this.closers.push(hold.close);
 	}
 
 	private closers: Array<() => Promise<void>> = [];
@@ -526,7 +318,7 @@ export class LiveCursors {
 			let index: GrantIndex | undefined;
 			this.signalled = false;
 			try {
-				recs = await this.outbox.readFed(this.position, READ_BATCH);
+				recs = await this.outbox.readFed(this.ring.position, READ_BATCH);
 				if (recs.length) index = await grantCache.get(this.broker);
 			} catch (err) {
 				this.logger.warn("live cursors: reading the change stream failed, retrying", (err as Error)?.message);
@@ -542,21 +334,18 @@ export class LiveCursors {
 			let sliceStart = performance.now();
 			for (const rec of recs) {
 				if (this.stopped) break;
-				if (rec.seq <= this.position) continue;
+				if (rec.seq <= this.ring.position) continue;
 				this.ring.push(rec);
 				this.dispatch(rec, index);
-				this.position = rec.seq;
+				this.ring.position = rec.seq;
 				if (performance.now() - sliceStart >= LIVE_SLICE_MS) {
 					await new Promise<void>((resolve) => setImmediate(resolve));
 					index = await grantCache.get(this.broker).catch(() => index!);
 					sliceStart = performance.now();
 				}
 			}
-			if (this.ring.length > LIVE_RING) {
-				const cut = this.ring.length - LIVE_RING / 2;
-				this.floor = this.held = this.ring[cut - 1].seq;
-				this.ring = this.ring.slice(cut);
-			}
+			const floor = this.ring.trim();
+			if (floor !== undefined) this.held = floor;
 		}
 	}
 

@@ -1,5 +1,5 @@
 /**
- * The query parameters each route takes are the ones its OpenAPI operation describes (lib/openapi.ts
+ * The query parameters each route takes are the ones its OpenAPI operation describes (lib/openapi/operations.ts
  * queryParameterNames): any other answers 400 naming it and the accepted ones. A parameter the gateway ignored
  * (`?limit=20`, `?sort=`) gave the default page without a word.
  */

@@ -9,7 +9,7 @@ import type { Browser, Page } from "playwright-core";
 import { chromiumAvailable, launchChromium } from "../helpers/chromium";
 import { DOCS_SECURITY_HEADERS, docsAsset, docsHtml } from "../../runtime/docs-page";
 import { openApiDocument } from "../../lib/openapi";
-import { openApiServiceDocument } from "../../lib/openapi-split";
+import { openApiServiceDocument } from "../../lib/openapi";
 
 const suite = chromiumAvailable("api-docs") ? describe : describe.skip;
 

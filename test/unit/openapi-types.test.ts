@@ -9,7 +9,7 @@ import Ajv2020 from "ajv/dist/2020";
 import addFormats from "ajv-formats";
 import { COLLECTIONS, DOMAINS } from "../../catalog";
 import { ALWAYS_RETURNED, fullyReturned, openApiDocument, schemaName } from "../../lib/openapi";
-import { openApiServiceDocument } from "../../lib/openapi-split";
+import { openApiServiceDocument } from "../../lib/openapi";
 import { randomHelper, randomToken } from "../../lib/crypto";
 import { allRoutes } from "../../lib/routes";
 

@@ -3,12 +3,12 @@
  * under `/<service>`, their tags, and only the components they reference (transitively). The docs page (/api) loads
  * one of these, so it is usable at once; the full document stays the reference for tools.
  */
-import { DOMAINS } from "../catalog";
-import { openApiDocument } from "./openapi";
+import { DOMAINS } from "../../catalog";
+import { openApiDocument } from "./document";
 
 type Json = Record<string, unknown>;
 
-/** What this reads of the full document (lib/openapi.ts builds it). */
+/** What this reads of the full document (lib/openapi/document.ts builds it). */
 interface FullDocument {
 	openapi: string;
 	info: { title: string; description?: string; [field: string]: unknown };

@@ -18,7 +18,11 @@ import { AUDIT_CHANNEL, channelsStreamFor } from "./channels.stream";
 import { sharedAuditSpool, type AuditBatch } from "./audit-spool";
 
 export interface ShipperOptions {
-	/** Coalescing delay after an idle period: the first entry waits this long for company. */
+	/**
+	 * How long entries wait for company: the first entry after a send waits this long, so batches leave at most once
+	 * per flushMs (or sooner when full). Under load a batch carries flushMs of requests, not the few that arrived during
+	 * the previous send: one statement per batch instead of one per handful of requests.
+	 */
 	flushMs: number;
 	/** Entries per batch: a JetStream message stays far below NATS's 1 MiB payload limit. */
 	maxBatch: number;
@@ -29,7 +33,7 @@ export interface ShipperOptions {
 	warn(msg: string): void;
 }
 
-export const SHIPPER_DEFAULTS = { flushMs: 20, maxBatch: 200, maxBuffered: 100_000, maxBackoffMs: 5000 };
+export const SHIPPER_DEFAULTS = { flushMs: 50, maxBatch: 200, maxBuffered: 100_000, maxBackoffMs: 5000 };
 
 export type AuditSink = (batch: AuditBatch) => Promise<void>;
 
@@ -41,6 +45,8 @@ export class AuditShipper {
 	private running?: Promise<void>;
 	private failures = 0;
 	private closed = false;
+	/** Set by close: the buffer is sent batch after batch, without waiting for company. */
+	private closing = false;
 	/** Timers run in the scope the shipper was made in, never in a request's (its unit of work, its context). */
 	private readonly scope = new AsyncResource("audit-shipper");
 	/** Entries the stream acknowledged, and entries dropped because the buffer was full. */
@@ -76,12 +82,23 @@ export class AuditShipper {
 
 	private kick(): void {
 		this.timer = undefined;
-		this.running ??= this.drain().finally(() => (this.running = undefined));
+		this.running ??= this.drain().finally(() => {
+			this.running = undefined;
+			// What arrived during the last send waits flushMs for company (its push armed no timer while sending).
+			if (this.buf.length && !this.timer && !this.closing)
+				this.timer = setTimeout(
+					this.scope.bind(() => this.kick()),
+					this.opts.flushMs,
+				);
+		});
 	}
 
-	/** Sends batch after batch until the buffer is empty; what arrives meanwhile goes in the next batch. */
+	/**
+	 * Sends the batch in hand (retrying it until the stream takes it), then the following ones while full batches wait;
+	 * a partial one waits for the next kick. Closing sends everything.
+	 */
 	private async drain(): Promise<void> {
-		while (this.current || this.buf.length) {
+		for (let first = true; this.current || (this.buf.length && (first || this.closing || this.buf.length >= this.opts.maxBatch)); first = false) {
 			this.current ??= { id: randomBytes(12).toString("hex"), entries: this.buf.splice(0, this.opts.maxBatch) };
 			try {
 				await this.sink(this.current);
@@ -100,6 +117,7 @@ export class AuditShipper {
 
 	/** Sends what is buffered (the gateway stops), waiting at most `timeoutMs`; returns the entries left unsent. */
 	async close(timeoutMs = 5000): Promise<number> {
+		this.closing = true;
 		if (this.timer) clearTimeout(this.timer);
 		this.timer = undefined;
 		const deadline = Date.now() + timeoutMs;

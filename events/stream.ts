@@ -57,6 +57,12 @@ export interface ChangeStream {
 }
 
 const POLL_MS = 500;
+/**
+ * A group's position is stored at most this often while it moves (and at once at a failure and at stop): under a
+ * stream of small batches every group would otherwise write its position once per batch, several statements per
+ * change. A crash replays what was handled since the last store, at most this long of events (at least once).
+ */
+export const POSITION_SAVE_MS = 250;
 /** A group with nothing to read looks again after this even without a signal (the outbox's feed signals every record it reads). */
 const IDLE_MS = 5000;
 const BATCH = 100;
@@ -134,9 +140,9 @@ export class OutboxStream implements ChangeStream {
 
 	/**
 	 * The group's loop: reads up to `max` records after its position and gives them to `step`, which reports what it
-	 * handled. The position is stored once per batch (and at a failure and at stop), not once per record: a crash
-	 * replays at most the batch in progress (at least once). A step that throws gets the records from the first
-	 * unhandled one again after a backoff.
+	 * handled. The position is stored at most every POSITION_SAVE_MS while it moves (and at once at a failure and at
+	 * stop), not once per record or batch: a crash replays at most that long of records (at least once). A step that
+	 * throws gets the records from the first unhandled one again after a backoff.
 	 */
 	private async run(group: string, max: number, step: (batch: OutboxRecord[], handled: (seq: number) => boolean) => Promise<void>): Promise<Consumer> {
 		await this.init();
@@ -173,16 +179,39 @@ export class OutboxStream implements ChangeStream {
 		// A failed save must not end the loop: the position in memory is right and the next save stores it (a restart
 		// before then replays from the stored one: at least once). Each save renews the heartbeat; `beat` saves an
 		// unmoved position too (the heartbeat timer, while the group waits or retries).
-		const save = async (beat = false) => {
+		// Saves run one after another (a later one never lands before an earlier one); `saveSoon` stores the position at
+		// most every POSITION_SAVE_MS, the others at once.
+		let saving: Promise<void> = Promise.resolve();
+		let savedAt = 0;
+		let saveTimer: NodeJS.Timeout | undefined;
+		const store = async (beat: boolean) => {
 			if (position === stored && !beat) return;
 			const at = position;
+			savedAt = Date.now();
 			try {
 				const doc = positionDoc(at, this.ns);
 				if (!(await this.offsets.setOne(group, doc))) await this.offsets.insert({ _id: group, ...doc });
+				// The pruner reads stored positions: a pass once this one moved.
+				if (at !== stored) this.pruner.schedule();
 				stored = at;
 			} catch {
 				/* the next save stores it */
 			}
+		};
+		const save = (beat = false): Promise<void> => {
+			if (saveTimer) clearTimeout(saveTimer);
+			saveTimer = undefined;
+			return (saving = saving.then(() => store(beat)));
+		};
+		const saveSoon = () => {
+			if (position === stored || saveTimer) return;
+			const wait = savedAt + POSITION_SAVE_MS - Date.now();
+			if (wait <= 0) return void save();
+			saveTimer = setTimeout(() => {
+				saveTimer = undefined;
+				void save();
+			}, wait);
+			saveTimer.unref();
 		};
 		const heartbeat = setInterval(() => void save(true), heartbeatEvery(this.positionTtlMs));
 		heartbeat.unref();
@@ -221,8 +250,7 @@ export class OutboxStream implements ChangeStream {
 					if (!stopped) await sleep(RETRY_MS[Math.min(attempt++, RETRY_MS.length - 1)], false);
 					continue;
 				}
-				await save();
-				this.pruner.schedule();
+				saveSoon();
 				// A short batch took everything there was: the next read waits for the records appended meanwhile to be
 				// signalled (at once if they already were), so that they come as one batch.
 				if (batch.length < max) await sleep(IDLE_MS, true);

@@ -58,6 +58,11 @@ export function docsTriggerDdl(table: string): string[] {
 	];
 }
 
+/** The statements that make `table` (quoted) notify nothing (a table read through no cache); no-ops where it does not. */
+export function docsTriggerDrop(table: string): string[] {
+	return ["insert", "update", "delete", "truncate"].map((op) => `drop trigger if exists platform_docs_${op} on ${table}`);
+}
+
 /** The statement that tells whether `table` (quoted) already notifies through DOCS_TRIGGER_FUNCTION (4 triggers). */
 export function docsTriggerCheck(table: string): { text: string; values: unknown[] } {
 	return {

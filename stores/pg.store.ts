@@ -27,7 +27,7 @@ import { renameIdKeys, Slices, TENANT_REF, toStoreQuery, updateOf } from "./type
 import { afterOf, bind, keyColumns, lit, orderOf, orderOfKeys, OWNER_COLUMN, ownerColumn, ownerSplit, Params, sortKeys, valueAt, whereOf, type SortKey } from "./pg.query";
 import { holdWrite, inUnit, openTransaction, unitDeadline, unitTransaction, type Held } from "./unit";
 import { applyUpdate, checkKeys, matches, project } from "../lib/query";
-import { acquireDocCache, docsTriggerCheck, docsTriggerDdl, releaseDocCache, type DocCache } from "./doc-cache";
+import { acquireDocCache, docsTriggerCheck, docsTriggerDdl, docsTriggerDrop, releaseDocCache, type DocCache } from "./doc-cache";
 
 export type PgConfig = Pick<PlatformConfig, "dataDir"> & Partial<Pick<PlatformConfig, "databaseUrl" | "docCacheSize">>;
 type Query = <R = Record<string, unknown>>(text: string, params?: unknown[]) => Promise<{ rows: R[]; rowCount: number | null }>;
@@ -321,12 +321,23 @@ export class PgStore implements DocumentStore {
 			await q(`create index if not exists ${i("owner_id")} on ${t} (owner, id) where owner is not null and ${LIVE()}`);
 			await q(`create index if not exists ${i("owner_array")} on ${t} (id) where jsonb_typeof(doc->'owner') = 'array'`);
 			for (const f of this.extraIndexes) await q(`create index if not exists ${i(`x_${f}`)} on ${t} (${valueAt(f)} nulls first, id)`);
-			// Every write of the table, whoever makes it, notifies the document caches of every node at its commit.
+			// Every write of a collection's table, whoever makes it, notifies the document caches of every node at its
+			// commit. The platform's own stores (`_`-named: positions, the audit spool, idempotency records...) are never
+			// read through the cache, so their writes (several per request) notify nobody.
+			// Triggers are changed only when they are not as wanted (DROP TRIGGER locks the table, as CREATE does).
 			const check = docsTriggerCheck(t);
-			if ((await q(check.text, check.values)).rows[0].n !== 4) for (const ddl of docsTriggerDdl(t)) await q(ddl);
+			const triggers = (await q(check.text, check.values)).rows[0].n;
+			if (this.cached && triggers !== 4) for (const ddl of docsTriggerDdl(t)) await q(ddl);
+			if (!this.cached && triggers) for (const ddl of docsTriggerDrop(t)) await q(ddl);
 		}, SCHEMA_LIMIT_MS);
+		if (!this.cached) return;
 		this.cache = acquireDocCache(rel, this.cfg.docCacheSize);
 		void this.cache.start();
+	}
+
+	/** Whether gets of this store are answered through the document cache: the catalog's collections, not the platform's own stores. */
+	private get cached(): boolean {
+		return !this.name.startsWith("_");
 	}
 
 	/**

@@ -85,6 +85,34 @@ describe("the document cache of get", () => {
 		expect((await B(admin, "GET", path)).status).toBe(404);
 	});
 
+	test("only collections notify: the platform's own stores (consumer positions, the audit spool) carry no trigger", async () => {
+		const triggers = async (table: string) =>
+			(
+				await sql.query<{ n: number }>(
+					"select count(*)::int as n from pg_trigger t join pg_proc p on p.oid = t.tgfoid where t.tgrelid = to_regclass($1) and p.proname = 'platform_docs_changed_v1'",
+					[`"${table}"`],
+				)
+			).rows[0].n;
+		expect(await triggers("docs/content/notes")).toBe(4);
+		for (const internal of ["docs/_stream_offsets", "docs/_audit_spool"]) {
+			expect((await sql.query("select to_regclass($1)::text as r", [`"${internal}"`])).rows[0].r).not.toBeNull();
+			expect([internal, await triggers(internal)]).toEqual([internal, 0]);
+		}
+		// A write to an internal table sends nothing on the documents' channel.
+		const listener = new Client({ connectionString: t.p.cfg.databaseUrl });
+		await listener.connect();
+		const heard: string[] = [];
+		listener.on("notification", (m) => heard.push(m.payload ?? ""));
+		await listener.query("listen platform_docs");
+		await sql.query(`update "docs/_stream_offsets" set doc = doc where true`);
+		await sql.query(`update "docs/content/notes" set doc = doc where false`);
+		const id = await note(t.a.admin.token);
+		await new Promise((r) => setTimeout(r, 300));
+		await listener.end();
+		expect(heard.some((p) => p.startsWith("docs/_"))).toBe(false);
+		expect(heard.some((p) => p.startsWith("docs/content/notes ") && p.includes(id))).toBe(true);
+	});
+
 	test("a cached body is byte for byte the body a read from the database gives", async () => {
 		const admin = t.a.admin.token;
 		const id = await note(admin, { title: "bytes", content: 'quotes " and \\ and é and \u2028', tags: ["x", "y"] });

@@ -25,6 +25,39 @@ test("entries leave in batches of at most maxBatch, each entry once, in order", 
 	expect(s.pending).toBe(0);
 });
 
+test("under a steady load a batch carries flushMs of entries: one send per flushMs, not one per send's duration", async () => {
+	const got: AuditBatch[] = [];
+	// Each send takes 2 ms; an entry arrives every millisecond or so for 400 ms.
+	const s = new AuditShipper(
+		async (b) => {
+			got.push(b);
+			await new Promise((r) => setTimeout(r, 2));
+		},
+		opts({ flushMs: 50, maxBatch: 10_000 }),
+	);
+	let n = 0;
+	const until = Date.now() + 400;
+	while (Date.now() < until) {
+		s.push(entry(n++));
+		await new Promise((r) => setTimeout(r, 1));
+	}
+	await waitFor(() => s.shipped === n, `${n} shipped`);
+	// 400 ms at one send per 50 ms: about 8 (a send per 2 ms send would make well over 50).
+	expect(got.length).toBeLessThanOrEqual(12);
+	expect(got.flatMap((b) => b.entries.map((e) => e.request_id))).toEqual(Array.from({ length: n }, (_, i) => `r${i}`));
+});
+
+test("a full batch leaves at once, without waiting flushMs", async () => {
+	const got: AuditBatch[] = [];
+	const s = new AuditShipper(async (b) => void got.push(b), opts({ flushMs: 60_000, maxBatch: 3 }));
+	for (let i = 0; i < 3; i++) s.push(entry(i));
+	s.push(entry(3));
+	// The first kick is flushMs away; close sends both batches now.
+	expect(got).toEqual([]);
+	expect(await s.close()).toBe(0);
+	expect(got.map((b) => b.entries.length)).toEqual([3, 1]);
+});
+
 test("a refused batch is retried under the same id, and nothing is lost meanwhile", async () => {
 	const attempts: AuditBatch[] = [];
 	let down = true;

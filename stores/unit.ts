@@ -1,7 +1,7 @@
 /**
  * A unit of work: the statements of one write action and its change events commit in one PostgreSQL transaction.
  *
- * The collection engine runs each action inside `unitOfWork` (one line in engine/collection.mixin.ts). The document
+ * The collection engine runs each action inside `unitOfWork` (stores/unit.middleware.ts, a middleware around every collection action). The document
  * store's writes in that scope open a transaction lazily, on one pooled connection per database; reads in the scope
  * see those writes. The outbox's append (events/outbox.ts) inserts the events on the same connection and commits
  * (`commitUnit`): the documents and their events are durable together or not at all. Whatever the action writes

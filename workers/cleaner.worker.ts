@@ -3,7 +3,7 @@
  * one instance at a time (a lease on the platform cache, so several cleaner nodes never work together):
  * - soft-deleted documents whose retention passed (RETENTION_DAYS, per collection
  *   RETENTION_<SERVICE>_<COLLECTION>_DAYS; identity/sessions 0 = closed sessions go at the next pass), through each
- *   collection's internal `purge` action (each removal is a `d` change event, see engine/collection.mixin.ts);
+ *   collection's internal `purge` action (each removal is a `d` change event, see `purge` in engine/collection-actions.ts);
  * - finished webhook delivery records older than DELIVERY_RETENTION_DAYS (delivered, failed or disabled; never
  *   pending ones) when the dispatcher's `deliveries` table exists (their attempts go with them);
  * - audit entries older than AUDIT_RETENTION_DAYS;

@@ -118,7 +118,7 @@ export const REVEALED_ON_CREATE: Record<string, Record<string, string>> = {
 	"domain/clients": { secret: "client_secret; returned only in the creation response, and only when the platform generated it" },
 };
 
-/** What the platform writes in its helper fields (engine/collection.mixin.ts: `randomHelper(12)`, `String(Date.now())`). */
+/** What the platform writes in its helper fields (engine/document.ts and engine/collection-actions.ts: `randomHelper(12)`, `String(Date.now())`). */
 export const PLATFORM_PATTERNS: Record<string, string> = { rand: "^[A-Za-z0-9_-]{16}$", timestamp: "^[0-9]{1,16}$" };
 
 export function docSchema(d: DomainDef, c: CollectionDef, refs: Map<string, string>, reveal: Record<string, string> = {}): Schema {

@@ -58,9 +58,10 @@ export interface ChangeStream {
 
 const POLL_MS = 500;
 /**
- * A group's position is stored at most this often while it moves (and at once at a failure and at stop): under a
- * stream of small batches every group would otherwise write its position once per batch, several statements per
- * change. A crash replays what was handled since the last store, at most this long of events (at least once).
+ * A group's position is stored at most this often while it moves (and at once at a failure, at stop, and when a
+ * batch's worth of positions has been handled since the last store): under a stream of small batches every group
+ * would otherwise write its position once per batch, several statements per change. A crash replays what was handled
+ * since the last store (at most this long of events, at most one batch's worth) and the batch in progress.
  */
 export const POSITION_SAVE_MS = 250;
 /** A group with nothing to read looks again after this even without a signal (the outbox's feed signals every record it reads). */
@@ -140,9 +141,10 @@ export class OutboxStream implements ChangeStream {
 
 	/**
 	 * The group's loop: reads up to `max` records after its position and gives them to `step`, which reports what it
-	 * handled. The position is stored at most every POSITION_SAVE_MS while it moves (and at once at a failure and at
-	 * stop), not once per record or batch: a crash replays at most that long of records (at least once). A step that
-	 * throws gets the records from the first unhandled one again after a backoff.
+	 * handled. The position is stored at most every POSITION_SAVE_MS while it moves (and at once at a failure, at stop,
+	 * and once `max` positions are handled and not stored), not once per record or batch: a crash replays at most one
+	 * batch's worth of handled records and the batch in progress (at least once). A step that throws gets the records
+	 * from the first unhandled one again after a backoff.
 	 */
 	private async run(group: string, max: number, step: (batch: OutboxRecord[], handled: (seq: number) => boolean) => Promise<void>): Promise<Consumer> {
 		await this.init();
@@ -204,9 +206,12 @@ export class OutboxStream implements ChangeStream {
 			return (saving = saving.then(() => store(beat)));
 		};
 		const saveSoon = () => {
-			if (position === stored || saveTimer) return;
+			if (position === stored) return;
 			const wait = savedAt + POSITION_SAVE_MS - Date.now();
-			if (wait <= 0) return void save();
+			// Never more than a batch's worth of positions handled and not stored: a crash replays at most that plus the
+			// batch in progress (the observer's de-duplication remembers two batches: workers/observer.worker.ts).
+			if (wait <= 0 || position - stored >= max) return void save();
+			if (saveTimer) return;
 			saveTimer = setTimeout(() => {
 				saveTimer = undefined;
 				void save();

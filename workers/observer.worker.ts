@@ -12,7 +12,10 @@ import { WORKER_PORTS } from "./index";
 import { workerService } from "./worker";
 import { counterOf, SEQ_WINDOW, STATS_TOPIC } from "../lib/stat-buckets";
 
-/** A redelivery replays at most one batch: the buckets' memory of counted positions (SEQ_WINDOW) covers two. */
+/**
+ * A redelivery replays at most two batches (the one in progress, and at most one batch's worth handled since the
+ * group's position was last stored: events/stream.ts): the buckets' memory of counted positions (SEQ_WINDOW) covers two.
+ */
 export const OBSERVER_BATCH = Math.floor(SEQ_WINDOW / 2);
 
 /** The increment a change record makes, or null (not counted). */

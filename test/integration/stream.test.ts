@@ -7,7 +7,7 @@ import { randomBytes } from "crypto";
 import { sharedOutbox, type Outbox, type OutboxRecord } from "../../events/outbox";
 import { OutboxStream, sharedStream, type Consumer } from "../../events/stream";
 import { bootPlatform, tempDir, type TestPlatform } from "../helpers/platform";
-import { waitFor } from "../helpers/wait";
+import { sleep, waitFor } from "../helpers/wait";
 
 jest.setTimeout(60_000);
 
@@ -169,6 +169,34 @@ describe("embedded stream over the outbox", () => {
 		consumers.push(await stream.consumeBatches("batched", async (recs) => void again.push(...recs.map((r) => r.seq))));
 		await waitFor(() => again.length === 2, "the two written since");
 		expect(again).toEqual(later);
+	});
+
+	test("a moving group stores its position at most every 250 ms, never a batch's worth behind, and the last one soon after", async () => {
+		const c = await stream.consumeBatches("lazy", async () => undefined, { maxBatch: 10 });
+		consumers.push(c);
+		const offsets = (stream as unknown as { offsets: { setOne(id: string, doc: Record<string, unknown>): Promise<unknown> } }).offsets;
+		const setOne = offsets.setOne.bind(offsets);
+		const writes: Array<{ seq: number }> = [];
+		offsets.setOne = (id, doc) => {
+			if (id === "lazy") writes.push({ seq: Number(doc.seq) });
+			return setOne(id, doc);
+		};
+		// Single appends, one about every 5 ms: a stream of small batches (one store per batch would be dozens).
+		const seqs: number[] = [];
+		for (let i = 0; i < 60; i++) {
+			seqs.push(...(await append(1)));
+			await sleep(5);
+		}
+		await waitFor(() => c.position() === seqs.at(-1), "every record handled");
+		await waitFor(() => writes.at(-1)?.seq === seqs.at(-1), "the last position stored", 2000);
+		const moves = writes.filter((w, i) => i === 0 || w.seq !== writes[i - 1].seq);
+		// By time alone (about 0.5 s of appends): 3 to 4; by the batch's worth (60 positions, 10 a batch): at most 6 more.
+		expect(moves.length).toBeLessThanOrEqual(12);
+		expect(moves.length).toBeGreaterThanOrEqual(2);
+		// Never a batch's worth (10) handled and not stored: consecutive stored positions are less than two batches apart
+		// (the store is made once 10 are handled, after the batch that reached them). By time alone they would be about
+		// 40 apart (an append every 5 to 7 ms).
+		for (let i = 1; i < moves.length; i++) expect(seqs.indexOf(moves[i].seq) - seqs.indexOf(moves[i - 1].seq)).toBeLessThanOrEqual(19);
 	});
 
 	test("a batch that throws comes back whole, and the position stays before it until it succeeds", async () => {

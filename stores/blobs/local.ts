@@ -74,8 +74,13 @@ export class LocalBlobStore implements BlobStore {
 	}
 
 	async *list(): AsyncIterable<BlobInfo> {
-		await this.ensure();
-		const dir = await fs.opendir(this.dir);
+		// Listing and sweeping create nothing: a node that never stored a file keeps no files directory (the compose
+		// file gives a lasting volume only to the node that stores uploads).
+		const dir = await fs.opendir(this.dir).catch((err: NodeJS.ErrnoException) => {
+			if (err.code === "ENOENT") return null;
+			throw err;
+		});
+		if (!dir) return;
 		for await (const e of dir) {
 			if (!e.isFile() || !BLOB_KEY.test(e.name)) continue;
 			const info = await this.stat(e.name);
@@ -85,10 +90,13 @@ export class LocalBlobStore implements BlobStore {
 
 	/** Removes partly written blobs older than `olderThanMs` (a process that died mid-write); the number removed. */
 	async sweepPartial(olderThanMs: number): Promise<number> {
-		await this.ensure();
 		let n = 0;
 		const dir = path.join(this.dir, PARTIAL);
-		for (const name of await fs.readdir(dir)) {
+		const names = await fs.readdir(dir).catch((err: NodeJS.ErrnoException) => {
+			if (err.code === "ENOENT") return [];
+			throw err;
+		});
+		for (const name of names) {
 			const f = path.join(dir, name);
 			const st = await fs.stat(f).catch(() => null);
 			if (st && Date.now() - st.mtimeMs >= olderThanMs) {

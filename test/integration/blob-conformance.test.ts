@@ -4,7 +4,8 @@
  */
 import { createHash, randomBytes } from "crypto";
 import { Readable } from "stream";
-import { rmSync } from "fs";
+import { readdirSync, rmSync } from "fs";
+import path from "path";
 import { LocalBlobStore, type BlobStore } from "../../stores/blobs";
 import { S3BlobStore } from "../../stores/blobs/s3";
 import { tempDir } from "../helpers/platform";
@@ -136,4 +137,21 @@ describe.each(suites)("blob store: %s", (_name, make) => {
 	test("keys that could escape the store are refused", async () => {
 		for (const k of ["../x", "a/b", "", ".partial"]) await expect(store.put(k, Readable.from([Buffer.from("x")]), 1)).rejects.toThrow(/invalid blob key/);
 	});
+});
+
+test("a local store that never stored a blob creates nothing when listed or swept (a node without uploads keeps no files directory)", async () => {
+	const parent = tempDir("blobs-none-");
+	const store = new LocalBlobStore(path.join(parent, "files"));
+	try {
+		const listed: string[] = [];
+		for await (const b of store.list()) listed.push(b.key);
+		expect(listed).toEqual([]);
+		expect(await store.sweepPartial(0)).toBe(0);
+		expect(readdirSync(parent)).toEqual([]);
+		// The first write makes it.
+		await store.put("abc", Readable.from([Buffer.from("x")]), 1);
+		expect(readdirSync(path.join(parent, "files")).sort()).toEqual([".partial", "abc"]);
+	} finally {
+		rmSync(parent, { recursive: true, force: true });
+	}
 });

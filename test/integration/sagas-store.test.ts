@@ -43,14 +43,14 @@ for (const impl of impls) {
 		beforeEach(async () => {
 			if (off()) return;
 			await store.removeMany({});
-			await store.insert({ _id: "a".repeat(24), balance: 100, ops: [], state: "AWAITING", note: "x", deleted_at: null });
+			await store.insert({ id: "a".repeat(24), balance: 100, ops: [], state: "AWAITING", note: "x", deleted_at: null });
 		});
 
 		test("updateIf applies the update only when the condition matches, and returns the document after", async () => {
 			const id = "a".repeat(24);
 			expect(await store.updateIf({ id, balance: { $gte: 150 } }, { $inc: { balance: -150 } })).toBeNull();
 			const after = await store.updateIf({ id, balance: { $gte: 60 } }, { $inc: { balance: -60 }, $push: { ops: "s1:0" } });
-			expect(after).toMatchObject({ _id: id, balance: 40, ops: ["s1:0"] });
+			expect(after).toMatchObject({ id, balance: 40, ops: ["s1:0"] });
 			expect(await store.updateIf({ id, ops: "s1:0" }, { $inc: { balance: 60 }, $pull: { ops: "s1:0" } })).toMatchObject({ balance: 100, ops: [] });
 			// The op id is gone: the same undo a second time matches nothing.
 			expect(await store.updateIf({ id, ops: "s1:0" }, { $inc: { balance: 60 }, $pull: { ops: "s1:0" } })).toBeNull();
@@ -83,10 +83,10 @@ for (const impl of impls) {
 
 		test("replaceIf replaces the whole document (fields not in the image go) only when the condition matches", async () => {
 			const id = "a".repeat(24);
-			expect(await store.replaceIf({ id, note: "y" }, { _id: id, balance: 1, deleted_at: null })).toBe(false);
-			expect(await store.replaceIf({ id, note: "x" }, { _id: id, balance: 1, deleted_at: null })).toBe(true);
+			expect(await store.replaceIf({ id, note: "y" }, { id, balance: 1, deleted_at: null })).toBe(false);
+			expect(await store.replaceIf({ id, note: "x" }, { id, balance: 1, deleted_at: null })).toBe(true);
 			const doc = await store.findOne({ id });
-			expect(doc).toEqual({ _id: id, balance: 1, deleted_at: null });
+			expect(doc).toEqual({ id, balance: 1, deleted_at: null });
 		});
 	});
 }

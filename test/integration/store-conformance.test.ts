@@ -83,12 +83,12 @@ for (const impl of impls) {
 			expect(await store.ping()).toBe(true);
 		});
 
-		test("insert returns the document; find and findOne return it with `id`, never `id`", async () => {
+		test("insert returns the document; find and findOne return it with `id`, never `_id`", async () => {
 			const doc = { id: hexId(99), n: 99, name: "single", deleted_at: null };
 			expect(await store.insert({ ...doc })).toMatchObject(doc);
 			const found = await store.findOne({ id: doc.id });
 			expect(found).toEqual(doc);
-			expect(found).not.toHaveProperty("id");
+			expect(found).not.toHaveProperty("_id");
 			expect(await store.findOne({ id: doc.id })).toEqual(doc);
 			const [listed] = await store.find({ query: { id: doc.id } });
 			expect(listed).toEqual(doc);

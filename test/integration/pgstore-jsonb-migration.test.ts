@@ -150,6 +150,48 @@ const indexesOf = async (db: Relational, name: string) => {
 	);
 };
 
+/** What a restore made: its summary, the target's config and a connection to it, the table's store and documents. */
+interface Restored {
+	restored: Awaited<ReturnType<typeof restoreBackup>>;
+	dst: Parameters<typeof restoreBackup>[0];
+	tdb: Relational;
+	name: string;
+	docs: EarlierDoc[];
+}
+
+/**
+ * A table `make` fills with documents(), in the test's database, backed up (data-backup.ts) and restored into a new
+ * database, every row counted on both sides; `check` then reads the target.
+ */
+async function throughBackup(tag: string, make: (db: Relational, name: string, docs: EarlierDoc[]) => Promise<unknown>, check: (r: Restored) => Promise<void>): Promise<void> {
+	const target = await testDatabase();
+	const name = `${tag}_${unique()}`;
+	const src = { ...readConfig(), s3: undefined, dataDir: path.join(dir, `backup-source-${tag}`), databaseUrl: url() };
+	const dst = { ...readConfig(), s3: undefined, dataDir: path.join(dir, `backup-target-${tag}`), databaseUrl: target!.url };
+	mkdirSync(src.dataDir, { recursive: true });
+	const file = path.join(dir, `${tag}.backup`);
+	const docs = documents();
+	try {
+		const db = await openRelational(src);
+		try {
+			await make(db, name, docs);
+		} finally {
+			await releaseRelational(src);
+		}
+		const out = createWriteStream(file);
+		const written = await writeBackup(src, out);
+		if (!out.closed) await once(out, "close");
+		expect(written.tables[`docs/${name}`]).toBe(docs.length);
+		const restored = await restoreBackup(dst, createReadStream(file));
+		expect(restored.tables[`docs/${name}`]).toBe(docs.length);
+		const tdb = await openRelational(dst);
+		await check({ restored, dst, tdb, name, docs });
+	} finally {
+		await releaseRelational(dst).catch(() => undefined);
+		await target?.drop();
+	}
+}
+
 describe("documents stored once as jsonb (PostgreSQL)", () => {
 	test("a table of the earlier form becomes (id, doc jsonb, owner) on start, every document kept, queries as before; once", async () => {
 		if (!up()) return;
@@ -278,89 +320,49 @@ describe("documents stored once as jsonb (PostgreSQL)", () => {
 
 	test("a backup of a table of the previous version (documents holding `_id`) restores with `id`", async () => {
 		if (!up()) return;
-		const target = await testDatabase();
-		const name = `idkey_${unique()}`;
-		const src = { ...readConfig(), s3: undefined, dataDir: path.join(dir, "backup-source-id"), databaseUrl: url() };
-		const dst = { ...readConfig(), s3: undefined, dataDir: path.join(dir, "backup-target-id"), databaseUrl: target!.url };
-		mkdirSync(src.dataDir, { recursive: true });
-		const file = path.join(dir, "previous.backup");
-		const docs = documents();
-		try {
-			const db = await openRelational(src);
-			try {
-				await previousForm(db, name, docs);
-			} finally {
-				await releaseRelational(src);
-			}
-			const out = createWriteStream(file);
-			const written = await writeBackup(src, out);
-			if (!out.closed) await once(out, "close");
-			expect(written.tables[`docs/${name}`]).toBe(docs.length);
-			const restored = await restoreBackup(dst, createReadStream(file));
-			expect(restored.tables[`docs/${name}`]).toBe(docs.length);
-			const tdb = await openRelational(dst);
-			try {
+		await throughBackup(
+			"idkey",
+			(db, name, docs) => previousForm(db, name, docs),
+			async ({ dst, name, docs, tdb }) => {
 				expect(await markOf(tdb, `"docs/${name}"`)).toBe("platform-docs:v3");
 				expect(await leftovers(tdb, `"docs/${name}"`)).toEqual({ legacy: 0, astray: 0 });
-			} finally {
-				await releaseRelational(dst);
-			}
-			const store = new PgStore(dst, name);
-			await store.connect();
-			try {
-				expect(await store.find({ query: {}, sort: { id: 1 } })).toStrictEqual(asJson(docs));
-				expect(await store.count({ deleted_at: null, owner: "u1" })).toBe(
-					docs.filter((d) => !d.deleted_at && (d.owner === "u1" || (Array.isArray(d.owner) && d.owner.includes("u1")))).length,
-				);
-			} finally {
-				await store.disconnect();
-			}
-		} finally {
-			await releaseRelational(dst).catch(() => undefined);
-			await target?.drop();
-		}
+				const store = new PgStore(dst, name);
+				await store.connect();
+				try {
+					expect(await store.find({ query: {}, sort: { id: 1 } })).toStrictEqual(asJson(docs));
+					expect(await store.count({ deleted_at: null, owner: "u1" })).toBe(
+						docs.filter((d) => !d.deleted_at && (d.owner === "u1" || (Array.isArray(d.owner) && d.owner.includes("u1")))).length,
+					);
+				} finally {
+					await store.disconnect();
+				}
+			},
+		);
 	});
 
 	test("a backup of a table of the earlier form restores into today's form, every document kept", async () => {
 		if (!up()) return;
-		const target = await testDatabase();
-		const name = `jsonb_${unique()}`;
-		const src = { ...readConfig(), s3: undefined, dataDir: path.join(dir, "backup-source"), databaseUrl: url() };
-		const dst = { ...readConfig(), s3: undefined, dataDir: path.join(dir, "backup-target"), databaseUrl: target!.url };
-		mkdirSync(src.dataDir, { recursive: true });
-		const file = path.join(dir, "earlier.backup");
-		const docs = documents();
-		try {
-			const db = await openRelational(src);
-			try {
+		await throughBackup(
+			"jsonb",
+			async (db, name, docs) => {
 				const table = await earlierForm(db, name);
 				await db.query(`insert into ${table} (id, body) select x->>'_id', x from json_array_elements($1::json) x`, [JSON.stringify(docs)]);
-			} finally {
-				await releaseRelational(src);
-			}
-			const out = createWriteStream(file);
-			const written = await writeBackup(src, out);
-			if (!out.closed) await once(out, "close");
-			expect(written.tables[`docs/${name}`]).toBe(docs.length);
-			const restored = await restoreBackup(dst, createReadStream(file));
-			expect(restored.header.tables.find((t) => t.name === `docs/${name}`)?.columns).toEqual(["id", "body"]);
-			expect(restored.tables[`docs/${name}`]).toBe(docs.length);
-			const store = new PgStore(dst, name);
-			await store.connect();
-			try {
-				expect(await store.find({ query: {}, sort: { id: 1 } })).toStrictEqual(asJson(docs));
-				const tdb = await openRelational(dst);
-				expect((await columnsOf(tdb, `"docs/${name}"`)).map((c) => `${c.name} ${c.type}`)).toEqual(["id text", "doc jsonb", "owner text"]);
-				expect(await store.count({ deleted_at: null, $or: [{ owner: "u1" }, { shares: "u1" }] })).toBe(
-					docs.filter((d) => !d.deleted_at && (d.owner === "u1" || (Array.isArray(d.owner) && d.owner.includes("u1")) || (d.shares as string[]).includes("u1"))).length,
-				);
-				await releaseRelational(dst);
-			} finally {
-				await store.disconnect();
-			}
-		} finally {
-			await releaseRelational(dst).catch(() => undefined);
-			await target?.drop();
-		}
+			},
+			async ({ restored, dst, name, docs, tdb }) => {
+				expect(restored.header.tables.find((t) => t.name === `docs/${name}`)?.columns).toEqual(["id", "body"]);
+				expect(await leftovers(tdb, `"docs/${name}"`)).toEqual({ legacy: 0, astray: 0 });
+				const store = new PgStore(dst, name);
+				await store.connect();
+				try {
+					expect(await store.find({ query: {}, sort: { id: 1 } })).toStrictEqual(asJson(docs));
+					expect((await columnsOf(tdb, `"docs/${name}"`)).map((c) => `${c.name} ${c.type}`)).toEqual(["id text", "doc jsonb", "owner text"]);
+					expect(await store.count({ deleted_at: null, $or: [{ owner: "u1" }, { shares: "u1" }] })).toBe(
+						docs.filter((d) => !d.deleted_at && (d.owner === "u1" || (Array.isArray(d.owner) && d.owner.includes("u1")) || (d.shares as string[]).includes("u1"))).length,
+					);
+				} finally {
+					await store.disconnect();
+				}
+			},
+		);
 	});
 });

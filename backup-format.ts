@@ -6,7 +6,8 @@
  * `to_json` writes it (a document: `{"id": ..., "doc": {...}}`). A file without its `complete` line is cut short and
  * restores nothing. Backups of collections' tables of the earlier form (`body`, the document's JSON text, beside a
  * generated `doc`: their rows are `{"id": ..., "body": {...}}`) restore into today's form, `body` into `doc`
- * (LEGACY_BODY).
+ * (LEGACY_BODY). A document holding its id as `_id` (every backup of a version before `id`) restores holding it as
+ * `id` (backup-restore.ts, stores/pg.store.ts idKeyed).
  */
 import type { Migration } from "./runtime/relational";
 import { MIGRATIONS as DISPATCHER_MIGRATIONS, TABLES as DISPATCHER_TABLES } from "./workers/dispatcher/store";

@@ -30,7 +30,7 @@ import { migrate, openRelational, releaseRelational, SCHEMA_LIMIT_MS, type TextQ
 import { unmigratedDataDir } from "./store-migration";
 import { createBlobStore, type BlobStore } from "./stores/blobs";
 import { OUTBOX_TABLE, PgOutbox } from "./stores/pg.outbox";
-import { ident, PgStore } from "./stores/pg.store";
+import { ident, idKeyed, PgStore } from "./stores/pg.store";
 
 /** The most rows (and bytes of them) per insert of a restore. */
 const INSERT_ROWS = 1000;
@@ -162,7 +162,8 @@ async function createSchema(cfg: PlatformConfig, header: BackupHeader, query: Te
 
 /**
  * Inserts rows (the backup's JSON objects) into `t`, `INSERT_ROWS` (or `INSERT_BYTES`) a statement; a collection's
- * `body` (a backup of the earlier form) into `doc`.
+ * `body` (a backup of the earlier form) into `doc`, and each of its documents in the current form (idKeyed: a backup
+ * of a version that stored the id as `_id` restores it as `id`, into a table connect has marked DOCS_FORM).
  */
 class TableLoader {
 	private rows: string[] = [];
@@ -174,12 +175,17 @@ class TableLoader {
 		t: BackupTable,
 	) {
 		const cols = t.columns.map(quoted).join(", ");
-		const legacy = t.columns.some((c) => targetColumn(t, c) !== c);
-		this.sql = legacy
-			? `insert into ${quoted(t.name)} (${t.columns.map((c) => quoted(targetColumn(t, c))).join(", ")}) ` +
-				`select ${t.columns.map((c) => (targetColumn(t, c) === c ? `r.${quoted(c)}` : `(x->'${LEGACY_BODY}')::jsonb`)).join(", ")} ` +
-				`from json_array_elements($1::json) x cross join lateral json_populate_record(null::${quoted(t.name)}, x) r`
-			: `insert into ${quoted(t.name)} (${cols}) select ${cols} from json_populate_recordset(null::${quoted(t.name)}, $1::json)`;
+		// A collection's document as the backup holds it (`body` of the earlier form, else `doc`), in the current form.
+		const valueOf = (c: string) => {
+			if (targetColumn(t, c) !== "doc") return `r.${quoted(c)}`;
+			return idKeyed(c === LEGACY_BODY ? `(x->'${LEGACY_BODY}')::jsonb` : `r.${quoted(c)}`);
+		};
+		this.sql =
+			t.store !== undefined
+				? `insert into ${quoted(t.name)} (${t.columns.map((c) => quoted(targetColumn(t, c))).join(", ")}) ` +
+					`select ${t.columns.map(valueOf).join(", ")} ` +
+					`from json_array_elements($1::json) x cross join lateral json_populate_record(null::${quoted(t.name)}, x) r`
+				: `insert into ${quoted(t.name)} (${cols}) select ${cols} from json_populate_recordset(null::${quoted(t.name)}, $1::json)`;
 	}
 	async add(row: string): Promise<void> {
 		this.rows.push(row);

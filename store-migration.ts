@@ -69,7 +69,8 @@ function nedbValue(_key: string, v: unknown): unknown {
 /**
  * The documents of one NeDB data file, read as NeDB loaded it: one JSON document per line, a later line replacing an
  * earlier one of the same `_id`, `{"$$deleted": true, "_id": …}` removing it, index lines (`$$indexCreated`,
- * `$$indexRemoved`) skipped, dates (`{"$$date": ms}`) as ISO text. A file NeDB was rewriting when it stopped survives
+ * `$$indexRemoved`) skipped, dates (`{"$$date": ms}`) as ISO text. Each comes out as the platform stores documents:
+ * NeDB's key `_id` becomes the document's `id` (which no NeDB document of the platform held besides). A file NeDB was rewriting when it stopped survives
  * as `<file>~`, read when the file itself is missing. Corrupt lines are skipped, up to NeDB's own 10 %; beyond, the
  * file is refused (nothing is copied from it).
  */
@@ -91,11 +92,12 @@ export async function readNedbFile(file: string): Promise<StoredDoc[]> {
 		}
 		if (!doc || typeof doc !== "object" || Array.isArray(doc)) corrupt++;
 		else if (typeof doc._id === "string" && doc._id) {
-			if (doc.$$deleted === true) byId.delete(doc._id);
+			const { _id: id, ...fields } = doc;
+			if (doc.$$deleted === true) byId.delete(id);
 			// Delete and set: a replaced document takes its place in the order of the file's last writes.
 			else {
-				byId.delete(doc._id);
-				byId.set(doc._id, doc as StoredDoc);
+				byId.delete(id);
+				byId.set(id, { ...fields, id });
 			}
 		} else if (!("$$indexCreated" in doc) && !("$$indexRemoved" in doc)) corrupt++;
 	}
@@ -156,8 +158,8 @@ async function copyStore(dataDir: string, name: string, target: DocumentStore): 
 		let copied = 0;
 		for (let i = 0; i < docs.length; i += BATCH) {
 			const batch = docs.slice(i, i + BATCH);
-			const there = new Set((await target.find({ query: { _id: { $in: batch.map((d) => d._id) } }, projection: { _id: 1 } })).map((d) => d._id));
-			const missing = batch.filter((d) => !there.has(d._id));
+			const there = new Set((await target.find({ query: { id: { $in: batch.map((d) => d.id) } }, projection: { id: 1 } })).map((d) => d.id));
+			const missing = batch.filter((d) => !there.has(d.id));
 			// As the platform writes on PostgreSQL: text without NUL or lone surrogates (NeDB took them).
 			if (missing.length) await target.insertMany(missing.map((d) => storableJson(d)));
 			copied += missing.length;
@@ -189,7 +191,7 @@ async function carryEvents(cfg: MigrationConfig, pg: MigrationConfig): Promise<n
 	await marker.connect();
 	try {
 		const id = `events:${path.resolve(cfg.dataDir)}`;
-		const done = await marker.findOne({ _id: id });
+		const done = await marker.findOne({ id });
 		if (done) return Number(done.events ?? 0);
 		const positions = existsSync(nedbFileOf(cfg.dataDir, "_stream_offsets")) ? await readNedb(cfg.dataDir, "_stream_offsets") : [];
 		const from = positions.length ? Math.min(...positions.map((p) => Number(p.seq ?? 0))) : 0;
@@ -198,11 +200,11 @@ async function carryEvents(cfg: MigrationConfig, pg: MigrationConfig): Promise<n
 		await outbox.connect();
 		try {
 			for (let i = 0; i < records.length; i += BATCH)
-				await outbox.append(records.slice(i, i + BATCH).map(({ _id, seq, ...r }) => storableJson(r) as unknown as Omit<OutboxRecord, "seq">));
+				await outbox.append(records.slice(i, i + BATCH).map(({ id: _key, seq, ...r }) => storableJson(r) as unknown as Omit<OutboxRecord, "seq">));
 		} finally {
 			await outbox.disconnect();
 		}
-		await marker.insert({ _id: id, events: records.length, at: new Date().toISOString() });
+		await marker.insert({ id, events: records.length, at: new Date().toISOString() });
 		return records.length;
 	} finally {
 		await marker.disconnect();

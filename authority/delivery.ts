@@ -16,7 +16,7 @@ import { present } from "../lib/present";
 import { RegexBudget, SafeRegExp } from "../lib/safe-regex";
 import type { Doc, TokenClaims } from "../lib/types";
 import type { CollectionActionMeta } from "../engine/collection.mixin";
-import { matchesFilter } from "../lib/query";
+import { matches } from "../lib/query";
 import { checkGrant, checkScope, enforce } from "../lib/authority";
 
 /** Who receives changes of one collection, and through which query (the live cursor's, or none for MQTT). */
@@ -53,9 +53,9 @@ export function viewAt(w: Watcher, index: GrantIndex): AccessPlan {
 	return plan;
 }
 
-/** A stored image (`_id`) as the filter matcher and `present` take it. */
-type Image = Record<string, unknown> & { _id: string };
-export const imageOf = (d: Doc | Record<string, unknown> | undefined): Image | undefined => (d ? ({ ...d, _id: d.id as string } as Image) : undefined);
+/** A change event's document image as the filter matcher and `present` take it: the stored form, `id` included. */
+type Image = Record<string, unknown> & { id: string };
+export const imageOf = (d: Doc | Record<string, unknown> | undefined): Image | undefined => d as Image | undefined;
 
 /** The compiled `$regex` patterns of a view's filter (its query's and its grants' row filters'), found once per view. */
 const patternsOf = new WeakMap<AccessPlan, SafeRegExp[]>();
@@ -79,7 +79,7 @@ export function admits(plan: AccessPlan, image: Image | undefined): boolean {
 		const budget = new RegexBudget();
 		for (const re of res) re.budget = budget;
 	}
-	return matchesFilter(image, plan.filter);
+	return matches(image, plan.filter);
 }
 
 /** What a change is for one watcher: the document entering, changing in, or leaving its view. */

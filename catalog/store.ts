@@ -5,7 +5,7 @@
  */
 
 export type Filter = Record<string, unknown>;
-export type StoredDoc = Record<string, unknown> & { _id: string };
+export type StoredDoc = Record<string, unknown> & { id: string };
 
 export interface FindOptions {
 	query: Filter;
@@ -23,7 +23,7 @@ export interface FindOptions {
 
 /**
  * A position in a sorted read: the sort values of the last document read, each `[value]` or `[]` (missing), and its
- * `_id` (the tie-break). Made and read by the store that produced it (opaque to the engine, JSON-safe).
+ * `id` (the tie-break). Made and read by the store that produced it (opaque to the engine, JSON-safe).
  */
 export interface Keyset {
 	values: Array<[unknown] | []>;
@@ -75,10 +75,10 @@ export interface DocumentStore {
 	/**
 	 * Compare-and-set: applies a store update (`$set`, `$unset`, `$inc`, `$push`, `$pull`) to the first document
 	 * matching `query`, atomically with the match; returns it as stored afterwards, or null when none matched
-	 * (`{ _id, balance: { $gte: 5 } }` with `{ $inc: { balance: -5 } }` never overdraws).
+	 * (`{ id, balance: { $gte: 5 } }` with `{ $inc: { balance: -5 } }` never overdraws).
 	 */
 	updateIf(query: Filter, update: Record<string, unknown>): Promise<StoredDoc | null>;
-	/** Replaces the first document matching `query` by `doc` (same `_id`), atomically with the match; false when none matched. */
+	/** Replaces the first document matching `query` by `doc` (same `id`), atomically with the match; false when none matched. */
 	replaceIf(query: Filter, doc: StoredDoc): Promise<boolean>;
 	ping(): Promise<boolean>;
 	/**

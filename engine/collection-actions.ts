@@ -105,7 +105,7 @@ export function collectionHandlers(domain: DomainDef, hooks: Record<string, Coll
 				return { doc, res: await pinned(own(ctx), doc, () => write(doc)) };
 			} catch (err) {
 				if ((err as ApiError).code !== 412 || callerPinned) throw err;
-				if (tries === 3) throw conflict(`document ${doc._id} kept changing while it was being removed; try again`);
+				if (tries === 3) throw conflict(`document ${doc.id} kept changing while it was being removed; try again`);
 			}
 			doc = await target(ctx, plan);
 		}
@@ -135,7 +135,7 @@ export function collectionHandlers(domain: DomainDef, hooks: Record<string, Coll
 			ctx,
 			state(svc).idempotency,
 			`${domain.name}/${col.name}`,
-			changes.map((c) => (c.after ?? c.before)!._id),
+			changes.map((c) => (c.after ?? c.before)!.id),
 		);
 		const ts = Date.now();
 		await state(svc).outbox.append(
@@ -181,7 +181,7 @@ export function collectionHandlers(domain: DomainDef, hooks: Record<string, Coll
 		const now = new Date().toISOString();
 		const t = plan.token;
 		const doc: StoredDoc = {
-			_id: objectId(),
+			id: objectId(),
 			shares: [],
 			groups: [],
 			...clean,
@@ -240,7 +240,7 @@ export function collectionHandlers(domain: DomainDef, hooks: Record<string, Coll
 
 	const findOptions = (plan: AccessPlan, skip: number, limit: number) => ({
 		query: plan.filter,
-		sort: plan.sort ?? { _id: 1 },
+		sort: plan.sort ?? { id: 1 },
 		skip,
 		limit,
 		projection: plan.projection,
@@ -374,7 +374,7 @@ export function collectionHandlers(domain: DomainDef, hooks: Record<string, Coll
 				inGrant(plan, [{ ...before, ...set }]);
 				await assertShares(ctx, plan.token, [set.shares]);
 				if ("ref" in set) set[TENANT_REF] = tenantRef(before.clients, set.ref);
-				return insert(() => store(ctx).setOne(before._id, set));
+				return insert(() => store(ctx).setOne(before.id, set));
 			});
 			await record(ctx, [{ op: "u", before, after }]);
 			return { data: out(after, plan) };
@@ -390,24 +390,24 @@ export function collectionHandlers(domain: DomainDef, hooks: Record<string, Coll
 			// All or nothing: every document the patch would move out of the grant rows is found before any write.
 			if (plan.writeFilter && touches(plan.writeFilter, set))
 				for (let last = ""; ;) {
-					const batch = await store(ctx).find({ query: last ? { $and: [plan.filter, { _id: { $gt: last } }] } : plan.filter, sort: { _id: 1 }, limit: BATCH });
+					const batch = await store(ctx).find({ query: last ? { $and: [plan.filter, { id: { $gt: last } }] } : plan.filter, sort: { id: 1 }, limit: BATCH });
 					inGrant(
 						plan,
 						batch.map((b) => ({ ...b, ...set })),
 					);
 					if (batch.length < BATCH) break;
-					last = batch[batch.length - 1]._id;
+					last = batch[batch.length - 1].id;
 				}
 			let total = 0;
 			let last = "";
 			// Keyset batches over the plan's filter: bounded memory, and each changed document gets its own event.
 			for (;;) {
-				const query = last ? { $and: [plan.filter, { _id: { $gt: last } }] } : plan.filter;
-				const batch = await store(ctx).find({ query, sort: { _id: 1 }, limit: BATCH });
+				const query = last ? { $and: [plan.filter, { id: { $gt: last } }] } : plan.filter;
+				const batch = await store(ctx).find({ query, sort: { id: 1 }, limit: BATCH });
 				if (!batch.length) break;
 				for (const b of batch) checkRules(col, { ...b, ...set });
 				await store(ctx).setMany(
-					batch.map((b) => b._id),
+					batch.map((b) => b.id),
 					set,
 				);
 				await record(
@@ -415,7 +415,7 @@ export function collectionHandlers(domain: DomainDef, hooks: Record<string, Coll
 					batch.map((before) => ({ op: "u" as const, before, after: { ...before, ...set } })),
 				);
 				total += batch.length;
-				last = batch[batch.length - 1]._id;
+				last = batch[batch.length - 1].id;
 				if (batch.length < BATCH) break;
 			}
 			return { total };
@@ -423,7 +423,7 @@ export function collectionHandlers(domain: DomainDef, hooks: Record<string, Coll
 		async remove(ctx) {
 			const plan = requirePlan(ctx.locals);
 			const { doc: before, res: after } = await removal(ctx, plan, "remove", await target(ctx, plan), (doc) =>
-				guarded(ctx, doc, () => store(ctx).setOne(doc._id, stamp("deleted", plan.token, new Date().toISOString()))),
+				guarded(ctx, doc, () => store(ctx).setOne(doc.id, stamp("deleted", plan.token, new Date().toISOString()))),
 			);
 			await record(ctx, [{ op: "d", before, after: null }]);
 			return { data: out(after, plan) };
@@ -434,7 +434,7 @@ export function collectionHandlers(domain: DomainDef, hooks: Record<string, Coll
 			if (!before) throw notFound();
 			const after = await guarded(ctx, before, async () => {
 				await h.beforeRestore?.(ctx, before);
-				return store(ctx).setOne(before._id, { deleted_at: null, deleted_by: null, deleted_in: null, ...stamp("restored", plan.token, new Date().toISOString()) });
+				return store(ctx).setOne(before.id, { deleted_at: null, deleted_by: null, deleted_in: null, ...stamp("restored", plan.token, new Date().toISOString()) });
 			});
 			await record(ctx, [{ op: "r", before, after }]);
 			return { data: out(after, plan) };
@@ -442,7 +442,7 @@ export function collectionHandlers(domain: DomainDef, hooks: Record<string, Coll
 		async destroy(ctx) {
 			const plan = requirePlan(ctx.locals);
 			const { doc: before } = await removal(ctx, plan, "destroy", await target(ctx, plan), async (doc) => {
-				if (!(await ifMatch(ctx, own(ctx), doc, () => store(ctx).removeMany({ id: doc._id })))) throw notFound();
+				if (!(await ifMatch(ctx, own(ctx), doc, () => store(ctx).removeMany({ id: doc.id })))) throw notFound();
 			});
 			await record(ctx, [{ op: "d", before, after: null }]);
 			return { data: out(before, plan) };
@@ -466,14 +466,14 @@ export async function purge(recorders: Recorders, name: string, ctx: Ctx): Promi
 	let last = "";
 	while (purged < max) {
 		const expired: Record<string, unknown> = { deleted_at: { $ne: null, $lt: before } };
-		const query = last ? { ...expired, _id: { $gt: last } } : expired;
-		const batch = await store.find({ query, sort: { _id: 1 }, limit: Math.min(BATCH, max - purged) });
+		const query = last ? { ...expired, id: { $gt: last } } : expired;
+		const batch = await store.find({ query, sort: { id: 1 }, limit: Math.min(BATCH, max - purged) });
 		if (!batch.length) break;
 		const removed: Change[] = [];
-		for (const doc of batch) if ((await store.removeMany({ id: doc._id, deleted_at: doc.deleted_at })) > 0) removed.push({ op: "d", before: doc, after: null });
+		for (const doc of batch) if ((await store.removeMany({ id: doc.id, deleted_at: doc.deleted_at })) > 0) removed.push({ op: "d", before: doc, after: null });
 		if (removed.length) await recorders.get(name)!(ctx, removed);
 		purged += removed.length;
-		last = batch[batch.length - 1]._id;
+		last = batch[batch.length - 1].id;
 		if (batch.length < BATCH) break;
 	}
 	return { purged };

@@ -7,7 +7,7 @@ import type { ChangeActor } from "../events/outbox";
 import { objectId, randomHelper } from "../lib/crypto";
 import { forbidden } from "../lib/errors";
 import type { AccessPlan } from "../lib/plan";
-import { matchesFilter } from "../lib/query";
+import { matches } from "../lib/query";
 import { referencedFields } from "../lib/query-safety";
 import { identityOf, type TokenClaims } from "../lib/types";
 import { TENANT_REF, tenantRef, type StoredDoc } from "../stores";
@@ -21,7 +21,7 @@ export function platformDoc(fields: Record<string, unknown>, by: { owner: string
 	const now = new Date().toISOString();
 	const stampOf = (k: string) => ({ [`${k}_at`]: now, [`${k}_by`]: by.owner, [`${k}_in`]: by.aid ?? by.cid });
 	return {
-		_id: objectId(),
+		id: objectId(),
 		shares: [],
 		groups: [],
 		version: DEFAULT_VERSION,
@@ -49,13 +49,13 @@ export function stamp(kind: "created" | "updated" | "deleted" | "restored", toke
 /** A write leaves only documents inside the caller's grant rows (plan.writeFilter); 403 before anything is written. */
 export function inGrant(plan: AccessPlan, docs: Array<Record<string, unknown>>): void {
 	if (!plan.writeFilter) return;
-	for (const d of docs) if (!matchesFilter(d, plan.writeFilter)) throw forbidden("document is outside the grant filter");
+	for (const d of docs) if (!matches(d, plan.writeFilter)) throw forbidden("document is outside the grant filter");
 }
 
 /** Whether a `$set` changes a field the filter names (documents read through the filter match it already). */
 export function touches(filter: Record<string, unknown>, set: Record<string, unknown>): boolean {
 	const tops = new Set(referencedFields(filter).map((f) => f.split(".")[0]));
-	return Object.keys(set).some((k) => tops.has(k) || tops.has(k === "_id" ? "id" : k));
+	return Object.keys(set).some((k) => tops.has(k));
 }
 
 /** Keeps a new document's `tenant_ref` in step with its `ref` (right before insert: hooks may have changed either). */

@@ -5,7 +5,7 @@
  *
  * One record per principal and key, in the document store (`_idempotency`), so every gateway and domain node sees
  * it and it outlives restarts:
- * `{ _id: hash(principal, key), fp, pre?, action, state: running | committed | done, attempt, lease, node, inst, at, by?,
+ * `{ id: hash(principal, key), fp, pre?, action, state: running | committed | done, attempt, lease, node, inst, at, by?,
  * ref?, status?, body? | digest?, headers?, once? }`.
  *
  * `attempt` is a fencing token: the gateway that runs the request draws it and passes it to the domain in
@@ -49,7 +49,7 @@ export interface IdemMeta {
 
 export interface IdemRecord {
 	[field: string]: unknown;
-	_id: string;
+	id: string;
 	/** The request's fingerprint; of a streamed request (an upload), `pre` until its body has been read to its end. */
 	fp: string;
 	/** A streamed request's provisional fingerprint (method, path, query), known before its body is read. */
@@ -141,12 +141,12 @@ export class IdempotencyStoreRef {
  */
 export async function fenceWrite(store: DocumentStore, meta: IdemMeta, col: string, ids: string[]): Promise<void> {
 	const mine = meta.col === col && ids.length > 0;
-	const query: Record<string, unknown> = { _id: meta.id, attempt: meta.attempt, state: { $in: ["running", "committed"] } };
+	const query: Record<string, unknown> = { id: meta.id, attempt: meta.attempt, state: { $in: ["running", "committed"] } };
 	if (mine) query.ref = { $exists: false };
 	const set: Record<string, unknown> = { state: "committed" };
 	if (mine) set.ref = { ids };
 	if (await store.updateIf(query, { $set: set })) return;
-	const cur = (await store.findOne({ _id: meta.id })) as IdemRecord | null;
+	const cur = (await store.findOne({ id: meta.id })) as IdemRecord | null;
 	// No record in this store (a node whose documents live apart from the gateway's records): nothing to fence.
 	if (!cur || cur.attempt === meta.attempt) return;
 	throw conflict(IN_PROGRESS);

@@ -87,7 +87,7 @@ const sameStamp = (a: Stamp, b: Stamp) => a.updated_at === b.updated_at && a.del
  * revision of its own (never an earlier tag again) while putting back exactly what the earlier stage left; a write by
  * anyone else changes a field too (every write stamps `updated_at`, a balance move its balance).
  */
-const canonical = (doc: StoredDoc) => {
+const canonical = (doc: Record<string, unknown>) => {
 	const { [REV]: _rev, ...content } = doc;
 	return JSON.stringify(content, (_k, v) =>
 		isPlainObject(v)
@@ -99,7 +99,20 @@ const canonical = (doc: StoredDoc) => {
 			: v,
 	);
 };
-const digestOf = (doc: StoredDoc) => sha256Hex(canonical(doc));
+const digestOf = (doc: Record<string, unknown>) => sha256Hex(canonical(doc));
+
+/**
+ * A stage's images may have been recorded by a version whose documents held their id as `_id` (a saga in flight
+ * across an upgrade): `currentForm` reads such a before-image as the store holds documents now (`id`), `earlierForm`
+ * gives a document as that version held it, so an insert's digest of either form is recognised.
+ */
+function currentForm(doc: StoredDoc): StoredDoc {
+	if (!Object.prototype.hasOwnProperty.call(doc, "_id")) return doc;
+	const { _id: id, ...rest } = doc as Record<string, unknown>;
+	return { ...rest, id: String(id) };
+}
+const earlierForm = ({ id, ...rest }: StoredDoc): Record<string, unknown> => ({ ...rest, _id: id });
+const sameDigest = (cur: StoredDoc, digest: string) => digestOf(cur) === digest || digestOf(earlierForm(cur)) === digest;
 
 type StoreUpdate = { $set?: Record<string, unknown>; $unset?: Record<string, unknown> };
 
@@ -113,7 +126,7 @@ function applySet(before: StoredDoc, set: Record<string, unknown>): StoredDoc {
 
 /** The update that puts back the before-image's values of the fields `set` wrote, and nothing else. */
 function revertOf(before: StoredDoc, set: Record<string, unknown>): StoreUpdate {
-	const keys = Object.keys(set).filter((k) => k !== "_id");
+	const keys = Object.keys(set).filter((k) => k !== "id");
 	const $set = Object.fromEntries(keys.filter((k) => before[k] !== undefined).map((k) => [k, before[k]]));
 	const $unset = Object.fromEntries(keys.filter((k) => before[k] === undefined).map((k) => [k, true]));
 	return { ...(Object.keys($set).length ? { $set } : {}), ...(Object.keys($unset).length ? { $unset } : {}) };
@@ -124,8 +137,8 @@ function revertOf(before: StoredDoc, set: Record<string, unknown>): StoreUpdate 
  * top-level scalar (a balance among them), so a write landing between the read and the undo makes the undo a no-op.
  */
 function unchanged(cur: StoredDoc): Record<string, unknown> {
-	const scalars = Object.entries(cur).filter(([k, v]) => k !== "_id" && (v === null || ["string", "number", "boolean"].includes(typeof v)));
-	return { ...Object.fromEntries(scalars), id: cur._id, deleted_at: cur.deleted_at ?? null };
+	const scalars = Object.entries(cur).filter(([k, v]) => k !== "id" && (v === null || ["string", "number", "boolean"].includes(typeof v)));
+	return { ...Object.fromEntries(scalars), id: cur.id, deleted_at: cur.deleted_at ?? null };
 }
 
 interface StageState {
@@ -158,8 +171,8 @@ async function writeAhead(ctx: CallCtx, stage: StageState, images: Image[]): Pro
 	} else if (images.length) await ctx.call("essential.saga-stages.append", { stage: stage.id, lease: stage.lease, images });
 }
 
-const insertImage = (doc: StoredDoc): Image => ({ kind: "insert", id: doc._id, after: stampOf(doc), digest: digestOf(doc) });
-const updateImage = (before: StoredDoc, set: Record<string, unknown>): Image => ({ kind: "update", id: before._id, before, after: stampOf(applySet(before, set)), set });
+const insertImage = (doc: StoredDoc): Image => ({ kind: "insert", id: doc.id, after: stampOf(doc), digest: digestOf(doc) });
+const updateImage = (before: StoredDoc, set: Record<string, unknown>): Image => ({ kind: "update", id: before.id, before, after: stampOf(applySet(before, set)), set });
 
 /** The store a staged write uses: each write is preceded by its images in the stage. Reads pass through. */
 export function stagingStore(ctx: CallCtx, base: DocumentStore): DocumentStore {
@@ -201,7 +214,7 @@ export function stagingStore(ctx: CallCtx, base: DocumentStore): DocumentStore {
 		},
 		async removeMany(q) {
 			const befores = await base.find({ query: q });
-			await note(befores.map((b) => ({ kind: "destroy" as const, id: b._id, before: b })));
+			await note(befores.map((b) => ({ kind: "destroy" as const, id: b.id, before: b })));
 			return base.removeMany(q);
 		},
 	};
@@ -333,7 +346,7 @@ async function settleOne(d: SettleDeps, img: Image, reason: SettleReason, confli
 			if (!cur) return "already";
 			// Changed since, by anyone (a balance credited by the platform too): left as it is. (An image recorded by an
 			// earlier version has no digest: its stamps alone decide.)
-			if (!sameStamp(stampOf(cur), img.after) || (img.digest !== undefined && digestOf(cur) !== img.digest)) return "conflict";
+			if (!sameStamp(stampOf(cur), img.after) || (img.digest !== undefined && !sameDigest(cur, img.digest))) return "conflict";
 			const n = await store.removeMany(unchanged(cur));
 			if (!n) return "conflict";
 			await d.record([{ op: "d", before: cur, after: null }]);
@@ -342,12 +355,13 @@ async function settleOne(d: SettleDeps, img: Image, reason: SettleReason, confli
 		case "update": {
 			const cur = await store.findOne({ id: img.id });
 			if (!cur) return "conflict";
-			if (sameStamp(stampOf(cur), stampOf(img.before))) return "already";
+			const before = currentForm(img.before);
+			if (sameStamp(stampOf(cur), stampOf(before))) return "already";
 			// Anything but exactly what the stage left (a later write by anyone, a balance move by the platform) is a
 			// conflict. An image recorded by an earlier version has no `$set` to tell that by: it is left alone too.
-			if (!img.set || canonical(cur) !== canonical(applySet(img.before, img.set))) return "conflict";
+			if (!img.set || canonical(cur) !== canonical(applySet(before, img.set))) return "conflict";
 			// Only the fields the stage wrote go back: a balance, or anything else the platform keeps, is never written.
-			const after = await store.updateIf(unchanged(cur), revertOf(img.before, img.set));
+			const after = await store.updateIf(unchanged(cur), revertOf(before, img.set));
 			if (!after) return "conflict";
 			// Undoing a delete restores, undoing a restore deletes, anything else is an update.
 			const op: ChangeOp = cur.deleted_at && !after.deleted_at ? "r" : !cur.deleted_at && after.deleted_at ? "d" : "u";
@@ -356,14 +370,15 @@ async function settleOne(d: SettleDeps, img: Image, reason: SettleReason, confli
 		}
 		case "destroy": {
 			const cur = await store.findOne({ id: img.id });
-			if (cur) return sameStamp(stampOf(cur), stampOf(img.before)) ? "already" : "conflict";
+			const before = currentForm(img.before);
+			if (cur) return sameStamp(stampOf(cur), stampOf(before)) ? "already" : "conflict";
 			try {
-				await store.insert(img.before);
+				await store.insert(before);
 			} catch (err) {
 				if (isDuplicateKeyError(err)) return "conflict";
 				throw err;
 			}
-			await d.record([{ op: "c", before: null, after: img.before }]);
+			await d.record([{ op: "c", before: null, after: before }]);
 			return "undone";
 		}
 		case "inc": {

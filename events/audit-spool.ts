@@ -59,7 +59,7 @@ export class AuditSpool extends EventEmitter {
 		await this.open();
 		// PostgreSQL's jsonb refuses NUL and lone surrogates: cleaned here as the logger would clean its columns.
 		try {
-			await this.store.insert({ _id: batch.id, entries: storableJson(batch.entries) });
+			await this.store.insert({ id: batch.id, entries: storableJson(batch.entries) });
 		} catch (err) {
 			if (!isDuplicateKeyError(err)) throw err;
 		}
@@ -70,12 +70,12 @@ export class AuditSpool extends EventEmitter {
 	async take(limit: number): Promise<AuditBatch[]> {
 		await this.open();
 		const docs = await this.store.find({ query: {}, limit });
-		return docs.map((d) => ({ id: d._id, entries: Array.isArray(d.entries) ? (d.entries as AuditRequest[]) : [] }));
+		return docs.map((d) => ({ id: d.id, entries: Array.isArray(d.entries) ? (d.entries as AuditRequest[]) : [] }));
 	}
 
 	async remove(ids: string[]): Promise<void> {
 		if (!ids.length) return;
-		await this.store.removeMany({ _id: { $in: ids } });
+		await this.store.removeMany({ id: { $in: ids } });
 	}
 
 	count(): Promise<number> {

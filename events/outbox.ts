@@ -180,7 +180,7 @@ export function heartbeatEvery(ttlMs = DEFAULT_POSITION_TTL_MS): number {
 
 /** A consumer's stored position: `seq`; since positions expire, also its heartbeat `at` (ms) and namespace `ns`. */
 export interface StoredPosition {
-	_id: string;
+	id: string;
 	seq?: unknown;
 	at?: unknown;
 	ns?: unknown;
@@ -209,7 +209,7 @@ export async function passedByLive(
 	for (const p of (await store.find({ query: {} })) as StoredPosition[]) {
 		const owner = nsOf(p);
 		if (owner !== undefined && ns !== undefined && owner !== ns) {
-			if (typeof p.at !== "number") await store.setOne(p._id, { at: now }).catch(() => undefined);
+			if (typeof p.at !== "number") await store.setOne(p.id, { at: now }).catch(() => undefined);
 			else if (now - p.at > ttlMs) continue;
 		}
 		min = Math.min(min, Number(p.seq ?? 0));

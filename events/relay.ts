@@ -127,7 +127,7 @@ export class Relay {
 		this.heartbeatMs = heartbeatEvery(ttlMs);
 		// Positions saved before they named their namespace: it is in their id, `relay:<namespace>.<channel>`.
 		const suffix = `.${stream.opts.channel}`;
-		const nsOf = (p: StoredPosition) => (typeof p.ns === "string" ? p.ns : p._id.startsWith("relay:") && p._id.endsWith(suffix) ? p._id.slice(6, -suffix.length) : undefined);
+		const nsOf = (p: StoredPosition) => (typeof p.ns === "string" ? p.ns : p.id.startsWith("relay:") && p.id.endsWith(suffix) ? p.id.slice(6, -suffix.length) : undefined);
 		this.pruner = new OutboxPruner(this.outbox, () => passedByLive(this.offsets.store, cfg.namespace, ttlMs, nsOf), cfg.streamRetentionHours, cfg.outboxGraceMs);
 	}
 
@@ -214,7 +214,7 @@ export class Relay {
 		const s = this.offsets.store;
 		const doc = positionDoc(this.position, this.cfg.namespace);
 		if (await s.findOne({ id: this.positionId })) await s.setOne(this.positionId, doc);
-		else await s.insert({ _id: this.positionId, ...doc });
+		else await s.insert({ id: this.positionId, ...doc });
 		this.savedAt = doc.at;
 	}
 

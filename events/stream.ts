@@ -152,7 +152,7 @@ export class OutboxStream implements ChangeStream {
 		// A new group starts at the beginning of the outbox: nothing written before it existed is missed.
 		let position = Number(saved?.seq ?? 0);
 		// Known (and alive) from now on, so the pruner keeps what this group has not read yet.
-		if (!saved) await this.offsets.insert({ _id: group, ...positionDoc(position, this.ns) }).catch(() => undefined);
+		if (!saved) await this.offsets.insert({ id: group, ...positionDoc(position, this.ns) }).catch(() => undefined);
 		else await this.offsets.setOne(group, positionDoc(position, this.ns)).catch(() => undefined);
 		let stored = position;
 		let stopped = false;
@@ -192,7 +192,7 @@ export class OutboxStream implements ChangeStream {
 			savedAt = Date.now();
 			try {
 				const doc = positionDoc(at, this.ns);
-				if (!(await this.offsets.setOne(group, doc))) await this.offsets.insert({ _id: group, ...doc });
+				if (!(await this.offsets.setOne(group, doc))) await this.offsets.insert({ id: group, ...doc });
 				// The pruner reads stored positions: a pass once this one moved.
 				if (at !== stored) this.pruner.schedule();
 				stored = at;

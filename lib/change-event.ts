@@ -20,7 +20,7 @@ export const SOURCE_NAME = "platform";
 
 export function changeEvent(op: ChangeOp, domain: DomainDef, col: CollectionDef, before: StoredDoc | null, after: StoredDoc | null, ts = Date.now()): ChangeEvent {
 	const ev: ChangeEvent = {
-		id: (after ?? before)!._id,
+		id: (after ?? before)!.id,
 		ts_ms: ts,
 		op,
 		topic: `${domain.name}.${col.name}`,

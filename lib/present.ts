@@ -1,4 +1,4 @@
-/** How a stored document leaves the platform: `_id` becomes `id`, write-only fields never leave, allowlists apply. */
+/** How a stored document leaves the platform: `id` first, write-only fields never leave, allowlists apply. */
 import type { CollectionDef } from "../catalog";
 import { REV, TENANT_REF, type StoredDoc } from "../catalog/store";
 import type { Doc } from "./types";
@@ -24,12 +24,12 @@ export function writeOnlyFields(col: CollectionDef): string[] {
 
 /** `fields` null means every field; otherwise only those (and `id`). */
 export function present(col: CollectionDef, stored: StoredDoc, fields: readonly string[] | null = null): Doc {
-	const out: Record<string, unknown> = { id: stored._id };
+	const out: Record<string, unknown> = { id: stored.id };
 	const hidden = writeOnlyFields(col);
 	if (fields) {
 		for (const f of fields) if (f !== "id" && f in stored && !hidden.includes(f)) out[f] = stored[f];
 		return out as Doc;
 	}
-	for (const k in stored) if (k !== "_id" && !hidden.includes(k)) out[k] = stored[k];
+	for (const k in stored) if (k !== "id" && !hidden.includes(k)) out[k] = stored[k];
 	return out as Doc;
 }

@@ -222,7 +222,7 @@ function compileRegex(op: string, src: unknown, options: unknown, where: string)
 
 /**
  * docs/contracts.md "Fields that are never queried": a write-only or internal field of the collection, at any depth of the
- * path (`password.x`), or any name starting with `_` (store keys such as `_id`: callers name documents by `id`).
+ * path (`password.x`), or any name starting with `_` (store keys such as `_rev`, and `_id`: a document's id is `id`).
  */
 export function neverQueried(col: CollectionDef, path: string): boolean {
 	const top = path.split(".")[0];
@@ -299,7 +299,8 @@ export function parseProjection(raw: unknown): Record<string, 0 | 1> | undefined
 		const x = v[checkField(key)];
 		const flag = x === 1 || x === true ? 1 : x === 0 || x === false ? 0 : undefined;
 		if (flag === undefined) throw badRequest(`projection.${key} must be 0 or 1`);
-		// Both stores let _id be dropped from an inclusion or kept in an exclusion.
+		// MongoDB's `_id` may be dropped from an inclusion or kept in an exclusion here; the authority then refuses it as a
+		// field never queried (neverQueried), with its own message.
 		if (key !== "_id" && (mode ??= flag) !== flag) throw badRequest("projection cannot mix inclusion and exclusion");
 		out[key] = flag;
 	}

@@ -55,25 +55,6 @@ export function elementTests(v: unknown): v is Record<string, unknown> {
 	return ops.length > 0 && ops.every((op) => ELEMENT_TESTS.has(op));
 }
 
-/** A platform filter names `id`; stored documents are keyed by `_id`. Renames it at any depth of $and/$or/$not. */
-export function toStoreQuery(q: Filter): Filter {
-	const out: Filter = {};
-	for (const [k, v] of Object.entries(q)) {
-		if ((k === "$and" || k === "$or") && Array.isArray(v)) out[k] = v.map((x) => toStoreQuery(x as Filter));
-		else if (k === "$not" && isSubDocument(v)) out[k] = toStoreQuery(v);
-		else out[k === "id" ? "_id" : k] = v;
-	}
-	return out;
-}
-
-/** A sort or projection naming `id`, in store form. */
-export function renameIdKeys<T extends Record<string, unknown>>(o: T | undefined): T | undefined {
-	if (!o) return o;
-	const out: Record<string, unknown> = {};
-	for (const [k, v] of Object.entries(o)) out[k === "id" ? "_id" : k] = v;
-	return out as T;
-}
-
 // ---------------------------------------------------------------------------------------------------------------
 // Values
 
@@ -150,7 +131,10 @@ function candidates(vals: unknown[]): unknown[] {
 // ---------------------------------------------------------------------------------------------------------------
 // Matching
 
-/** Whether a stored document (`_id`) matches a filter in store form (`_id`, not `id`; see toStoreQuery). */
+/**
+ * Whether a stored document matches a filter: a platform filter names the id `id`, as the stored document does (grant
+ * row filters, zones, live views, the store's own matching of what its SQL does not evaluate exactly).
+ */
 export function matches(doc: Doc, filter: Filter): boolean {
 	for (const k of Object.keys(filter)) {
 		const v = filter[k];
@@ -167,9 +151,6 @@ export function matches(doc: Doc, filter: Filter): boolean {
 	}
 	return true;
 }
-
-/** Whether a stored document matches a platform filter (`id` names `_id`): grant row filters, zones, live views. */
-export const matchesFilter = (doc: Doc, filter: Filter): boolean => matches(doc, toStoreQuery(filter));
 
 const unsupported = (why: string) => badRequest(`query is not supported by the document store: ${why}`);
 
@@ -438,7 +419,7 @@ const MODIFIERS: Record<string, { create: boolean; apply: Modifier }> = {
  * The document after a store update: `$set`, `$unset`, `$inc`, `$push` (`$each`, `$slice`), `$addToSet` (`$each`),
  * `$pull` (a value, a sub-query, or operators an element passes), on dotted paths (`$set` and the array operators make
  * missing sub-documents on the way). A copy: `doc` is left as it was. Existing keys keep their place, new keys come
- * last. The `_id` never changes.
+ * last. The `id` never changes.
  */
 export function applyUpdate<T extends Doc>(doc: T, update: Record<string, unknown>): T {
 	const out = copy(doc) as Doc;
@@ -450,9 +431,9 @@ export function applyUpdate<T extends Doc>(doc: T, update: Record<string, unknow
 		const fields = update[op];
 		if (!isSubDocument(fields)) throw new Error(`${op} takes an object of fields`);
 		for (const [path, value] of Object.entries(fields)) {
-			if (path === "_id" || path.startsWith("_id.")) {
-				if (op === "$set" && equal(value, out._id)) continue;
-				throw badRequest("a document's _id cannot change");
+			if (path === "id" || path.startsWith("id.")) {
+				if (op === "$set" && equal(value, out.id)) continue;
+				throw badRequest("a document's id cannot change");
 			}
 			if (op === "$set") checkKeys(value);
 			const t = parentOf(out, path, mod.create);
@@ -466,26 +447,26 @@ export function applyUpdate<T extends Doc>(doc: T, update: Record<string, unknow
 // Projection
 
 /**
- * A document with only the included paths (`{a: 1, "b.c": 1}`), or without the excluded ones (`{a: 0}`); `_id` stays
- * unless `_id: 0`. Through an array of sub-documents a dotted path keeps (or drops) the key in each element; an
- * inclusion keeps no element that is not a sub-document. Mixing inclusion and exclusion (but for `_id`) is a 400.
+ * A document with only the included paths (`{a: 1, "b.c": 1}`), or without the excluded ones (`{a: 0}`); `id` stays
+ * unless `id: 0`. Through an array of sub-documents a dotted path keeps (or drops) the key in each element; an
+ * inclusion keeps no element that is not a sub-document. Mixing inclusion and exclusion (but for `id`) is a 400.
  */
 export function project<T extends Doc>(doc: T, projection: Record<string, 0 | 1 | boolean> | undefined): T {
 	if (!projection || !Object.keys(projection).length) return doc;
-	const { _id, ...rest } = projection;
+	const { id, ...rest } = projection;
 	const paths = Object.keys(rest);
 	const flags = new Set(paths.map((k) => (rest[k] ? 1 : 0)));
 	if (flags.size > 1) throw badRequest("projection cannot mix inclusion and exclusion");
-	const include = paths.length === 0 ? _id === undefined || !!_id : flags.has(1);
+	const include = paths.length === 0 ? id === undefined || !!id : flags.has(1);
 	let out: Doc;
 	if (include) {
 		out = {};
-		if (_id === undefined || _id) if (has(doc, "_id")) out._id = doc._id;
+		if (id === undefined || id) if (has(doc, "id")) out.id = doc.id;
 		for (const p of paths) pick(doc, out, p.split("."));
 	} else {
 		out = copy(doc) as Doc;
 		for (const p of paths) drop(out, p.split("."));
-		if (_id !== undefined && !_id) delete out._id;
+		if (id !== undefined && !id) delete out.id;
 	}
 	return out as T;
 }

@@ -107,7 +107,7 @@ export class CollectionIndex {
 
 	/** Adds or replaces a live document (`id` plus its text fields); a soft-deleted one is removed. */
 	upsert(doc: Doc | Record<string, unknown>): void {
-		const id = String((doc as Record<string, unknown>).id ?? (doc as Record<string, unknown>)._id);
+		const id = String((doc as Record<string, unknown>).id);
 		if (this.mini.has(id)) this.mini.discard(id);
 		if ((doc as Record<string, unknown>).deleted_at) return;
 		const entry: Record<string, unknown> = { id };

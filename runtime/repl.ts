@@ -111,7 +111,6 @@ interface ClientInfo {
 
 /** A user document as the identity store holds it: what a principal's claims are made from. */
 interface UserDoc {
-	_id?: string;
 	id?: string;
 	clients?: string[];
 	status?: string;
@@ -143,11 +142,11 @@ export async function principalClaims(broker: ServiceBroker, who: string, client
 	if (users.length === 0) throw new Error(`no user or client '${who}'${clientId ? ` in the tenant of client ${clientId}` : ""}`);
 	if (users.length > 1) throw new Error(`'${who}' is a user of several tenants (clients ${users.map((u) => u.clients?.[0]).join(", ")}): add --client <client id>`);
 	const u = users[0];
-	if (u.status === "INACTIVE") throw new Error(`user ${u._id ?? u.id} is INACTIVE: it cannot log in`);
+	if (u.status === "INACTIVE") throw new Error(`user ${u.id} is INACTIVE: it cannot log in`);
 	const c = await client(String(clientId ?? u.clients?.[0]));
 	if (!c) throw new Error(`the client of user '${who}' is gone or inactive`);
 	const domain = c.domains[0];
-	const uid = String(u.id ?? u._id);
+	const uid = String(u.id);
 	const own = ((u.subjects as string[]) ?? []).filter((s, i) => userSubjectProblem(s, `subjects[${i}]`) === null);
 	const named = u.username && usernameProblem(u.username) === null ? [`${u.username}@${domain}`] : [];
 	const subjects = [...own.map((s) => `${s}@${domain}`), `${uid}@${domain}`, ...named];

@@ -1,6 +1,6 @@
 /**
  * A one-time job across every node sharing a document store (the first-start seed): a claim document with a fixed
- * id, inserted first. The store's unique `_id` decides who inserted it, with
+ * id, inserted first. The store's unique `id` decides who inserted it, with
  * or without Redis (a cache lease would not do: the embedded cache is per process). The holder keeps the claim
  * alive with a heartbeat; a claim whose heartbeat stopped (its node died mid-job) is taken over, so a crash never
  * leaves the job undone for good. Once done, the claim records who did it and stays.
@@ -38,10 +38,10 @@ export async function runOnce(store: DocumentStore, id: string, o: OnceOptions, 
 	const staleMs = o.staleMs ?? 15_000;
 	const until = Date.now() + (o.waitMs ?? 300_000);
 	for (;;) {
-		const c = await store.findOne({ _id: id });
+		const c = await store.findOne({ id });
 		if (c?.state === "done") return { ran: false, by: String(c.by) };
 		if (!c) {
-			const mine: StoredDoc = { _id: id, state: "running", holder: o.holder, beat: Date.now() };
+			const mine: StoredDoc = { id, state: "running", holder: o.holder, beat: Date.now() };
 			const won = await store.insert(mine).then(
 				() => true,
 				(err) => {
@@ -52,7 +52,7 @@ export async function runOnce(store: DocumentStore, id: string, o: OnceOptions, 
 			if (won) return hold(store, id, o.holder, beatMs, done, job);
 		} else if ((c.beat as number) < Date.now() - staleMs) {
 			// Matching the old heartbeat too: of two nodes taking over the same dead claim, one succeeds.
-			const took = await store.updateIf({ _id: id, state: "running", holder: c.holder, beat: c.beat }, { $set: { holder: o.holder, beat: Date.now() } });
+			const took = await store.updateIf({ id, state: "running", holder: c.holder, beat: c.beat }, { $set: { holder: o.holder, beat: Date.now() } });
 			if (took) return hold(store, id, o.holder, beatMs, done, job, c);
 		}
 		if (Date.now() >= until) throw new Error(`${id}: still claimed by ${String(c?.holder)} after waiting; restart this node once that one is up`);
@@ -69,7 +69,7 @@ async function hold(
 	job: (h: Holding) => Promise<void>,
 	previous?: StoredDoc,
 ): Promise<OnceResult> {
-	const mine = { _id: id, holder };
+	const mine = { id, holder };
 	const timer = setInterval(() => void store.updateIf(mine, { $set: { beat: Date.now() } }).catch(() => undefined), beatMs);
 	try {
 		const earlier = await done();
@@ -80,7 +80,7 @@ async function hold(
 		return earlier ? { ran: false, by } : { ran: true };
 	} catch (err) {
 		// Frees the claim at once so another node (or this one's restart) runs the job, instead of waiting out staleMs.
-		await store.removeMany({ _id: id, holder, state: "running" }).catch(() => undefined);
+		await store.removeMany({ id, holder, state: "running" }).catch(() => undefined);
 		throw err;
 	} finally {
 		clearInterval(timer);

@@ -55,7 +55,7 @@ async function cacheApt(self: AuthThis, suffix: string, rec: AptRecord) {
 }
 
 function aptRecord(doc: StoredDoc): AptRecord {
-	return { id: doc._id, claims: doc.claims as TokenClaims, expires_at: doc.expires_at as number };
+	return { id: doc.id, claims: doc.claims as TokenClaims, expires_at: doc.expires_at as number };
 }
 
 /**
@@ -291,7 +291,7 @@ const AuthService: ServiceOf<AuthThis> = {
 			visibility: "public",
 			async handler(this: AuthThis, ctx: Context) {
 				const docs: StoredDoc[] = await this.collectionStore("grants").find({ query: { deleted_at: null } });
-				const grants: Grant[] = docs.map((d) => ({ ...pickGrant(d), id: d._id }));
+				const grants: Grant[] = docs.map((d) => ({ ...pickGrant(d), id: d.id }));
 				const rbac = (await ctx.call("context.configs.rbac")) as Array<{ eid: string; value: unknown }>;
 				for (const r of rbac) {
 					const client = (await ctx.call("domain.clients.authenticate", { id: r.eid })) as ClientInfo | null;

@@ -119,7 +119,7 @@ export function cqrsOf(d: StoredDoc, aes?: Aes): CqrsConfig {
 	const raw = isObject(d.value) ? d.value : {};
 	const value = (aes ? openCredentials(aes, raw) : raw) as CqrsConfig["value"];
 	const since = Date.parse(String(d.created_at ?? ""));
-	return { id: d._id, eid: String(d.eid), value, active: value.active !== false, since: Number.isNaN(since) ? 0 : since };
+	return { id: d.id, eid: String(d.eid), value, active: value.active !== false, since: Number.isNaN(since) ? 0 : since };
 }
 
 /** SMS provider credentials (touch): each provider's `key` sealed at rest (lib/touch.ts), never returned or in an event. */
@@ -258,7 +258,7 @@ const ContextService: ServiceSchema = asSchema<ContextThis>({
 				// Rewritten from the stored (sealed) value, so the credentials stay encrypted.
 				const { active: _a, disabled_at: _d, disabled_reason: _r, ...rest } = before.value as Record<string, unknown>;
 				const value = ctx.params.active ? rest : { ...rest, active: false, disabled_at: new Date().toISOString(), disabled_reason: ctx.params.reason ?? "disabled" };
-				const after = await store.setOne(before._id, { value, updated_at: new Date().toISOString() });
+				const after = await store.setOne(before.id, { value, updated_at: new Date().toISOString() });
 				if (!after) return null;
 				await this.recordChanges(ctx as Ctx, "configs", [{ op: "u", before, after }]);
 				return cqrsOf(after, this.aes);

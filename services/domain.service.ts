@@ -29,7 +29,7 @@ async function assertDomainsFree(ctx: Ctx, domains: unknown, selfId?: string): P
 	claimedInRequest.set(ctx, claimed);
 	const store = (ctx.service as EngineService).collectionStore("clients");
 	for (const d of names) {
-		const other = await store.findOne({ domains: d, deleted_at: null, ...(selfId ? { _id: { $ne: selfId } } : {}) });
+		const other = await store.findOne({ domains: d, deleted_at: null, ...(selfId ? { id: { $ne: selfId } } : {}) });
 		if (other || claimed.has(d)) throw conflict(`domain ${d} is already registered`);
 	}
 	for (const d of names) claimed.add(d);
@@ -60,7 +60,7 @@ export interface ClientInfo {
 
 function info(c: StoredDoc): ClientInfo {
 	return {
-		id: c._id,
+		id: c.id,
 		name: c.name as string,
 		scopes: (c.scopes as string[]) ?? [],
 		domains: (c.domains as string[]) ?? [],
@@ -97,7 +97,7 @@ const DomainService: ServiceSchema = asSchema<EngineService>({
 					if (Array.isArray(set.domains)) {
 						// One set of domains for several clients would give a domain to each of them.
 						if (!before && set.domains.length) throw badRequest("domains cannot be set by a bulk patch (a domain belongs to one client)");
-						set.domains = await assertDomainsFree(ctx, set.domains, before?._id);
+						set.domains = await assertDomainsFree(ctx, set.domains, before?.id);
 					}
 					if (typeof set.secret === "string") set.secret = await hashSecret(set.secret);
 				},
@@ -105,7 +105,7 @@ const DomainService: ServiceSchema = asSchema<EngineService>({
 				async afterWrite(ctx: Ctx, op, before, after) {
 					ctx.broadcast(AUTHORITY_CHANGED, {});
 					// Deactivated or deleted: every session (and APT) issued through it ends now.
-					if (before && (op === "d" || (op === "u" && after?.status === "INACTIVE"))) await ctx.call("identity.sessions.closeAll", { cid: before._id });
+					if (before && (op === "d" || (op === "u" && after?.status === "INACTIVE"))) await ctx.call("identity.sessions.closeAll", { cid: before.id });
 				},
 			},
 			apps: {
@@ -127,7 +127,7 @@ const DomainService: ServiceSchema = asSchema<EngineService>({
 				if (!c || c.status === "INACTIVE") return null;
 				if (secret !== undefined) {
 					if (!(typeof secret === "string" && (await verifySecret(secret, c.secret as string)))) return null;
-					await rehashIfWeak(this.collectionStore("clients"), c._id, "secret", secret, c.secret as string);
+					await rehashIfWeak(this.collectionStore("clients"), c.id, "secret", secret, c.secret as string);
 				}
 				return info(c);
 			},
@@ -146,7 +146,7 @@ const DomainService: ServiceSchema = asSchema<EngineService>({
 				const { id } = ctx.params;
 				if (typeof id !== "string" || !/^[0-9a-f]{24}$/i.test(id)) return null;
 				const a = await this.collectionStore("apps").findOne({ id: id.toLowerCase(), deleted_at: null });
-				return a && a.status !== "INACTIVE" ? { id: a._id, client: a.client, scopes: (a.scopes as string[]) ?? [] } : null;
+				return a && a.status !== "INACTIVE" ? { id: a.id, client: a.client, scopes: (a.scopes as string[]) ?? [] } : null;
 			},
 		},
 		/** First start only: the root client with the given id, secret, scopes and domain. */
@@ -169,7 +169,7 @@ const DomainService: ServiceSchema = asSchema<EngineService>({
 					},
 					{ owner: uid, cid: id },
 				);
-				doc._id = id;
+				doc.id = id;
 				await store.insert(doc);
 				await this.recordChanges(ctx as Ctx, "clients", [{ op: "c", before: null, after: doc }]);
 				return { created: true };

@@ -43,7 +43,7 @@ const FinancialService: ServiceSchema = asSchema<Financial>({
 			if (existing) return existing;
 			const clients = [...new Set((rec.clients?.length ? rec.clients : ((ev.after?.clients as string[] | undefined) ?? [])).filter((c) => typeof c === "string" && c))];
 			const doc = platformDoc({ user, currency: WALLET_CURRENCY, balance: 0 }, { owner: user, cid: clients[0] ?? user });
-			doc._id = walletIdOf(user);
+			doc.id = walletIdOf(user);
 			doc.clients = clients;
 			try {
 				await store.insert(doc);
@@ -54,7 +54,7 @@ const FinancialService: ServiceSchema = asSchema<Financial>({
 			// A platform-made write: change event like any other (webhooks, MQTT, stats), with no caller token.
 			const ctx = platformContext(this);
 			await this.recordChanges(ctx, "wallets", [{ op: "c", before: null, after: doc }]);
-			this.logger.debug(`wallet ${doc._id} created for user ${user}`);
+			this.logger.debug(`wallet ${doc.id} created for user ${user}`);
 			return doc;
 		},
 	},

@@ -83,7 +83,7 @@ async function assertUniqueLogin(svc: Identity, tenant: unknown, doc: Record<str
 		const v = doc[f];
 		if (typeof v !== "string") continue;
 		const other = await svc.collectionStore("users").findOne({ [TENANT]: tenant, deleted_at: null, $or: LOGIN_FIELDS.map((g) => ({ [g]: v })) });
-		if (other && other._id !== selfId) throw conflict(`${f} already exists`);
+		if (other && other.id !== selfId) throw conflict(`${f} already exists`);
 	}
 }
 
@@ -101,10 +101,10 @@ async function closeSessions(svc: Identity, ctx: Ctx, match: { uid?: string; cid
 	const stamp = { deleted_at: new Date().toISOString(), deleted_by: t?.uid ?? t?.aid ?? t?.cid ?? null, deleted_in: t?.aid ?? t?.cid ?? null };
 	let closed = 0;
 	for (;;) {
-		const batch = await store.find({ query: { ...match, deleted_at: null }, sort: { _id: 1 }, limit: CLOSE_BATCH });
+		const batch = await store.find({ query: { ...match, deleted_at: null }, sort: { id: 1 }, limit: CLOSE_BATCH });
 		if (!batch.length) break;
 		await store.setMany(
-			batch.map((b) => b._id),
+			batch.map((b) => b.id),
 			stamp,
 		);
 		await svc.recordChanges(
@@ -112,8 +112,8 @@ async function closeSessions(svc: Identity, ctx: Ctx, match: { uid?: string; cid
 			"sessions",
 			batch.map((before) => ({ op: "d", before, after: null })),
 		);
-		for (const b of batch) await blacklistSession(svc.kv, b._id);
-		await announceRevocation(ctx.broker, { sessions: batch.map((b) => b._id) });
+		for (const b of batch) await blacklistSession(svc.kv, b.id);
+		await announceRevocation(ctx.broker, { sessions: batch.map((b) => b.id) });
 		closed += batch.length;
 		if (batch.length < CLOSE_BATCH) break;
 	}
@@ -134,7 +134,7 @@ interface SessionOpen {
 }
 
 function publicUser(u: StoredDoc) {
-	return { id: u._id, username: u.username, email: u.email, phone: u.phone, subjects: (u.subjects as string[]) ?? [], status: u.status };
+	return { id: u.id, username: u.username, email: u.email, phone: u.phone, subjects: (u.subjects as string[]) ?? [], status: u.status };
 }
 
 const IdentityService: ServiceSchema = asSchema<Identity>({
@@ -154,16 +154,16 @@ const IdentityService: ServiceSchema = asSchema<Identity>({
 					checkUserFields(set);
 					// A bulk patch would give every matched user the same value: unique fields are set one user at a time.
 					if (!before) for (const f of LOGIN_FIELDS) if (f in set) throw badRequest(`${f} cannot be set by a bulk patch (it is unique)`);
-					if (before) await assertUniqueLogin(ctx.service as Identity, (before.clients as string[] | undefined)?.[0], set, before._id);
+					if (before) await assertUniqueLogin(ctx.service as Identity, (before.clients as string[] | undefined)?.[0], set, before.id);
 					if (typeof set.password === "string") set.password = await hashSecret(set.password);
 				},
 				async afterWrite(ctx: Ctx, op, before, after) {
-					if (op === "c" && after) await ctx.emit(USER_CREATED, { id: after._id, owner: after.owner, clients: after.clients });
+					if (op === "c" && after) await ctx.emit(USER_CREATED, { id: after.id, owner: after.owner, clients: after.clients });
 					// Deactivated, deleted (soft or destroy) or given a new password: every session and APT of the user ends now.
 					const revoke = op === "d" || (op === "u" && !!after && (after.status === "INACTIVE" || after.password !== before?.password));
-					if (revoke && before) await closeSessions(ctx.service as Identity, ctx, { uid: before._id });
+					if (revoke && before) await closeSessions(ctx.service as Identity, ctx, { uid: before.id });
 					// A role or group taken away stops counting in the user's tokens on every node (authority/authenticate.ts).
-					if (before && userStateChanged(op, before, after)) ctx.broadcast(USER_CHANGED, { ids: [before._id] });
+					if (before && userStateChanged(op, before, after)) ctx.broadcast(USER_CHANGED, { ids: [before.id] });
 				},
 			},
 			sessions: {
@@ -194,7 +194,7 @@ const IdentityService: ServiceSchema = asSchema<Identity>({
 				// Hash anyway when unknown, so timing does not tell which logins exist.
 				const ok = await verifySecret(password, (user?.password as string) ?? (await this.dummyHash));
 				if (!user || !ok || user.status === "INACTIVE") return null;
-				await rehashIfWeak(this.collectionStore("users"), user._id, "password", password, user.password as string);
+				await rehashIfWeak(this.collectionStore("users"), user.id, "password", password, user.password as string);
 				return publicUser(user);
 			},
 		},
@@ -208,7 +208,7 @@ const IdentityService: ServiceSchema = asSchema<Identity>({
 				const { login, tenants } = ctx.params;
 				if (typeof login !== "string") return null;
 				const user = await loginUser(this, login, tenants);
-				return user ? { id: user._id } : null;
+				return user ? { id: user.id } : null;
 			},
 		},
 		/**
@@ -231,8 +231,8 @@ const IdentityService: ServiceSchema = asSchema<Identity>({
 				const inside = new Set<string>(allowed);
 				for (let i = 0; i < candidates.length; i += 500) {
 					const chunk = candidates.slice(i, i + 500);
-					const docs = await store.find({ query: { id: { $in: chunk }, [TENANT]: { $in: [...allowed] }, deleted_at: null }, projection: { _id: 1 } });
-					for (const d of docs) inside.add(d._id);
+					const docs = await store.find({ query: { id: { $in: chunk }, [TENANT]: { $in: [...allowed] }, deleted_at: null }, projection: { id: 1 } });
+					for (const d of docs) inside.add(d.id);
 				}
 				return { outside: list.filter((id) => !inside.has(id.toLowerCase())) };
 			},
@@ -254,7 +254,7 @@ const IdentityService: ServiceSchema = asSchema<Identity>({
 				const store = this.collectionStore("users");
 				if (await store.findOne({ id })) return { created: false };
 				const doc = platformDoc({ username, password: await hashSecret(password), subjects: [], status: "ACTIVE" }, { owner: id, cid });
-				doc._id = id;
+				doc.id = id;
 				await store.insert(doc);
 				await this.recordChanges(ctx as Ctx, "users", [{ op: "c", before: null, after: doc }]);
 				return { created: true };
@@ -267,7 +267,7 @@ const IdentityService: ServiceSchema = asSchema<Identity>({
 				const doc = platformDoc({ uid, aid, cid, domain, ip, agent, expiration, refresh }, { owner: uid ?? aid ?? cid, cid, aid, coworkers });
 				await this.collectionStore("sessions").insert(doc);
 				await this.recordChanges(ctx as Ctx, "sessions", [{ op: "c", before: null, after: doc }]);
-				return { id: doc._id };
+				return { id: doc.id };
 			},
 		},
 		/** Refresh rotation: swaps the stored refresh id only if it is still the presented one (single use). */
@@ -320,7 +320,7 @@ const IdentityService: ServiceSchema = asSchema<Identity>({
 				const before = await store.findOne({ id: String(ctx.params.id), deleted_at: null });
 				if (!before) return { closed: false };
 				const t: { uid?: string; aid?: string; cid?: string } = ctx.meta.token ?? {};
-				const after = await store.setOne(before._id, { deleted_at: new Date().toISOString(), deleted_by: t.uid ?? t.aid ?? t.cid ?? null, deleted_in: t.aid ?? t.cid ?? null });
+				const after = await store.setOne(before.id, { deleted_at: new Date().toISOString(), deleted_by: t.uid ?? t.aid ?? t.cid ?? null, deleted_in: t.aid ?? t.cid ?? null });
 				await this.recordChanges(ctx as Ctx, "sessions", [{ op: "d", before, after: null }]);
 				return { closed: !!after };
 			},

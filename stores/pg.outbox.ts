@@ -53,7 +53,7 @@ const APPEND = appendSql();
  * The text depends only on the tables, not on how many members: PostgreSQL parses and plans it once per connection.
  */
 function groupSql(tables: string[]): string {
-	const inserts = tables.map((t, i) => `d${i} as (insert into ${t} (id, doc) select x->>'_id', x from jsonb_array_elements($${i + 1}::jsonb) x returning 1), `).join("");
+	const inserts = tables.map((t, i) => `d${i} as (insert into ${t} (id, doc) select x->>'id', x from jsonb_array_elements($${i + 1}::jsonb) x returning 1), `).join("");
 	// Every insert counted (as in appendSql; a sum of scalar subqueries instead let PostgreSQL draw positions first).
 	const counted = tables.length ? ` from ${tables.map((_t, i) => `(select count(*) from d${i}) w${i}`).join(", ")}` : "";
 	const n = tables.length;

@@ -1,5 +1,5 @@
 /**
- * Translation of a validated platform filter (lib/query-safety.ts, `id` already renamed to `_id`) into parameterised
+ * Translation of a validated platform filter (lib/query-safety.ts) into parameterised
  * SQL over a `(id text, doc jsonb)` table, with the meaning of the platform's query language (lib/query.ts, arrays
  * included; test/integration/query-sql.property.test.ts compares the two on random documents and filters):
  *
@@ -119,7 +119,7 @@ const sqlOf = (sql: string | undefined): Sql => (sql === undefined ? TRUE : ok(s
  * the document the field is read from (the row's, or an array element's under $elemMatch).
  */
 function eq(field: string, v: unknown, p: Params, doc: string): Sql {
-	if (field === "_id" && doc === "doc") {
+	if (field === "id" && doc === "doc") {
 		if (typeof v === "string") return ok(`(id = ${p.add(v)})`);
 		return ok("false");
 	}
@@ -159,7 +159,7 @@ const CMP: Record<string, string> = { $gt: ">", $gte: ">=", $lt: "<", $lte: "<="
 
 function operators(field: string, ops: Record<string, unknown>, p: Params, doc: string): Sql {
 	const parts: Sql[] = [];
-	const rowId = field === "_id" && doc === "doc";
+	const rowId = field === "id" && doc === "doc";
 	for (const [op, v] of Object.entries(ops)) {
 		switch (op) {
 			case "$eq":
@@ -213,7 +213,7 @@ function operators(field: string, ops: Record<string, unknown>, p: Params, doc: 
 }
 
 function inList(field: string, values: unknown[], p: Params, doc: string): Sql {
-	if (field === "_id" && doc === "doc") {
+	if (field === "id" && doc === "doc") {
 		const ids = values.filter((x): x is string => typeof x === "string");
 		return ok(ids.length ? `(id = any(${p.add(ids)}::text[]))` : "false");
 	}
@@ -228,14 +228,14 @@ function inList(field: string, values: unknown[], p: Params, doc: string): Sql {
 const MAX_SQL_PATTERNS = 16;
 
 /**
- * `$regex` of a top-level field (or `_id`) as PostgreSQL's `~` when the pattern is in the subset both engines read
+ * `$regex` of a top-level field (or `id`) as PostgreSQL's `~` when the pattern is in the subset both engines read
  * alike (pgPattern): a string, or a string element of an array, matches. Anything else is matched in JavaScript.
  */
 function regex(field: string, re: RegExp, p: Params, doc: string): Sql {
 	const pattern = p.patterns < MAX_SQL_PATTERNS ? pgPattern(re.source, re.flags) : undefined;
 	if (pattern === undefined) return TRUE;
 	p.patterns++;
-	if (field === "_id" && doc === "doc") return ok(`(id ~ ${p.add(pattern)})`);
+	if (field === "id" && doc === "doc") return ok(`(id ~ ${p.add(pattern)})`);
 	if (field.includes(".")) return TRUE;
 	return ok(matchesPattern(valueAt(field, doc), p.add(pattern), "e"));
 }
@@ -251,7 +251,7 @@ const matchesPattern = (x: string, re$: string, e: string) =>
  * that is not a sub-document and passes every test; other operator forms are evaluated in JavaScript.
  */
 function elemMatch(field: string, v: unknown, p: Params, doc: string): Sql {
-	if (field.includes(".") || (field === "_id" && doc === "doc") || !v || typeof v !== "object" || Array.isArray(v)) return TRUE;
+	if (field.includes(".") || (field === "id" && doc === "doc") || !v || typeof v !== "object" || Array.isArray(v)) return TRUE;
 	const x = valueAt(field, doc);
 	// Nested $elemMatch get their own alias; siblings may share one (separate subqueries). Stable text: named statements.
 	const e = doc === "doc" ? "el" : `${doc}_el`;
@@ -315,8 +315,8 @@ function positive(q: Filter): boolean {
 }
 
 /**
- * The SQL condition of a store filter (already in store form: `_id`, not `id`). `doc`: the jsonb the fields are read
- * from (the row's document; an array element under $elemMatch, where `_id` is a field like any other).
+ * The SQL condition of a store filter (a platform filter: `id` names the row's `id` column). `doc`: the jsonb the fields are read
+ * from (the row's document; an array element under $elemMatch, where `id` is a field like any other).
  */
 export function whereOf(q: Filter, p: Params, doc = "doc"): Sql {
 	const parts: Sql[] = [];
@@ -346,7 +346,7 @@ export function sortKeys(sort: Record<string, 1 | -1> | undefined): SortKey[] {
 	let hasId = false;
 	const first = Object.values(sort ?? {})[0] ?? 1;
 	for (const [f, dir] of Object.entries(sort ?? {})) {
-		if (f === "_id") {
+		if (f === "id") {
 			hasId = true;
 			keys.push({ expr: "id", dir: dir === -1 ? "desc" : "asc" });
 		} else keys.push({ expr: valueAt(f), dir: dir === -1 ? "desc nulls last" : "asc nulls first" });

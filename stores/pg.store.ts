@@ -23,7 +23,7 @@ import { openRelational, releaseRelational, SCHEMA_LIMIT_MS, type NamedStatement
 import type { PlatformConfig } from "../runtime/config";
 import { ApiError, badRequest } from "../lib/errors";
 import type { DocumentStore, FindOptions, Filter, Keyset, KeysetPage, Page, StoredDoc, WriteOptions } from "./types";
-import { renameIdKeys, Slices, TENANT_REF, toStoreQuery, updateOf } from "./types";
+import { Slices, TENANT_REF, updateOf } from "./types";
 import { afterOf, bind, keyColumns, lit, orderOf, orderOfKeys, OWNER_COLUMN, ownerColumn, ownerSplit, Params, sortKeys, valueAt, whereOf, type SortKey } from "./pg.query";
 import { holdWrite, inUnit, openTransaction, unitDeadline, unitTransaction, type Held } from "./unit";
 import { applyUpdate, checkKeys, matches, project } from "../lib/query";
@@ -188,12 +188,12 @@ export function tableName(name: string): string {
 const CAS_TRIES = 1;
 const LOST = Symbol("lost race");
 
-/** A `$set` PostgreSQL can apply to the stored JSON with applyUpdate's result: plain top-level keys, defined values, never `_id`. */
+/** A `$set` PostgreSQL can apply to the stored JSON with applyUpdate's result: plain top-level keys, defined values, never `id`. */
 function inPlace(update: Record<string, unknown>): update is { $set: Record<string, unknown> } {
 	const keys = Object.keys(update);
 	if (keys.length !== 1 || keys[0] !== "$set") return false;
 	const set = update.$set as Record<string, unknown>;
-	return Object.entries(set).every(([k, v]) => k !== "_id" && !k.includes(".") && !k.startsWith("$") && v !== undefined);
+	return Object.entries(set).every(([k, v]) => k !== "id" && !k.includes(".") && !k.startsWith("$") && v !== undefined);
 }
 
 /** Rows of a filter SQL cannot select exactly, read per statement: at first, and at most (it doubles). */
@@ -203,7 +203,7 @@ const MAX_BATCH = 1000;
 type KeyedRow = { doc: StoredDoc } & Record<`k${number}`, [unknown] | []>;
 
 /** The keyset of a row read with keyColumns. */
-const keysetOf = (row: KeyedRow, keys: SortKey[]): Keyset => ({ values: keys.map((_k, i) => row[`k${i}`]), id: row.doc._id });
+const keysetOf = (row: KeyedRow, keys: SortKey[]): Keyset => ({ values: keys.map((_k, i) => row[`k${i}`]), id: row.doc.id });
 
 /** A page's sort key columns (`s0`, `s1`... for the keys of sortKeys; `id` is read as itself). */
 const pageColumns = (keys: SortKey[]) => keys.map((k, i) => (k.expr === "id" ? "" : `, ${k.expr} as s${i}`)).join("");
@@ -217,7 +217,7 @@ const tooManyExamined = (n: number) => badRequest(`query is too expensive: it wo
 const LIVE = () => whereOf({ deleted_at: null }, new Params()).sql;
 
 /** Keys whose equality selects few rows through an index: a page filtered by one is better sorted than walked. */
-const SELECTIVE = ["owner", "shares", "groups", "clients", "clients.0", "ref", TENANT_REF, "_id", "id"];
+const SELECTIVE = ["owner", "shares", "groups", "clients", "clients.0", "ref", TENANT_REF, "id"];
 
 /**
  * Rows stay uncompressed in the table up to 8 KB (PostgreSQL compresses rows above about 2 KB by default): a filter
@@ -227,11 +227,11 @@ const SELECTIVE = ["owner", "shares", "groups", "clients", "clients.0", "ref", T
 const INLINE = "toast_tuple_target = 8160";
 
 /**
- * The one id a filter in store form pins: `_id` equal to a string at its top, or in an element of a top-level `$and`
+ * The one id a filter in store form pins: `id` equal to a string at its top, or in an element of a top-level `$and`
  * (recursively); undefined when it pins none (a document must have that id to match, whatever else the filter says).
  */
 export function pinnedId(q: Filter): string | undefined {
-	const v = q._id;
+	const v = q.id;
 	if (typeof v === "string") return v;
 	if (v && typeof v === "object" && !Array.isArray(v) && Object.keys(v).length === 1 && typeof (v as { $eq?: unknown }).$eq === "string") return (v as { $eq: string }).$eq;
 	if (Array.isArray(q.$and))
@@ -244,6 +244,20 @@ export function pinnedId(q: Filter): string | undefined {
 
 /** Serialises schema changes of every node and store (concurrent `create table if not exists` can collide). */
 export const DDL_LOCK = "select pg_advisory_xact_lock(hashtext('platform-documents-ddl'))";
+
+/**
+ * The comment a document table carries once its documents are of the current form: each holds its id as `id`, equal
+ * to the row's `id` column, and none holds `_id` (the key of the earlier form). Set in the transaction that makes the
+ * table or rewrites its documents (connect), so a table either carries it and holds no `_id`, or holds documents
+ * still to rewrite; connect reads it from the catalog (pg_description), never from the table's rows.
+ */
+export const DOCS_FORM = "platform-docs:v3";
+
+/**
+ * A document (the SQL jsonb `doc`) in the current form: one of the earlier form, holding `_id`, gets it as `id` (the
+ * id its row is keyed by), without `_id`; one of the current form is left as it is.
+ */
+export const idKeyed = (doc: string) => `(case when ${doc} ? '_id' then jsonb_set(${doc} - '_id', '{id}', ${doc}->'_id') else ${doc} end)`;
 
 export class PgStore implements DocumentStore {
 	readonly kind = "postgres" as const;
@@ -301,6 +315,7 @@ export class PgStore implements DocumentStore {
 			await q(`create table if not exists ${t} (id text collate "C" primary key, doc jsonb not null, owner text generated always as (${OWNER_COLUMN}) stored) with (${INLINE})`);
 			// Tables of the earlier forms (`body` beside a generated `doc`, with or without `owner`): made this form, once.
 			await this.storeOnce(q);
+			await this.idOnce(q);
 			// Tables made before: only when not set yet (the lock it takes waits for a running vacuum of the table).
 			const inline = await q(`select 1 from pg_class where oid = to_regclass($1) and coalesce(reloptions, '{}') @> array[$2]`, [t, INLINE.replace(/ /g, "")]);
 			if (!inline.rows.length) await q(`alter table ${t} set (${INLINE})`);
@@ -360,6 +375,21 @@ export class PgStore implements DocumentStore {
 		await q(`alter table ${t} rename column body to doc`);
 	}
 
+	/**
+	 * The documents of a table not marked DOCS_FORM (made by an earlier version, or just now) rewritten to the current
+	 * form (idKeyed: `_id` becomes `id`), then the table marked. In connect's transaction, under the DDL lock: every
+	 * node waits for the one that rewrites, and a failure leaves the table and its mark as they were. A marked table
+	 * costs one catalog read per connect; an unmarked one of n rows, one update reading every row once (a rewrite of
+	 * the rows that hold `_id`).
+	 */
+	private async idOnce(q: Query): Promise<void> {
+		const t = this.table;
+		const mark = await q(`select obj_description(to_regclass($1), 'pg_class') as c`, [t]);
+		if (mark.rows[0]?.c === DOCS_FORM) return;
+		await q(`update ${t} set doc = ${idKeyed("doc")} where doc ? '_id'`);
+		await q(`comment on table ${t} is ${lit(DOCS_FORM)}`);
+	}
+
 	async disconnect(): Promise<void> {
 		if (!this.db) return;
 		const rel = this.db.rel;
@@ -371,7 +401,7 @@ export class PgStore implements DocumentStore {
 
 	/** SQL for a platform filter, and whether it is exact (else the rows are matched in JavaScript too). */
 	private where(query: Filter, p: Params) {
-		return whereOf(toStoreQuery(query), p);
+		return whereOf(query, p);
 	}
 
 	/**
@@ -382,15 +412,14 @@ export class PgStore implements DocumentStore {
 	 * read with sorting discouraged, so the index order wins.
 	 */
 	private ordered(o: FindOptions): boolean {
-		const first = Object.keys(o.sort ?? { _id: 1 })[0];
-		if (!o.limit || (first !== "_id" && first !== "id" && first !== "created_at")) return false;
+		const first = Object.keys(o.sort ?? { id: 1 })[0];
+		if (!o.limit || (first !== "id" && first !== "created_at")) return false;
 		const text = JSON.stringify(o.query);
 		return !SELECTIVE.some((k) => text.includes(`"${k}"`));
 	}
 
 	private match(docs: StoredDoc[], query: Filter): StoredDoc[] {
-		const q = toStoreQuery(query);
-		return docs.filter((d) => matches(d, q));
+		return docs.filter((d) => matches(d, query));
 	}
 
 	/**
@@ -405,7 +434,6 @@ export class PgStore implements DocumentStore {
 		examine?: number,
 	): AsyncGenerator<Array<{ doc: StoredDoc; matched: boolean; at: () => Keyset }>> {
 		const keys = sortKeys(sort);
-		const matcher = toStoreQuery(query);
 		const slices = new Slices();
 		let from = after?.values;
 		for (let batch = FIRST_BATCH, read = 0; ; batch = Math.min(2 * batch, MAX_BATCH)) {
@@ -419,7 +447,7 @@ export class PgStore implements DocumentStore {
 			const out = [];
 			for (let i = 0; i < rows.length; i++) {
 				const row = rows[i];
-				out.push({ doc: row.doc, matched: matches(row.doc, matcher), at: () => keysetOf(row, keys) });
+				out.push({ doc: row.doc, matched: matches(row.doc, query), at: () => keysetOf(row, keys) });
 				if ((i & 15) === 15 && slices.due) await slices.next();
 			}
 			read += rows.length;
@@ -463,13 +491,12 @@ export class PgStore implements DocumentStore {
 	}
 
 	private sortOf(o: FindOptions): Record<string, 1 | -1> {
-		return renameIdKeys<Record<string, 1 | -1>>(o.sort) ?? { _id: 1 };
+		return o.sort ?? { id: 1 };
 	}
 
 	private project(docs: StoredDoc[], projection: FindOptions["projection"]): StoredDoc[] {
 		if (!projection) return docs;
-		const p = renameIdKeys(projection);
-		return docs.map((d) => project(d, p));
+		return docs.map((d) => project(d, projection));
 	}
 
 	async find(o: FindOptions): Promise<StoredDoc[]> {
@@ -489,9 +516,9 @@ export class PgStore implements DocumentStore {
 		const p = new Params();
 		const w = this.where(o.query, p);
 		if (!w.exact) return this.inexactWindow(o, false);
-		const sort = o.sort ? renameIdKeys(o.sort) : undefined;
+		const sort = o.sort;
 		const keys = sortKeys(sort);
-		const split = ownerSplit(toStoreQuery(o.query), p);
+		const split = ownerSplit(o.query, p);
 		let sql: string;
 		if (split) {
 			const { cte, page } = this.splitPage(split, keys, o, p);
@@ -548,8 +575,8 @@ export class PgStore implements DocumentStore {
 		const p = new Params();
 		const w = this.where(o.query, p);
 		if (!w.exact) return this.inexactWindow(o, true);
-		const keys = sortKeys(o.sort ? renameIdKeys(o.sort) : undefined);
-		const split = ownerSplit(toStoreQuery(o.query), p);
+		const keys = sortKeys(o.sort);
+		const split = ownerSplit(o.query, p);
 		let ctes: string;
 		let total: string;
 		if (split) {
@@ -575,11 +602,10 @@ export class PgStore implements DocumentStore {
 	 * test/integration/query-sql.property.test.ts), and a plan per zone shape is no cheaper than the key's one row.
 	 */
 	async findOne(query: Filter): Promise<StoredDoc | null> {
-		const q = toStoreQuery(query);
-		const id = pinnedId(q);
+		const id = pinnedId(query);
 		if (id === undefined) return (await this.find({ query, limit: 1 }))[0] ?? null;
 		const doc = (await this.d.read(`select doc from ${this.table} where id = $1`, [id])).rows[0]?.doc as StoredDoc | undefined;
-		return doc && matches(doc, q) ? doc : null;
+		return doc && matches(doc, query) ? doc : null;
 	}
 
 	/**
@@ -587,8 +613,7 @@ export class PgStore implements DocumentStore {
 	 * cache (stores/doc-cache.ts, exact across nodes), matched in memory as findOne matches it. The document is frozen.
 	 */
 	async findOneCached(query: Filter): Promise<StoredDoc | null> {
-		const q = toStoreQuery(query);
-		const id = pinnedId(q);
+		const id = pinnedId(query);
 		const cache = this.cache;
 		if (id === undefined || !cache) return this.findOne(query);
 		const doc = await cache.read(
@@ -596,14 +621,14 @@ export class PgStore implements DocumentStore {
 			id,
 			async () => ((await this.d.read(`select doc from ${this.table} where id = $1`, [id])).rows[0]?.doc as StoredDoc | undefined) ?? null,
 		);
-		return doc && matches(doc, q) ? doc : null;
+		return doc && matches(doc, query) ? doc : null;
 	}
 
 	async count(query: Filter, opts: Pick<FindOptions, "examine"> = {}): Promise<number> {
 		const p = new Params();
 		const w = this.where(query, p);
 		if (w.exact) {
-			const split = ownerSplit(toStoreQuery(query), p);
+			const split = ownerSplit(query, p);
 			// An owner zone: its two disjoint halves, the owned one counted from its index alone.
 			const sql = split
 				? `select (${this.ownedCount(split)} + (select count(*) from ${this.table} where ${split.others}))::int as n`
@@ -615,7 +640,7 @@ export class PgStore implements DocumentStore {
 
 	async insert(doc: StoredDoc, opts?: WriteOptions): Promise<StoredDoc> {
 		const sql = `insert into ${this.table} (id, doc) values ($1, $2::jsonb)`;
-		const values = [doc._id, JSON.stringify(doc)];
+		const values = [doc.id, JSON.stringify(doc)];
 		await (opts?.hold ? this.d.writeHeld(sql, values, { table: this.table, docs: [values[1]] }) : this.d.write(sql, values));
 		return doc;
 	}
@@ -623,7 +648,7 @@ export class PgStore implements DocumentStore {
 	async insertMany(docs: StoredDoc[], opts?: WriteOptions): Promise<StoredDoc[]> {
 		if (!docs.length) return docs;
 		// One statement: all or nothing.
-		const sql = `insert into ${this.table} (id, doc) select x->>'_id', x from jsonb_array_elements($1::jsonb) x`;
+		const sql = `insert into ${this.table} (id, doc) select x->>'id', x from jsonb_array_elements($1::jsonb) x`;
 		const texts = docs.map((d) => JSON.stringify(d));
 		const values = [`[${texts.join(",")}]`];
 		await (opts?.hold ? this.d.writeHeld(sql, values, { table: this.table, docs: texts }) : this.d.write(sql, values));
@@ -633,7 +658,7 @@ export class PgStore implements DocumentStore {
 	/** Writes documents back after a change made in JavaScript (applyUpdate). */
 	private async rewrite(q: Query, docs: StoredDoc[]): Promise<void> {
 		if (!docs.length) return;
-		await q(`update ${this.table} t set doc = v.b from unnest($1::text[], $2::jsonb[]) as v(i, b) where t.id = v.i`, [docs.map((d) => d._id), docs.map((d) => JSON.stringify(d))]);
+		await q(`update ${this.table} t set doc = v.b from unnest($1::text[], $2::jsonb[]) as v(i, b) where t.id = v.i`, [docs.map((d) => d.id), docs.map((d) => JSON.stringify(d))]);
 	}
 
 	async setMany(ids: string[], set: Record<string, unknown>): Promise<number> {
@@ -656,7 +681,7 @@ export class PgStore implements DocumentStore {
 	 */
 	async setOne(id: string, set: Record<string, unknown>): Promise<StoredDoc | null> {
 		const update = updateOf(set);
-		if (!inPlace(update)) return this.updateIf({ _id: id }, update);
+		if (!inPlace(update)) return this.updateIf({ id }, update);
 		checkKeys(set);
 		const { rows } = await this.d.write(`update ${this.table} set doc = doc || $2::jsonb where id = $1 returning doc`, [id, JSON.stringify(set)]);
 		return (rows[0]?.doc as StoredDoc | undefined) ?? null;
@@ -667,7 +692,7 @@ export class PgStore implements DocumentStore {
 		const w = this.where(query, p);
 		if (w.exact) return (await this.d.write(...bind(`delete from ${this.table} where ${w.sql}`, p))).rowCount ?? 0;
 		const rows = (await this.d.read(...bind(`select doc from ${this.table} where ${w.sql}`, p))).rows.map((r) => r.doc as StoredDoc);
-		const ids = this.match(rows, query).map((d) => d._id);
+		const ids = this.match(rows, query).map((d) => d.id);
 		if (!ids.length) return 0;
 		return (await this.d.write(`delete from ${this.table} where id = any($1::text[])`, [ids])).rowCount ?? 0;
 	}
@@ -698,7 +723,7 @@ export class PgStore implements DocumentStore {
 		const row = (w.exact ? rows : rows.filter((r) => this.match([r.doc], query).length))[0] as { v: string; doc: StoredDoc } | undefined;
 		if (!row) return null;
 		const after = applyUpdate(row.doc, update);
-		const { rowCount } = await this.d.write(`update ${this.table} set doc = $2::jsonb where id = $1 and xmin = $3::xid`, [after._id, JSON.stringify(after), row.v]);
+		const { rowCount } = await this.d.write(`update ${this.table} set doc = $2::jsonb where id = $1 and xmin = $3::xid`, [after.id, JSON.stringify(after), row.v]);
 		return rowCount ? after : LOST;
 	}
 
@@ -728,7 +753,7 @@ export class PgStore implements DocumentStore {
 
 	replaceIf(query: Filter, doc: StoredDoc): Promise<boolean> {
 		const p = new Params();
-		const w = this.where({ $and: [query, { _id: doc._id }] }, p);
+		const w = this.where({ $and: [query, { id: doc.id }] }, p);
 		return this.d.tx(async (q) => {
 			const { rows } = await q<{ doc: StoredDoc }>(...bind(`select doc from ${this.table} where ${w.sql} for update`, p));
 			const found = w.exact

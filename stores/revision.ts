@@ -49,7 +49,7 @@ function bumped(update: Record<string, unknown>): Record<string, unknown> {
 export function tagOf(doc: StoredDoc): string {
 	const rev = doc[REV];
 	return `"${createHash("sha256")
-		.update(`${doc._id}\n${rev === undefined ? "" : String(rev)}`)
+		.update(`${doc.id}\n${rev === undefined ? "" : String(rev)}`)
 		.digest("base64url")
 		.slice(0, 27)}"`;
 }
@@ -122,16 +122,16 @@ interface Pin {
 const pins = new AsyncLocalStorage<Pin | undefined>();
 
 export function pinned<T>(store: DocumentStore, doc: StoredDoc, fn: () => Promise<T>): Promise<T> {
-	return pins.run({ store, id: doc._id, rev: doc[REV], used: false }, fn);
+	return pins.run({ store, id: doc.id, rev: doc[REV], used: false }, fn);
 }
 
 export function unpinned<T>(fn: () => Promise<T>): Promise<T> {
 	return pins.run(undefined, fn);
 }
 
-/** The id a store query or write names, when it names exactly one (`id` or `_id` equal to a string). */
+/** The id a store query or write names, when it names exactly one (`id` equal to a string). */
 function idOf(query: Filter): string | undefined {
-	const v = query.id ?? query._id;
+	const v = query.id;
 	return typeof v === "string" ? v : undefined;
 }
 
@@ -152,7 +152,7 @@ function pinOf(store: DocumentStore, id: string | undefined): Pin | undefined {
 export function revisioned(base: DocumentStore, pinsOf?: DocumentStore): DocumentStore {
 	/** The pinned write changed nothing: 412 when the document is still there at another revision, else as the store. */
 	async function missed<T>(pin: Pin, none: T): Promise<T> {
-		const now = await base.findOne({ _id: pin.id });
+		const now = await base.findOne({ id: pin.id });
 		if (now && now[REV] !== pin.rev) throw preconditionFailed();
 		return none;
 	}
@@ -161,7 +161,7 @@ export function revisioned(base: DocumentStore, pinsOf?: DocumentStore): Documen
 		async setOne(id, set) {
 			const pin = pinOf(pinKey, id);
 			if (!pin) return base.setOne(id, withRev(set));
-			return (await base.updateIf(at(pin, { _id: id }), updateOf(withRev(set)))) ?? missed(pin, null);
+			return (await base.updateIf(at(pin, { id }), updateOf(withRev(set)))) ?? missed(pin, null);
 		},
 		setMany: (ids, set) => base.setMany(ids, withRev(set)),
 		async updateIf(query, update) {
@@ -170,7 +170,7 @@ export function revisioned(base: DocumentStore, pinsOf?: DocumentStore): Documen
 			return (await base.updateIf(at(pin, query), bumped(update))) ?? missed(pin, null);
 		},
 		async replaceIf(query, doc) {
-			const pin = pinOf(pinKey, doc._id);
+			const pin = pinOf(pinKey, doc.id);
 			const next = { ...doc, [REV]: newRev() };
 			if (!pin) return base.replaceIf(query, next);
 			return (await base.replaceIf(at(pin, query), next)) || missed(pin, false);

@@ -89,7 +89,7 @@ export async function sortInSlices<T>(items: T[], cmp: (a: T, b: T) => number, s
 	return src;
 }
 
-export { elementTests, renameIdKeys, toStoreQuery } from "../lib/query";
+export { elementTests } from "../lib/query";
 
 const UNSET_WHEN_NULL = ["ref", TENANT_REF];
 

@@ -106,7 +106,7 @@ const MAX_OWNERS_CACHED = 10_000;
 /**
  * Who owns which MQTT client id: the identity that first used it. In the document store (the embedded PostgreSQL
  * under DATA_DIR, or DATABASE_URL): durable across restarts, and, with a shared database, one answer for every
- * preserver; the first claim wins atomically on the unique `_id`. Not in the cache: by default it is process memory
+ * preserver; the first claim wins atomically on the unique `id`. Not in the cache: by default it is process memory
  * (lost at restart), and a Redis may run without persistence or evict keys, which would hand a session to the next
  * identity that asks. One store per database per process (several nodes of one process share one in tests).
  */
@@ -433,15 +433,15 @@ export default workerService(
 				let owner: string | undefined = this.owners.get(id);
 				if (!owner) {
 					const store: DocumentStore = this.ownerStore!;
-					const found = await store.findOne({ _id: id });
+					const found = await store.findOne({ id });
 					if (found) owner = String(found.identity);
 					else {
 						try {
-							await store.insert({ _id: id, identity, created_at: new Date().toISOString() });
+							await store.insert({ id, identity, created_at: new Date().toISOString() });
 							owner = identity;
 						} catch (err) {
 							if (!isDuplicateKeyError(err)) throw err;
-							owner = String((await store.findOne({ _id: id }))?.identity ?? "");
+							owner = String((await store.findOne({ id }))?.identity ?? "");
 						}
 					}
 					if (this.owners.size >= MAX_OWNERS_CACHED) this.owners.clear();

@@ -202,7 +202,7 @@ export class Idempotency {
 	/** Renews the run's lease every heartbeat interval until `release` (or until the record is no longer the run's). */
 	private hold(run: Run): void {
 		const timer = setInterval(() => {
-			const renewal = run.store.updateIf({ _id: run.id, attempt: run.attempt, state: { $in: ["running", "committed"] } }, { $set: { lease: Date.now() + this.leaseMs } });
+			const renewal = run.store.updateIf({ id: run.id, attempt: run.attempt, state: { $in: ["running", "committed"] } }, { $set: { lease: Date.now() + this.leaseMs } });
 			run.renewing = renewal.then(
 				(held) => {
 					if (!held) clearInterval(timer);
@@ -248,7 +248,7 @@ export class Idempotency {
 	/** Gives the lease up at once (a 5xx): a retry takes over (the fence refuses this attempt's write if it still comes). */
 	private async giveUp(run: Run, extra: Record<string, unknown> = {}): Promise<void> {
 		await this.release(run);
-		await run.store.updateIf({ _id: run.id, attempt: run.attempt }, { $set: { ...extra, lease: 0 } }).catch(() => undefined);
+		await run.store.updateIf({ id: run.id, attempt: run.attempt }, { $set: { ...extra, lease: 0 } }).catch(() => undefined);
 	}
 
 	/**
@@ -272,14 +272,14 @@ export class Idempotency {
 		let decision: Promise<Fields> | undefined;
 		const decide = () => (decision ??= this.decide(req, action));
 		for (let tries = 0; ; tries++) {
-			const rec = (await store.findOne({ _id: id })) as IdemRecord | null;
+			const rec = (await store.findOne({ id })) as IdemRecord | null;
 			const now = Date.now();
 			const lease = now + this.leaseMs;
 			let claimed = false;
 			if (!rec || rec.at < now - IDEMPOTENCY_TTL_MS) {
-				const fresh: IdemRecord = { _id: id, ...fp, action, state: "running", attempt, lease, at: now, ...owner, ...(by ? { by } : {}) };
+				const fresh: IdemRecord = { id, ...fp, action, state: "running", attempt, lease, at: now, ...owner, ...(by ? { by } : {}) };
 				claimed = rec
-					? !!(await store.replaceIf({ _id: id, at: rec.at }, fresh))
+					? !!(await store.replaceIf({ id, at: rec.at }, fresh))
 					: await store.insert(fresh).then(
 							() => true,
 							(err) => (isDuplicateKeyError(err) ? false : Promise.reject(err)),
@@ -293,7 +293,7 @@ export class Idempotency {
 				// A running claim whose gateway gave it up (5xx) or is gone: taken over under a new attempt.
 				else
 					claimed = !!(await store.updateIf(
-						{ _id: id, attempt: rec.attempt, state: "running" },
+						{ id, attempt: rec.attempt, state: "running" },
 						{ $set: { ...fp, attempt, lease, ...owner, ...(by ? { by } : {}) }, ...(by ? {} : { $unset: { by: true } }) },
 					));
 			}
@@ -340,7 +340,7 @@ export class Idempotency {
 		const extra = { ...(ids.length ? { ref: { ids } } : {}), ...(fp ? { fp } : {}) };
 		if (status >= 500) return this.giveUp(run, extra);
 		await this.release(run);
-		if (!fp && !ids.length && (await run.store.removeMany({ _id: run.id, attempt: run.attempt, state: "running" }))) return;
+		if (!fp && !ids.length && (await run.store.removeMany({ id: run.id, attempt: run.attempt, state: "running" }))) return;
 		await this.keep(run, status, data, {}, extra);
 	}
 
@@ -381,7 +381,7 @@ export class Idempotency {
 		const text = JSON.stringify(data ?? null);
 		const body = Buffer.byteLength(text) <= MAX_KEPT_BODY ? { body: this.seal.encrypt(text) } : { digest: sha(text) };
 		// Under this attempt only: a run fenced out by a retry (its write refused with 409) keeps nothing.
-		await run.store.updateIf({ _id: run.id, attempt: run.attempt }, { $set: { ...extra, state: "done", status, ...body, headers: JSON.stringify(headers), lease: 0 } });
+		await run.store.updateIf({ id: run.id, attempt: run.attempt }, { $set: { ...extra, state: "done", status, ...body, headers: JSON.stringify(headers), lease: 0 } });
 	}
 
 	/**
@@ -401,7 +401,7 @@ export class Idempotency {
 			// A committed record whose answer was lost: kept now, so the next repeat does not read again.
 			if (text === undefined && rec.state === "committed")
 				await store.updateIf(
-					{ _id: rec._id, attempt: rec.attempt, state: "committed" },
+					{ id: rec.id, attempt: rec.attempt, state: "committed" },
 					{ $set: { state: "done", status, body: this.seal.encrypt(JSON.stringify(body)), headers: "{}" } },
 				);
 		}

@@ -25,7 +25,7 @@ export async function holdOutbox(
 	if (Number.isFinite(before) && before < held.get()) held.set(before);
 	const save = async () => {
 		const doc = { seq: held.get(), at: Date.now(), ns: `${cfg.namespace ?? ""}.live` };
-		if (!(await store.setOne(id, doc))) await store.insert({ _id: id, ...doc });
+		if (!(await store.setOne(id, doc))) await store.insert({ id, ...doc });
 	};
 	await save().catch((err) => logger.warn("live cursors: holding the outbox failed", (err as Error)?.message));
 	return { timer: setInterval(() => void save().catch(() => undefined), HOLD_EVERY_MS), close: () => store.disconnect() };

@@ -58,7 +58,7 @@ export interface ReqLike {
 	socket?: { remoteAddress?: string };
 }
 
-/** A document image of a change, in stored form (`_id`), as the delivery decision takes it. */
+/** A document image of a change, in stored form (`id`), as the delivery decision takes it. */
 export type Image = NonNullable<ReturnType<typeof imageOf>>;
 
 /** A live stream: the watcher the delivery decision takes, and where its frames go. */

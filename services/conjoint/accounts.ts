@@ -14,7 +14,7 @@ import { isPlainObject } from "../../lib/validate";
 import { and } from "../../authority/authority";
 import { platformDoc, type Ctx, type EngineService } from "../../engine/collection.mixin";
 import { isDuplicateKeyError, type StoredDoc } from "../../stores";
-import { matchesFilter } from "../../lib/query";
+import { matches } from "../../lib/query";
 import { flushUnit } from "../../stores/unit";
 
 const ACCOUNTS = conjoint.collections.find((c) => c.name === "accounts")!;
@@ -57,9 +57,9 @@ export async function generate(ctx: Ctx): Promise<{ data: Record<string, unknown
 		{ name: name ?? identity, ...(token.uid ? { user: token.uid } : {}) },
 		{ owner: identity, cid: token.cid, aid: token.aid, coworkers: token.coworker?.split(" ").filter(Boolean) },
 	);
-	doc._id = id;
+	doc.id = id;
 	// Like a create: the new account must lie inside the caller's view (grant rows, zones).
-	if (!matchesFilter(doc, plan.filter)) throw forbidden("document is outside the grant filter");
+	if (!matches(doc, plan.filter)) throw forbidden("document is outside the grant filter");
 	try {
 		await store.insert(doc);
 	} catch (err) {

@@ -38,7 +38,7 @@ async function addressedConfig(ctx: Ctx, action: "read" | "write"): Promise<{ id
 	const filter = operator ? and([{ deleted_at: null }, checkGrant(await grantCache.get(ctx), plan.token, action, "context:configs", ctx.meta.ip).rowFilter, { id }]) : plan.filter;
 	const doc = await store.findOne(filter);
 	if (!doc || typeof doc.eid !== "string" || (!operator && doc.eid !== plan.token.cid)) throw notFound();
-	return { id: doc._id as string, eid: doc.eid };
+	return { id: doc.id as string, eid: doc.eid };
 }
 
 /** A query parameter given once, as a string; 400 naming it otherwise. */

@@ -102,7 +102,7 @@ async function changeSaga(svc: Svc, ctx: Ctx, id: string, from: string, set: Rec
 }
 
 async function stagesOf(svc: Svc, saga: string, states: string[]): Promise<StoredDoc[]> {
-	return svc.collectionStore("saga-stages").find({ query: { saga, state: { $in: states } }, sort: { seq: -1, _id: -1 } });
+	return svc.collectionStore("saga-stages").find({ query: { saga, state: { $in: states } }, sort: { seq: -1, id: -1 } });
 }
 
 async function settleStage(ctx: Ctx, stage: StoredDoc, images: Image[], reason: SettleReason, conflicted = false): Promise<Outcome[]> {
@@ -162,7 +162,7 @@ export async function abortSaga(svc: Svc, ctx: Ctx, id: string, reason: "abort" 
 			const isConflict = outcomes.includes("conflict");
 			conflicted ||= isConflict;
 			const after = await stages.updateIf(
-				{ id: st._id, state: st.state },
+				{ id: st.id, state: st.state },
 				{ $set: { state: isConflict ? "conflict" : "compensated", conflict: isConflict, compensated_at: nowIso(), updated_at: nowIso() } },
 			);
 			if (after) await svc.recordChanges(ctx, "saga-stages", [{ op: "u", before: st, after }]);
@@ -179,8 +179,8 @@ export async function expireSagas(svc: Svc, ctx: Ctx, limit = 100): Promise<{ co
 	const due = await svc.collectionStore("sagas").find({ query: { state: "AWAITING", expires_at: { $lt: nowIso() } }, sort: { expires_at: 1 }, limit });
 	const compensated: string[] = [];
 	for (const s of due) {
-		const done = await abortSaga(svc, ctx, s._id, "expiry", false).catch(() => null);
-		if (done?.state === "ABORTED" && done.abort_reason === "expiry") compensated.push(s._id);
+		const done = await abortSaga(svc, ctx, s.id, "expiry", false).catch(() => null);
+		if (done?.state === "ABORTED" && done.abort_reason === "expiry") compensated.push(s.id);
 	}
 	return { compensated };
 }
@@ -226,14 +226,14 @@ export const sagaHooks: CollectionHooks = {
 			checkNesting("res", body.res);
 			if (JSON.stringify(body).length > 256 * 1024) throw badRequest("a stage must not be larger than 256 KB");
 			const saga = await inFlight(svc, ctx.meta, body.saga);
-			const lease = await acquire(svc, saga._id);
-			if (!lease) throw conflict(`saga ${saga._id} is busy`);
+			const lease = await acquire(svc, saga.id);
+			if (!lease) throw conflict(`saga ${saga.id} is busy`);
 			try {
-				await inFlight(svc, ctx.meta, saga._id);
+				await inFlight(svc, ctx.meta, saga.id);
 				const stages = svc.collectionStore("saga-stages");
 				const doc = platformDoc(
 					{
-						saga: saga._id,
+						saga: saga.id,
 						bucket: body.bucket,
 						action: body.action,
 						req: storable(body.req),
@@ -241,7 +241,7 @@ export const sagaHooks: CollectionHooks = {
 						state: "external",
 						conflict: false,
 						images: [],
-						seq: await stages.count({ saga: saga._id }),
+						seq: await stages.count({ saga: saga.id }),
 					},
 					byOf(ctx),
 				);
@@ -256,14 +256,14 @@ export const sagaHooks: CollectionHooks = {
 			const svc = ctx.service as unknown as Svc;
 			const saga = await svc.collectionStore("sagas").findOne(requirePlan(ctx.locals).filter);
 			if (!saga) throw notFound();
-			return { data: out(await commitSaga(svc, ctx, saga._id), ctx) };
+			return { data: out(await commitSaga(svc, ctx, saga.id), ctx) };
 		},
 		async abort(ctx) {
 			const svc = ctx.service as unknown as Svc;
 			const saga = await svc.collectionStore("sagas").findOne(requirePlan(ctx.locals).filter);
 			if (!saga) throw notFound();
-			const done = await abortSaga(svc, ctx, saga._id, "abort");
-			if (!done) throw new ApiError(409, `saga ${saga._id} is not in flight`);
+			const done = await abortSaga(svc, ctx, saga.id, "abort");
+			if (!done) throw new ApiError(409, `saga ${saga.id} is not in flight`);
 			return { data: out(done, ctx) };
 		},
 	},
@@ -291,14 +291,14 @@ export const sagaActions: ServiceSchema["actions"] = {
 		async handler(this: Svc, ctx: Ctx) {
 			const p = ctx.params as unknown as BeginParams;
 			const saga = await inFlight(this, ctx.meta, p.saga);
-			const lease = await acquire(this, saga._id);
-			if (!lease) throw conflict(`saga ${saga._id} is busy`);
+			const lease = await acquire(this, saga.id);
+			if (!lease) throw conflict(`saga ${saga.id} is busy`);
 			try {
-				await inFlight(this, ctx.meta, saga._id);
+				await inFlight(this, ctx.meta, saga.id);
 				const stages = this.collectionStore("saga-stages");
 				const doc = platformDoc(
 					{
-						saga: saga._id,
+						saga: saga.id,
 						bucket: p.bucket,
 						action: p.action,
 						req: storable(p.req),
@@ -306,13 +306,13 @@ export const sagaActions: ServiceSchema["actions"] = {
 						state: "pending",
 						conflict: false,
 						images: p.images ?? [],
-						seq: await stages.count({ saga: saga._id }),
+						seq: await stages.count({ saga: saga.id }),
 					},
 					byOf(ctx),
 				);
 				await stages.insert(doc);
 				await this.recordChanges(ctx, "saga-stages", [{ op: "c", before: null, after: doc }]);
-				return { stage: doc._id, lease: lease.token };
+				return { stage: doc.id, lease: lease.token };
 			} catch (err) {
 				await lease.release().catch(() => undefined);
 				throw err;
@@ -358,7 +358,7 @@ export const sagaActions: ServiceSchema["actions"] = {
 			const stages = this.collectionStore("saga-stages");
 			const doc = platformDoc(
 				{
-					saga: saga._id,
+					saga: saga.id,
 					bucket: p.bucket,
 					action: p.action,
 					req: storable(p.req),
@@ -366,13 +366,13 @@ export const sagaActions: ServiceSchema["actions"] = {
 					state: "done",
 					conflict: false,
 					images: [],
-					seq: await stages.count({ saga: saga._id }),
+					seq: await stages.count({ saga: saga.id }),
 				},
 				byOf(ctx),
 			);
 			await stages.insert(doc);
 			await this.recordChanges(ctx, "saga-stages", [{ op: "c", before: null, after: doc }]);
-			return { stage: doc._id };
+			return { stage: doc.id };
 		},
 	},
 	/** The watcher's periodic scan (and the one at start). */

@@ -123,7 +123,7 @@ export async function initTransaction(svc: Svc, ctx: Ctx, b: InitBody, action = 
 	// One currency: the body's, else the first wallet's; every wallet holds it.
 	const currency = b.currency ?? (touched[0]?.currency as string | undefined);
 	const named = (c: unknown) => (c === undefined || c === null ? "no currency" : String(c));
-	for (const w of touched) if ((w.currency ?? undefined) !== currency) throw badRequest(`wallet ${w._id} holds ${named(w.currency)}, not ${named(currency)}`);
+	for (const w of touched) if ((w.currency ?? undefined) !== currency) throw badRequest(`wallet ${w.id} holds ${named(w.currency)}, not ${named(currency)}`);
 
 	const saga = (await ctx.call("essential.sagas.open", { ttl: b.ttl })) as StoredDoc;
 	const id = objectId();
@@ -139,16 +139,16 @@ export async function initTransaction(svc: Svc, ctx: Ctx, b: InitBody, action = 
 	};
 	const tag = randomBytes(6).toString("hex");
 	const moves: Array<Extract<Image, { kind: "inc" }>> = [
-		...b.payers.map((l, i) => ({ kind: "inc" as const, id: l.wallet, field: "balance", by: -l.amount, op: `${saga._id}:${tag}:p${i}` })),
-		...b.payees.map((l, i) => ({ kind: "inc" as const, id: l.wallet, field: "balance", by: l.amount, op: `${saga._id}:${tag}:r${i}` })),
+		...b.payers.map((l, i) => ({ kind: "inc" as const, id: l.wallet, field: "balance", by: -l.amount, op: `${saga.id}:${tag}:p${i}` })),
+		...b.payees.map((l, i) => ({ kind: "inc" as const, id: l.wallet, field: "balance", by: l.amount, op: `${saga.id}:${tag}:r${i}` })),
 	];
 	const req = { body: { amount: b.amount, currency: b.currency, type: b.type, payers: b.payers, payees: b.payees } };
 	const call = (action: string, params: unknown) => ctx.call<Stage, unknown>(action, params, OWN_CALL);
 
 	// Stage 1: the transaction's state; stage 2: the balance moves. Both recorded before anything changes.
-	const s1 = await call("essential.saga-stages.begin", { saga: saga._id, bucket: "financial/transactions", action: "INSERT_MANY", req, images: [stateImage] });
+	const s1 = await call("essential.saga-stages.begin", { saga: saga.id, bucket: "financial/transactions", action: "INSERT_MANY", req, images: [stateImage] });
 	await call("essential.saga-stages.complete", { stage: s1.stage, lease: s1.lease, res: { id } });
-	const s2 = await call("essential.saga-stages.begin", { saga: saga._id, bucket: "financial/wallets", action: "UPDATE_MANY", req, images: moves });
+	const s2 = await call("essential.saga-stages.begin", { saga: saga.id, bucket: "financial/wallets", action: "UPDATE_MANY", req, images: moves });
 	const record = (changes: Change[]) => svc.recordChanges(ctx, "wallets", changes);
 	const done: typeof moves = [];
 	let short = false;
@@ -167,10 +167,10 @@ export async function initTransaction(svc: Svc, ctx: Ctx, b: InitBody, action = 
 		if (short) await settle({ store: wallets, record }, done, "abort");
 		else {
 			const doc = platformDoc(
-				{ amount: b.amount, ...(currency ? { currency } : {}), type: b.type, payers: b.payers, payees: b.payees, saga: saga._id, state: "PENDING" },
+				{ amount: b.amount, ...(currency ? { currency } : {}), type: b.type, payers: b.payers, payees: b.payees, saga: saga.id, state: "PENDING" },
 				{ owner: identityOf(ctx.meta.token!), cid: ctx.meta.token!.cid, aid: ctx.meta.token!.aid, coworkers: ctx.meta.token!.coworker?.split(" ").filter(Boolean) },
 			);
-			doc._id = id;
+			doc.id = id;
 			await svc.collectionStore("transactions").insert(doc);
 			await svc.recordChanges(ctx, "transactions", [{ op: "c", before: null, after: doc }]);
 		}
@@ -178,7 +178,7 @@ export async function initTransaction(svc: Svc, ctx: Ctx, b: InitBody, action = 
 		await call("essential.saga-stages.complete", { stage: s2.stage, lease: s2.lease, res: short ? null : { moved: moves.length } }).catch(() => undefined);
 	}
 	if (short) {
-		await call("essential.sagas.finish", { id: saga._id, outcome: "abort" }).catch(() => undefined);
+		await call("essential.sagas.finish", { id: saga.id, outcome: "abort" }).catch(() => undefined);
 		throw conflict("insufficient balance");
 	}
 	return (await svc.collectionStore("transactions").findOne({ id }))!;
@@ -187,15 +187,15 @@ export async function initTransaction(svc: Svc, ctx: Ctx, b: InitBody, action = 
 async function finishTransaction(svc: Svc, ctx: Ctx, tx: StoredDoc, outcome: "commit" | "abort"): Promise<StoredDoc> {
 	const want = outcome === "commit" ? "VERIFIED" : "CANCELLED";
 	if (tx.state === want) return tx;
-	if (tx.state !== "PENDING") throw conflict(`transaction ${tx._id} is ${String(tx.state).toLowerCase()}`);
+	if (tx.state !== "PENDING") throw conflict(`transaction ${tx.id} is ${String(tx.state).toLowerCase()}`);
 	await ctx.call("essential.sagas.finish", { id: tx.saga, outcome }, OWN_CALL);
-	const after = (await svc.collectionStore("transactions").findOne({ id: tx._id }))!;
+	const after = (await svc.collectionStore("transactions").findOne({ id: tx.id }))!;
 	if (after.state !== want) {
 		// The moves stand: a wallet of the transaction is gone (its moves can be neither undone nor refunded), or a payee spent its credit.
 		const ids = [...new Set([...((tx.payers as Leg[] | undefined) ?? []), ...((tx.payees as Leg[] | undefined) ?? [])].map((l) => l.wallet))];
-		const found = new Set((await svc.collectionStore("wallets").find({ query: { id: { $in: ids } } })).map((w) => w._id));
+		const found = new Set((await svc.collectionStore("wallets").find({ query: { id: { $in: ids } } })).map((w) => w.id));
 		const gone = ids.find((id) => !found.has(id));
-		throw conflict(`transaction ${tx._id} cannot be cancelled: ${gone ? `wallet ${gone} no longer exists` : "a payee already spent its credit"}`);
+		throw conflict(`transaction ${tx.id} cannot be cancelled: ${gone ? `wallet ${gone} no longer exists` : "a payee already spent its credit"}`);
 	}
 	return after;
 }
@@ -239,9 +239,9 @@ const PAID_KEEPS = ["status", "amount", "currency"];
 
 /** 409 when the invoice cannot be paid (paid, cancelled) or its amount is not the one the payer expects. */
 function assertPayable(invoice: StoredDoc, expected: number | undefined): void {
-	if (invoice.status === "PAID") throw conflict(`invoice ${invoice._id} is already paid`);
-	if (invoice.status === "CANCELLED") throw conflict(`invoice ${invoice._id} is cancelled`);
-	if (expected !== undefined && invoice.amount !== expected) throw conflict(`invoice ${invoice._id} amount is ${String(invoice.amount)}, not ${expected}`);
+	if (invoice.status === "PAID") throw conflict(`invoice ${invoice.id} is already paid`);
+	if (invoice.status === "CANCELLED") throw conflict(`invoice ${invoice.id} is cancelled`);
+	if (expected !== undefined && invoice.amount !== expected) throw conflict(`invoice ${invoice.id} amount is ${String(invoice.amount)}, not ${expected}`);
 }
 
 function parsePayment(body: unknown): { wallet: string; amount?: number } {
@@ -267,7 +267,7 @@ export const invoiceHooks: CollectionHooks = {
 		if (set.status === "PAID") throw badRequest(PAID_BY_PLATFORM);
 		if (!PAID_KEEPS.some((k) => k in set)) return;
 		if (before) {
-			if (before.status === "PAID") throw conflict(`invoice ${before._id} is already paid`);
+			if (before.status === "PAID") throw conflict(`invoice ${before.id} is already paid`);
 			return;
 		}
 		const paid = await (ctx.service as unknown as Svc).collectionStore("invoices").count({ $and: [requirePlan(ctx.locals).filter, { status: "PAID" }] });
@@ -295,14 +295,14 @@ export const invoiceHooks: CollectionHooks = {
 			// Claimed first (compare-and-set on what the payment depends on): two payments of one invoice never both pay,
 			// and an invoice changed since it was read is not paid at the old terms.
 			const claimed = await invoices.updateIf(
-				{ id: invoice._id, status: same(invoice.status), amount, currency: same(invoice.currency), deleted_at: null },
+				{ id: invoice.id, status: same(invoice.status), amount, currency: same(invoice.currency), deleted_at: null },
 				{ $set: { status: "PAID" } },
 			);
 			if (!claimed) {
-				const now = await invoices.findOne({ id: invoice._id, deleted_at: null });
+				const now = await invoices.findOne({ id: invoice.id, deleted_at: null });
 				if (!now) throw notFound();
 				assertPayable(now, body.amount);
-				throw conflict(`invoice ${invoice._id} changed while it was being paid`);
+				throw conflict(`invoice ${invoice.id} changed while it was being paid`);
 			}
 			let tx: StoredDoc;
 			try {
@@ -310,19 +310,19 @@ export const invoiceHooks: CollectionHooks = {
 					amount,
 					...(invoice.currency ? { currency: invoice.currency } : {}),
 					payers: [{ wallet: body.wallet, amount }],
-					payees: [{ wallet: payee._id, amount }],
+					payees: [{ wallet: payee.id, amount }],
 				});
 				tx = await initTransaction(svc, ctx, b, "payment");
 				tx = await finishTransaction(svc, ctx, tx, "commit");
 			} catch (err) {
-				await invoices.updateIf({ id: invoice._id, status: "PAID" }, invoice.status === undefined ? { $unset: { status: true } } : { $set: { status: invoice.status } });
+				await invoices.updateIf({ id: invoice.id, status: "PAID" }, invoice.status === undefined ? { $unset: { status: true } } : { $set: { status: invoice.status } });
 				// On PostgreSQL the claim is committed already (at the first call above) and the unit of work would roll this
 				// undo back with the error: it is committed now, or the invoice would stay PAID, unpaid.
 				await flushUnit();
 				throw err;
 			}
 			const now = new Date().toISOString();
-			const after = (await invoices.updateIf({ id: invoice._id }, { $set: { status: "PAID", paid_at: now, transaction: tx._id, updated_at: now } }))!;
+			const after = (await invoices.updateIf({ id: invoice.id }, { $set: { status: "PAID", paid_at: now, transaction: tx.id, updated_at: now } }))!;
 			await svc.recordChanges(ctx, "invoices", [{ op: "u", before: invoice, after }]);
 			return { data: present(INVOICES, after, plan.fields) };
 		},

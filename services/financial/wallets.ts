@@ -62,7 +62,7 @@ async function assertCurrencyKept(ctx: Ctx, set: Record<string, unknown>, before
 	if (!("currency" in set)) return;
 	if (before) {
 		const holds = ((before.balance as number | undefined) ?? 0) > 0 || ((before.saga_ops as unknown[] | undefined)?.length ?? 0) > 0;
-		if (holds && before.currency !== set.currency) throw conflict(`wallet ${before._id} holds a balance: its currency cannot change`);
+		if (holds && before.currency !== set.currency) throw conflict(`wallet ${before.id} holds a balance: its currency cannot change`);
 		return;
 	}
 	const held = await storeOf(ctx, "wallets").count({ $and: [requirePlan(ctx.locals).filter, { currency: { $ne: set.currency ?? null } }, HOLDING] });
@@ -86,15 +86,15 @@ async function assertRemovable(ctx: Ctx, w: StoredDoc, op: "remove" | "destroy")
 	const [verb, grant] = op === "remove" ? ["delete", "write"] : ["destroy", "manage"];
 	refuseHiddenUse(requirePlan(ctx.locals), { action: verb, grant, object: "financial:wallets", fields: ["balance"] });
 	const txs = storeOf(ctx, "transactions");
-	const [pending] = await txs.find({ query: { state: "PENDING", $or: [{ "payers.wallet": w._id }, { "payees.wallet": w._id }] }, sort: { _id: 1 }, limit: 1 });
-	if (pending) throw conflict(`wallet ${w._id} takes part in ${(await canRead(ctx, pending._id)) ? `pending transaction ${pending._id}` : "a pending transaction"}`);
+	const [pending] = await txs.find({ query: { state: "PENDING", $or: [{ "payers.wallet": w.id }, { "payees.wallet": w.id }] }, sort: { id: 1 }, limit: 1 });
+	if (pending) throw conflict(`wallet ${w.id} takes part in ${(await canRead(ctx, pending.id)) ? `pending transaction ${pending.id}` : "a pending transaction"}`);
 	const sagas = [...new Set(((w.saga_ops as string[] | undefined) ?? []).map((op) => op.split(":")[0]))];
 	if (sagas.length) {
 		const recorded = new Set((await txs.find({ query: { saga: { $in: sagas } } })).map((t) => t.saga));
-		if (sagas.some((s) => !recorded.has(s))) throw conflict(`wallet ${w._id} has balance moves in flight; try again once they settle`);
+		if (sagas.some((s) => !recorded.has(s))) throw conflict(`wallet ${w.id} has balance moves in flight; try again once they settle`);
 	}
 	const balance = (w.balance as number | undefined) ?? 0;
-	if (balance !== 0) throw conflict(`wallet ${w._id} holds a balance of ${balance}; move it out before ${verb === "delete" ? "deleting" : "destroying"} the wallet`);
+	if (balance !== 0) throw conflict(`wallet ${w.id} holds a balance of ${balance}; move it out before ${verb === "delete" ? "deleting" : "destroying"} the wallet`);
 }
 
 export const walletHooks: CollectionHooks = {

@@ -84,18 +84,18 @@ export async function resolveLocation(ctx: Ctx): Promise<{ data: Record<string, 
 	if (!("lat" in body) && !("lng" in body)) throw badRequest("lat and lng, or query, are required");
 	const from = parsePoint(body);
 	usesCoordinates(plan, "resolve");
-	let best: { doc: Record<string, unknown> & { _id: string }; d: number } | null = null;
+	let best: { doc: Record<string, unknown> & { id: string }; d: number } | null = null;
 	let last = "";
 	for (;;) {
 		const query = and([plan.filter, { lat: { $exists: true }, lng: { $exists: true } }, ...(last ? [{ id: { $gt: last } }] : [])]);
-		const batch = await store.find({ query, sort: { _id: 1 }, limit: SCAN_BATCH });
+		const batch = await store.find({ query, sort: { id: 1 }, limit: SCAN_BATCH });
 		for (const doc of batch) {
 			if (!validPoint(doc)) continue;
 			const d = haversine(from, { lat: doc.lat as number, lng: doc.lng as number });
 			if (!best || d < best.d) best = { doc, d };
 		}
 		if (batch.length < SCAN_BATCH) break;
-		last = batch[batch.length - 1]._id;
+		last = batch[batch.length - 1].id;
 	}
 	if (!best) throw notFound("no location with coordinates found");
 	return { data: { ...present(LOCATIONS, best.doc, plan.fields), distance: metres(best.d) } };

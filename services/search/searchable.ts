@@ -60,11 +60,11 @@ async function build(store: DocumentStore, index: CollectionIndex): Promise<void
 	index.clear();
 	let last = "";
 	for (;;) {
-		const query: Record<string, unknown> = last ? { deleted_at: null, _id: { $gt: last } } : { deleted_at: null };
-		const batch = await store.find({ query, sort: { _id: 1 }, limit: BUILD_BATCH });
+		const query: Record<string, unknown> = last ? { deleted_at: null, id: { $gt: last } } : { deleted_at: null };
+		const batch = await store.find({ query, sort: { id: 1 }, limit: BUILD_BATCH });
 		for (const d of batch) index.upsert(d);
 		if (batch.length < BUILD_BATCH) return;
-		last = batch[batch.length - 1]._id;
+		last = batch[batch.length - 1].id;
 	}
 }
 
@@ -214,7 +214,7 @@ export async function visibleIds(store: DocumentStore, plan: AccessPlan, ids: st
 			out.push(...chunk);
 			continue;
 		}
-		const seen = new Set((await store.find({ query })).map((d) => d._id));
+		const seen = new Set((await store.find({ query })).map((d) => d.id));
 		for (const id of chunk) if (seen.has(id)) out.push(id);
 	}
 	return out;
@@ -247,7 +247,7 @@ export function searchHandler(col: CollectionDef) {
 		const pageHits = hits.slice(page.skip, page.skip + page.limit);
 		if (!pageHits.length) return { items: [], total: hits.length };
 		const docs = await store.find({ query: and([plan.filter, { id: { $in: pageHits.map((h) => h.id) } }]) });
-		const byId = new Map<string, StoredDoc>(docs.map((d) => [d._id, d]));
+		const byId = new Map<string, StoredDoc>(docs.map((d) => [d.id, d]));
 		const items = pageHits.filter((h) => byId.has(h.id)).map((h) => ({ ...present(col, byId.get(h.id)!, plan.fields), score: round(h.score) }));
 		return { items, total: hits.length };
 	};

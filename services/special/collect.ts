@@ -82,7 +82,7 @@ export async function collect(ctx: Ctx): Promise<{ items: CollectedStat[]; total
 	const sums = new Map<string, CollectedStat>();
 	let last = "";
 	for (;;) {
-		const batch = await store.find({ query: and([plan.filter, cond, ...(last ? [{ id: { $gt: last } }] : [])]), sort: { _id: 1 }, limit: BATCH });
+		const batch = await store.find({ query: and([plan.filter, cond, ...(last ? [{ id: { $gt: last } }] : [])]), sort: { id: 1 }, limit: BATCH });
 		for (const d of batch) {
 			const key = `${d.service}\u0000${d.collection}`;
 			let s = sums.get(key);
@@ -106,7 +106,7 @@ export async function collect(ctx: Ctx): Promise<{ items: CollectedStat[]; total
 			if (String(d.bucket) > s.to) s.to = String(d.bucket);
 		}
 		if (batch.length < BATCH) break;
-		last = batch[batch.length - 1]._id;
+		last = batch[batch.length - 1].id;
 	}
 	const sorted = [...sums.values()].sort((x, y) => (x.service + "/" + x.collection < y.service + "/" + y.collection ? -1 : 1));
 	// A field the grant hides is not answered as a sum either (`from`/`to` come from `bucket`).

@@ -18,7 +18,7 @@ import type { Context } from "moleculer";
 import { special } from "../../catalog/domains/special";
 import { userTokenSubjects, type SubjectSource } from "../../lib/grant-validation";
 import { grantCache } from "../../authority/grant-cache";
-import { matchesFilter } from "../../lib/query";
+import { matches } from "../../lib/query";
 import { configOf, type PlatformConfig } from "../../runtime/config";
 import { objectId } from "../../lib/crypto";
 import { ApiError, badRequest, notFound } from "../../lib/errors";
@@ -142,7 +142,7 @@ async function upload(ctx: Ctx): Promise<unknown> {
 		{ name, mimetype: sniffMimetype(Buffer.concat(head), part?.declared), size, sha256: hash.digest("hex"), storage: id, share_keys: [] },
 		byOf(ctx),
 	);
-	doc._id = id;
+	doc.id = id;
 	try {
 		await fenceChanges(ctx, svc.idempotency, "special/files", [id]);
 		await svc.collectionStore("files").insert(doc);
@@ -174,17 +174,17 @@ async function share(ctx: Ctx): Promise<unknown> {
 	const stamp = { updated_at: now.toISOString(), updated_by: identityOf(plan.token), updated_in: plan.token.aid ?? plan.token.cid, timestamp: String(Date.now()) };
 	const keys = (Array.isArray(before.share_keys) ? (before.share_keys as Array<{ hash: string; expires_at: string }>) : []).filter((k) => Date.parse(k.expires_at) > now.getTime());
 	if (body.type === "UNLINK") {
-		const after = await store.setOne(before._id, { share_keys: [], ...stamp });
+		const after = await store.setOne(before.id, { share_keys: [], ...stamp });
 		if (after) await svc.recordChanges(ctx, "files", [{ op: "u", before, after }]);
 		return { data: { revoked: keys.length } };
 	}
 	const key = randomBytes(24).toString("base64url");
 	const expires_at = new Date(now.getTime() + ((body.ttl as number | undefined) ?? SHARE_TTL_DEFAULT) * 1000).toISOString();
-	const after = await store.setOne(before._id, { share_keys: [...keys, { hash: hashShareKey(key), expires_at }].slice(-MAX_SHARE_KEYS), ...stamp });
+	const after = await store.setOne(before.id, { share_keys: [...keys, { hash: hashShareKey(key), expires_at }].slice(-MAX_SHARE_KEYS), ...stamp });
 	if (!after) throw notFound();
 	await svc.recordChanges(ctx, "files", [{ op: "u", before, after }]);
 	markShownOnce(ctx);
-	return { data: { path: downloadPath(before._id, key), key, expires_at } };
+	return { data: { path: downloadPath(before.id, key), key, expires_at } };
 }
 
 /**
@@ -196,8 +196,8 @@ async function afterWrite(ctx: Ctx, op: string, before: StoredDoc | null, after:
 	if (op !== "d" || after || !before || typeof before.storage !== "string") return;
 	if (ctx.meta?.headers?.["x-saga-session"]) return;
 	const svc = svcOf(ctx);
-	if (await svc.collectionStore("files").findOne({ id: before._id })) return;
-	await svc.blobs.remove(before.storage).catch((err: unknown) => svc.logger.warn(`file content ${before._id} not removed: ${(err as Error).message}`));
+	if (await svc.collectionStore("files").findOne({ id: before.id })) return;
+	await svc.blobs.remove(before.storage).catch((err: unknown) => svc.logger.warn(`file content ${before.id} not removed: ${(err as Error).message}`));
 }
 
 export const filesHooks: CollectionHooks = { afterWrite, specials: { upload, share } };
@@ -279,7 +279,7 @@ export const filesMixin = asSchema<Svc>({
 				const out = [];
 				for (const id of ctx.params.ids ?? []) {
 					const d = await attachable(this, id, ctx.params);
-					out.push({ id: d._id, name: String(d.name ?? "file"), mimetype: String(d.mimetype ?? "application/octet-stream"), size: Number(d.size ?? 0) });
+					out.push({ id: d.id, name: String(d.name ?? "file"), mimetype: String(d.mimetype ?? "application/octet-stream"), size: Number(d.size ?? 0) });
 				}
 				return out;
 			},
@@ -364,7 +364,7 @@ async function ownerReadsWhole(svc: Svc, owner: string, tenant: string, file: St
 	if (user?.status === "INACTIVE") return false;
 	const subjects = user ? userTokenSubjects(user, domain).subjects : [...new Set([`${tenant}@${domain}`, `${owner}@${domain}`])];
 	const d = (await grantCache.get(svc.broker)).decide({ subjects, action: "read", object: "special:files" });
-	return d.granted && d.fields === null && (d.rowFilter === null || matchesFilter({ ...file }, d.rowFilter));
+	return d.granted && d.fields === null && (d.rowFilter === null || matches({ ...file }, d.rowFilter));
 }
 
 /** Removes files of `dir` older than `olderThanMs` (spool files of uploads a crash cut short). */

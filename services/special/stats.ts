@@ -79,7 +79,7 @@ async function bump(store: DocumentStore, client: string, items: StatsIncrement[
 					break;
 				}
 				const fresh = platformDoc({ service, collection, period, bucket, ...sums, seqs: added.slice(-SEQ_WINDOW) }, { owner, cid: owner });
-				fresh._id = id;
+				fresh.id = id;
 				if (!client) fresh.clients = [];
 				try {
 					await store.insert(fresh);

@@ -32,7 +32,7 @@ function lockKey(c: string, id: string) {
 }
 
 async function write(svc: Svc, ctx: Context, c: string, before: StoredDoc, set: Record<string, unknown>): Promise<StoredDoc | null> {
-	const after: StoredDoc | null = await svc.collectionStore(c).setOne(before._id, { ...set, updated_at: nowIso() });
+	const after: StoredDoc | null = await svc.collectionStore(c).setOne(before.id, { ...set, updated_at: nowIso() });
 	if (after) await svc.recordChanges(ctx as unknown as Ctx, c, [{ op: "u", before, after }]);
 	return after;
 }
@@ -71,8 +71,8 @@ export function deliveryActions(): Record<string, unknown> {
 							{ [s]: "SENDING", lease_until: { $lt: now } },
 						],
 					};
-					const docs: StoredDoc[] = await this.collectionStore(c).find({ query, sort: { next_at: 1 }, limit, projection: { _id: 1 } });
-					for (const d of docs) out.push({ collection: c, id: d._id });
+					const docs: StoredDoc[] = await this.collectionStore(c).find({ query, sort: { next_at: 1 }, limit, projection: { id: 1 } });
+					for (const d of docs) out.push({ collection: c, id: d.id });
 				}
 				return out;
 			},
@@ -142,7 +142,7 @@ export function deliveryActions(): Record<string, unknown> {
 						if (outcome.gone) {
 							// The subscription goes first: once the attempt reads GONE, the subscription is already removed.
 							const sub: StoredDoc | null = await this.collectionStore("pushes").findOne({ id: before.to });
-							if (sub && (await this.collectionStore("pushes").removeMany({ id: sub._id })) > 0)
+							if (sub && (await this.collectionStore("pushes").removeMany({ id: sub.id })) > 0)
 								await this.recordChanges(ctx as unknown as Ctx, "pushes", [{ op: "d", before: sub, after: null }]);
 							await write(this, ctx, c, before, { ...common, status: "GONE", reason, next_at: null });
 							return { settled: true, state: "GONE" };
@@ -157,7 +157,7 @@ export function deliveryActions(): Record<string, unknown> {
 						const { res: _r, reason: _why, sent_at: _s, ...kept } = before;
 						const next: StoredDoc = {
 							...kept,
-							_id: objectId(),
+							id: objectId(),
 							status: "QUEUED",
 							attempt: attempt + 1,
 							next_at: new Date(Date.now() + delay * 1000).toISOString(),

@@ -20,7 +20,7 @@ import { isPlainObject, validateBody, validateValue } from "../../lib/validate";
 import { loadVapid } from "../../runtime/vapid";
 import { configOf } from "../../runtime/config";
 import { assertShares, platformDoc, type Ctx, type EngineService } from "../../engine/collection.mixin";
-import { matchesFilter } from "../../lib/query";
+import { matches } from "../../lib/query";
 import { isDuplicateKeyError, type StoredDoc } from "../../stores";
 import { assertInView } from "../caller-view";
 
@@ -104,7 +104,7 @@ async function createQueued(ctx: SendCtx, collection: "emails" | "smss", body: R
 		await checkAttachments(ctx, doc.attachments);
 	}
 	// The same rules as a create: the record stays inside the caller's view (grant row filter), shares stay in the tenant.
-	if (plan && !matchesFilter(doc, plan.filter)) throw forbidden("document is outside the grant filter");
+	if (plan && !matches(doc, plan.filter)) throw forbidden("document is outside the grant filter");
 	await assertShares(ctx as unknown as Ctx, token, [doc.shares]);
 	await insertRecords(ctx, collection, [doc]);
 	return { data: present(c, doc, plan?.fields ?? null) };
@@ -174,10 +174,10 @@ export async function sendPush(ctx: SendCtx, body: unknown): Promise<{ data: { i
 	const target = push !== undefined ? { id: push, ...(session !== undefined ? { session } : {}) } : { session };
 	const subs = await engineOf(ctx)
 		.collectionStore("pushes")
-		.find({ query: { $and: [view, { deleted_at: null }, target] }, sort: { _id: 1 }, limit: 1000 });
+		.find({ query: { $and: [view, { deleted_at: null }, target] }, sort: { id: 1 }, limit: 1000 });
 	if (push !== undefined && !subs.length) throw notFound(`push ${push} not found`);
 	const now = new Date().toISOString();
-	const docs = subs.map((s) => platformDoc({ _id: objectId(), to: s._id, session: s.session, message, status: "QUEUED", attempt: 1, next_at: now }, stampsOf(token)));
+	const docs = subs.map((s) => platformDoc({ id: objectId(), to: s.id, session: s.session, message, status: "QUEUED", attempt: 1, next_at: now }, stampsOf(token)));
 	if (docs.length) await insertRecords(ctx, "push-histories", docs);
 	const histories = col("push-histories");
 	return { data: { items: docs.map((d) => present(histories, d)), total: docs.length } };

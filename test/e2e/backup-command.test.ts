@@ -97,7 +97,7 @@ async function contents(cfg: Pick<PlatformConfig, "dataDir" | "databaseUrl">): P
 			else if (name.startsWith("docs/")) {
 				const store = createStore(cfg, name.slice(5));
 				await store.connect();
-				const docs = await store.find({ query: {}, sort: { _id: 1 } });
+				const docs = await store.find({ query: {}, sort: { id: 1 } });
 				await store.disconnect();
 				if (docs.length) out.docs[name.slice(5)] = docs;
 			} else if (name !== "schema_migrations") out.rows[name] = (await db.query<{ j: string }>(`select to_json(t)::text as j from "${name}" t order by 1`)).rows.map((r) => r.j);
@@ -176,7 +176,7 @@ describe("the embedded store: backed up while it runs, restored into a new DATA_
 		// The outbox keeps every event (a group that never moves): the backup then holds them all.
 		const hold = createStore(t.p.cfg, "_stream_offsets");
 		await hold.connect();
-		await hold.insert({ _id: "test-hold", seq: 0 });
+		await hold.insert({ id: "test-hold", seq: 0 });
 		await hold.disconnect();
 		// A webhook (sealed credentials) that gets the changes: deliveries, attempts, a config birth.
 		await ok(
@@ -273,7 +273,7 @@ describe("the embedded store: backed up while it runs, restored into a new DATA_
 			rowsOf(lines, "docs/content/notes")
 				.map((x) => x.id)
 				.sort(),
-		).toEqual(before.docs["content/notes"].map((d) => d._id).sort());
+		).toEqual(before.docs["content/notes"].map((d) => d.id).sort());
 		// The key files DATA_DIR holds (vapid.json once the push keys were made).
 		expect(lines.filter((l) => l["@"] === "file").map((l) => l.name)).toEqual(keyFilesOf(t.p.dataDir));
 		expect(lines.find((l) => l["@"] === "file" && l.name === "keys.json").content).toBe(readFileSync(path.join(t.p.dataDir, "keys.json"), "utf8"));
@@ -283,7 +283,7 @@ describe("the embedded store: backed up while it runs, restored into a new DATA_
 	async function sameAsBefore(p: TestPlatform, sentBefore: number): Promise<void> {
 		const now = await contents(p.cfg);
 		// The platform's MQTT publisher claims a client id of its own at each start: the restored ones are all there.
-		const publishers = now.docs._mqtt_clients.filter((d) => !before.docs._mqtt_clients.some((b) => b._id === d._id));
+		const publishers = now.docs._mqtt_clients.filter((d) => !before.docs._mqtt_clients.some((b) => b.id === d.id));
 		expect(publishers.map((d) => d.identity)).toEqual(["$publisher"]);
 		now.docs._mqtt_clients = now.docs._mqtt_clients.filter((d) => !publishers.includes(d));
 		// Each consumer group stores its position again when it starts: the same position, a new time.
@@ -405,7 +405,7 @@ servers.describe("DATABASE_URL: backed up while four writers create notes, resto
 		if (!source.cfg.databaseUrl) throw new Error("expected a database on the local server");
 		const hold = createStore(source.cfg, "_stream_offsets");
 		await hold.connect();
-		await hold.insert({ _id: "test-hold", seq: 0 });
+		await hold.insert({ id: "test-hold", seq: 0 });
 		await hold.disconnect();
 	}, 120_000);
 	afterAll(async () => {
@@ -452,7 +452,7 @@ servers.describe("DATABASE_URL: backed up while four writers create notes, resto
 		await restoreBackup({ ...readConfig(), dataDir: target, databaseUrl: undefined }, createReadStream(file));
 		restored = await bootPlatform({ dataDir: target, databaseUrl: undefined });
 		const root = await restored.rootToken();
-		expect((await contents(restored.cfg)).docs["content/notes"].map((d) => d._id).sort()).toEqual(noteIds.sort());
+		expect((await contents(restored.cfg)).docs["content/notes"].map((d) => d.id).sort()).toEqual(noteIds.sort());
 		expect((await restored.http("GET", "/content/notes?pagination=%7B%22limit%22%3A1%7D", { token: root })).body.total).toBe(noteIds.length);
 		const next = (await ok(restored.http("POST", "/content/notes", { token: root, body: { title: "after" } }), "after")).data.id;
 		const c = await contents(restored.cfg);
@@ -545,7 +545,7 @@ describe("refusals and usage", () => {
 		const store = new PgStore(cfg, long);
 		try {
 			await store.connect();
-			await store.insert({ _id: "a", title: "kept" });
+			await store.insert({ id: "a", title: "kept" });
 			const table = ident(`docs/${long}`).slice(1, -1);
 			expect(table).toMatch(/^docs\/content\/x+#[0-9a-f]{16}$/);
 			await expect(writeBackup(cfg, new PassThrough())).rejects.toThrow(

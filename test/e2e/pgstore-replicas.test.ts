@@ -39,7 +39,7 @@ beforeAll(async () => {
 	const scratch = tempDir();
 	const offsets = new PgStore({ dataDir: scratch, databaseUrl: db.url }, "_stream_offsets");
 	await offsets.connect();
-	await offsets.insert({ _id: "test-hold", seq: 0 });
+	await offsets.insert({ id: "test-hold", seq: 0 });
 	await offsets.disconnect();
 	rmSync(scratch, { recursive: true, force: true });
 	const d = testDeployment();

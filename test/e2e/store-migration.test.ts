@@ -39,7 +39,7 @@ function run(script: string, dataDir: string, extra: Record<string, string> = {}
 
 /** One NeDB line of a document: JSON, with the dates NeDB wrote as `{"$$date": ms}` for the `*_at` fields named. */
 const line = (doc: Record<string, unknown>, dates: string[] = []) =>
-	JSON.stringify(Object.fromEntries(Object.entries(doc).map(([k, v]) => [k, dates.includes(k) && typeof v === "string" ? { $$date: Date.parse(v) } : v])));
+	JSON.stringify(Object.fromEntries(Object.entries(doc).map(([k, v]) => [k === "id" ? "_id" : k, dates.includes(k) && typeof v === "string" ? { $$date: Date.parse(v) } : v])));
 
 describe("a DATA_DIR of NeDB files", () => {
 	let t: Tenancy;
@@ -60,7 +60,7 @@ describe("a DATA_DIR of NeDB files", () => {
 		for (const name of storeNames().filter((n) => n !== "_outbox")) {
 			const s = createStore(t.p.cfg, name);
 			await s.connect();
-			const docs = await s.find({ query: {}, sort: { _id: 1 } });
+			const docs = await s.find({ query: {}, sort: { id: 1 } });
 			await s.disconnect();
 			if (docs.length) before[name] = docs;
 		}
@@ -77,7 +77,7 @@ describe("a DATA_DIR of NeDB files", () => {
 				lines.push(line({ ...d, title: "an earlier version", obsolete: true }));
 				// A document of an earlier version: its `ref` without the per-tenant key (the migration adds it).
 				const { [TENANT_REF]: _key, ...legacy } = d;
-				lines.push(line(name === "content/notes" && d._id === notes.b ? legacy : d, ["created_at", "updated_at"]));
+				lines.push(line(name === "content/notes" && d.id === notes.b ? legacy : d, ["created_at", "updated_at"]));
 			}
 			lines.push(line({ _id: "removed-later", title: "gone" }), '{"$$deleted":true,"_id":"removed-later"}', '{"$$indexCreated":{"fieldName":"clients"}}');
 			// A line cut short (a crash while appending), as NeDB tolerated a few.
@@ -99,11 +99,13 @@ describe("a DATA_DIR of NeDB files", () => {
 
 	test("the reader takes NeDB's format: later lines win, deletions remove, index lines and dates", async () => {
 		const notesRead = await readNedbFile(nedbFileOf(dataDir, "content/notes"));
-		expect(notesRead.map((d) => d._id).sort()).toEqual([...before["content/notes"].map((d) => d._id)].sort());
-		const b = notesRead.find((d) => d._id === notes.b)!;
+		expect(notesRead.map((d) => d.id).sort()).toEqual([...before["content/notes"].map((d) => d.id)].sort());
+		const b = notesRead.find((d) => d.id === notes.b)!;
+		// As the platform stores documents: the id as `id`, NeDB's `_id` gone.
+		expect(notesRead.filter((d) => "_id" in d)).toEqual([]);
 		expect(b.title).toBe("note of b");
 		expect(b.obsolete).toBeUndefined();
-		expect(b.created_at).toBe(before["content/notes"].find((d) => d._id === notes.b)!.created_at);
+		expect(b.created_at).toBe(before["content/notes"].find((d) => d.id === notes.b)!.created_at);
 		expect(b[TENANT_REF]).toBeUndefined();
 		// More than a tenth of the lines corrupt: refused, as NeDB refused to load such a file.
 		const bad = path.join(tempDir("nedb-bad-"), "x.db");
@@ -145,7 +147,7 @@ describe("a DATA_DIR of NeDB files", () => {
 		for (const [name, docs] of Object.entries(before).filter(([n]) => !["special/stats", "_stream_offsets", "_relay_offsets"].includes(n))) {
 			const s = createStore(p.cfg, name);
 			await s.connect();
-			const got = await s.find({ query: {}, sort: { _id: 1 } });
+			const got = await s.find({ query: {}, sort: { id: 1 } });
 			await s.disconnect();
 			expect({ name, docs: got }).toEqual({ name, docs: expect.arrayContaining(docs) });
 		}

@@ -65,7 +65,7 @@ export async function holdNodeOutbox(node: Node): Promise<void> {
 	const offsets = createStore(nodeStore(node), "_stream_offsets");
 	await offsets.connect();
 	try {
-		await offsets.insert({ _id: "test-hold", seq: 0 }).catch((err) => {
+		await offsets.insert({ id: "test-hold", seq: 0 }).catch((err) => {
 			if (!isDuplicateKeyError(err)) throw err;
 		});
 	} finally {

@@ -71,7 +71,7 @@ export async function pgPlatformKeepingEvents(url: string): Promise<TestPlatform
 	const p = await bootPlatform({ databaseUrl: url });
 	const offsets = createStore(p.cfg, "_stream_offsets");
 	await offsets.connect();
-	await offsets.insert({ _id: "test-hold", seq: 0 }).catch(() => undefined);
+	await offsets.insert({ id: "test-hold", seq: 0 }).catch(() => undefined);
 	await offsets.disconnect();
 	return p;
 }

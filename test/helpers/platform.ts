@@ -72,7 +72,7 @@ export function siblingDataDir(dataDir: string): string {
 	return dir;
 }
 
-const HOLD = { _id: "test-hold", seq: 0 };
+const HOLD = { id: "test-hold", seq: 0 };
 /** The mark dataDirHoldingOutbox leaves in a DATA_DIR for bootPlatform (a file no platform reads). */
 const HOLD_FILE = "test-outbox-hold";
 

@@ -156,7 +156,7 @@ function store(svc: string, col: string): any {
 }
 
 async function stored(svc: string, col: string): Promise<Doc[]> {
-	return ((await store(svc, col).find({ query: {} })) as Doc[]).map(({ _id, ...rest }) => ({ id: _id, ...rest }));
+	return (await store(svc, col).find({ query: {} })) as Doc[];
 }
 
 function inZones(d: Doc, zones: Zone[], c: Claims): boolean {
@@ -350,7 +350,7 @@ describe("every collection × 11 operations (user JWT, manage grant on service:c
 				{ owner: c.uid!, cid: c.cid },
 			);
 			await store("essential", "sagas").insert(saga);
-			sweeperSaga = saga._id;
+			sweeperSaga = saga.id;
 		}
 
 		// Without a grant: 403 on all 11 operations, before any lookup (the id need not exist).
@@ -366,7 +366,7 @@ describe("every collection × 11 operations (user JWT, manage grant on service:c
 		if (readOnly) {
 			const docs = [0, 1, 2].map(() => platformDoc({ status: "sent" }, { owner: c.uid!, cid: c.cid }));
 			await store(svc, name).insertMany(docs);
-			created.push(...docs.map((d) => d._id));
+			created.push(...docs.map((d) => d.id));
 			const body = sampleBody(ref.collection, colPath, 0);
 			expectStatus(await call(sweeper, "POST", base, { body }), 405, "create on a platform-written collection");
 			expectStatus(await call(sweeper, "POST", `${base}/bulk`, { body: { items: [body] } }), 405, "bulk create on a platform-written collection");

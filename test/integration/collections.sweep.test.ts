@@ -162,7 +162,7 @@ for (const c of COLLECTIONS) {
 				const bodies = [0, 1, 2].map((n) => ({ ...sampleBody(c, n), ref: `ref-${unique()}` }));
 				const docs = bodies.map((b) => platformDoc(b, { owner: p.root.user_id, cid: p.root.client_id }));
 				for (const d of docs) await store.insert(d);
-				const got = await Promise.all(docs.map((d) => call("GET", `${base}/${d._id}`)));
+				const got = await Promise.all(docs.map((d) => call("GET", `${base}/${d.id}`)));
 				for (const g of got) {
 					expect(g.status).toBe(200);
 					expect(Object.keys(g.body)).toEqual(["data"]);

@@ -17,7 +17,7 @@ import { checkGrant, enforce } from "../../authority/authority";
 import type { CollectionActionMeta } from "../../engine/collection.mixin";
 import { platformDoc } from "../../engine/collection.mixin";
 import { type DocumentStore, type StoredDoc } from "../../stores";
-import { matches, toStoreQuery } from "../../lib/query";
+import { matches } from "../../lib/query";
 import { grantCache } from "../../authority/grant-cache";
 import { bootPlatform, type TestPlatform } from "../helpers/platform";
 import { withStatusProbe } from "../helpers/status-probe";
@@ -338,7 +338,7 @@ type Case = typeof caseArb extends fc.Arbitrary<infer T> ? T : never;
 function storedDocs(c: Case): StoredDoc[] {
 	return c.docs.map((d, i) => {
 		const { deleted, ...rest } = d;
-		return { _id: DOC_IDS[i], ...rest, deleted_at: deleted ? "2024-01-01T00:00:00.000Z" : null };
+		return { id: DOC_IDS[i], ...rest, deleted_at: deleted ? "2024-01-01T00:00:00.000Z" : null };
 	});
 }
 
@@ -435,10 +435,10 @@ describe("enforce() + the query language in memory (no platform, no server)", ()
 				try {
 					const decision = checkGrant(index, o.token, o.level, OBJECT, ctx.meta.ip);
 					const plan = enforce(ctx, index, col, meta, decision, o.token);
-					const q = toStoreQuery(plan.filter);
+					const q = plan.filter;
 					got = docs
 						.filter((d) => matches(d, q))
-						.map((d) => d._id)
+						.map((d) => d.id)
 						.sort();
 				} catch (err) {
 					if ((err as { code?: number }).code === 403 && o.refused) return;
@@ -481,7 +481,7 @@ describe("the broker path: authority middleware, collection engine and the platf
 				// The grants of this case replace the previous case's; the node's grant index reloads.
 				if (seeded.length) await grantsStore.removeMany({ id: { $in: seeded } });
 				const grantDocs = o.grants.map((g) => platformDoc({ ...g }, { owner: hex("0", 0), cid: CLIENTS[0] }));
-				seeded = grantDocs.map((d) => d._id);
+				seeded = grantDocs.map((d) => d.id);
 				await grantsStore.insertMany(grantDocs);
 				grantCache.invalidate();
 				await locations.removeMany({});
@@ -522,7 +522,7 @@ describe("the broker path: authority middleware, collection engine and the platf
 				} else {
 					// Bulk patch: exactly the documents in view changed, {total} counts only them.
 					expect(res).toEqual({ total: o.expected.length });
-					const changed = ((await locations.find({ query: { name: "patched" } })) as StoredDoc[]).map((d) => d._id).sort();
+					const changed = ((await locations.find({ query: { name: "patched" } })) as StoredDoc[]).map((d) => d.id).sort();
 					expect(changed).toEqual(o.expected);
 				}
 			}),

@@ -510,7 +510,7 @@ async function checkDocs(col: string, docs: unknown[], what: string): Promise<vo
 async function checkWrites(col: string, what: string): Promise<void> {
 	const by = F.uid;
 	const docs = (await store(col).find({ query: { $or: [{ created_by: by }, { updated_by: by }, { deleted_by: by }, { restored_by: by }] } })) as Array<Record<string, unknown>>;
-	for (const d of docs) if (!inRows(d)) throw new Error(`${what}: the caller left ${d._id} outside the row filter (tags ${JSON.stringify(d.tags)})`);
+	for (const d of docs) if (!inRows(d)) throw new Error(`${what}: the caller left ${d.id} outside the row filter (tags ${JSON.stringify(d.tags)})`);
 }
 
 /** Status counts per route kind (FUZZ_STATS=1 prints them): the suite must reach the success paths too. */

@@ -85,7 +85,7 @@ describe("an Idempotency-Key repeat", () => {
 		const s = await records.get();
 		const same = key("running-same");
 		const first = await ok(t.as(full, "POST", "/content/notes", { title: same }, { [K]: same }), "create");
-		await s.updateIf({ _id: recordId(`u:${t.a.member.id}`, same) }, { $set: { state: "running", lease: Date.now() + 60_000 } });
+		await s.updateIf({ id: recordId(`u:${t.a.member.id}`, same) }, { $set: { state: "running", lease: Date.now() + 60_000 } });
 		expect((await t.as(narrow, "POST", "/content/notes", { title: same }, { [K]: same })).body).toEqual(forbidden("token scope does not cover write:content:notes"));
 		expect((await t.as(full, "POST", "/content/notes", { title: same }, { [K]: same })).body).toEqual({ statusCode: 409, message: IN_PROGRESS, error: "Conflict" });
 		expect(first.data.title).toBe(same);

@@ -113,7 +113,7 @@ describe("Idempotency-Key on uploads", () => {
 	const files = async (token: string, name: string) =>
 		(await ok(t.as(token, "GET", `/special/files?query=${encodeURIComponent(JSON.stringify({ name }))}&pagination=${encodeURIComponent('{"limit":100}')}`), "list"))
 			.items as Array<{ id: string }>;
-	const record = async (who: string, k: string) => (await (await records.get()).findOne({ _id: recordId(who, k) })) as IdemRecord | null;
+	const record = async (who: string, k: string) => (await (await records.get()).findOne({ id: recordId(who, k) })) as IdemRecord | null;
 	/** Everything an upload could leave behind, to compare before and after a request that must store nothing. */
 	const footprint = async () => ({ blobs: blobCount(), events: await outboxCount() });
 
@@ -265,7 +265,7 @@ describe("Idempotency-Key on uploads", () => {
 		const name = `stale-${k}`;
 		const id = recordId(`u:${t.a.member.id}`, k);
 		const s = await records.get();
-		await s.insert({ _id: id, fp: "x", pre: "x", action: "special.files.upload", state: "running", attempt: "new-attempt", lease: Date.now() + 60_000, at: Date.now() });
+		await s.insert({ id, fp: "x", pre: "x", action: "special.files.upload", state: "running", attempt: "new-attempt", lease: Date.now() + 60_000, at: Date.now() });
 		const before = await footprint();
 		const claims = JSON.parse(Buffer.from(t.a.member.token.split(".")[1], "base64url").toString("utf8"));
 		const call = t.p.broker.call("special.files.upload", Readable.from([Buffer.from("late content")]), {
@@ -274,7 +274,7 @@ describe("Idempotency-Key on uploads", () => {
 		await expect(call).rejects.toMatchObject({ code: 409, message: IN_PROGRESS });
 		expect(await footprint()).toEqual(before);
 		expect(await files(t.a.member.token, name)).toHaveLength(0);
-		expect(((await s.findOne({ _id: id })) as IdemRecord).state).toBe("running");
+		expect(((await s.findOne({ id })) as IdemRecord).state).toBe("running");
 	});
 
 	test("a huge body stays bounded: over FILE_MAX_BYTES 413 (the key given back, a repeat stores nothing), over the form's length 413 before any claim", async () => {
@@ -343,14 +343,14 @@ describe("Idempotency-Key on uploads", () => {
 		expect(status).toBe(200);
 		const s = await records.get();
 		const id = recordId(`u:${t.a.member.id}`, k);
-		await s.updateIf({ _id: id }, { $set: { state: "committed", lease: 0 }, $unset: { body: true, status: true, headers: true } });
+		await s.updateIf({ id }, { $set: { state: "committed", lease: 0 }, $unset: { body: true, status: true, headers: true } });
 		const before = await footprint();
 		const again = await upload(t, t.a.member.token, parts, k);
 		expect([again.status, again.headers[REPLAYED]]).toEqual([200, "true"]);
 		expect(again.body.total).toBe(2);
 		expect(again.body.items.map((f: { id: string }) => f.id).sort()).toEqual(first.items.map((f: { id: string }) => f.id).sort());
 		expect(await footprint()).toEqual(before);
-		expect(((await s.findOne({ _id: id })) as IdemRecord).state).toBe("done");
+		expect(((await s.findOne({ id })) as IdemRecord).state).toBe("done");
 	});
 });
 

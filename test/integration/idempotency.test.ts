@@ -42,7 +42,7 @@ describe("Idempotency-Key", () => {
 		const k = key();
 		const marker = `sealed-${k}`;
 		const first = await ok(t.as(t.a.member.token, "POST", "/content/notes", { title: marker }, { [K]: k }), "create");
-		const rec = (await (await records.get()).findOne({ _id: recordId(`u:${t.a.member.id}`, k) })) as IdemRecord;
+		const rec = (await (await records.get()).findOne({ id: recordId(`u:${t.a.member.id}`, k) })) as IdemRecord;
 		expect(rec.state).toBe("done");
 		expect(typeof rec.body).toBe("string");
 		expect(JSON.stringify(rec)).not.toContain(marker);
@@ -190,7 +190,7 @@ describe("Idempotency-Key", () => {
 		const first = await t.as(t.a.member.token, "POST", "/content/notes/bulk", { items }, { [K]: k });
 		expect(first.status).toBe(200);
 		expect(first.text.length).toBeGreaterThan(64 * 1024);
-		const rec = (await (await records.get()).findOne({ _id: recordId(`u:${t.a.member.id}`, k) })) as IdemRecord;
+		const rec = (await (await records.get()).findOne({ id: recordId(`u:${t.a.member.id}`, k) })) as IdemRecord;
 		expect(rec.state).toBe("done");
 		expect(rec.body).toBeUndefined();
 		expect(typeof rec.digest).toBe("string");
@@ -208,19 +208,19 @@ describe("Idempotency-Key", () => {
 		// As a node that died after its commit leaves it: committed, no answer, its gateway's lease given up.
 		const s = await records.get();
 		const id = recordId(`u:${t.a.member.id}`, k);
-		await s.updateIf({ _id: id }, { $set: { state: "committed", lease: 0 }, $unset: { body: true, status: true, headers: true } });
+		await s.updateIf({ id }, { $set: { state: "committed", lease: 0 }, $unset: { body: true, status: true, headers: true } });
 		const again = await t.as(t.a.member.token, "POST", "/content/notes", { title }, { [K]: k });
 		expect([again.status, again.headers.get("idempotent-replayed")]).toEqual([200, "true"]);
 		expect(again.body.data).toEqual(first.data);
 		expect(await notes(t.a.member.token, title)).toHaveLength(1);
-		expect(((await s.findOne({ _id: id })) as IdemRecord).state).toBe("done");
+		expect(((await s.findOne({ id })) as IdemRecord).state).toBe("done");
 	});
 
 	test("a committed record still within its gateway's lease answers 409 (the first request is still answering)", async () => {
 		const k = key();
 		await ok(t.as(t.a.member.token, "POST", "/content/notes", { title: `lease-${k}` }, { [K]: k }), "create");
 		const s = await records.get();
-		await s.updateIf({ _id: recordId(`u:${t.a.member.id}`, k) }, { $set: { state: "committed", lease: Date.now() + 60_000 }, $unset: { body: true } });
+		await s.updateIf({ id: recordId(`u:${t.a.member.id}`, k) }, { $set: { state: "committed", lease: Date.now() + 60_000 }, $unset: { body: true } });
 		const r = await t.as(t.a.member.token, "POST", "/content/notes", { title: `lease-${k}` }, { [K]: k });
 		expect([r.status, r.body.message]).toEqual([409, IN_PROGRESS]);
 	});
@@ -232,9 +232,9 @@ describe("Idempotency-Key", () => {
 		// The fingerprint of the request, from a first run under another key (it does not depend on the key).
 		const seed = key();
 		await ok(t.as(t.a.member.token, "POST", "/content/notes", { title }, { [K]: seed }), "create");
-		const fp = ((await s.findOne({ _id: recordId(`u:${t.a.member.id}`, seed) })) as IdemRecord).fp;
+		const fp = ((await s.findOne({ id: recordId(`u:${t.a.member.id}`, seed) })) as IdemRecord).fp;
 		const held = (k: string, state: string, inst: string) =>
-			s.insert({ _id: recordId(`u:${t.a.member.id}`, k), fp, action: "content.notes.create", state, attempt: "old", lease: Date.now() + 60_000, at: Date.now(), node, inst });
+			s.insert({ id: recordId(`u:${t.a.member.id}`, k), fp, action: "content.notes.create", state, attempt: "old", lease: Date.now() + 60_000, at: Date.now(), node, inst });
 		// Held by this very instance: still running.
 		const mine = key();
 		await held(mine, "running", t.p.broker.instanceID);
@@ -244,11 +244,11 @@ describe("Idempotency-Key", () => {
 		await held(running, "running", "previous-instance");
 		const ran = await t.as(t.a.member.token, "POST", "/content/notes", { title }, { [K]: running });
 		expect([ran.status, ran.headers.get("idempotent-replayed"), ran.body.data.title]).toEqual([200, null, title]);
-		expect((await s.findOne({ _id: recordId(`u:${t.a.member.id}`, running) })) as IdemRecord).toMatchObject({ state: "done", node, inst: t.p.broker.instanceID });
+		expect((await s.findOne({ id: recordId(`u:${t.a.member.id}`, running) })) as IdemRecord).toMatchObject({ state: "done", node, inst: t.p.broker.instanceID });
 		// Committed by a previous instance that died before answering: the retry replays the written document.
 		const committed = key();
 		await held(committed, "committed", "previous-instance");
-		await s.updateIf({ _id: recordId(`u:${t.a.member.id}`, committed) }, { $set: { ref: { ids: [ran.body.data.id] } } });
+		await s.updateIf({ id: recordId(`u:${t.a.member.id}`, committed) }, { $set: { ref: { ids: [ran.body.data.id] } } });
 		const replayed = await t.as(t.a.member.token, "POST", "/content/notes", { title }, { [K]: committed });
 		expect([replayed.status, replayed.headers.get("idempotent-replayed"), replayed.body.data]).toEqual([200, "true", ran.body.data]);
 		expect(await notes(t.a.member.token, title)).toHaveLength(2);
@@ -259,7 +259,7 @@ describe("Idempotency-Key", () => {
 		const title = `stale-${k}`;
 		const id = recordId(`u:${t.a.member.id}`, k);
 		const s = await records.get();
-		await s.insert({ _id: id, fp: "x", action: "content.notes.create", state: "running", attempt: "new-attempt", lease: Date.now() + 60_000, at: Date.now() });
+		await s.insert({ id, fp: "x", action: "content.notes.create", state: "running", attempt: "new-attempt", lease: Date.now() + 60_000, at: Date.now() });
 		const call = t.p.broker.call(
 			"content.notes.create",
 			{ body: { title } },
@@ -268,7 +268,7 @@ describe("Idempotency-Key", () => {
 		await expect(call).rejects.toMatchObject({ code: 409, message: IN_PROGRESS });
 		// The document and its record commit together or not at all.
 		expect(await notes(t.a.member.token, title)).toHaveLength(0);
-		expect(((await s.findOne({ _id: id })) as IdemRecord).state).toBe("running");
+		expect(((await s.findOne({ id })) as IdemRecord).state).toBe("running");
 	});
 
 	test("the key and its answer survive a restart", async () => {
@@ -291,15 +291,15 @@ describe("Idempotency-Key", () => {
 		await ok(t.as(t.a.member.token, "POST", "/content/notes", { title }, { [K]: k }), "create");
 		const s = await records.get();
 		const id = recordId(`u:${t.a.member.id}`, k);
-		await s.updateIf({ _id: id }, { $set: { at: Date.now() - IDEMPOTENCY_TTL_MS - 1000 } });
+		await s.updateIf({ id }, { $set: { at: Date.now() - IDEMPOTENCY_TTL_MS - 1000 } });
 		// Past 24 hours and not yet cleaned: the key is new again.
 		const again = await t.as(t.a.member.token, "POST", "/content/notes", { title }, { [K]: k });
 		expect([again.status, again.headers.get("idempotent-replayed")]).toEqual([200, null]);
 		expect(await notes(t.a.member.token, title)).toHaveLength(2);
-		await s.updateIf({ _id: id }, { $set: { at: Date.now() - IDEMPOTENCY_TTL_MS - 1000 } });
+		await s.updateIf({ id }, { $set: { at: Date.now() - IDEMPOTENCY_TTL_MS - 1000 } });
 		const pass = (await t.p.broker.call("cleaner.run")) as { idempotency?: number };
 		expect(pass.idempotency).toBeGreaterThanOrEqual(1);
-		expect(await s.findOne({ _id: id })).toBeNull();
+		expect(await s.findOne({ id })).toBeNull();
 	});
 
 	/** The claims of a token, as the gateway passes them to the domains. */

@@ -159,7 +159,7 @@ describe("financial invariants", () => {
 	test("a payment credits the platform's wallet of the invoice's owner, never one that names the owner; ensureWallet too", async () => {
 		// One wallet planted in the store before the rule (lowest id: read first), one made in-tenant by the member.
 		const legacy = platformDoc({ user: t.a.admin.id, currency: WALLET_CURRENCY, balance: 0 }, { owner: t.b.admin.id, cid: t.b.client.id });
-		legacy._id = "000000000000000000000001";
+		legacy.id = "000000000000000000000001";
 		await wallets().insert(legacy);
 		const own = await ok(t.as(t.a.member.token, "POST", "/financial/wallets", { user: t.a.admin.id, currency: WALLET_CURRENCY }), "in-tenant wallet");
 		await deposit(t.a.admin.token, W.aa, 1);
@@ -167,15 +167,15 @@ describe("financial invariants", () => {
 		const [am0, aa0] = await balances([W.am, W.aa]);
 		const id = await invoice({ amount: 40 });
 		expect((await pay(t.a.member.token, id, { wallet: W.am })).status).toBe(200);
-		expect(await balances([W.am, W.aa, legacy._id, own.data.id])).toEqual([am0 - 40, aa0 + 40, 0, 0]);
+		expect(await balances([W.am, W.aa, legacy.id, own.data.id])).toEqual([am0 - 40, aa0 + 40, 0, 0]);
 
 		// A user whose creation is delivered after a wallet naming it was planted still gets its own wallet.
 		const user = "0000000000000000000000ff";
 		const planted = platformDoc({ user, currency: WALLET_CURRENCY, balance: 0 }, { owner: t.b.admin.id, cid: t.b.client.id });
-		planted._id = "000000000000000000000002";
+		planted.id = "000000000000000000000002";
 		await wallets().insert(planted);
 		const made = await fin().ensureWallet({ seq: 0, event: { topic: "identity.users", op: "c", id: user, after: { clients: [t.a.client.id] } }, clients: [t.a.client.id] });
-		expect(made).toMatchObject({ _id: walletIdOf(user), user, owner: user, clients: [t.a.client.id], balance: 0 });
+		expect(made).toMatchObject({ id: walletIdOf(user), user, owner: user, clients: [t.a.client.id], balance: 0 });
 		expect(await wallets().findOne({ id: walletIdOf(user) })).toMatchObject({ user, owner: user });
 	});
 
@@ -347,7 +347,7 @@ describe("financial invariants", () => {
 		await ok(t.as(admin, "DELETE", `/financial/wallets/${w2}/destroy`, undefined, s2), "staged destroy");
 		expect(await wallets().findOne({ id: w2 })).toBeNull();
 		expect(await endSaga(admin, s2, "abort")).toBe("ABORTED");
-		expect(await wallets().findOne({ id: w2 })).toMatchObject({ _id: w2, balance: 0, deleted_at: null });
+		expect(await wallets().findOne({ id: w2 })).toMatchObject({ id: w2, balance: 0, deleted_at: null });
 		await ok(t.as(admin, "DELETE", `/financial/wallets/${w2}`), "delete");
 		await ok(t.as(admin, "PUT", `/financial/wallets/${w2}/restore`), "restore");
 		await ok(t.as(admin, "DELETE", `/financial/wallets/${w2}/destroy`), "destroy");
@@ -378,7 +378,7 @@ describe("financial invariants", () => {
 				const headers = ifMatch ? { "if-match": (await t.as(admin, "GET", `/financial/wallets/${w}`)).headers.get("etag")! } : undefined;
 				const r = await t.as(admin, "DELETE", `/financial/wallets/${w}${suffix}`, undefined, headers);
 				expect(answer(r)).toEqual(ifMatch ? refused(412, "precondition failed") : refused(409, `wallet ${w} takes part in pending transaction ${landed[landed.length - 1]}`));
-				expect(await wallets().findOne({ id: w })).toMatchObject({ _id: w, balance: 7, deleted_at: null });
+				expect(await wallets().findOne({ id: w })).toMatchObject({ id: w, balance: 7, deleted_at: null });
 			}
 		} finally {
 			hooks.beforeRemove = check;

@@ -33,7 +33,7 @@ afterAll(async () => {
 /** Documents shaped like the engine's, with a sort field that has ties and gaps. */
 function docs(n: number): StoredDoc[] {
 	return Array.from({ length: n }, (_, i) => ({
-		_id: hexId(i),
+		id: hexId(i),
 		owner: `u${i % 3}`,
 		title: `note ${i}`,
 		content: `content ${i} ${"x".repeat(60)}`,
@@ -77,7 +77,7 @@ async function cursor(store: DocumentStore, o: FindOptions, size: number): Promi
 	for (;;) {
 		const page = await store.findAfter!({ ...o, limit: size, after });
 		pages++;
-		ids.push(...page.docs.map((d) => d._id));
+		ids.push(...page.docs.map((d) => d.id));
 		if (page.docs.length < size) return { ids, pages };
 		after = page.next;
 	}
@@ -105,13 +105,13 @@ describe.each(stores)("%s", ({ name, make }) => {
 		// Every document by id (the cursor's default order); a third of them by a field without an index (which
 		// PostgreSQL sorts for each page).
 		const cases: Array<[Record<string, unknown>, Record<string, 1 | -1>, number]> = [
-			[{ deleted_at: null }, { _id: 1 }, N],
+			[{ deleted_at: null }, { id: 1 }, N],
 			[{ owner: "u0" }, { rank: 1 }, Math.ceil(N / 3)],
 			[{ owner: "u0" }, { rank: -1 }, Math.ceil(N / 3)],
 			[{ owner: "u0" }, { rank: 1, title: -1 }, Math.ceil(N / 3)],
 		];
 		for (const [query, sort, n] of cases) {
-			const expected = (await store.find({ query, sort })).map((d) => d._id);
+			const expected = (await store.find({ query, sort })).map((d) => d.id);
 			expect(expected.length).toBe(n);
 			const reads = countReads(store);
 			const { ids, pages } = await cursor(store, { query, sort }, 100);
@@ -134,11 +134,11 @@ describe.each(stores)("%s", ({ name, make }) => {
 			],
 		];
 		for (const [label, query, pick] of cases) {
-			const expected = all.filter(pick).map((d) => d._id);
+			const expected = all.filter(pick).map((d) => d.id);
 			const reads = countReads(store);
-			const page = await store.findPage!({ query, sort: { _id: 1 }, limit: 10 });
+			const page = await store.findPage!({ query, sort: { id: 1 }, limit: 10 });
 			reads.stop();
-			expect({ label, ids: page.docs.map((d) => d._id), total: page.total }).toEqual({ label, ids: expected.slice(0, 10), total: expected.length });
+			expect({ label, ids: page.docs.map((d) => d.id), total: page.total }).toEqual({ label, ids: expected.slice(0, 10), total: expected.length });
 			if (name === "PgStore") expect({ label, rows: reads.rows }).toEqual({ label, rows: Math.min(10, expected.length) });
 		}
 	}, 120_000);
@@ -147,14 +147,14 @@ describe.each(stores)("%s", ({ name, make }) => {
 		// `\b` is read differently by PostgreSQL: RE2 decides.
 		const query = { title: { $regex: compileSafe("$regex", "title", "\\bnote 1\\d{3}\\b", "", new RegexBudget()) } };
 		expect(whereOf(query, new Params()).exact).toBe(false);
-		const expected = all.filter((d) => /\bnote 1\d{3}\b/.test(d.title as string)).map((d) => d._id);
+		const expected = all.filter((d) => /\bnote 1\d{3}\b/.test(d.title as string)).map((d) => d.id);
 		const reads = countReads(store);
-		const page = await store.findPage!({ query, sort: { _id: 1 }, skip: 5, limit: 10 });
+		const page = await store.findPage!({ query, sort: { id: 1 }, skip: 5, limit: 10 });
 		reads.stop();
-		expect({ ids: page.docs.map((d) => d._id), total: page.total }).toEqual({ ids: expected.slice(5, 15), total: expected.length });
+		expect({ ids: page.docs.map((d) => d.id), total: page.total }).toEqual({ ids: expected.slice(5, 15), total: expected.length });
 		if (name === "PgStore") expect({ most: reads.most, bounded: reads.most <= 1000 }).toEqual({ most: reads.most, bounded: true });
 		const walk = countReads(store);
-		const { ids } = await cursor(store, { query, sort: { _id: 1 } }, 100);
+		const { ids } = await cursor(store, { query, sort: { id: 1 } }, 100);
 		walk.stop();
 		expect(ids).toEqual(expected);
 		expect({ rows: walk.rows, aboutOnce: walk.rows <= 1.5 * N }).toEqual({ rows: walk.rows, aboutOnce: true });

@@ -38,7 +38,7 @@ describe("liveness of the document store", () => {
 			),
 		);
 		for (let i = 0; i < docs.length; i += 10_000) await notes.insertMany(docs.slice(i, i + 10_000));
-		ids = docs.map((d) => d._id).sort();
+		ids = docs.map((d) => d.id).sort();
 		// The client's pooled connections idled past the server's keep-alive while the notes were loaded: a request that
 		// finds one closed fails once (ECONNRESET); the tests start on fresh ones.
 		for (let i = 0; i < 3; i++) await fetch(`${t.p.url}/status`).catch(() => undefined);

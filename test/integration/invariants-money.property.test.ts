@@ -315,9 +315,9 @@ class Run {
 		for (const d of docs) {
 			const owner = String(d.owner);
 			const balance = (d.balance as number | undefined) ?? 0;
-			this.wallets.set(d._id, { tenant: this.tenantOfClients(d.clients), owner, balance, deleted: !!d.deleted_at, platform: d._id === walletIdOf(owner), rev: this.fresh() });
+			this.wallets.set(d.id, { tenant: this.tenantOfClients(d.clients), owner, balance, deleted: !!d.deleted_at, platform: d.id === walletIdOf(owner), rev: this.fresh() });
 		}
-		this.last = new Map(docs.map((d) => [d._id, (d.balance as number | undefined) ?? 0]));
+		this.last = new Map(docs.map((d) => [d.id, (d.balance as number | undefined) ?? 0]));
 		this.start = new Map(this.last);
 		this.base = [...this.last.values()].reduce((a, b) => a + b, 0);
 	}
@@ -707,14 +707,14 @@ class Run {
 	private async check(acting: TenantName | null, what: string): Promise<void> {
 		const where = `after ${what}`;
 		const docs: StoredDoc[] = await this.store("financial", "wallets").find({ query: {} });
-		const now = new Map(docs.map((d) => [d._id, (d.balance as number | undefined) ?? 0]));
-		for (const d of docs) must(((d.balance as number | undefined) ?? 0) >= 0, `${where}: wallet ${d._id} has balance ${d.balance}`);
+		const now = new Map(docs.map((d) => [d.id, (d.balance as number | undefined) ?? 0]));
+		for (const d of docs) must(((d.balance as number | undefined) ?? 0) >= 0, `${where}: wallet ${d.id} has balance ${d.balance}`);
 		for (const [id, w] of this.wallets) must(now.get(id) === w.balance, `${where}: wallet ${id} (${w.tenant}) holds ${now.get(id)}, the model ${w.balance}`);
-		for (const d of docs) must(this.wallets.has(d._id), `${where}: a wallet the model does not know: ${JSON.stringify(d)}`);
+		for (const d of docs) must(this.wallets.has(d.id), `${where}: a wallet the model does not know: ${JSON.stringify(d)}`);
 		for (const d of docs)
 			must(
-				!!d.deleted_at === this.wallets.get(d._id)!.deleted,
-				`${where}: wallet ${d._id} deleted_at ${d.deleted_at}, the model ${this.wallets.get(d._id)!.deleted ? "deleted" : "live"}`,
+				!!d.deleted_at === this.wallets.get(d.id)!.deleted,
+				`${where}: wallet ${d.id} deleted_at ${d.deleted_at}, the model ${this.wallets.get(d.id)!.deleted ? "deleted" : "live"}`,
 			);
 		for (const id of this.gone.keys()) must(!now.has(id), `${where}: wallet ${id} is there, the model destroyed it`);
 		for (const [id, b] of now) {
@@ -724,7 +724,7 @@ class Run {
 		this.last = now;
 		// Money enters with deposits and leaves with withdrawals (PENDING or VERIFIED); nothing else changes the sum.
 		const stored: StoredDoc[] = this.txs.length ? await this.store("financial", "transactions").find({ query: { id: { $in: this.txs.map((x) => x.id) } } }) : [];
-		const byId = new Map(stored.map((d) => [d._id, d]));
+		const byId = new Map(stored.map((d) => [d.id, d]));
 		let net = 0;
 		const moved = new Map<string, number>();
 		const add = (legs: unknown, sign: number) => {

@@ -51,8 +51,8 @@ describe("sagas", () => {
 			["verify", "financial:transactions"],
 		])
 			await t.grant(a.admin.token, { subject: a.limited.subject, action, object });
-		const mine = (await walletOf(a.limited.id))._id as string;
-		const theirs = (await walletOf(a.member.id))._id as string;
+		const mine = (await walletOf(a.limited.id)).id as string;
+		const theirs = (await walletOf(a.member.id)).id as string;
 		await deposit(mine, 200);
 		await deposit(theirs, 100);
 		expect([await balance(mine), await balance(theirs)]).toEqual([200, 100]);
@@ -92,7 +92,7 @@ describe("sagas", () => {
 	test("abort with no change after the stage puts the client's fields back and leaves the balance to the platform", async () => {
 		const { a } = t;
 		for (const action of ["start", "abort"]) await t.grant(a.admin.token, { subject: a.member.subject, action, object: "essential:sagas" });
-		const mine = (await walletOf(a.member.id))._id as string;
+		const mine = (await walletOf(a.member.id)).id as string;
 		const saga = (await ok(t.as(a.member.token, "POST", "/essential/sagas/start", { ttl: 60 }), "start")).data;
 		const before = (await ok(t.as(a.member.token, "GET", `/financial/wallets/${mine}`), "wallet")).data;
 		await ok(t.as(a.member.token, "PATCH", `/financial/wallets/${mine}`, { description: "in a saga", tags: ["x"] }, H(saga.id)), "staged patch");

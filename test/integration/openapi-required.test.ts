@@ -40,7 +40,7 @@ async function minimal(c: CollectionRef): Promise<string> {
 	const svc = t.p.broker.getLocalService(c.domain.name) as any;
 	const doc = platformDoc(body, { owner: t.p.root.user_id, cid: t.p.root.client_id });
 	await svc.collectionStore(c.collection.name).insert(doc);
-	return doc._id as string;
+	return doc.id as string;
 }
 
 describe.each(COLLECTIONS.map((c) => [c.path, c] as const))("%s", (_path, c) => {

@@ -97,7 +97,7 @@ servers.describe("two namespaces on one database", () => {
 			expect(warnings.some((m) => m.includes(`namespace ${right.namespace}`))).toBe(true);
 			await relayWrong.stop();
 			// Its position stays behind, with the heartbeat it no longer renews.
-			const left = (await positions(right, "_relay_offsets")).find((d) => d._id === `relay:${wrong.namespace}.platform.changes`);
+			const left = (await positions(right, "_relay_offsets")).find((d) => d.id === `relay:${wrong.namespace}.platform.changes`);
 			expect(left).toMatchObject({ seq: own.seq, ns: wrong.namespace });
 			expect(typeof left!.at).toBe("number");
 

@@ -59,18 +59,18 @@ servers.describe("group commit: concurrent creates in one statement", () => {
 	/** Committed, as another connection sees it. */
 	const committed = async (s: PgStore, id: string) => (await admin.query(`select count(*)::int as n from ${s["table"]} where id = $1`, [id])).rows[0].n === 1;
 	const eventAt = async (seq: number) => (await admin.query(`select rec from "_outbox" where seq = $1`, [seq])).rows[0]?.rec?.event?.id;
-	const create = (s: PgStore, doc: Record<string, unknown> & { _id: string }, events = 1) =>
+	const create = (s: PgStore, doc: Record<string, unknown> & { id: string }, events = 1) =>
 		unitOfWork(async () => {
 			await s.insert(doc as any, { hold: true });
-			const recs = await outbox.append(Array.from({ length: events }, (_, i) => event(i ? `${doc._id}#${i}` : doc._id)));
+			const recs = await outbox.append(Array.from({ length: events }, (_, i) => event(i ? `${doc.id}#${i}` : doc.id)));
 			// Answered only after the commit: another connection sees the document and its events now.
-			expect(await committed(s, doc._id)).toBe(true);
+			expect(await committed(s, doc.id)).toBe(true);
 			return recs.map((r) => r.seq);
 		});
 
 	servers.test("30 concurrent creates on two tables: fewer statements than creates, every document and event there, positions without gaps", async () => {
 		const ids = Array.from({ length: 30 }, (_, i) => hexId(100 + i));
-		const seqs = await Promise.all(ids.map((id, i) => create(i % 3 ? store : other, { _id: id, n: i, deleted_at: null }, 1 + (i % 2))));
+		const seqs = await Promise.all(ids.map((id, i) => create(i % 3 ? store : other, { id, n: i, deleted_at: null }, 1 + (i % 2))));
 		const appends = statements().filter((s) => /^with (d\d* |s )/.test(s));
 		expect(appends.length).toBeLessThan(30);
 		expect(appends.some((s) => s.startsWith("with d0 as (insert into") && s.includes("d1 as (insert into"))).toBe(true);
@@ -83,32 +83,32 @@ servers.describe("group commit: concurrent creates in one statement", () => {
 		}
 		const all = seqs.flat().sort((a, b) => a - b);
 		expect(all[all.length - 1] - all[0]).toBe(all.length - 1);
-		expect(await store.count({ _id: { $in: ids } })).toBe(20);
-		expect(await other.count({ _id: { $in: ids } })).toBe(10);
-		expect(await store.findOne({ _id: ids[1] })).toEqual({ _id: ids[1], n: 1, deleted_at: null });
+		expect(await store.count({ id: { $in: ids } })).toBe(20);
+		expect(await other.count({ id: { $in: ids } })).toBe(10);
+		expect(await store.findOne({ id: ids[1] })).toEqual({ id: ids[1], n: 1, deleted_at: null });
 	});
 
 	servers.test("a duplicate id among concurrent creates fails only its own create (23505); the others commit, no gap", async () => {
 		const taken = hexId(200);
-		await store.insert({ _id: taken, n: 0, deleted_at: null });
+		await store.insert({ id: taken, n: 0, deleted_at: null });
 		const ids = Array.from({ length: 20 }, (_, i) => (i === 7 ? taken : hexId(201 + i)));
-		const out = await Promise.allSettled(ids.map((id, i) => create(store, { _id: id, n: i + 1, deleted_at: null })));
+		const out = await Promise.allSettled(ids.map((id, i) => create(store, { id, n: i + 1, deleted_at: null })));
 		expect(out[7]).toMatchObject({ status: "rejected", reason: { code: "23505" } });
 		const ok = out.filter((o): o is PromiseFulfilledResult<number[]> => o.status === "fulfilled");
 		expect(ok).toHaveLength(19);
-		expect(await store.findOne({ _id: taken })).toEqual({ _id: taken, n: 0, deleted_at: null });
-		expect(await store.count({ _id: { $in: ids } })).toBe(20);
+		expect(await store.findOne({ id: taken })).toEqual({ id: taken, n: 0, deleted_at: null });
+		expect(await store.count({ id: { $in: ids } })).toBe(20);
 		const all = ok.flatMap((o) => o.value).sort((a, b) => a - b);
 		expect(all[all.length - 1] - all[0]).toBe(18);
 	});
 
 	servers.test("text PostgreSQL cannot store fails only its own create, with the 400 message; the others commit", async () => {
 		const ids = Array.from({ length: 12 }, (_, i) => hexId(300 + i));
-		const out = await Promise.allSettled(ids.map((id, i) => create(store, { _id: id, title: i === 4 ? "nul\u0000inside" : `t${i}`, deleted_at: null })));
+		const out = await Promise.allSettled(ids.map((id, i) => create(store, { id, title: i === 4 ? "nul\u0000inside" : `t${i}`, deleted_at: null })));
 		expect(out[4]).toMatchObject({ status: "rejected", reason: { code: 400, message: "text containing NUL characters or unpaired surrogates cannot be stored" } });
 		expect(out.filter((o) => o.status === "fulfilled")).toHaveLength(11);
-		expect(await store.findOne({ _id: ids[4] })).toBeNull();
-		expect(await store.count({ _id: { $in: ids } })).toBe(11);
+		expect(await store.findOne({ id: ids[4] })).toBeNull();
+		expect(await store.count({ id: { $in: ids } })).toBe(11);
 	});
 
 	servers.test("events without a document (no unit, or a unit that wrote nothing) group too and keep their order", async () => {

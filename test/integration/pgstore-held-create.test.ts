@@ -65,13 +65,13 @@ servers.describe("a held insert and its events: one statement", () => {
 	servers.test("create and append: one statement, no BEGIN or COMMIT; both are there", async () => {
 		const id = hexId(1);
 		const [rec] = await unitOfWork(async () => {
-			await store.insert({ _id: id, title: "one", deleted_at: null }, { hold: true });
+			await store.insert({ id, title: "one", deleted_at: null }, { hold: true });
 			expect(statements).toEqual([]);
 			return outbox.append([event(id)]);
 		});
 		expect(statements).toHaveLength(1);
 		expect(statements[0]).toMatch(/^with d as \(insert into .* returning 1\), s as materialized/);
-		expect(await store.findOne({ _id: id })).toEqual({ _id: id, title: "one", deleted_at: null });
+		expect(await store.findOne({ id })).toEqual({ id, title: "one", deleted_at: null });
 		expect((await eventsOf(id)).map((r) => r.seq)).toEqual([rec.seq]);
 	});
 
@@ -79,13 +79,13 @@ servers.describe("a held insert and its events: one statement", () => {
 		const ids = [hexId(2), hexId(3), hexId(4)];
 		const recs = await unitOfWork(async () => {
 			await store.insertMany(
-				ids.map((_id) => ({ _id, deleted_at: null })),
+				ids.map((id) => ({ id, deleted_at: null })),
 				{ hold: true },
 			);
 			return outbox.append(ids.map(event));
 		});
 		expect(statements).toHaveLength(1);
-		expect(await store.count({ _id: { $in: ids } })).toBe(3);
+		expect(await store.count({ id: { $in: ids } })).toBe(3);
 		expect(recs.map((r) => r.seq)).toEqual([recs[0].seq, recs[0].seq + 1, recs[0].seq + 2]);
 	});
 
@@ -97,28 +97,28 @@ servers.describe("a held insert and its events: one statement", () => {
 		await admin.query(`select setval('"_outbox_seq"', $1)`, [max - 1]);
 		try {
 			const err = await unitOfWork(async () => {
-				await store.insert({ _id: id, deleted_at: null }, { hold: true });
+				await store.insert({ id, deleted_at: null }, { hold: true });
 				await outbox.append([event(id)]);
 			}).catch((e) => e);
 			expect(err).toMatchObject({ code: "23505", constraint: "_outbox_pkey" });
 		} finally {
 			await admin.query(`select setval('"_outbox_seq"', $1)`, [max]);
 		}
-		expect(await store.findOne({ _id: id })).toBeNull();
+		expect(await store.findOne({ id })).toBeNull();
 		expect(await eventsOf(id)).toEqual([]);
 		expect(Number((await admin.query(`select count(*)::int as n from "_outbox" where seq > $1`, [max])).rows[0].n)).toBe(0);
 	});
 
 	servers.test("a duplicate id: the statement fails before a position is drawn; nothing written", async () => {
 		const id = hexId(6);
-		await store.insert({ _id: id, n: 1, deleted_at: null });
+		await store.insert({ id, n: 1, deleted_at: null });
 		const next = Number((await admin.query(`select last_value::bigint as v from "_outbox_seq"`)).rows[0].v);
 		const err = await unitOfWork(async () => {
-			await store.insert({ _id: id, n: 2, deleted_at: null }, { hold: true });
+			await store.insert({ id, n: 2, deleted_at: null }, { hold: true });
 			await outbox.append([event(id)]);
 		}).catch((e) => e);
 		expect(err).toMatchObject({ code: "23505" });
-		expect(await store.findOne({ _id: id })).toEqual({ _id: id, n: 1, deleted_at: null });
+		expect(await store.findOne({ id })).toEqual({ id, n: 1, deleted_at: null });
 		expect(await eventsOf(id)).toEqual([]);
 		// No position drawn: the next append gets the one right after the last.
 		const [rec] = await outbox.append([event(`after-${id}`)]);
@@ -128,43 +128,43 @@ servers.describe("a held insert and its events: one statement", () => {
 	servers.test("a read in the unit sees the held write: the transaction begins with it", async () => {
 		const id = hexId(7);
 		await unitOfWork(async () => {
-			await store.insert({ _id: id, deleted_at: null }, { hold: true });
-			expect(await store.findOne({ _id: id })).toEqual({ _id: id, deleted_at: null });
+			await store.insert({ id, deleted_at: null }, { hold: true });
+			expect(await store.findOne({ id })).toEqual({ id, deleted_at: null });
 			await outbox.append([event(id)]);
 		});
 		expect(statements[0]).toBe("begin");
 		expect(statements.filter((s) => s === "commit")).toHaveLength(1);
-		expect(await store.findOne({ _id: id })).not.toBeNull();
+		expect(await store.findOne({ id })).not.toBeNull();
 		expect(await eventsOf(id)).toHaveLength(1);
 	});
 
 	servers.test("a unit ending without an append writes the held insert alone; one that throws writes nothing", async () => {
 		const kept = hexId(8);
-		await unitOfWork(() => store.insert({ _id: kept, deleted_at: null }, { hold: true }));
+		await unitOfWork(() => store.insert({ id: kept, deleted_at: null }, { hold: true }));
 		expect(statements).toHaveLength(1);
 		expect(statements[0]).toMatch(/^insert into/);
-		expect(await store.findOne({ _id: kept })).not.toBeNull();
+		expect(await store.findOne({ id: kept })).not.toBeNull();
 		statements.length = 0;
 		const dropped = hexId(9);
 		await expect(
 			unitOfWork(async () => {
-				await store.insert({ _id: dropped, deleted_at: null }, { hold: true });
+				await store.insert({ id: dropped, deleted_at: null }, { hold: true });
 				throw new Error("the action fails");
 			}),
 		).rejects.toThrow("the action fails");
 		expect(statements).toEqual([]);
-		expect(await store.findOne({ _id: dropped })).toBeNull();
+		expect(await store.findOne({ id: dropped })).toBeNull();
 	});
 
 	servers.test("a second write in the unit: the held one first, both in one transaction", async () => {
 		const [a, b] = [hexId(10), hexId(11)];
 		await unitOfWork(async () => {
-			await store.insert({ _id: a, deleted_at: null }, { hold: true });
-			await store.insert({ _id: b, deleted_at: null }, { hold: true });
+			await store.insert({ id: a, deleted_at: null }, { hold: true });
+			await store.insert({ id: b, deleted_at: null }, { hold: true });
 			await outbox.append([event(a), event(b)]);
 		});
 		expect(statements.map((s) => s.slice(0, 11))).toEqual(["begin", "insert into", "insert into", "with s as m", "commit"]);
-		expect(await store.count({ _id: { $in: [a, b] } })).toBe(2);
+		expect(await store.count({ id: { $in: [a, b] } })).toBe(2);
 	});
 });
 

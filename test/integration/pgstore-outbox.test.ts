@@ -120,7 +120,7 @@ servers.describe("commit order without clocks", () => {
 							const id = hexId(w * 1000 + i);
 							ids.push(id);
 							await unitOfWork(async () => {
-								await store.insert({ _id: id, deleted_at: null });
+								await store.insert({ id, deleted_at: null });
 								await new Promise((r) => setTimeout(r, Math.random() * 5));
 								await outbox.append([{ event: { id } as any, clients: [], actor: {} }]);
 							});

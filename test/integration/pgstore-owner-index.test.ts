@@ -30,10 +30,10 @@ function randomDocs(n: number): StoredDoc[] {
 	const pick = <T>(xs: T[]) => xs[Math.floor(r() * xs.length)];
 	const OWNERS: unknown[] = [...USERS, ...USERS, ...USERS, ["u1", "u2"], ["u3"], 7, { id: "u1" }, null, undefined, "U1", "u1 "];
 	const DELETED: unknown[] = [null, null, null, null, undefined, "2026-01-01T00:00:00.000Z", [null], ["x"], 0];
-	// Few distinct values: many ties, which the `_id` breaks.
+	// Few distinct values: many ties, which the `id` breaks.
 	const CREATED: unknown[] = ["2025-01-01T00:00:00.000Z", "2025-01-01T00:00:00.001Z", "2025-06-01T00:00:00.000Z", "2026-01-01T00:00:00.000Z", null, undefined, 5];
 	return Array.from({ length: n }, (_, i) => {
-		const d: StoredDoc = { _id: hexId(i * 7919) };
+		const d: StoredDoc = { id: hexId(i * 7919) };
 		for (const [k, v] of [
 			["owner", pick(OWNERS)],
 			["deleted_at", pick(DELETED)],
@@ -62,16 +62,7 @@ function zoneQueries(x: string): Record<string, unknown>[] {
 	];
 }
 
-const SORTS: Array<Record<string, 1 | -1> | undefined> = [
-	{ created_at: -1 },
-	{ created_at: 1 },
-	{ _id: 1 },
-	{ _id: -1 },
-	{ id: -1 },
-	{ n: 1 },
-	{ created_at: -1, n: 1 },
-	undefined,
-];
+const SORTS: Array<Record<string, 1 | -1> | undefined> = [{ created_at: -1 }, { created_at: 1 }, { id: 1 }, { id: -1 }, { id: -1 }, { n: 1 }, { created_at: -1, n: 1 }, undefined];
 const WINDOWS = [
 	{ skip: 0, limit: 20 },
 	{ skip: 5, limit: 7 },
@@ -82,7 +73,7 @@ const WINDOWS = [
 
 /** The same filter read as one condition (an `$or` of one branch: ownerSplit finds no top-level zone in it). */
 const whole = (q: Record<string, unknown>) => ({ $or: [q] });
-const ids = (docs: StoredDoc[]) => docs.map((d) => d._id);
+const ids = (docs: StoredDoc[]) => docs.map((d) => d.id);
 
 describe("the owner zone's index (PostgreSQL)", () => {
 	test("pages, totals, cursor walks and counts equal those of the filter read whole, on randomized documents", async () => {
@@ -142,7 +133,7 @@ describe("the owner zone's index (PostgreSQL)", () => {
 		const table = `"docs/${store.name}"`;
 		try {
 			const many = Array.from({ length: 8000 }, (_, i) => ({
-				_id: hexId(100_000 + i),
+				id: hexId(100_000 + i),
 				owner: `u${i % 40}`,
 				shares: i % 97 === 0 ? ["u1"] : [],
 				clients: ["c1"],
@@ -156,7 +147,7 @@ describe("the owner zone's index (PostgreSQL)", () => {
 			for (const [sort, index] of [
 				[{ created_at: -1 }, "owner_created"],
 				[{ created_at: 1 }, "owner_created"],
-				[{ _id: 1 }, "owner_id"],
+				[{ id: 1 }, "owner_id"],
 			] as const) {
 				const sent: Array<{ text: string; values: unknown[] }> = [];
 				// Capture the statement the store sends (its text and values), then EXPLAIN it.
@@ -187,7 +178,7 @@ describe("the owner zone's index (PostgreSQL)", () => {
 				};
 				walk(root, []);
 				const named = (n: any) => typeof n["Index Name"] === "string" && n["Index Name"].endsWith(`_${index}`);
-				// (By `_id`, the page's ids come from the index alone: an index-only scan.)
+				// (By `id`, the page's ids come from the index alone: an index-only scan.)
 				const scan = nodes.find((n) => /^Index (Only )?Scan$/.test(n.node["Node Type"]) && named(n.node) && n.path.some((p) => p["Node Type"] === "Merge Append"));
 				expect({ sort, scan: scan?.node["Node Type"], direction: scan?.node["Scan Direction"] }).toEqual({
 					sort,
@@ -220,7 +211,7 @@ describe("the owner zone's index (PostgreSQL)", () => {
 				`create table ${table} (id text collate "C" primary key, body json not null, doc jsonb generated always as (body::jsonb) stored) with (toast_tuple_target = 8160)`,
 			);
 			const docs = randomDocs(300);
-			await db.query(`insert into ${table} (id, body) select x->>'_id', x from json_array_elements($1::json) x`, [JSON.stringify(docs)]);
+			await db.query(`insert into ${table} (id, body) select x->>'id', x from json_array_elements($1::json) x`, [JSON.stringify(docs)]);
 			const file = async () => (await db.query<{ f: string }>(`select pg_relation_filenode(to_regclass($1))::text as f`, [table])).rows[0].f;
 			const before = await file();
 			const store = new PgStore(cfg(), name);
@@ -249,10 +240,10 @@ describe("the owner zone's index (PostgreSQL)", () => {
 				}
 				// Writes after the migration keep the column up to date.
 				const fresh = hexId(999_999);
-				await again.insert({ _id: fresh, owner: "u2", deleted_at: null, created_at: "2030-01-01T00:00:00.000Z" });
-				await again.setOne(docs[0]._id, { owner: "u2", deleted_at: null, created_at: "2031-01-01T00:00:00.000Z" });
-				const top = await again.findPage({ query: { ...zoneQueries("u2")[0], _id: { $in: [docs[0]._id, fresh, docs[1]._id] } }, sort: { created_at: -1 }, skip: 0, limit: 5 });
-				expect({ ids: ids(top.docs), total: top.total }).toEqual({ ids: [docs[0]._id, fresh], total: 2 });
+				await again.insert({ id: fresh, owner: "u2", deleted_at: null, created_at: "2030-01-01T00:00:00.000Z" });
+				await again.setOne(docs[0].id, { owner: "u2", deleted_at: null, created_at: "2031-01-01T00:00:00.000Z" });
+				const top = await again.findPage({ query: { ...zoneQueries("u2")[0], id: { $in: [docs[0].id, fresh, docs[1].id] } }, sort: { created_at: -1 }, skip: 0, limit: 5 });
+				expect({ ids: ids(top.docs), total: top.total }).toEqual({ ids: [docs[0].id, fresh], total: 2 });
 			} finally {
 				await again.disconnect();
 			}

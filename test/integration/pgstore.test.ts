@@ -11,7 +11,7 @@
 import { rmSync } from "fs";
 import { compileSafe, RegexBudget } from "../../lib/safe-regex";
 import { matches } from "../../lib/query";
-import { PgStore, toStoreQuery, type StoredDoc } from "../../stores";
+import { PgStore, type StoredDoc } from "../../stores";
 import { MAX_NAMED_STATEMENTS } from "../../stores/pg.store";
 import { Params, whereOf } from "../../stores/pg.query";
 import { openRelational, releaseRelational } from "../../runtime/relational";
@@ -60,7 +60,7 @@ function docs(): StoredDoc[] {
 	const r = rng(42);
 	return Array.from({ length: 60 }, (_, i) => {
 		const d: StoredDoc = {
-			_id: hexId(i),
+			id: hexId(i),
 			i,
 			deleted_at: i % 7 === 0 ? "2026-01-01T00:00:00.000Z" : null,
 			owner: `u${i % 5}`,
@@ -121,8 +121,8 @@ function queries(): Record<string, unknown>[] {
 
 const up = () => !!pg;
 
-/** The oracle: the query language in memory (lib/query.ts), on the filter in store form. */
-const oracle = (q: Record<string, unknown>) => toStoreQuery(q);
+/** The oracle: the query language in memory (lib/query.ts), on the filter as the store takes it. */
+const oracle = (q: Record<string, unknown>) => q;
 
 describe("PgStore: the same documents as the query language in memory", () => {
 	test("400 generated filters (exact SQL and JavaScript-evaluated alike)", async () => {
@@ -132,11 +132,11 @@ describe("PgStore: the same documents as the query language in memory", () => {
 		await store.insertMany(all);
 		let exact = 0;
 		for (const q of queries()) {
-			const expected = all.filter((d) => matches(d, oracle(q))).map((d) => d._id);
-			const got = (await store.find({ query: q, sort: { id: 1 } })).map((d) => d._id);
+			const expected = all.filter((d) => matches(d, oracle(q))).map((d) => d.id);
+			const got = (await store.find({ query: q, sort: { id: 1 } })).map((d) => d.id);
 			if (whereOf(q, new Params()).exact) exact++;
 			if (process.env.PGSTORE_DEBUG && JSON.stringify(got) !== JSON.stringify(expected)) {
-				const diff = all.filter((d) => got.includes(d._id) !== expected.includes(d._id));
+				const diff = all.filter((d) => got.includes(d.id) !== expected.includes(d.id));
 				console.log(JSON.stringify(q), whereOf(q, new Params()).exact, JSON.stringify(diff.slice(0, 3)));
 				continue;
 			}
@@ -144,7 +144,7 @@ describe("PgStore: the same documents as the query language in memory", () => {
 			expect({ q, n: await store.count(q) }).toEqual({ q, n: expected.length });
 			// A list's page and total in one statement: the same documents and number.
 			const page = await store.findPage({ query: q, sort: { id: -1 }, skip: 1, limit: 4 });
-			expect({ q, ids: page.docs.map((d) => d._id), total: page.total }).toEqual({ q, ids: [...expected].reverse().slice(1, 5), total: expected.length });
+			expect({ q, ids: page.docs.map((d) => d.id), total: page.total }).toEqual({ q, ids: [...expected].reverse().slice(1, 5), total: expected.length });
 		}
 		// Most generated filters take the SQL path: the comparison is not only of the JavaScript fallback.
 		expect(exact).toBeGreaterThan(200);
@@ -156,10 +156,10 @@ describe("PgStore: $elemMatch of element tests is exact SQL", () => {
 		if (!up()) return;
 		const all: StoredDoc[] = [
 			...docs(),
-			{ _id: hexId(100), a: [[2, "b"], "x"] },
-			{ _id: hexId(101), a: [[0, 10]] },
-			{ _id: hexId(102), a: [{ v: 1 }, 1, "a"] },
-			{ _id: hexId(103), a: [null, true] },
+			{ id: hexId(100), a: [[2, "b"], "x"] },
+			{ id: hexId(101), a: [[0, 10]] },
+			{ id: hexId(102), a: [{ v: 1 }, 1, "a"] },
+			{ id: hexId(103), a: [null, true] },
 		];
 		await store.removeMany({});
 		await store.insertMany(all);
@@ -181,15 +181,15 @@ describe("PgStore: $elemMatch of element tests is exact SQL", () => {
 		for (const t of tests)
 			for (const f of ["a", "b", "c", "shares", "missing"]) {
 				const q = { [f]: { $elemMatch: t } };
-				const expected = all.filter((d) => matches(d, oracle(q))).map((d) => d._id);
-				expect({ q, exact: whereOf(toStoreQuery(q), new Params()).exact }).toEqual({ q, exact: true });
-				expect({ q, ids: (await store.find({ query: q, sort: { id: 1 } })).map((d) => d._id) }).toEqual({ q, ids: expected });
+				const expected = all.filter((d) => matches(d, oracle(q))).map((d) => d.id);
+				expect({ q, exact: whereOf(q, new Params()).exact }).toEqual({ q, exact: true });
+				expect({ q, ids: (await store.find({ query: q, sort: { id: 1 } })).map((d) => d.id) }).toEqual({ q, ids: expected });
 				expect({ q, n: await store.count(q) }).toEqual({ q, n: expected.length });
 			}
 		// Beside other tests, a $regex is evaluated in JavaScript, with the same answer.
 		const mixed = { a: { $elemMatch: { $regex: re("a"), $gte: "a" } } };
-		expect(whereOf(toStoreQuery(mixed), new Params()).exact).toBe(false);
-		expect((await store.find({ query: mixed, sort: { id: 1 } })).map((d) => d._id)).toEqual(all.filter((d) => matches(d, oracle(mixed))).map((d) => d._id));
+		expect(whereOf(mixed, new Params()).exact).toBe(false);
+		expect((await store.find({ query: mixed, sort: { id: 1 } })).map((d) => d.id)).toEqual(all.filter((d) => matches(d, oracle(mixed))).map((d) => d.id));
 	}, 60_000);
 });
 
@@ -198,17 +198,17 @@ describe("PgStore: a numeric path segment (`clients.0`, the grouping zone) reads
 		if (!up()) return;
 		await store.removeMany({});
 		const rows: StoredDoc[] = [
-			{ _id: hexId(1), a: ["c1", "c2"] },
-			{ _id: hexId(2), a: ["c2", "c1"] },
-			{ _id: hexId(3), a: { "0": "c1" } },
-			{ _id: hexId(4), a: "c1" },
-			{ _id: hexId(5), a: [false, "c1"] },
-			{ _id: hexId(6), a: [] },
-			{ _id: hexId(7) },
-			{ _id: hexId(8), a: [{ b: "x" }, { b: "y" }] },
+			{ id: hexId(1), a: ["c1", "c2"] },
+			{ id: hexId(2), a: ["c2", "c1"] },
+			{ id: hexId(3), a: { "0": "c1" } },
+			{ id: hexId(4), a: "c1" },
+			{ id: hexId(5), a: [false, "c1"] },
+			{ id: hexId(6), a: [] },
+			{ id: hexId(7) },
+			{ id: hexId(8), a: [{ b: "x" }, { b: "y" }] },
 		];
 		await store.insertMany(rows);
-		const ids = async (query: Record<string, unknown>) => (await store.find({ query, sort: { id: 1 } })).map((d) => rows.findIndex((r) => r._id === d._id) + 1);
+		const ids = async (query: Record<string, unknown>) => (await store.find({ query, sort: { id: 1 } })).map((d) => rows.findIndex((r) => r.id === d.id) + 1);
 		expect(await ids({ "a.0": "c1" })).toEqual([1, 3]);
 		expect(await ids({ "a.0": false })).toEqual([5]);
 		expect(await ids({ "a.0": null })).toEqual([4, 6, 7]);
@@ -228,12 +228,12 @@ describe("PgStore: parameterised SQL", () => {
 		if (!up()) return;
 		const evil = "x'); drop table pg_class; --";
 		const p = new Params();
-		const w = whereOf({ name: evil, "a.b": { $gt: evil }, tags: { $in: [evil] }, _id: evil }, p);
+		const w = whereOf({ name: evil, "a.b": { $gt: evil }, tags: { $in: [evil] }, id: evil }, p);
 		expect(w.exact).toBe(true);
 		expect(w.sql).not.toContain("drop");
 		expect(JSON.stringify(p.values)).toContain("drop table");
 		await store.removeMany({});
-		await store.insert({ _id: hexId(1), name: evil, deleted_at: null });
+		await store.insert({ id: hexId(1), name: evil, deleted_at: null });
 		expect((await store.find({ query: { name: evil } })).map((d) => d.name)).toEqual([evil]);
 		expect(await store.count({ name: { $in: [evil, "other"] } })).toBe(1);
 	});
@@ -245,7 +245,7 @@ describe("PgStore: parameterised SQL", () => {
 		for (const q of [zone, group, { deleted_at: null, clients: "c1" }, { ref: "r", deleted_at: null }]) expect(whereOf(q, new Params()).exact).toBe(true);
 		await store.removeMany({});
 		const many = Array.from({ length: 3000 }, (_, i) => ({
-			_id: hexId(10_000 + i),
+			id: hexId(10_000 + i),
 			owner: `u${i % 300}`,
 			shares: i % 50 === 0 ? ["u1"] : [],
 			clients: [`c${i % 3}`],
@@ -267,16 +267,16 @@ describe("PgStore: parameterised SQL", () => {
 		}
 		const expected = many
 			.filter((d) => d.owner === "u1" || d.shares.includes("u1"))
-			.map((d) => d._id)
+			.map((d) => d.id)
 			.sort();
-		expect((await store.find({ query: zone, sort: { id: 1 }, limit: 100 })).map((d) => d._id)).toEqual(expected);
+		expect((await store.find({ query: zone, sort: { id: 1 }, limit: 100 })).map((d) => d.id)).toEqual(expected);
 		// The common sort: newest first.
 		const newest = await store.find({ query: { deleted_at: null }, sort: { created_at: -1 }, limit: 3 });
-		expect(newest.map((d) => d._id)).toEqual(
+		expect(newest.map((d) => d.id)).toEqual(
 			many
 				.slice(-3)
 				.reverse()
-				.map((d) => d._id),
+				.map((d) => d.id),
 		);
 	}, 60_000);
 
@@ -284,21 +284,21 @@ describe("PgStore: parameterised SQL", () => {
 		if (!up()) return;
 		await store.removeMany({});
 		const live = Array.from({ length: 2000 }, (_, i) => ({
-			_id: hexId(20_000 + i),
+			id: hexId(20_000 + i),
 			owner: "u1",
 			content: "lorem ipsum ".repeat(120),
 			deleted_at: i % 500 === 0 ? "2026-01-01T00:00:00.000Z" : null,
 		}));
-		const big = { _id: hexId(30_000), content: "lorem ipsum ".repeat(2000), deleted_at: null };
+		const big = { id: hexId(30_000), content: "lorem ipsum ".repeat(2000), deleted_at: null };
 		await store.insertMany([...live, big]);
 		const db = await openRelational(cfg());
 		const table = `"docs/${store.name}"`;
 		try {
 			const sizes = await db.query<{ id: string; doc: string | null }>(`select id, pg_column_compression(doc) as doc from ${table} where id = any($1::text[]) order by id`, [
-				[live[1]._id, big._id],
+				[live[1].id, big.id],
 			]);
 			// 1.4 KB of text that compresses well: kept as it is (PostgreSQL's default compresses rows above about 2 KB).
-			expect(sizes.rows[0]).toEqual({ id: live[1]._id, doc: null });
+			expect(sizes.rows[0]).toEqual({ id: live[1].id, doc: null });
 			// 24 KB: compressed as before.
 			expect(sizes.rows[1].doc).not.toBeNull();
 			await db.query(`analyze ${table}`);
@@ -306,7 +306,7 @@ describe("PgStore: parameterised SQL", () => {
 			const w = whereOf({ deleted_at: { $ne: null } }, p);
 			const plan = (await db.query<{ "QUERY PLAN": string }>(`explain select id from ${table} where ${w.sql}`, p.values)).rows.map((r) => r["QUERY PLAN"]).join("\n");
 			expect(plan).toMatch(/docs_[0-9a-f]{12}_deleted_v2/);
-			expect((await store.find({ query: { deleted_at: { $ne: null } }, sort: { id: 1 } })).map((d) => d._id)).toEqual(live.filter((d) => d.deleted_at).map((d) => d._id));
+			expect((await store.find({ query: { deleted_at: { $ne: null } }, sort: { id: 1 } })).map((d) => d.id)).toEqual(live.filter((d) => d.deleted_at).map((d) => d.id));
 			expect(await store.count({ deleted_at: null })).toBe(live.length - 4 + 1);
 			const options = async () => (await db.query<{ o: string[] | null }>(`select reloptions as o from pg_class where oid = to_regclass($1)`, [table])).rows[0].o;
 			expect(await options()).toEqual(["toast_tuple_target=8160"]);
@@ -331,37 +331,37 @@ describe("PgStore: parameterised SQL", () => {
 	test("a read returns the document written; a change sets its fields (key order is jsonb's, not the order written)", async () => {
 		if (!up()) return;
 		await store.removeMany({});
-		const doc = { _id: hexId(700), zeta: 1, alpha: { y: 1, b: 2 }, mid: "m", deleted_at: null };
+		const doc = { id: hexId(700), zeta: 1, alpha: { y: 1, b: 2 }, mid: "m", deleted_at: null };
 		await store.insert({ ...doc });
-		expect(await store.findOne({ id: doc._id })).toStrictEqual(doc);
-		const after = await store.setOne(doc._id, { mid: "n", added: true, "alpha.a": 0 });
-		expect(after).toStrictEqual({ _id: doc._id, zeta: 1, alpha: { y: 1, b: 2, a: 0 }, mid: "n", deleted_at: null, added: true });
-		const inPlace = await store.setOne(doc._id, { zeta: 2, more: [1, { z: null }] });
+		expect(await store.findOne({ id: doc.id })).toStrictEqual(doc);
+		const after = await store.setOne(doc.id, { mid: "n", added: true, "alpha.a": 0 });
+		expect(after).toStrictEqual({ id: doc.id, zeta: 1, alpha: { y: 1, b: 2, a: 0 }, mid: "n", deleted_at: null, added: true });
+		const inPlace = await store.setOne(doc.id, { zeta: 2, more: [1, { z: null }] });
 		expect(inPlace).toStrictEqual({ ...after, zeta: 2, more: [1, { z: null }] });
-		expect(await store.findOne({ id: doc._id })).toStrictEqual(inPlace);
-		expect((await store.findPage({ query: { id: doc._id }, limit: 1 })).docs).toStrictEqual([inPlace]);
+		expect(await store.findOne({ id: doc.id })).toStrictEqual(inPlace);
+		expect((await store.findPage({ query: { id: doc.id }, limit: 1 })).docs).toStrictEqual([inPlace]);
 	});
 
 	test("statements are prepared once per connection, the first MAX_NAMED_STATEMENTS texts only: later texts run unnamed, with the same results", async () => {
 		if (!up()) return;
 		await store.removeMany({});
-		const rows = Array.from({ length: 5 }, (_, i) => ({ _id: hexId(800 + i), [`f${i}`]: i, deleted_at: null }));
+		const rows = Array.from({ length: 5 }, (_, i) => ({ id: hexId(800 + i), [`f${i}`]: i, deleted_at: null }));
 		await store.insertMany(rows);
 		// More distinct statement texts than get names (each field name makes a new text): all answer alike.
 		for (let i = 0; i < MAX_NAMED_STATEMENTS + 20; i++) {
 			const f = `f${i % 5}_${i}`;
 			expect(await store.count({ [f]: { $exists: false } })).toBe(5);
 		}
-		for (let i = 0; i < 5; i++) expect((await store.find({ query: { [`f${i}`]: i } })).map((d) => d._id)).toEqual([rows[i]._id]);
+		for (let i = 0; i < 5; i++) expect((await store.find({ query: { [`f${i}`]: i } })).map((d) => d.id)).toEqual([rows[i].id]);
 		// A named statement reused on the same connection (read by id) keeps answering after a change of the row.
-		await store.setOne(rows[0]._id, { f0: 10 });
-		expect((await store.findOne({ id: rows[0]._id }))?.f0).toBe(10);
+		await store.setOne(rows[0].id, { f0: 10 });
+		expect((await store.findOne({ id: rows[0].id }))?.f0).toBe(10);
 	});
 
 	test("text PostgreSQL cannot store (NUL, unpaired surrogates) is a 400 with a clear message", async () => {
 		if (!up()) return;
 		for (const bad of ["a\u0000b", "\ud800x"]) {
-			const err = await store.insert({ _id: hexId(900), name: bad, deleted_at: null }).then(
+			const err = await store.insert({ id: hexId(900), name: bad, deleted_at: null }).then(
 				() => null,
 				(e) => e,
 			);

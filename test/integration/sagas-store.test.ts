@@ -4,7 +4,9 @@
  * race, none overdraws.
  */
 import { rmSync } from "fs";
-import { PgStore, type DocumentStore } from "../../stores";
+import { PgStore, type DocumentStore, type StoredDoc } from "../../stores";
+import { settle, stampOf, type Image, type SettleDeps } from "../../engine/saga-staging";
+import { sha256Hex } from "../../lib/crypto";
 import { testDatabase, type TestDatabase } from "../helpers/pg";
 import { tempDir } from "../helpers/platform";
 import { unique } from "../helpers/samples";
@@ -43,14 +45,14 @@ for (const impl of impls) {
 		beforeEach(async () => {
 			if (off()) return;
 			await store.removeMany({});
-			await store.insert({ _id: "a".repeat(24), balance: 100, ops: [], state: "AWAITING", note: "x", deleted_at: null });
+			await store.insert({ id: "a".repeat(24), balance: 100, ops: [], state: "AWAITING", note: "x", deleted_at: null });
 		});
 
 		test("updateIf applies the update only when the condition matches, and returns the document after", async () => {
 			const id = "a".repeat(24);
 			expect(await store.updateIf({ id, balance: { $gte: 150 } }, { $inc: { balance: -150 } })).toBeNull();
 			const after = await store.updateIf({ id, balance: { $gte: 60 } }, { $inc: { balance: -60 }, $push: { ops: "s1:0" } });
-			expect(after).toMatchObject({ _id: id, balance: 40, ops: ["s1:0"] });
+			expect(after).toMatchObject({ id, balance: 40, ops: ["s1:0"] });
 			expect(await store.updateIf({ id, ops: "s1:0" }, { $inc: { balance: 60 }, $pull: { ops: "s1:0" } })).toMatchObject({ balance: 100, ops: [] });
 			// The op id is gone: the same undo a second time matches nothing.
 			expect(await store.updateIf({ id, ops: "s1:0" }, { $inc: { balance: 60 }, $pull: { ops: "s1:0" } })).toBeNull();
@@ -83,10 +85,44 @@ for (const impl of impls) {
 
 		test("replaceIf replaces the whole document (fields not in the image go) only when the condition matches", async () => {
 			const id = "a".repeat(24);
-			expect(await store.replaceIf({ id, note: "y" }, { _id: id, balance: 1, deleted_at: null })).toBe(false);
-			expect(await store.replaceIf({ id, note: "x" }, { _id: id, balance: 1, deleted_at: null })).toBe(true);
+			expect(await store.replaceIf({ id, note: "y" }, { id, balance: 1, deleted_at: null })).toBe(false);
+			expect(await store.replaceIf({ id, note: "x" }, { id, balance: 1, deleted_at: null })).toBe(true);
 			const doc = await store.findOne({ id });
-			expect(doc).toEqual({ _id: id, balance: 1, deleted_at: null });
+			expect(doc).toEqual({ id, balance: 1, deleted_at: null });
+		});
+
+		test("a stage recorded by a version whose documents held `_id` is undone: destroy, update, insert", async () => {
+			const changes: string[] = [];
+			const d: SettleDeps = { store, record: async (c) => void changes.push(...c.map((x) => x.op)) };
+			const earlier = ({ id, ...rest }: StoredDoc) => ({ ...rest, _id: id }) as unknown as StoredDoc;
+			const digest = (doc: Record<string, unknown>) =>
+				sha256Hex(
+					JSON.stringify(
+						Object.fromEntries(
+							Object.keys(doc)
+								.sort()
+								.map((k) => [k, doc[k]]),
+						),
+					),
+				);
+			const gone: StoredDoc = { id: "b".repeat(24), note: "gone", deleted_at: null, updated_at: "2026-01-01T00:00:00.000Z" };
+			const id = "a".repeat(24);
+			const cur = (await store.findOne({ id }))!;
+			const set = { note: "y", updated_at: "2026-01-02T00:00:00.000Z" };
+			await store.setOne(id, set);
+			const made: StoredDoc = { id: "c".repeat(24), note: "made", deleted_at: null, updated_at: "2026-01-03T00:00:00.000Z" };
+			await store.insert({ ...made });
+			const images: Image[] = [
+				{ kind: "destroy", id: gone.id, before: earlier(gone) },
+				{ kind: "update", id, before: earlier(cur), after: stampOf({ ...cur, ...set }), set },
+				{ kind: "insert", id: made.id, after: stampOf(made), digest: digest(earlier(made)) },
+			];
+			expect(await settle(d, images, "abort")).toEqual(["undone", "undone", "undone"]);
+			expect(await store.findOne({ id: gone.id })).toEqual(gone);
+			expect(await store.findOne({ id })).toEqual(cur);
+			expect(await store.findOne({ id: made.id })).toBeNull();
+			expect(changes.sort()).toEqual(["c", "d", "u"]);
+			expect(await store.count({ _id: { $exists: true } })).toBe(0);
 		});
 	});
 }

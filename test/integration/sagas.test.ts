@@ -416,7 +416,7 @@ describe("write-ahead stages", () => {
 		const never = platformDoc({ title: "never written" }, { owner: claims.uid, cid: claims.cid });
 		const b1: any = await p.broker.call(
 			"essential.saga-stages.begin",
-			{ saga: s.id, bucket: "content/notes", action: "INSERT_MANY", req: {}, images: [{ kind: "insert", id: never._id, after: stampOf(never) }] },
+			{ saga: s.id, bucket: "content/notes", action: "INSERT_MANY", req: {}, images: [{ kind: "insert", id: never.id, after: stampOf(never) }] },
 			{ meta },
 		);
 		await p.broker.call("essential.saga-stages.complete", { stage: b1.stage, lease: b1.lease, res: null }, { meta });
@@ -424,7 +424,7 @@ describe("write-ahead stages", () => {
 		const written = platformDoc({ title: "written, never acknowledged" }, { owner: claims.uid, cid: claims.cid });
 		const b2: any = await p.broker.call(
 			"essential.saga-stages.begin",
-			{ saga: s.id, bucket: "content/notes", action: "INSERT_MANY", req: {}, images: [{ kind: "insert", id: written._id, after: stampOf(written) }] },
+			{ saga: s.id, bucket: "content/notes", action: "INSERT_MANY", req: {}, images: [{ kind: "insert", id: written.id, after: stampOf(written) }] },
 			{ meta },
 		);
 		await notesStore.insert(written);
@@ -436,8 +436,8 @@ describe("write-ahead stages", () => {
 
 		const a = await p.http("GET", `/essential/sagas/${s.id}/abort`, { token: root });
 		expect(a.status).toBe(200);
-		expect(await notesStore.findOne({ id: written._id })).toBeNull();
-		expect(await notesStore.findOne({ id: never._id })).toBeNull();
+		expect(await notesStore.findOne({ id: written.id })).toBeNull();
+		expect(await notesStore.findOne({ id: never.id })).toBeNull();
 		const stages = await p.http("GET", `/essential/saga-stages?query=${encodeURIComponent(JSON.stringify({ saga: s.id }))}`, { token: root });
 		expect(stages.body.items.map((x: any) => x.state).sort()).toEqual(["compensated", "compensated"]);
 	});

@@ -40,7 +40,7 @@ afterAll(async () => {
 /** Ten documents shaped like the engine's: ids in creation order, deleted_at always present. */
 function fixtures(): StoredDoc[] {
 	return Array.from({ length: 10 }, (_, n) => ({
-		_id: hexId(n),
+		id: hexId(n),
 		n,
 		group: n % 3,
 		name: `doc-${n}`,
@@ -83,14 +83,14 @@ for (const impl of impls) {
 			expect(await store.ping()).toBe(true);
 		});
 
-		test("insert returns the document; find and findOne return it with `_id`, never `id`", async () => {
-			const doc = { _id: hexId(99), n: 99, name: "single", deleted_at: null };
+		test("insert returns the document; find and findOne return it with `id`, never `_id`", async () => {
+			const doc = { id: hexId(99), n: 99, name: "single", deleted_at: null };
 			expect(await store.insert({ ...doc })).toMatchObject(doc);
-			const found = await store.findOne({ id: doc._id });
+			const found = await store.findOne({ id: doc.id });
 			expect(found).toEqual(doc);
-			expect(found).not.toHaveProperty("id");
-			expect(await store.findOne({ _id: doc._id })).toEqual(doc);
-			const [listed] = await store.find({ query: { id: doc._id } });
+			expect(found).not.toHaveProperty("_id");
+			expect(await store.findOne({ id: doc.id })).toEqual(doc);
+			const [listed] = await store.find({ query: { id: doc.id } });
 			expect(listed).toEqual(doc);
 			expect(await store.findOne({ id: hexId(123) })).toBeNull();
 			expect(await store.count({})).toBe(11);
@@ -131,33 +131,33 @@ for (const impl of impls) {
 			expect(await pageOf(store, cases[5])).toEqual({ docs: [docs[8], docs[6]], total: 4 });
 			expect(await pageOf(store, cases[7])).toEqual({ docs: [], total: 10 });
 			expect((await pageOf(store, cases[8])).docs).toEqual([
-				{ _id: docs[1]._id, name: "doc-1" },
-				{ _id: docs[4]._id, name: "doc-4" },
+				{ id: docs[1].id, name: "doc-1" },
+				{ id: docs[4].id, name: "doc-4" },
 			]);
 		});
 
-		test("projection: inclusion keeps `_id`; `id` maps to `_id`; exclusion drops fields", async () => {
+		test("projection: inclusion keeps `id`; `id` maps to `id`; exclusion drops fields", async () => {
 			const [inc] = await store.find({ query: { n: 3 }, projection: { name: 1, "props.n": 1 } });
-			expect(inc).toEqual({ _id: docs[3]._id, name: "doc-3", props: { n: 3 } });
+			expect(inc).toEqual({ id: docs[3].id, name: "doc-3", props: { n: 3 } });
 			const [noId] = await store.find({ query: { n: 3 }, projection: { name: 1, id: 0 } });
 			expect(noId).toEqual({ name: "doc-3" });
 			const [exc] = await store.find({ query: { n: 3 }, projection: { lines: 0, props: 0, tags: 0 } });
-			expect(exc).toEqual({ _id: docs[3]._id, n: 3, group: 0, name: "doc-3", title: "odd 3", extra: "x3", deleted_at: null });
+			expect(exc).toEqual({ id: docs[3].id, n: 3, group: 0, name: "doc-3", title: "odd 3", extra: "x3", deleted_at: null });
 		});
 
-		test("`id` maps to `_id` at the top level, in $in, and inside $or / $and", async () => {
-			const [a, b, c] = [docs[1]._id, docs[4]._id, docs[7]._id];
+		test("`id` maps to `id` at the top level, in $in, and inside $or / $and", async () => {
+			const [a, b, c] = [docs[1].id, docs[4].id, docs[7].id];
 			expect(ns(await store.find({ query: { id: a } }))).toEqual([1]);
 			expect(ns(await store.find({ query: { id: { $in: [a, b, c] } }, sort: { n: 1 } }))).toEqual([1, 4, 7]);
 			expect(ns(await store.find({ query: { id: { $nin: [a, b] }, group: 1 } }))).toEqual([7]);
 			expect(ns(await store.find({ query: { $or: [{ id: a }, { n: 5 }] }, sort: { n: 1 } }))).toEqual([1, 5]);
 			expect(ns(await store.find({ query: { $and: [{ id: { $in: [a, b, c] } }, { n: { $gt: 1 } }] }, sort: { n: 1 } }))).toEqual([4, 7]);
 			expect(ns(await store.find({ query: { $and: [{ $or: [{ id: a }, { id: c }] }, { group: 1 }] }, sort: { n: 1 } }))).toEqual([1, 7]);
-			expect(await store.count({ id: { $gt: docs[6]._id } })).toBe(3);
+			expect(await store.count({ id: { $gt: docs[6].id } })).toBe(3);
 		});
 
 		test("findOne and count with queries", async () => {
-			expect((await store.findOne({ name: "doc-4" }))?._id).toBe(docs[4]._id);
+			expect((await store.findOne({ name: "doc-4" }))?.id).toBe(docs[4].id);
 			expect(await store.findOne({ name: "nope" })).toBeNull();
 			expect(await store.count({})).toBe(10);
 			expect(await store.count({ group: 0 })).toBe(4);
@@ -207,19 +207,19 @@ for (const impl of impls) {
 		});
 
 		test("setOne returns the document as stored afterwards, or null", async () => {
-			const after = await store.setOne(docs[2]._id, { name: "renamed", "props.n": 20, updated_at: "2024-02-02T00:00:00.000Z" });
+			const after = await store.setOne(docs[2].id, { name: "renamed", "props.n": 20, updated_at: "2024-02-02T00:00:00.000Z" });
 			expect(after).toEqual({ ...docs[2], name: "renamed", props: { n: 20, deep: { flag: false } }, updated_at: "2024-02-02T00:00:00.000Z" });
-			expect(await store.findOne({ id: docs[2]._id })).toEqual(after);
+			expect(await store.findOne({ id: docs[2].id })).toEqual(after);
 			expect(await store.setOne(hexId(77), { name: "ghost" })).toBeNull();
 			expect(await store.count({ name: "ghost" })).toBe(0);
 			// Setting null keeps the key (a restore clears deleted_at this way).
-			const restored = await store.setOne(docs[8]._id, { deleted_at: null });
+			const restored = await store.setOne(docs[8].id, { deleted_at: null });
 			expect(restored?.deleted_at).toBeNull();
 			expect(await store.count({ deleted_at: null })).toBe(9);
 		});
 
 		test("setOne of top-level fields: existing keys changed, new ones added, values as given", async () => {
-			const id = docs[3]._id;
+			const id = docs[3].id;
 			const after = await store.setOne(id, { title: "changed", added: { b: [1, { c: null }], a: "x" }, name: null, second: true });
 			const expected = { ...docs[3], title: "changed", name: null, added: { b: [1, { c: null }], a: "x" }, second: true };
 			// Equal as documents: the store returns jsonb's key order, not the order written (docs/decisions.md).
@@ -231,7 +231,7 @@ for (const impl of impls) {
 		});
 
 		test("setMany changes the listed documents and returns how many", async () => {
-			const ids = [docs[0]._id, docs[3]._id, docs[5]._id];
+			const ids = [docs[0].id, docs[3].id, docs[5].id];
 			expect(await store.setMany(ids, { status: "bulk" })).toBe(3);
 			expect(ns(await store.find({ query: { status: "bulk" }, sort: { n: 1 } }))).toEqual([0, 3, 5]);
 			expect(await store.setMany([hexId(55)], { status: "none" })).toBe(0);
@@ -241,8 +241,8 @@ for (const impl of impls) {
 		test("removeMany removes what matches and returns how many", async () => {
 			expect(await store.removeMany({ group: 1 })).toBe(3);
 			expect(await store.count({})).toBe(7);
-			expect(await store.removeMany({ id: docs[0]._id })).toBe(1);
-			expect(await store.findOne({ id: docs[0]._id })).toBeNull();
+			expect(await store.removeMany({ id: docs[0].id })).toBe(1);
+			expect(await store.findOne({ id: docs[0].id })).toBeNull();
 			expect(await store.removeMany({ name: "nope" })).toBe(0);
 			expect(await store.removeMany({})).toBe(6);
 			expect(await store.count({})).toBe(0);
@@ -250,7 +250,7 @@ for (const impl of impls) {
 
 		test("the unique sparse `tenant_ref` index: many without one, one per value; violations are isDuplicateKeyError", async () => {
 			// `ref` is unique per tenant: the engine keeps `tenant_ref` (`<tenant>:<ref>`), which the stores index uniquely.
-			const fresh = (n: number, ref?: string): StoredDoc => ({ _id: hexId(200 + n), n: 200 + n, deleted_at: null, ...(ref !== undefined ? { tenant_ref: ref } : {}) });
+			const fresh = (n: number, ref?: string): StoredDoc => ({ id: hexId(200 + n), n: 200 + n, deleted_at: null, ...(ref !== undefined ? { tenant_ref: ref } : {}) });
 			// The ten fixtures have no ref: the index is sparse.
 			await store.insert(fresh(1, "alpha"));
 			await store.insert(fresh(2));
@@ -265,18 +265,18 @@ for (const impl of impls) {
 				(e) => e,
 			);
 			expect(isDuplicateKeyError(dupMany)).toBe(true);
-			const dupSet = await store.setOne(docs[0]._id, { tenant_ref: "alpha" }).then(
+			const dupSet = await store.setOne(docs[0].id, { tenant_ref: "alpha" }).then(
 				() => null,
 				(e) => e,
 			);
 			expect(isDuplicateKeyError(dupSet)).toBe(true);
 			expect(await store.count({ tenant_ref: "alpha" })).toBe(1);
-			expect((await store.findOne({ id: docs[0]._id }))?.tenant_ref).toBeUndefined();
+			expect((await store.findOne({ id: docs[0].id }))?.tenant_ref).toBeUndefined();
 			// `ref` itself repeats (two tenants may use the same one).
-			await store.insert({ _id: hexId(210), deleted_at: null, ref: "same", tenant_ref: "t1:same" });
-			await store.insert({ _id: hexId(211), deleted_at: null, ref: "same", tenant_ref: "t2:same" });
+			await store.insert({ id: hexId(210), deleted_at: null, ref: "same", tenant_ref: "t1:same" });
+			await store.insert({ id: hexId(211), deleted_at: null, ref: "same", tenant_ref: "t2:same" });
 			expect(await store.count({ ref: "same" })).toBe(2);
-			// Same `_id` twice is a duplicate as well.
+			// Same `id` twice is a duplicate as well.
 			const dupId = await store.insert({ ...docs[1] }).then(
 				() => null,
 				(e) => e,
@@ -287,22 +287,22 @@ for (const impl of impls) {
 		});
 
 		test("setting `ref` to null clears it: any number of documents can drop their ref", async () => {
-			await store.setOne(docs[0]._id, { ref: "r0" });
-			await store.setOne(docs[1]._id, { ref: "r1" });
-			const cleared = await store.setOne(docs[0]._id, { ref: null, name: "no ref" });
+			await store.setOne(docs[0].id, { ref: "r0" });
+			await store.setOne(docs[1].id, { ref: "r1" });
+			const cleared = await store.setOne(docs[0].id, { ref: null, name: "no ref" });
 			expect(cleared).not.toHaveProperty("ref");
 			expect(cleared?.name).toBe("no ref");
-			expect(await store.setOne(docs[1]._id, { ref: null })).not.toHaveProperty("ref");
-			expect(await store.setOne(docs[2]._id, { ref: null })).not.toHaveProperty("ref");
-			expect(await store.setMany([docs[3]._id, docs[4]._id], { ref: null, status: "x" })).toBe(2);
+			expect(await store.setOne(docs[1].id, { ref: null })).not.toHaveProperty("ref");
+			expect(await store.setOne(docs[2].id, { ref: null })).not.toHaveProperty("ref");
+			expect(await store.setMany([docs[3].id, docs[4].id], { ref: null, status: "x" })).toBe(2);
 			expect(await store.count({ ref: { $exists: true } })).toBe(0);
 			// The same for the derived `tenant_ref`.
-			await store.setOne(docs[6]._id, { ref: "r6", tenant_ref: "t:r6" });
-			expect(await store.setOne(docs[6]._id, { ref: null, tenant_ref: null })).not.toHaveProperty("tenant_ref");
-			await store.setOne(docs[7]._id, { ref: "r7", tenant_ref: "t:r7" });
-			expect(await store.setOne(docs[7]._id, { ref: null, tenant_ref: null })).not.toHaveProperty("tenant_ref");
+			await store.setOne(docs[6].id, { ref: "r6", tenant_ref: "t:r6" });
+			expect(await store.setOne(docs[6].id, { ref: null, tenant_ref: null })).not.toHaveProperty("tenant_ref");
+			await store.setOne(docs[7].id, { ref: "r7", tenant_ref: "t:r7" });
+			expect(await store.setOne(docs[7].id, { ref: null, tenant_ref: null })).not.toHaveProperty("tenant_ref");
 			// The freed value can be taken again.
-			expect((await store.setOne(docs[5]._id, { ref: "r0" }))?.ref).toBe("r0");
+			expect((await store.setOne(docs[5].id, { ref: "r0" }))?.ref).toBe("r0");
 		});
 
 		test("reads after a write see the write; returned documents are copies", async () => {
@@ -312,18 +312,18 @@ for (const impl of impls) {
 			before[0].name = "mutated by the caller";
 			(before[0].tags as string[]).push("mutated");
 			expect((await store.find({ query, sort: { n: 1 } }))[0]).toEqual(docs[1]);
-			await store.insert({ _id: hexId(500), n: 500, group: 1, deleted_at: null });
+			await store.insert({ id: hexId(500), n: 500, group: 1, deleted_at: null });
 			expect(await store.count(query)).toBe(4);
 			expect(ns(await store.find({ query, sort: { n: 1 } }))).toEqual([1, 4, 7, 500]);
-			await store.setOne(docs[1]._id, { group: 2 });
+			await store.setOne(docs[1].id, { group: 2 });
 			expect(await store.count(query)).toBe(3);
-			expect((await store.findOne({ id: docs[1]._id }))?.group).toBe(2);
-			await store.setMany([docs[4]._id], { group: 2 });
+			expect((await store.findOne({ id: docs[1].id }))?.group).toBe(2);
+			await store.setMany([docs[4].id], { group: 2 });
 			expect(ns(await store.find({ query, sort: { n: 1 } }))).toEqual([7, 500]);
 			await store.removeMany({ n: 7 });
 			expect(await store.count(query)).toBe(1);
 			expect(await store.findOne({ n: 7 })).toBeNull();
-			await store.insertMany([{ _id: hexId(501), n: 501, group: 1, deleted_at: null }]);
+			await store.insertMany([{ id: hexId(501), n: 501, group: 1, deleted_at: null }]);
 			expect(ns(await store.find({ query, sort: { n: 1 } }))).toEqual([500, 501]);
 		});
 	});

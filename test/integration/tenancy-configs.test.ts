@@ -126,7 +126,7 @@ async function waitFor<T>(what: string, fn: () => T | undefined | null | false, 
 /** The stored (sealed) form of a config, as the store holds it (PostgreSQL's row). */
 async function storedConfig(id: string): Promise<Record<string, any>> {
 	const lines = (await storedText(p, "context/configs")).split("\n").filter(Boolean);
-	const docs = lines.map((l) => JSON.parse(l)).filter((d) => d._id === id);
+	const docs = lines.map((l) => JSON.parse(l)).filter((d) => d.id === id);
 	return docs[docs.length - 1];
 }
 

@@ -574,7 +574,7 @@ describe("tenancy seams", () => {
 							.collectionStore("wallets")
 							.find({ query: { "clients.0": t.b.client.id } })) as Doc[]
 					)
-						.map((w) => [w._id, w.balance])
+						.map((w) => [w.id, w.balance])
 						.sort(),
 				);
 			const planted = await bWallets();

@@ -1,21 +1,21 @@
 /**
  * The translation of the query language into SQL (stores/pg.query.ts), without a database: for each operator,
  * the statement's text and its bind parameters, and whether the SQL is exact or a superset the store matches again in
- * JavaScript. Filters go the way a request's do: parsed and bounded (lib/query-safety.ts), `id` renamed to `_id`
- * (lib/query.ts toStoreQuery), translated, parameters renumbered (bind).
+ * JavaScript. Filters go the way a request's do: parsed and bounded (lib/query-safety.ts), translated (`id` is the
+ * row's `id` column), parameters renumbered (bind).
  *
  * What the two engines answer on real rows is test/integration/query-sql.property.test.ts; the refusals of the parser
  * are test/unit/query-safety.test.ts; a projection is applied to the rows in memory (lib/query.ts project,
  * test/unit/query.test.ts), not in SQL.
  */
 import { ApiError } from "../../lib/errors";
-import { matches, renameIdKeys, toStoreQuery } from "../../lib/query";
+import { matches } from "../../lib/query";
 import { parseQuery } from "../../lib/query-safety";
 import { bind, jsonPath, lit, orderOf, ownerSplit, Params, valueAt, whereOf } from "../../stores/pg.query";
 
 /** A raw `query` parameter as the store receives it: the SQL text, its values, and whether it is exact. */
 function translate(raw: unknown): { sql: string; values: unknown[]; exact: boolean } {
-	return translateStore(toStoreQuery(parseQuery(raw)));
+	return translateStore(parseQuery(raw));
 }
 
 /** A filter already in store form, translated (what the store does with what reaches it). */
@@ -231,8 +231,8 @@ describe("sort", () => {
 	test("jsonb order per field, missing first ascending; then id in the first key's direction", () => {
 		expect(orderOf(undefined)).toBe("id asc");
 		expect(orderOf({ title: -1 })).toBe("(doc->'title') desc nulls last, id desc");
-		expect(orderOf({ "a.b": 1, _id: -1 })).toBe(`(doc#>'{"a","b"}'::text[]) asc nulls first, id desc`);
-		expect(orderOf(renameIdKeys({ id: -1 }))).toBe("id desc");
+		expect(orderOf({ "a.b": 1, id: -1 })).toBe(`(doc#>'{"a","b"}'::text[]) asc nulls first, id desc`);
+		expect(orderOf({ id: -1 })).toBe("id desc");
 	});
 });
 
@@ -296,6 +296,6 @@ describe("hostile names and values", () => {
 	test("an operator the store does not know is no SQL: the SQL selects a superset and the matcher refuses it (400)", () => {
 		expect(translateStore({ $where: "sleep(10)" })).toEqual(INEXACT);
 		expect(translateStore({ a: { $where: "1" } })).toEqual(INEXACT);
-		expect(() => matches({ _id: "x" }, { $where: "1" })).toThrow("query is not supported by the document store: unknown operator $where");
+		expect(() => matches({ id: "x" }, { $where: "1" })).toThrow("query is not supported by the document store: unknown operator $where");
 	});
 });

@@ -3,18 +3,18 @@
  * language") with its example. No server: the agreement with the SQL translation is test/integration/
  * query-sql.property.test.ts.
  */
-import { applyUpdate, compareStrings, equal, matches, matchesFilter, project, toStoreQuery } from "../../lib/query";
+import { applyUpdate, compareStrings, equal, matches, project } from "../../lib/query";
 import { compileSafe, RegexBudget } from "../../lib/safe-regex";
 
 const re = (src: string, flags = "") => compileSafe("$regex", "q", src, flags, new RegexBudget());
-const ids = (docs: Array<Record<string, unknown>>, q: Record<string, unknown>) => docs.filter((d) => matches(d, q)).map((d) => d._id);
+const ids = (docs: Array<Record<string, unknown>>, q: Record<string, unknown>) => docs.filter((d) => matches(d, q)).map((d) => d.id);
 
 describe("matches: paths and arrays", () => {
 	const docs = [
-		{ _id: "scalar", tags: "a", n: 5, lines: { sku: 1 } },
-		{ _id: "array", tags: ["a", "b"], n: [1, 5], lines: [{ sku: 1 }, {}] },
-		{ _id: "nested", tags: [["a"]], n: [[5]], lines: [[{ sku: 1 }]] },
-		{ _id: "none" },
+		{ id: "scalar", tags: "a", n: 5, lines: { sku: 1 } },
+		{ id: "array", tags: ["a", "b"], n: [1, 5], lines: [{ sku: 1 }, {}] },
+		{ id: "nested", tags: [["a"]], n: [[5]], lines: [[{ sku: 1 }]] },
+		{ id: "none" },
 	];
 
 	test("an equality tests the value and, for an array, each element (one level)", () => {
@@ -27,7 +27,7 @@ describe("matches: paths and arrays", () => {
 		expect(ids(docs, { "lines.sku": 1 })).toEqual(["scalar", "array"]);
 		// `nested`'s element 0 is itself an array, whose sub-documents the next step enters.
 		expect(ids(docs, { "lines.0.sku": 1 })).toEqual(["array", "nested"]);
-		expect(ids([{ _id: "o", lines: { "0": { sku: 1 } } }], { "lines.0.sku": 1 })).toEqual(["o"]);
+		expect(ids([{ id: "o", lines: { "0": { sku: 1 } } }], { "lines.0.sku": 1 })).toEqual(["o"]);
 	});
 
 	test("null matches null, missing, an array holding null, and a parent element without the key", () => {
@@ -35,9 +35,9 @@ describe("matches: paths and arrays", () => {
 		expect(
 			ids(
 				[
-					{ _id: "x", tags: [null, "a"] },
-					{ _id: "y", tags: null },
-					{ _id: "z", tags: "q" },
+					{ id: "x", tags: [null, "a"] },
+					{ id: "y", tags: null },
+					{ id: "z", tags: "q" },
 				],
 				{ tags: null },
 			),
@@ -53,22 +53,22 @@ describe("matches: paths and arrays", () => {
 	});
 
 	test("$exists asks whether the path reaches anything; $size whether a value is an array of that length", () => {
-		expect(ids([{ _id: "e", tags: [] }, { _id: "n", tags: null }, { _id: "m" }], { tags: { $exists: true } })).toEqual(["e", "n"]);
+		expect(ids([{ id: "e", tags: [] }, { id: "n", tags: null }, { id: "m" }], { tags: { $exists: true } })).toEqual(["e", "n"]);
 		expect(ids(docs, { "lines.sku": { $exists: false } })).toEqual(["nested", "none"]);
 		expect(ids(docs, { tags: { $size: 2 } })).toEqual(["array"]);
 		expect(ids(docs, { tags: { $size: 1 } })).toEqual(["nested"]);
 	});
 
 	test("sub-document equality ignores key order; numbers compare by value", () => {
-		expect(matches({ _id: "d", p: { a: 1, b: [2, { c: 3 }] } }, { p: { b: [2, { c: 3.0 }], a: 1 } })).toBe(true);
-		expect(matches({ _id: "d", p: { a: 1, b: [2, 3] } }, { p: { a: 1, b: [3, 2] } })).toBe(false);
+		expect(matches({ id: "d", p: { a: 1, b: [2, { c: 3 }] } }, { p: { b: [2, { c: 3.0 }], a: 1 } })).toBe(true);
+		expect(matches({ id: "d", p: { a: 1, b: [2, 3] } }, { p: { a: 1, b: [3, 2] } })).toBe(false);
 		expect(equal({ a: 1 }, { a: 1, b: undefined })).toBe(false);
 	});
 });
 
 describe("matches: comparisons, patterns, $elemMatch, logic", () => {
 	test("comparisons stay within a type; strings by code point; null only for $gte/$lte", () => {
-		const docs = [{ _id: "n", v: 2 }, { _id: "s", v: "2" }, { _id: "b", v: true }, { _id: "z", v: null }, { _id: "m" }];
+		const docs = [{ id: "n", v: 2 }, { id: "s", v: "2" }, { id: "b", v: true }, { id: "z", v: null }, { id: "m" }];
 		expect(ids(docs, { v: { $gte: 2 } })).toEqual(["n"]);
 		expect(ids(docs, { v: { $gt: "1" } })).toEqual(["s"]);
 		expect(ids(docs, { v: { $gt: false } })).toEqual(["b"]);
@@ -76,14 +76,14 @@ describe("matches: comparisons, patterns, $elemMatch, logic", () => {
 		expect(ids(docs, { v: { $gt: null } })).toEqual([]);
 		// U+E000 is below an astral character by code point, above its surrogates by UTF-16 unit.
 		expect(compareStrings("\ue000", "😀")).toBeLessThan(0);
-		expect(matches({ _id: "😀" }, { _id: { $gt: "\ue000" } })).toBe(true);
+		expect(matches({ id: "😀" }, { id: { $gt: "\ue000" } })).toBe(true);
 	});
 
 	test("$regex (RE2) matches a string or an array's string element; $not negates it", () => {
 		const docs = [
-			{ _id: "s", t: "Alpha" },
-			{ _id: "a", t: [1, "alpha"] },
-			{ _id: "n", t: 7 },
+			{ id: "s", t: "Alpha" },
+			{ id: "a", t: [1, "alpha"] },
+			{ id: "n", t: 7 },
 		];
 		expect(ids(docs, { t: re("^alpha$", "i") })).toEqual(["s", "a"]);
 		expect(ids(docs, { t: { $regex: re("^a") } })).toEqual(["a"]);
@@ -93,20 +93,20 @@ describe("matches: comparisons, patterns, $elemMatch, logic", () => {
 	test("$elemMatch: a sub-document matching the sub-query, or an element passing every operator itself", () => {
 		const docs = [
 			{
-				_id: "objects",
+				id: "objects",
 				lines: [
 					{ sku: "a", qty: 1 },
 					{ sku: "b", qty: 5 },
 				],
 			},
 			{
-				_id: "split",
+				id: "split",
 				lines: [
 					{ sku: "a", qty: 5 },
 					{ sku: "b", qty: 1 },
 				],
 			},
-			{ _id: "numbers", lines: [1, [4, 9]] },
+			{ id: "numbers", lines: [1, [4, 9]] },
 		];
 		expect(ids(docs, { lines: { $elemMatch: { sku: "a", qty: { $gt: 2 } } } })).toEqual(["split"]);
 		// One element must pass both: 4 does; 1 and 9 pass one each.
@@ -117,24 +117,25 @@ describe("matches: comparisons, patterns, $elemMatch, logic", () => {
 
 	test("$and, $or and the query-level $not", () => {
 		const docs = [
-			{ _id: "1", a: 1, b: 2 },
-			{ _id: "2", a: 1 },
-			{ _id: "3", b: 2 },
+			{ id: "1", a: 1, b: 2 },
+			{ id: "2", a: 1 },
+			{ id: "3", b: 2 },
 		];
 		expect(ids(docs, { $or: [{ a: 1 }, { b: 2 }], $not: { a: 1, b: 2 } })).toEqual(["2", "3"]);
 		expect(ids(docs, { $and: [{ a: 1 }, { b: { $exists: false } }] })).toEqual(["2"]);
 	});
 
 	test("a platform filter names `id` (at any depth of $and/$or/$not)", () => {
-		expect(toStoreQuery({ id: "x", $or: [{ id: "y" }], $not: { id: "z" } })).toEqual({ _id: "x", $or: [{ _id: "y" }], $not: { _id: "z" } });
-		expect(matchesFilter({ _id: "x" }, { $or: [{ id: "x" }] })).toBe(true);
+		expect(matches({ id: "x" }, { $or: [{ id: "x" }] })).toBe(true);
+		expect(matches({ id: "x" }, { $and: [{ id: "x" }], $not: { id: "z" } })).toBe(true);
+		expect(matches({ id: "x" }, { $not: { id: "x" } })).toBe(false);
 	});
 
 	test("an operator it does not know answers 400, never a silent match", () => {
 		for (const q of [{ $where: "1" }, { a: { $where: "1" } }, { a: { $in: "x" } }, { $or: {} }]) {
 			let err: { code?: number; message?: string } | undefined;
 			try {
-				matches({ _id: "d", a: 1 }, q);
+				matches({ id: "d", a: 1 }, q);
 			} catch (e) {
 				err = e as typeof err;
 			}
@@ -144,29 +145,29 @@ describe("matches: comparisons, patterns, $elemMatch, logic", () => {
 });
 
 describe("applyUpdate", () => {
-	const doc = { _id: "d", a: 1, list: ["x", "y"], sub: { n: 1 } };
+	const doc = { id: "d", a: 1, list: ["x", "y"], sub: { n: 1 } };
 
 	test("$set keeps existing keys in place and appends new ones; dotted paths make sub-documents; the input is left as it was", () => {
 		const out = applyUpdate(doc, { $set: { list: ["z"], b: 2, "deep.er.k": true, "sub.m": 2 } });
-		expect(out).toEqual({ _id: "d", a: 1, list: ["z"], sub: { n: 1, m: 2 }, b: 2, deep: { er: { k: true } } });
-		expect(Object.keys(out)).toEqual(["_id", "a", "list", "sub", "b", "deep"]);
-		expect(doc).toEqual({ _id: "d", a: 1, list: ["x", "y"], sub: { n: 1 } });
+		expect(out).toEqual({ id: "d", a: 1, list: ["z"], sub: { n: 1, m: 2 }, b: 2, deep: { er: { k: true } } });
+		expect(Object.keys(out)).toEqual(["id", "a", "list", "sub", "b", "deep"]);
+		expect(doc).toEqual({ id: "d", a: 1, list: ["x", "y"], sub: { n: 1 } });
 	});
 
 	test("$unset, $inc, $push ($each, $slice), $addToSet, $pull", () => {
-		expect(applyUpdate(doc, { $unset: { a: true, "sub.n": true, "no.such": true } })).toEqual({ _id: "d", list: ["x", "y"], sub: {} });
+		expect(applyUpdate(doc, { $unset: { a: true, "sub.n": true, "no.such": true } })).toEqual({ id: "d", list: ["x", "y"], sub: {} });
 		expect(applyUpdate(doc, { $inc: { a: -3, fresh: 2 } })).toMatchObject({ a: -2, fresh: 2 });
 		expect(applyUpdate(doc, { $push: { list: "z", ops: "o1" } })).toMatchObject({ list: ["x", "y", "z"], ops: ["o1"] });
 		expect(applyUpdate(doc, { $push: { list: { $each: ["z", "w"], $slice: -3 } } }).list).toEqual(["y", "z", "w"]);
 		expect(applyUpdate(doc, { $addToSet: { list: { $each: ["x", "q", "q"] } } }).list).toEqual(["x", "y", "q"]);
 		expect(applyUpdate(doc, { $pull: { list: "x" } }).list).toEqual(["y"]);
-		expect(applyUpdate({ _id: "d", l: [{ k: 1 }, { k: 2 }, 3] }, { $pull: { l: { k: 2 } } }).l).toEqual([{ k: 1 }, 3]);
-		expect(applyUpdate({ _id: "d", l: [1, 5, 9] }, { $pull: { l: { $gte: 5 } } }).l).toEqual([1]);
+		expect(applyUpdate({ id: "d", l: [{ k: 1 }, { k: 2 }, 3] }, { $pull: { l: { k: 2 } } }).l).toEqual([{ k: 1 }, 3]);
+		expect(applyUpdate({ id: "d", l: [1, 5, 9] }, { $pull: { l: { $gte: 5 } } }).l).toEqual([1]);
 	});
 
-	test("what an update cannot do answers 400: another _id, $inc of a string, $push on a scalar, stored names with $ or .", () => {
+	test("what an update cannot do answers 400: another id, $inc of a string, $push on a scalar, stored names with $ or .", () => {
 		const tries: Array<Record<string, unknown>> = [
-			{ $set: { _id: "e" } },
+			{ $set: { id: "e" } },
 			{ $set: { list: "s" }, $inc: { list: 1 } },
 			{ $push: { a: 1 } },
 			{ $set: { p: { "a.b": 1 } } },
@@ -189,13 +190,13 @@ describe("applyUpdate", () => {
 });
 
 describe("project", () => {
-	const doc = { _id: "d", title: "t", props: { n: 1, m: 2 }, lines: [{ sku: "a", qty: 1 }, 7, { qty: 2 }] };
+	const doc = { id: "d", title: "t", props: { n: 1, m: 2 }, lines: [{ sku: "a", qty: 1 }, 7, { qty: 2 }] };
 
-	test("inclusion keeps `_id` and the paths named (through arrays of sub-documents); exclusion drops them", () => {
-		expect(project(doc, { title: 1, "props.n": 1 })).toEqual({ _id: "d", title: "t", props: { n: 1 } });
-		expect(project(doc, { "lines.qty": 1, _id: 0 })).toEqual({ lines: [{ qty: 1 }, { qty: 2 }] });
-		expect(project(doc, { props: 0, "lines.qty": 0 })).toEqual({ _id: "d", title: "t", lines: [{ sku: "a" }, 7, {}] });
-		expect(project(doc, { _id: 0 })).toEqual({ title: "t", props: { n: 1, m: 2 }, lines: doc.lines });
+	test("inclusion keeps `id` and the paths named (through arrays of sub-documents); exclusion drops them", () => {
+		expect(project(doc, { title: 1, "props.n": 1 })).toEqual({ id: "d", title: "t", props: { n: 1 } });
+		expect(project(doc, { "lines.qty": 1, id: 0 })).toEqual({ lines: [{ qty: 1 }, { qty: 2 }] });
+		expect(project(doc, { props: 0, "lines.qty": 0 })).toEqual({ id: "d", title: "t", lines: [{ sku: "a" }, 7, {}] });
+		expect(project(doc, { id: 0 })).toEqual({ title: "t", props: { n: 1, m: 2 }, lines: doc.lines });
 		expect(doc.props).toEqual({ n: 1, m: 2 });
 	});
 

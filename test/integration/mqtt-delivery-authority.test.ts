@@ -151,7 +151,12 @@ describe("MQTT messages decided at delivery", () => {
 		test('the grant narrowed to field ["title"] after SUBSCRIBE: messages arrive without `content`; a new SUBSCRIBE is refused', async () => {
 			const url = urls[transport];
 			const u = await writer(T.a, "narrow");
+			// The note's create is published (decided under the full grant) before `s` subscribes: a message that
+			// arrived after SUBSCRIBE but was decided before the grant narrowed would rightly carry `content`.
+			const control = await connect(url, T.a.member.id, T.a.member.token);
+			expect(await subscribe(control.client, clientTopic(T.a))).toBe(1);
 			const mine = await note(u.token, { title: "t0", content: "c0" });
+			await control.next(about(mine.id), "the note's create for the control subscriber");
 			const s = await connect(url, u.id, u.token);
 			expect(await subscribe(s.client, ownerTopic(u.id))).toBe(1);
 			expect(await subscribe(s.client, clientTopic(T.a))).toBe(1);

@@ -14,7 +14,7 @@ module.exports = {
 	// Every suite stops what it starts; a handle some library keeps (a socket in its close handshake) must not hold
 	// `npm test` (and CI) after the last result.
 	forceExit: true,
-	// `npm test` (test/run.mjs) runs two files at a time, then the solo files two at a time: on two cores, three files at
+	// `npm test` (test/run.mjs) runs two files at a time, then the solo files one at a time: on two cores, three files at
 	// a time kept the load average at 6-11 and turned deadlines and /status bounds into failures of the machine, not of
 	// the platform. Each file runs in a worker that is replaced once it holds more than this after a file: a suite's
 	// leftovers (platforms' caches, module registries) never accumulate into the next file's memory measurements.

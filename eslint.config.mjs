@@ -31,8 +31,8 @@ export default tseslint.config(
 			// A `let` declared before a closure that reads it, and assigned once later, stays a `let`.
 			"prefer-const": ["error", { ignoreReadBeforeAssign: true }],
 			"@typescript-eslint/no-unused-vars": ["error", { argsIgnorePattern: "^_", varsIgnorePattern: "^_", caughtErrors: "none", ignoreRestSiblings: true }],
-			// Off: `require()` is how the code loads a module only when it is used (NeDB, MongoDB, the embedded
-			// PostgreSQL, the workers' registry) or one without ES exports; `import` cannot be conditional in CommonJS.
+			// Off: `require()` is how the code loads a module only when it is used (lib/lazy.ts: the MCP SDK, Redis,
+			// the embedded PostgreSQL, the workers' registry) or one without ES exports; `import` cannot be conditional in CommonJS.
 			"@typescript-eslint/no-require-imports": "off",
 			// Off: the input checks reject control characters on purpose (file names, MQTT topics, config values).
 			"no-control-regex": "off",

@@ -3,8 +3,8 @@
  * events/channels.stream.ts, "pitfalls", for why pull rather than the adapter's push groups), its pulling, and its
  * stop.
  */
-import { nanos } from "nats";
 import { streamNameOf, subjectOf, type AdapterChannel, type JsConsumerConfig, type JsConsumerInfo, type NatsAdapter } from "./channels-adapter";
+import { nanos } from "./channels-options";
 
 /**
  * How long a NATS group's pull request waits for events before the server ends it (the client asks again at once);

@@ -2,9 +2,11 @@
  * The production stream's settings (EVENT_STREAM, STREAM_*: runtime/config.ts) and the @moleculer/channels adapter
  * configuration made of them: the NATS connection, the JetStream stream's limits, the Redis consumer options.
  */
-import { nanos } from "nats";
 import type { PlatformConfig } from "../runtime/config";
 import { NATS_LIVENESS } from "../runtime/transport-watch";
+
+/** Milliseconds as JetStream's nanoseconds (the `nats` package's `nanos`, without loading the client for it). */
+export const nanos = (ms: number): number => ms * 1_000_000;
 
 export const CHANGES_CHANNEL = "platform.changes";
 /** Request audit entries, in batches (events/audit-shipper.ts); the logger is its one consumer group. */

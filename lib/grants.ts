@@ -11,13 +11,16 @@
  * `keyMatch` (Util.keyMatchFunc) for the `service:*` object pattern; roles need no role manager because a
  * token's `subject` claim already lists its roles (`@role@domain`) and RBAC roles expand to virtual grants.
  */
-import { Util as CasbinUtil } from "casbin";
+import { lazy } from "./lazy";
 import { IpAllowList } from "./cidr";
 import { parseQuery } from "./query-safety";
 import { RegexBudget, SafeRegExp } from "./safe-regex";
 import { compileWindows, windowsOpen, type CompiledWindows } from "./grant-time";
 import { actionSatisfies } from "./scopes";
 import type { TokenClaims } from "./types";
+
+/** casbin's matchers (its key matching of wildcard objects), loaded by the first grant with a wildcard object. */
+const casbinUtil = lazy(() => (require("casbin") as typeof import("casbin")).Util);
 
 export { validateGrant, expandRbac, ACTION_RE, OBJECT_RE, type RbacEntry } from "./grant-validation";
 export { timeWindowOpen } from "./grant-time";
@@ -260,7 +263,7 @@ export class GrantIndex {
 			if (!list) return;
 			for (const c of list) {
 				if (!actionSatisfies(c.action, action)) continue;
-				if (viaWildcard && !CasbinUtil.keyMatchFunc(object, c.object)) continue;
+				if (viaWildcard && !casbinUtil().keyMatchFunc(object, c.object)) continue;
 				if (c.location !== null && (c.location === "invalid" || typeof req.ip !== "string" || !c.location.has(req.ip))) {
 					failedLocation = true;
 					continue;

@@ -3,7 +3,8 @@
  * production, so that blacklists, APT records, login counters and one-time codes are shared by every node.
  */
 import { chmodSync, readFileSync, renameSync, writeFileSync } from "fs";
-import Redis, { ReplyError } from "ioredis";
+import type Redis from "ioredis";
+import { lazy } from "../lib/lazy";
 import { ApiError } from "../lib/errors";
 import { withTimeout } from "./health";
 
@@ -25,13 +26,16 @@ export class CacheUnavailableError extends ApiError {
 
 export const isCacheUnavailable = (err: unknown): boolean => (err as { name?: unknown })?.name === "CacheUnavailableError";
 
+/** The Redis client, loaded by the first RedisKeyValue (REDIS_URL): a node without Redis never compiles it. */
+const ioredis = lazy(() => require("ioredis") as typeof import("ioredis"));
+
 /** Redis answers that mean "not now" rather than "wrong command": an outage, not a bug. */
 const TRANSIENT_REPLY = /^(LOADING|BUSY|MASTERDOWN|TRYAGAIN|CLUSTERDOWN|READONLY)\b/;
 
 /** Connection-level failures become CacheUnavailableError; a reply error of a wrong command stays what it is. */
 function unavailable(err: unknown): never {
 	const e = err as Error;
-	if (e instanceof ReplyError && !TRANSIENT_REPLY.test(e.message)) throw e;
+	if (e instanceof ioredis().ReplyError && !TRANSIENT_REPLY.test(e.message)) throw e;
 	throw new CacheUnavailableError(e?.message ?? String(err));
 }
 
@@ -249,7 +253,7 @@ export class RedisKeyValue implements KeyValue {
 
 	/** `prefix` (REDIS_PREFIX) is put before every key, so deployments or test runs sharing one Redis never meet. */
 	constructor(url: string, prefix?: string) {
-		this.client = new Redis(url, { ...REDIS_OPTIONS, ...(prefix ? { keyPrefix: prefix } : {}) });
+		this.client = new (ioredis().default)(url, { ...REDIS_OPTIONS, ...(prefix ? { keyPrefix: prefix } : {}) });
 		// Connection errors surface through ping() and /status; ioredis keeps reconnecting.
 		this.client.on("error", () => undefined);
 	}

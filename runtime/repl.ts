@@ -37,6 +37,7 @@ import readline from "readline";
 import type { CallingOptions, Middleware, Service, ServiceBroker, ServiceSchema } from "moleculer";
 import type { TokenClaims } from "../lib/types";
 import { findCollection } from "../catalog";
+import { lazy } from "../lib/lazy";
 import { usernameProblem, userSubjectProblem } from "../lib/grant-validation";
 import { attachConsole, type ConsoleHandler, type ConsoleLink } from "./datadir-lock";
 import type { PlatformConfig } from "./config";
@@ -325,13 +326,20 @@ export function startRepl(platform: { broker: ServiceBroker }): void {
 
 // ---- The platform's side of an attached console --------------------------------------------------------------
 
-/** moleculer-repl's own modules (its command set, completion, argument splitting), and the commander it builds on. */
-const fromRepl = createRequire(require.resolve("moleculer-repl"));
+/**
+ * moleculer-repl's own modules (its command set, completion, argument splitting), and the commander it builds on:
+ * loaded by the first console, so a node no console attaches to never compiles them.
+ */
 type Program = import("commander").Command;
-const { Command } = fromRepl("commander") as typeof import("commander");
-const registerReplCommands = fromRepl("./src/commands") as (program: Program, broker: ServiceBroker) => void;
-const { autocompleteHandler } = fromRepl("./src/autocomplete") as { autocompleteHandler(line: string, broker: ServiceBroker, program: Program): [string[], string] };
-const { parseArgsStringToArgv } = fromRepl("string-argv") as { parseArgsStringToArgv(line: string, env?: string, file?: string): string[] };
+const repl = lazy(() => {
+	const fromRepl = createRequire(require.resolve("moleculer-repl"));
+	return {
+		Command: (fromRepl("commander") as typeof import("commander")).Command,
+		registerReplCommands: fromRepl("./src/commands") as (program: Program, broker: ServiceBroker) => void,
+		autocompleteHandler: (fromRepl("./src/autocomplete") as { autocompleteHandler(line: string, broker: ServiceBroker, program: Program): [string[], string] }).autocompleteHandler,
+		parseArgsStringToArgv: (fromRepl("string-argv") as { parseArgsStringToArgv(line: string, env?: string, file?: string): string[] }).parseArgsStringToArgv,
+	};
+});
 
 /** A console that reads nothing while its command prints is cut beyond this much unsent output. */
 const MAX_UNSENT = 16 * 1024 * 1024;
@@ -363,6 +371,7 @@ function captureOutput(): void {
  * the process here: its errors and help are thrown (exitOverride) once printed.
  */
 function consoleProgram(broker: ServiceBroker, detach: () => void): Program {
+	const { Command, registerReplCommands } = repl();
 	const program = new Command();
 	program.exitOverride().allowUnknownOption(true).showHelpAfterError(true).showSuggestionAfterError(true);
 	registerReplCommands(program, broker);
@@ -386,7 +395,7 @@ function consoleProgram(broker: ServiceBroker, detach: () => void): Program {
 
 /** Runs one command line as moleculer-repl's evaluator does; its errors are printed, never thrown. */
 async function evaluate(program: Program, line: string): Promise<void> {
-	const argv = parseArgsStringToArgv(line, "node", "Moleculer REPL");
+	const argv = repl().parseArgsStringToArgv(line, "node", "Moleculer REPL");
 	if (argv.length === 2) return;
 	try {
 		await program.parseAsync(argv);
@@ -497,7 +506,7 @@ export function consoleSessions(broker: ServiceBroker): ConsoleHandler {
 					.then(async () => {
 						if (conn.destroyed) return;
 						if (typeof msg.complete === "string") {
-							return send({ completions: autocompleteHandler(msg.complete, broker, program)[0], line: msg.complete });
+							return send({ completions: repl().autocompleteHandler(msg.complete, broker, program)[0], line: msg.complete });
 						}
 						if (typeof msg.exec === "string") {
 							scripted = true;

@@ -4,7 +4,6 @@
  * Several nodes of one deployment must share them: set the environment. The private key is never logged or returned.
  */
 import path from "path";
-import webpush from "web-push";
 import { readJson, writePrivateJson, type PlatformConfig } from "./config";
 
 export interface VapidKeys {
@@ -24,7 +23,8 @@ export function loadVapid(cfg: Pick<PlatformConfig, "dataDir" | "rootDomain" | "
 	if (hit) return { ...hit, subject };
 	let keys = readJson<{ publicKey: string; privateKey: string }>(file);
 	if (!keys?.publicKey || !keys?.privateKey) {
-		keys = webpush.generateVAPIDKeys();
+		// Web Push is loaded here, once per DATA_DIR that has no keys yet, not by every node at start.
+		keys = (require("web-push") as typeof import("web-push")).generateVAPIDKeys();
 		writePrivateJson(file, keys);
 	}
 	const out = { publicKey: keys.publicKey, privateKey: keys.privateKey, subject };

@@ -6,7 +6,7 @@
  * never loses them (at least once: a subscriber may see a message twice).
  * It is also the outbound relay of email, SMS and Web Push (workers/publisher/delivery.ts, docs/communications.md).
  */
-import mqtt, { type MqttClient } from "mqtt";
+import type { MqttClient } from "mqtt";
 import { randomBytes } from "crypto";
 import { configOf, loadKeys, type PlatformConfig } from "../runtime/config";
 import { changeTopics, mqttPayload, PUBLISHER_USERNAME, publisherPassword } from "../lib/mqtt";
@@ -117,7 +117,7 @@ export default workerService<Publisher>(
 					const url = await this.brokerUrl();
 					this.url = url;
 					const own = new URL(url);
-					const client = mqtt.connect(url, {
+					const client = (require("mqtt") as typeof import("mqtt")).connect(url, {
 						clientId: `platform-publisher-${randomBytes(6).toString("hex")}`,
 						clean: true,
 						reconnectPeriod: 1000,

@@ -25,19 +25,8 @@ import { readFileSync } from "fs";
 import path from "path";
 import type { ServerResponse } from "http";
 import type { Endpoint, LoggerInstance, ServiceBroker } from "moleculer";
-import { Server } from "@modelcontextprotocol/sdk/server/index.js";
-import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
-import {
-	CallToolRequestSchema,
-	LATEST_PROTOCOL_VERSION,
-	ListResourcesRequestSchema,
-	ListToolsRequestSchema,
-	ReadResourceRequestSchema,
-	SUPPORTED_PROTOCOL_VERSIONS,
-	ErrorCode,
-	McpError,
-	type CallToolResult,
-} from "@modelcontextprotocol/sdk/types.js";
+import type { Server } from "@modelcontextprotocol/sdk/server/index.js";
+import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { DOMAINS } from "../../catalog";
 import { Aes, sha256Hex } from "../../lib/crypto";
 import { ApiError, badRequest, toErrorBody } from "../../lib/errors";
@@ -49,6 +38,7 @@ import type { KeyValue } from "../../runtime/kv";
 import { observeHttp } from "../../runtime/metrics";
 import { emitAudit } from "../../events/audit-shipper";
 import { grantCache } from "../../authority/grant-cache";
+import { lazy } from "../../lib/lazy";
 import { subjectsOf } from "../../authority/authority";
 import type { Idempotency, IdempotentRequest } from "./idempotency";
 import type { GatewayContext, GatewayRequest } from "./web";
@@ -71,6 +61,13 @@ const VERSION_HEADER = "mcp-protocol-version";
 const KEPT_HEADERS = ["user-agent"];
 
 const pkg = require("../../package.json") as { version: string };
+
+/** The MCP SDK (with zod and ajv, the largest modules a node would load), loaded by the first request to /mcp. */
+const sdk = lazy(() => ({
+	...(require("@modelcontextprotocol/sdk/server/index.js") as typeof import("@modelcontextprotocol/sdk/server/index.js")),
+	...(require("@modelcontextprotocol/sdk/server/streamableHttp.js") as typeof import("@modelcontextprotocol/sdk/server/streamableHttp.js")),
+	...(require("@modelcontextprotocol/sdk/types.js") as typeof import("@modelcontextprotocol/sdk/types.js")),
+}));
 
 const INSTRUCTIONS =
 	"The platform's collections through its authority layer. Call `collections` first: it lists the collections this token may use, " +
@@ -280,7 +277,7 @@ export class McpEndpoint {
 		const init = messages.find((m) => methodOf(m) === "initialize") as { params?: { protocolVersion?: unknown } } | undefined;
 		if (init) {
 			const asked = init.params?.protocolVersion;
-			const version = typeof asked === "string" && SUPPORTED_PROTOCOL_VERSIONS.includes(asked) ? asked : LATEST_PROTOCOL_VERSION;
+			const version = typeof asked === "string" && sdk().SUPPORTED_PROTOCOL_VERSIONS.includes(asked) ? asked : sdk().LATEST_PROTOCOL_VERSION;
 			res.setHeader(SESSION_HEADER, this.sessions.open(principal, version));
 		} else {
 			if (sessionId === undefined) throw badRequest("Mcp-Session-Id is required: send initialize first, then its Mcp-Session-Id with every request");
@@ -293,7 +290,7 @@ export class McpEndpoint {
 		// RATE_LIMIT: one request was counted by the authentication; each further request of a batch counts too.
 		for (let extra = requests - 1; extra > 0; extra--) await this.host.limitRate(res, who);
 		const server = this.server(req);
-		const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
+		const transport = new (sdk().StreamableHTTPServerTransport)({ sessionIdGenerator: undefined, enableJsonResponse: true });
 		try {
 			await server.connect(transport);
 			await transport.handleRequest(req, res, body);
@@ -305,6 +302,7 @@ export class McpEndpoint {
 
 	/** A server for one request: the tools and resources, every call made as `req`'s caller. */
 	private server(req: Req): Server {
+		const { Server, ListToolsRequestSchema, CallToolRequestSchema, ListResourcesRequestSchema, ReadResourceRequestSchema, McpError, ErrorCode } = sdk();
 		const server = new Server(
 			{ name: "platform-gateway", title: "Platform gateway", version: pkg.version },
 			{ capabilities: { tools: { listChanged: false }, resources: { listChanged: false } }, instructions: INSTRUCTIONS },

@@ -13,9 +13,9 @@ import { CLAIM_ACTION, DUE_ACTION, FILES_ATTACHMENTS_ACTION, FILES_CONTENT_ACTIO
 import { randomBytes } from "crypto";
 import { readFileSync } from "fs";
 import { rootCertificates } from "tls";
-import nodemailer, { type Transporter } from "nodemailer";
+import type { Transporter } from "nodemailer";
 import type { Readable } from "stream";
-import webpush from "web-push";
+import { lazy } from "../../lib/lazy";
 import type { PlatformConfig } from "../../runtime/config";
 import { answerOf, DELIVERABLE, isDeliverable, redactUrl, scrub, secretsOf, smsRequests, type Deliverable } from "../../lib/touch";
 import { loadVapid } from "../../runtime/vapid";
@@ -25,6 +25,10 @@ import { guardedRequest } from "./http";
 import { nap } from "../../runtime/nap";
 import { actionAvailable } from "../../runtime/health";
 import type { MetricRegistry, ServiceBroker } from "moleculer";
+
+/** SMTP and Web Push, loaded by the first message of their kind: a node that sends neither never compiles them. */
+const nodemailer = lazy(() => require("nodemailer") as typeof import("nodemailer"));
+const webpush = lazy(() => require("web-push") as typeof import("web-push"));
 
 export const DELIVERY_GROUP = "publisher-delivery";
 const CONCURRENCY = 16;
@@ -229,7 +233,7 @@ export class Delivery {
 
 	private transport(): Transporter | undefined {
 		if (!this.cfg.smtpUrl) return undefined;
-		this.mailer ??= nodemailer.createTransport({
+		this.mailer ??= nodemailer().createTransport({
 			url: this.cfg.smtpUrl,
 			pool: true,
 			connectionTimeout: 10_000,
@@ -335,7 +339,7 @@ export class Delivery {
 		const vapid = loadVapid(this.cfg);
 		let details;
 		try {
-			details = webpush.generateRequestDetails({ endpoint: sub.endpoint, keys: sub.keys }, JSON.stringify(job.doc.message ?? {}), {
+			details = webpush().generateRequestDetails({ endpoint: sub.endpoint, keys: sub.keys }, JSON.stringify(job.doc.message ?? {}), {
 				vapidDetails: { subject: vapid.subject, publicKey: vapid.publicKey, privateKey: vapid.privateKey },
 				contentEncoding: "aes128gcm",
 				TTL: 24 * 3600,

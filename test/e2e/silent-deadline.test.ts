@@ -176,7 +176,7 @@ servers.describe("PostgreSQL server behind a proxy that holds every byte", () =>
 		proxy = await silentProxy(5432);
 		const db = (await serverDatabase()) ?? (await testDatabase())!;
 		drop = () => db.drop();
-		const url = new URL(db.url);
+		const url = new URL("tcpUrl" in db ? db.tcpUrl : db.url);
 		url.host = proxy.address;
 		p = await bootPlatform({ databaseUrl: url.toString(), databasePoolSize: 10, requestDbDeadlineMs: DEADLINE_MS, ...QUIET });
 	}, 120_000);

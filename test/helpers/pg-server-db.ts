@@ -46,6 +46,8 @@ const SPARE_SLOTS = 40;
 
 export interface ServerDatabase {
 	url: string;
+	/** The same database over 127.0.0.1:5432, for a test that puts a proxy between a platform and the server. */
+	tcpUrl: string;
 	drop(): Promise<void>;
 }
 
@@ -138,6 +140,7 @@ export async function serverDatabase(): Promise<ServerDatabase | undefined> {
 	if (!made) return undefined;
 	return {
 		url: platformUrl(name),
+		tcpUrl: `${SERVER}/${name}`,
 		drop: () => on("test", (c) => c.query(`drop database if exists ${name} with (force)`)).then(() => undefined),
 	};
 }

@@ -12,6 +12,7 @@
 // jest-solo: a cluster of node processes of its own, stopped, killed or cut off on a schedule (test/run.mjs)
 import { readFileSync } from "fs";
 import path from "path";
+import { connect } from "nats";
 import { Client } from "pg";
 import { DOMAINS } from "../../catalog";
 import { needServers } from "../helpers/platform";
@@ -95,11 +96,32 @@ const notesOf = async (prefix: string) =>
 	);
 
 /**
+ * Counts the create requests for this run's notes that gateways publish on the deployment's NATS subjects (Moleculer's
+ * `MOL-<namespace>.REQ.<node>`, JSON packets). A claimed record alone does not prove its call left the gateway: the
+ * claim commits before the call is published, and a kill between the two leaves a key whose first attempt never ran
+ * (its retry then writes the note itself, which is the contract too, but not the replay the first case asserts).
+ */
+async function requestTap(run: string) {
+	const nc = await connect({ servers: "127.0.0.1:4222" });
+	let seen = 0;
+	nc.subscribe(`MOL-${deployment.namespace}.>`, {
+		callback: (_err, m) => {
+			const packet = m.string();
+			if (packet.includes('"content.notes.create"') && packet.includes(run)) seen++;
+		},
+	});
+	await nc.flush();
+	return { seen: () => seen, close: () => nc.close() };
+}
+
+/**
  * Sends KEYS keyed creates through the gateway `api` while the content node is stopped, waits until their records are
- * claimed (`running`: the writes are in flight at the gateway), then kills `api` and resumes the content node.
+ * claimed (`running`) and their calls are on NATS (the writes are in flight between the gateway and the content
+ * node), then kills `api` and resumes the content node.
  */
 async function inFlightAtKill(run: string): Promise<{ keys: string[]; killedAt: number }> {
 	const keys = Array.from({ length: KEYS }, (_, i) => `${run}-${i}`);
+	const tap = await requestTap(run);
 	signal(nodes.content, "SIGSTOP");
 	try {
 		const gw = client(apiUrl);
@@ -113,9 +135,11 @@ async function inFlightAtKill(run: string): Promise<{ keys: string[]; killedAt: 
 				)
 			).rows[0].n as number;
 		await waitForValue("the keyed writes claimed at the gateway", async () => (await claimed()) >= KEYS, 20_000);
+		await waitForValue("the keyed writes published to the content node", async () => tap.seen() >= KEYS, 20_000);
 		await crashNode(nodes.api);
 	} finally {
 		signal(nodes.content, "SIGCONT");
+		await tap.close();
 	}
 	return { keys, killedAt: Date.now() };
 }

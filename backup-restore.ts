@@ -2,7 +2,6 @@
 import { createHash } from "crypto";
 import { existsSync, readFileSync } from "fs";
 import path from "path";
-import readline from "readline";
 import { PassThrough, type Readable } from "stream";
 import { once } from "events";
 import { createGunzip } from "zlib";
@@ -26,6 +25,7 @@ import {
 } from "./backup-format";
 import { writePrivateJson, type PlatformConfig } from "./runtime/config";
 import { lockDataDir } from "./runtime/datadir-lock";
+import { textLines } from "./runtime/lines";
 import { migrate, openRelational, releaseRelational, SCHEMA_LIMIT_MS, type TextQuery } from "./runtime/relational";
 import { unmigratedDataDir } from "./store-migration";
 import { createBlobStore, type BlobStore } from "./stores/blobs";
@@ -49,7 +49,7 @@ class LineReader {
 		};
 		input.once("error", fail);
 		gunzip.once("error", (err) => (this.failed = err));
-		this.it = readline.createInterface({ input: input.pipe(gunzip), crlfDelay: Infinity })[Symbol.asyncIterator]();
+		this.it = textLines(input.pipe(gunzip))[Symbol.asyncIterator]();
 	}
 	async next(): Promise<string | undefined> {
 		const r = await this.it.next().catch((err: Error) => Promise.reject(this.failed ?? err));

@@ -16,9 +16,9 @@
  */
 import { createReadStream, existsSync, mkdirSync, renameSync, statSync } from "fs";
 import path from "path";
-import { createInterface } from "readline";
 import type { PlatformConfig } from "./runtime/config";
 import { lockDataDir } from "./runtime/datadir-lock";
+import { textLines } from "./runtime/lines";
 import { DOCUMENT_INTERNALS, storeNames } from "./runtime/store-names";
 import { storableJson } from "./runtime/relational";
 import { createStore, TENANT_REF, tenantRef, type DocumentStore, type StoredDoc } from "./stores";
@@ -80,7 +80,7 @@ export async function readNedbFile(file: string): Promise<StoredDoc[]> {
 	const byId = new Map<string, StoredDoc>();
 	let lines = 0;
 	let corrupt = 0;
-	for await (const line of createInterface({ input: createReadStream(from, { encoding: "utf8" }), crlfDelay: Infinity })) {
+	for await (const line of textLines(createReadStream(from, { encoding: "utf8" }))) {
 		if (line === "") continue;
 		lines++;
 		let doc: Record<string, unknown>;

@@ -20,7 +20,6 @@ import { spawn } from "child_process";
 import { createReadStream, createWriteStream, existsSync, readFileSync, rmSync, statSync, writeFileSync } from "fs";
 import http from "http";
 import path from "path";
-import readline from "readline";
 import { PassThrough } from "stream";
 import { once } from "events";
 import { createGunzip, gzipSync, gunzipSync } from "zlib";
@@ -33,6 +32,7 @@ import { createStore, PgStore, type StoredDoc } from "../../stores";
 import { ident } from "../../stores/pg.store";
 import { openRelational, releaseRelational, runningEmbedded } from "../../runtime/relational";
 import { readConfig, type PlatformConfig } from "../../runtime/config";
+import { textLines } from "../../runtime/lines";
 import { projectSources } from "../layers";
 import { BackupError, command, COMPONENTS, KEY_FILES, restoreBackup, writeBackup, type BackupHeader } from "../../data-backup";
 
@@ -61,7 +61,7 @@ async function run(script: string, args: string[], env: Record<string, string>):
 /** The lines of a backup file, parsed. */
 async function backupLines(file: string): Promise<any[]> {
 	const out: any[] = [];
-	for await (const line of readline.createInterface({ input: createReadStream(file).pipe(createGunzip()), crlfDelay: Infinity })) out.push(JSON.parse(line));
+	for await (const line of textLines(createReadStream(file).pipe(createGunzip()))) out.push(JSON.parse(line));
 	return out;
 }
 

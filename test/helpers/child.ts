@@ -29,10 +29,11 @@ export function rssOf(pid: number): number {
 	return m ? Number(m[1]) * 1024 : NaN;
 }
 
-export async function startChild(env: Record<string, string>, timeoutMs = 60_000): Promise<Child> {
+/** `nodeArgs`: options for the child's node before the entry (e.g. a heap setting every measured child shares). */
+export async function startChild(env: Record<string, string>, timeoutMs = 60_000, nodeArgs: string[] = []): Promise<Child> {
 	const port = await freePort();
 	const root = path.resolve(__dirname, "../..");
-	const proc = spawn(process.execPath, ["--expose-gc", "--import", "tsx", "start.ts"], {
+	const proc = spawn(process.execPath, ["--expose-gc", ...nodeArgs, "--import", "tsx", "start.ts"], {
 		cwd: root,
 		env: { ...process.env, LOG_LEVEL: "warn", HOST: "127.0.0.1", PORT: String(port), MQTT_PORT: "0", ...env },
 		stdio: ["ignore", "ignore", "pipe"],

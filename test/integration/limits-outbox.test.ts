@@ -63,8 +63,9 @@ test(`${PATCHES} patches of a ${KB} KB note: once every group has passed them th
 	p = undefined;
 	const freshDir = tempDir("outbox-fresh-");
 	dirs.push(freshDir);
-	// Both children with the young generation of Node 20 and 22 (16 MB semi-spaces): Node 24 grows it to several times
-	// that under a restart's load and keeps it, capacity rather than retained data, which is what the bound is about.
+	// Both children with the young generation of Node 20 and 22 (16 MB semi-spaces). The bound is about data a restart
+	// retains; Node 24 would grow its young generation to several times that under the restart's load and keep it, which
+	// is the collector's room, not retained data.
 	const heap = ["--max-semi-space-size=16"];
 	const fresh = await startChild({ DATA_DIR: freshDir }, undefined, heap);
 	await sleep(1500);
